@@ -1,0 +1,4 @@
+//! The command-line tool's commands.
+
+pub mod info;
+pub mod tour;

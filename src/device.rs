@@ -1,0 +1,110 @@
+//! [`Device`]: where a tensor or a call lives, parsed from PyTorch's strings.
+
+use crate::error::{Error, Result};
+use std::fmt;
+use std::str::FromStr;
+
+/// A device: the host, or a CUDA device (`None` index = the current device when used).
+///
+/// Parsed from the strings PyTorch takes: `"cpu"`, `"cuda"`, `"cuda:1"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// Host memory.
+    Cpu,
+    /// A CUDA device; `None` means "the current device" at the moment of use.
+    Cuda(Option<usize>),
+}
+
+impl Device {
+    /// `Device::Cuda(Some(index))`.
+    pub fn cuda(index: usize) -> Device {
+        Device::Cuda(Some(index))
+    }
+
+    /// Whether this is a CUDA device.
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(None) => f.write_str("cuda"),
+            Device::Cuda(Some(i)) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl FromStr for Device {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Device> {
+        let bad = |reason: &str| Error::InvalidDeviceString { input: s.to_string(), reason: reason.to_string() };
+        let t = s.trim();
+        match t {
+            "cpu" => return Ok(Device::Cpu),
+            "cuda" => return Ok(Device::Cuda(None)),
+            _ => {}
+        }
+        if let Some(idx) = t.strip_prefix("cuda:") {
+            return idx
+                .parse::<usize>()
+                .map(|i| Device::Cuda(Some(i)))
+                .map_err(|_| bad("the index after `cuda:` must be a non-negative integer"));
+        }
+        if t.starts_with("cpu:") {
+            return Err(bad("cpu takes no index"));
+        }
+        Err(bad("unknown device type"))
+    }
+}
+
+/// Anything that names a CUDA device: an index, a [`Device`], or a device string.
+///
+/// `Device::Cuda(None)` and `"cuda"` mean the current device; `Device::Cpu` / `"cpu"` are
+/// refused with [`Error::NotCudaDevice`].
+pub trait IntoCudaDevice {
+    /// The CUDA index this names (not yet checked against the device count).
+    fn cuda_index(self) -> Result<usize>;
+}
+
+impl IntoCudaDevice for usize {
+    fn cuda_index(self) -> Result<usize> {
+        Ok(self)
+    }
+}
+
+impl IntoCudaDevice for Device {
+    fn cuda_index(self) -> Result<usize> {
+        match self {
+            Device::Cuda(Some(i)) => Ok(i),
+            Device::Cuda(None) => crate::runtime::current_device(),
+            Device::Cpu => Err(Error::NotCudaDevice { device: "cpu".into() }),
+        }
+    }
+}
+
+impl IntoCudaDevice for &str {
+    fn cuda_index(self) -> Result<usize> {
+        self.parse::<Device>()?.cuda_index()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_pytorch_device_strings() {
+        assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
+        assert_eq!("cuda".parse::<Device>().unwrap(), Device::Cuda(None));
+        assert_eq!("cuda:3".parse::<Device>().unwrap(), Device::cuda(3));
+        assert_eq!(Device::cuda(1).to_string(), "cuda:1");
+        for bad in ["gpu", "cuda:-1", "cuda:x", "cpu:0", ""] {
+            assert!(matches!(bad.parse::<Device>(), Err(Error::InvalidDeviceString { .. })), "{bad}");
+        }
+        assert!(matches!("cpu".cuda_index(), Err(Error::NotCudaDevice { .. })));
+    }
+}

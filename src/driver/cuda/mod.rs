@@ -1,0 +1,637 @@
+//! The real-GPU backend: NVIDIA's driver API through `cudarc`'s thin `result`/`sys` layers.
+//!
+//! `libcuda` (and `libnvrtc`, for [`Driver::delay`] only) are loaded at run time, so this
+//! compiles and runs everywhere; where no driver or GPU is found, [`CudaDriver::new`] returns a
+//! driver with no devices whose [`Driver::unavailable_reason`] says why.
+//!
+//! Design:
+//! * One **primary context** per device, retained in [`CudaDriver::new`] and released on drop.
+//!   Every driver call for a device first makes that context current on the calling thread
+//!   (`cuCtxSetCurrent` is a cheap thread-local store), so any thread may call any method.
+//! * Streams and events are opaque numbers from one counter, mapped to raw handles in two
+//!   tables. Entries are copied out before the driver call, so no lock is held while a call
+//!   blocks (`cuStreamSynchronize`, `cuEventSynchronize`). The runtime guarantees a handle is not
+//!   destroyed while another call still uses it.
+//! * Each device's default stream is the legacy null stream of its primary context, as in
+//!   PyTorch; created streams are `CU_STREAM_NON_BLOCKING` (they do not synchronize with it).
+
+use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
+use crate::error::{Error, Result};
+use cudarc::driver::result::{self as cu, DriverError};
+use cudarc::driver::sys::{self, CUresult};
+use kernels::SpinKernel;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+/// This backend's name, as [`Driver::name`] reports it.
+const DRIVER: &str = "cuda";
+
+/// Declares a `Copy` newtype around a raw driver handle that may cross threads.
+macro_rules! raw_handle {
+    ($(#[$doc:meta])* $name:ident($raw:ty)) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        struct $name($raw);
+
+        // SAFETY: the wrapped value is an opaque driver handle that Rust never dereferences; it
+        // is only passed by value to the CUDA driver API, which is thread-safe, and every call
+        // first makes the owning context current on the calling thread.
+        unsafe impl Send for $name {}
+        // SAFETY: as for `Send`: shared access only copies the handle out; the driver
+        // serializes concurrent use of one handle internally.
+        unsafe impl Sync for $name {}
+    };
+}
+
+// Declared after `raw_handle!` so that they can use it.
+mod kernels;
+#[cfg(test)]
+mod tests;
+
+raw_handle!(
+    /// A retained primary context (`CUcontext`).
+    RawCtx(sys::CUcontext)
+);
+raw_handle!(
+    /// A stream (`CUstream`); null is the context's legacy default stream.
+    RawStream(sys::CUstream)
+);
+raw_handle!(
+    /// An event (`CUevent`).
+    RawEvent(sys::CUevent)
+);
+
+/// One GPU: its driver ordinal, primary context and per-device state.
+struct Device {
+    /// The `CUdevice` from `cuDeviceGet`.
+    cu: sys::CUdevice,
+    /// Its primary context, retained for the driver's lifetime.
+    ctx: RawCtx,
+    /// The handle of its legacy null stream.
+    default_stream: StreamId,
+    /// Set by [`Driver::fail_next_malloc`], cleared by the malloc it fails.
+    fail_next_malloc: AtomicBool,
+    /// The `delay` kernel, loaded into this context on first use.
+    spin: Mutex<Option<SpinKernel>>,
+}
+
+/// What a [`StreamId`] stands for.
+#[derive(Debug, Clone, Copy)]
+struct StreamEntry {
+    device: usize,
+    raw: RawStream,
+}
+
+/// What an [`EventId`] stands for.
+#[derive(Debug, Clone, Copy)]
+struct EventEntry {
+    device: usize,
+    raw: RawEvent,
+    timing: bool,
+}
+
+/// [`Driver`] over the real CUDA driver API (see the [module docs](self)).
+pub struct CudaDriver {
+    devices: Vec<Device>,
+    /// Why `devices` is empty, when it is.
+    unavailable: Option<String>,
+    next_id: AtomicU64,
+    streams: RwLock<HashMap<u64, StreamEntry>>,
+    events: RwLock<HashMap<u64, EventEntry>>,
+}
+
+impl std::fmt::Debug for CudaDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaDriver")
+            .field("devices", &self.devices.len())
+            .field("unavailable", &self.unavailable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for CudaDriver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CudaDriver {
+    /// Loads `libcuda`, initializes it and retains every device's primary context.
+    ///
+    /// Never panics: when the library is missing, `cuInit` fails, no device is visible or a
+    /// device cannot be opened, the driver has no devices and
+    /// [`unavailable_reason`](Driver::unavailable_reason) explains why.
+    pub fn new() -> CudaDriver {
+        // `cudarc` panics on a missing symbol; treat that like any other reason to have no GPU.
+        const PANICKED: &str = "the CUDA driver library panicked while loading (is libcuda too \
+                                old for CUDA 13? update the NVIDIA driver)";
+        let probed = std::panic::catch_unwind(probe).unwrap_or_else(|_| Err(PANICKED.to_owned()));
+        let (found, unavailable) = match probed {
+            Ok(found) => (found, None),
+            Err(reason) => (Vec::new(), Some(reason)),
+        };
+        let mut streams = HashMap::new();
+        let mut devices = Vec::with_capacity(found.len());
+        for (index, (cu, ctx)) in found.into_iter().enumerate() {
+            let id = index as u64 + 1;
+            let raw = RawStream(std::ptr::null_mut());
+            streams.insert(id, StreamEntry { device: index, raw });
+            devices.push(Device {
+                cu,
+                ctx,
+                default_stream: StreamId(id),
+                fail_next_malloc: AtomicBool::new(false),
+                spin: Mutex::new(None),
+            });
+        }
+        CudaDriver {
+            next_id: AtomicU64::new(devices.len() as u64 + 1),
+            devices,
+            unavailable,
+            streams: RwLock::new(streams),
+            events: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn no_device(&self) -> Error {
+        Error::NoDevice { driver: DRIVER, reason: self.unavailable.clone().unwrap_or_default() }
+    }
+
+    fn device(&self, device: usize) -> Result<&Device> {
+        if self.devices.is_empty() {
+            return Err(self.no_device());
+        }
+        self.devices.get(device).ok_or(Error::InvalidDevice {
+            index: device,
+            count: self.devices.len(),
+            driver: DRIVER,
+        })
+    }
+
+    /// Makes `device`'s primary context current on this thread and returns the device.
+    fn enter(&self, device: usize) -> Result<&Device> {
+        let dev = self.device(device)?;
+        // SAFETY: `dev.ctx` was retained in `new` and is released only in `Drop`, so it is live.
+        unsafe { cu::ctx::set_current(dev.ctx.0) }.map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        Ok(dev)
+    }
+
+    fn stream(&self, stream: StreamId, op: &'static str) -> Result<StreamEntry> {
+        if self.devices.is_empty() {
+            return Err(self.no_device());
+        }
+        read(&self.streams).get(&stream.0).copied().ok_or_else(|| Error::InvalidArgument {
+            op,
+            reason: format!("stream handle {} was not made by this CUDA driver", stream.0),
+        })
+    }
+
+    fn event(&self, event: EventId, op: &'static str) -> Result<EventEntry> {
+        if self.devices.is_empty() {
+            return Err(self.no_device());
+        }
+        read(&self.events).get(&event.0).copied().ok_or_else(|| Error::InvalidArgument {
+            op,
+            reason: format!("event handle {} was not made by this CUDA driver", event.0),
+        })
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Finds the driver and opens every device: `(CUdevice, retained primary context)` per ordinal.
+fn probe() -> std::result::Result<Vec<(sys::CUdevice, RawCtx)>, String> {
+    // SAFETY: only asks the dynamic loader whether libcuda can be opened; nothing in it is called.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("libcuda.so not found by the dynamic loader (no NVIDIA driver is installed, \
+                    or its library directory is not on LD_LIBRARY_PATH)"
+            .to_owned());
+    }
+    cu::init().map_err(|e| format!("cuInit failed: {}", describe(e)))?;
+    let count = cu::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {}", describe(e)))?;
+    if count <= 0 {
+        return Err("the NVIDIA driver reports 0 CUDA devices (check CUDA_VISIBLE_DEVICES \
+                    and that the GPU is visible to this container or VM)"
+            .to_owned());
+    }
+    let mut found: Vec<(sys::CUdevice, RawCtx)> = Vec::with_capacity(count as usize);
+    for ordinal in 0..count {
+        let opened = cu::device::get(ordinal).and_then(|dev| {
+            // SAFETY: `dev` was just returned by `cuDeviceGet`.
+            let ctx = unsafe { cu::primary_ctx::retain(dev) }?;
+            Ok((dev, RawCtx(ctx)))
+        });
+        match opened {
+            Ok(pair) => found.push(pair),
+            Err(e) => {
+                for (dev, _) in &found {
+                    // SAFETY: each of these contexts was retained once above; released once here.
+                    let _ = unsafe { cu::primary_ctx::release(*dev) };
+                }
+                return Err(format!(
+                    "could not open cuda:{ordinal}: {} (hide a broken GPU with CUDA_VISIBLE_DEVICES)",
+                    describe(e)
+                ));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The driver's name and description of an error, e.g. `("CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected")`.
+fn names(e: DriverError) -> (String, String) {
+    let code = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
+    let message = e
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "the driver gave no description".to_owned());
+    (code, message)
+}
+
+/// `CODE (description)`, for reasons written as text.
+fn describe(e: DriverError) -> String {
+    let (code, message) = names(e);
+    format!("{code} ({message})")
+}
+
+/// Maps a driver error that no more specific [`Error`] variant describes.
+fn driver_error(op: &'static str, e: DriverError) -> Error {
+    let (code, message) = names(e);
+    Error::Driver { op, code, message }
+}
+
+/// `Ok(true)` for success, `Ok(false)` for `CUDA_ERROR_NOT_READY`, else an error.
+fn ready(op: &'static str, status: CUresult) -> Result<bool> {
+    match status {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        other => Err(driver_error(op, DriverError(other))),
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Driver for CudaDriver {
+    fn name(&self) -> &'static str {
+        DRIVER
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn unavailable_reason(&self) -> Option<String> {
+        self.unavailable.clone()
+    }
+
+    fn properties(&self, device: usize) -> Result<DeviceProperties> {
+        let dev = self.enter(device)?;
+        let name = cu::device::get_name(dev.cu).map_err(|e| driver_error("cuDeviceGetName", e))?;
+        // SAFETY: `dev.cu` was returned by `cuDeviceGet`.
+        let total_memory = unsafe { cu::device::total_mem(dev.cu) }.map_err(|e| driver_error("cuDeviceTotalMem", e))?;
+        let attribute = |attr: sys::CUdevice_attribute| -> Result<u32> {
+            // SAFETY: `dev.cu` was returned by `cuDeviceGet`; `attr` is a valid attribute.
+            let value = unsafe { cu::device::get_attribute(dev.cu, attr) }
+                .map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
+            Ok(u32::try_from(value).unwrap_or(0))
+        };
+        use sys::CUdevice_attribute::*;
+        Ok(DeviceProperties {
+            name,
+            total_memory,
+            multi_processor_count: attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            major: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            minor: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        })
+    }
+
+    fn mem_get_info(&self, device: usize) -> Result<(usize, usize)> {
+        self.enter(device)?;
+        cu::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))
+    }
+
+    fn can_access_peer(&self, device: usize, peer: usize) -> Result<bool> {
+        let dev = self.enter(device)?;
+        let other = self.device(peer)?;
+        if device == peer {
+            return Ok(false);
+        }
+        let mut can = 0;
+        // SAFETY: both ordinals came from `cuDeviceGet`; `can` is a valid out-pointer.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, dev.cu, other.cu) }
+            .result()
+            .map_err(|e| driver_error("cuDeviceCanAccessPeer", e))?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
+        if device == peer {
+            self.device(device)?;
+            return Ok(());
+        }
+        if !self.can_access_peer(device, peer)? {
+            return Err(Error::PeerAccessUnsupported { from: device, to: peer });
+        }
+        let peer_ctx = self.device(peer)?.ctx;
+        self.enter(device)?;
+        // SAFETY: `device`'s context is current and `peer_ctx` is a live retained primary
+        // context; flags must be 0.
+        match unsafe { sys::cuCtxEnablePeerAccess(peer_ctx.0, 0) } {
+            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => {
+                Err(Error::PeerAccessUnsupported { from: device, to: peer })
+            }
+            other => Err(driver_error("cuCtxEnablePeerAccess", DriverError(other))),
+        }
+    }
+
+    fn synchronize_device(&self, device: usize) -> Result<()> {
+        self.enter(device)?;
+        cu::ctx::synchronize().map_err(|e| driver_error("cuCtxSynchronize", e))
+    }
+
+    fn stream_priority_range(&self, device: usize) -> Result<(i32, i32)> {
+        self.enter(device)?;
+        cu::stream::get_priority_range().map_err(|e| driver_error("cuCtxGetStreamPriorityRange", e))
+    }
+
+    fn default_stream(&self, device: usize) -> Result<StreamId> {
+        Ok(self.device(device)?.default_stream)
+    }
+
+    fn create_stream(&self, device: usize, priority: i32) -> Result<StreamId> {
+        self.enter(device)?;
+        let raw = cu::stream::create_with_priority(cu::stream::StreamKind::NonBlocking, priority)
+            .map_err(|e| driver_error("cuStreamCreateWithPriority", e))?;
+        let id = self.next_id();
+        let raw = RawStream(raw);
+        write(&self.streams).insert(id, StreamEntry { device, raw });
+        Ok(StreamId(id))
+    }
+
+    fn stream_query(&self, stream: StreamId) -> Result<bool> {
+        let s = self.stream(stream, "stream_query")?;
+        self.enter(s.device)?;
+        // SAFETY: the stream belongs to the current context and lives until the driver drops.
+        ready("cuStreamQuery", unsafe { sys::cuStreamQuery(s.raw.0) })
+    }
+
+    fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
+        let s = self.stream(stream, "stream_synchronize")?;
+        self.enter(s.device)?;
+        // SAFETY: the stream belongs to the current context and lives until the driver drops.
+        unsafe { cu::stream::synchronize(s.raw.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
+    }
+
+    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let s = self.stream(stream, "stream_wait_event")?;
+        let ev = self.event(event, "stream_wait_event")?;
+        self.enter(s.device)?;
+        let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+        // SAFETY: both handles are live (the runtime destroys an event only when unused); the
+        // event may belong to another device's context, which CUDA allows.
+        unsafe { cu::stream::wait_event(s.raw.0, ev.raw.0, flags) }.map_err(|e| driver_error("cuStreamWaitEvent", e))
+    }
+
+    fn event_create(&self, device: usize, enable_timing: bool, blocking: bool) -> Result<EventId> {
+        use sys::CUevent_flags::*;
+        let mut flags = CU_EVENT_DEFAULT as u32;
+        if !enable_timing {
+            flags |= CU_EVENT_DISABLE_TIMING as u32;
+        }
+        if blocking {
+            flags |= CU_EVENT_BLOCKING_SYNC as u32;
+        }
+        self.enter(device)?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer, `flags` combines documented `CUevent_flags`
+        // bits, and `device`'s context is current.
+        unsafe { sys::cuEventCreate(&mut raw, flags) }.result().map_err(|e| driver_error("cuEventCreate", e))?;
+        let id = self.next_id();
+        let entry = EventEntry { device, raw: RawEvent(raw), timing: enable_timing };
+        write(&self.events).insert(id, entry);
+        Ok(EventId(id))
+    }
+
+    fn event_destroy(&self, event: EventId) {
+        let Some(ev) = write(&self.events).remove(&event.0) else {
+            return;
+        };
+        if self.enter(ev.device).is_ok() {
+            // SAFETY: the event came from `cuEventCreate` and was just removed from the table,
+            // so it is destroyed exactly once; pending work on it is released by the driver.
+            let _ = unsafe { cu::event::destroy(ev.raw.0) };
+        }
+    }
+
+    fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let ev = self.event(event, "event_record")?;
+        let s = self.stream(stream, "event_record")?;
+        self.enter(s.device)?;
+        // SAFETY: both handles are live and, as the runtime checks, of the current context.
+        unsafe { cu::event::record(ev.raw.0, s.raw.0) }.map_err(|e| driver_error("cuEventRecord", e))
+    }
+
+    fn event_query(&self, event: EventId) -> Result<bool> {
+        let ev = self.event(event, "event_query")?;
+        self.enter(ev.device)?;
+        // SAFETY: the event is live and belongs to the current context.
+        ready("cuEventQuery", unsafe { sys::cuEventQuery(ev.raw.0) })
+    }
+
+    fn event_synchronize(&self, event: EventId) -> Result<()> {
+        let ev = self.event(event, "event_synchronize")?;
+        self.enter(ev.device)?;
+        // SAFETY: the event is live and belongs to the current context.
+        unsafe { cu::event::synchronize(ev.raw.0) }.map_err(|e| driver_error("cuEventSynchronize", e))
+    }
+
+    fn event_elapsed_ms(&self, start: EventId, end: EventId) -> Result<f32> {
+        let a = self.event(start, "event_elapsed_ms")?;
+        let b = self.event(end, "event_elapsed_ms")?;
+        if !a.timing || !b.timing {
+            return Err(Error::EventTimingDisabled);
+        }
+        self.enter(a.device)?;
+        // SAFETY: both events are live timing events made by `cuEventCreate`.
+        match unsafe { cu::event::elapsed(a.raw.0, b.raw.0) } {
+            Ok(ms) => Ok(ms),
+            Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Err(Error::EventNotReady),
+            // Both have timing enabled, so an invalid handle means one was never recorded.
+            Err(DriverError(CUresult::CUDA_ERROR_INVALID_HANDLE)) => Err(Error::EventNotRecorded),
+            Err(e) => Err(driver_error("cuEventElapsedTime", e)),
+        }
+    }
+
+    fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
+        let dev = self.device(device)?;
+        if dev.fail_next_malloc.swap(false, Ordering::SeqCst) {
+            return Err(Error::Injected { device, op: "malloc" });
+        }
+        self.enter(device)?;
+        // SAFETY: `device`'s context is current; the memory is handed out as raw bytes, so
+        // its being uninitialized is fine. As in the sim driver, a zero-byte request still gets
+        // a unique address (`cuMemAlloc` rejects 0).
+        match unsafe { cu::malloc_sync(bytes.max(1)) } {
+            Ok(ptr) => Ok(DevicePtr(ptr)),
+            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                let (free, total) = cu::mem_get_info().unwrap_or((0, 0));
+                Err(Error::OutOfMemory { device, requested: bytes, total, free })
+            }
+            Err(e) => Err(driver_error("cuMemAlloc", e)),
+        }
+    }
+
+    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+        self.enter(device)?;
+        // SAFETY: the runtime passes only live pointers from `malloc` on this device, once.
+        // `cuMemFree` waits for queued work that may use the memory.
+        unsafe { cu::free_sync(ptr.0) }.map_err(|e| driver_error("cuMemFree", e))
+    }
+
+    fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
+        let s = self.stream(stream, "memset_d8")?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.enter(s.device)?;
+        // SAFETY: the runtime guarantees `dst..dst+bytes` is live device memory reachable from
+        // the stream's device; the stream is live and of the current context.
+        unsafe { cu::memset_d8_async(dst.0, value, bytes, s.raw.0) }.map_err(|e| driver_error("cuMemsetD8Async", e))
+    }
+
+    fn memcpy_htod(&self, dst: DevicePtr, src: &[u8], stream: StreamId) -> Result<()> {
+        let s = self.stream(stream, "memcpy_htod")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.enter(s.device)?;
+        // SAFETY: `dst` holds `src.len()` live bytes (runtime-checked); `src` stays borrowed
+        // until the stream synchronization below has consumed it.
+        unsafe { cu::memcpy_htod_async(dst.0, src, s.raw.0) }.map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
+        // SAFETY: the stream is live and of the current context.
+        unsafe { cu::stream::synchronize(s.raw.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: StreamId) -> Result<()> {
+        let s = self.stream(stream, "memcpy_dtoh")?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.enter(s.device)?;
+        // SAFETY: `src` holds `dst.len()` live bytes (runtime-checked); `dst` stays mutably
+        // borrowed until the stream synchronization below has filled it.
+        unsafe { cu::memcpy_dtoh_async(dst, src.0, s.raw.0) }.map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
+        // SAFETY: the stream is live and of the current context.
+        unsafe { cu::stream::synchronize(s.raw.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
+    }
+
+    fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
+        let s = self.stream(stream, "memcpy_dtod")?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.enter(s.device)?;
+        // SAFETY: both ranges are live device memory of `bytes` bytes (runtime-checked); the
+        // stream is live and of the current context.
+        unsafe { cu::memcpy_dtod_async(dst.0, src.0, bytes, s.raw.0) }.map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+    }
+
+    fn memcpy_peer(
+        &self,
+        dst_device: usize,
+        dst: DevicePtr,
+        src_device: usize,
+        src: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        let s = self.stream(stream, "memcpy_peer")?;
+        let dst_ctx = self.device(dst_device)?.ctx;
+        let src_ctx = self.device(src_device)?.ctx;
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.enter(s.device)?;
+        // SAFETY: `dst` and `src` are live allocations of `bytes` bytes in the given devices'
+        // primary contexts (runtime-checked), both contexts are retained, and the stream is
+        // live and of the current context.
+        unsafe { cu::memcpy_peer_async(dst_ctx.0, dst.0, src_ctx.0, src.0, bytes, s.raw.0) }
+            .map_err(|e| driver_error("cuMemcpyPeerAsync", e))
+    }
+
+    fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
+        let s = self.stream(stream, "delay")?;
+        let dev = self.enter(s.device)?;
+        let kernel = {
+            let mut slot = lock(&dev.spin);
+            match *slot {
+                Some(kernel) => kernel,
+                None => {
+                    let kernel = SpinKernel::load()?;
+                    *slot = Some(kernel);
+                    kernel
+                }
+            }
+        };
+        // SAFETY: the kernel was loaded into this device's context, which `enter` made
+        // current, and the stream is live and of that context.
+        unsafe { kernel.launch(s.raw.0, duration) }
+    }
+
+    fn fail_next_malloc(&self, device: usize) -> Result<()> {
+        self.device(device)?.fail_next_malloc.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Drop for CudaDriver {
+    /// Best effort: waits for each device, destroys events, streams and modules, then releases
+    /// the primary contexts (the last release frees the context's memory).
+    fn drop(&mut self) {
+        if self.devices.is_empty() {
+            return;
+        }
+        let events = std::mem::take(self.events.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(PoisonError::into_inner));
+        for index in 0..self.devices.len() {
+            let Ok(dev) = self.enter(index) else {
+                continue;
+            };
+            let _ = cu::ctx::synchronize();
+            for ev in events.values().filter(|ev| ev.device == index) {
+                // SAFETY: made by `cuEventCreate` in this context; the table is gone, so this
+                // is its only destruction.
+                let _ = unsafe { cu::event::destroy(ev.raw.0) };
+            }
+            for s in streams.values().filter(|s| s.device == index && !s.raw.0.is_null()) {
+                // SAFETY: made by `cuStreamCreateWithPriority` in this context; destroyed once.
+                let _ = unsafe { cu::stream::destroy(s.raw.0) };
+            }
+            if let Some(kernel) = lock(&dev.spin).take() {
+                kernel.unload();
+            }
+        }
+        for dev in &self.devices {
+            // SAFETY: retained exactly once in `new`; released exactly once here.
+            let _ = unsafe { cu::primary_ctx::release(dev.cu) };
+        }
+        // SAFETY: a null context is documented to unbind the thread's current context, which
+        // may have been one just released.
+        let _ = unsafe { cu::ctx::set_current(std::ptr::null_mut()) };
+    }
+}

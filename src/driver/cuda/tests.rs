@@ -1,0 +1,230 @@
+//! Tests of the CUDA backend.
+//!
+//! Without a GPU (or without libcuda) they check that the driver reports no devices and fails
+//! cleanly; with one, the same file exercises the real driver, each test returning early where
+//! the machine lacks what it needs (a GPU, two GPUs, NVRTC).
+
+use super::*;
+use std::time::Instant;
+
+/// A driver with at least one device, or `None` (after saying why) on a GPU-less machine.
+fn gpu() -> Option<CudaDriver> {
+    let driver = CudaDriver::new();
+    if driver.device_count() == 0 {
+        eprintln!("skipping: {}", driver.unavailable_reason().unwrap_or_default());
+        return None;
+    }
+    Some(driver)
+}
+
+fn nvrtc_present() -> bool {
+    // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+#[test]
+fn without_devices_every_call_fails_cleanly() {
+    let d = CudaDriver::new();
+    assert_eq!(d.name(), "cuda");
+    if d.device_count() > 0 {
+        assert_eq!(d.unavailable_reason(), None);
+        return;
+    }
+    let reason = d.unavailable_reason().unwrap_or_default();
+    assert!(!reason.is_empty(), "a 0-device driver must say why");
+    let no_device = |r: Result<_>| matches!(r, Err(Error::NoDevice { .. }));
+    assert!(no_device(d.properties(0).map(|_| ())));
+    assert!(no_device(d.malloc(0, 16).map(|_| ())));
+    assert!(no_device(d.mem_get_info(0).map(|_| ())));
+    assert!(no_device(d.free(0, DevicePtr(0))));
+    assert!(no_device(d.can_access_peer(0, 1).map(|_| ())));
+    assert!(no_device(d.enable_peer_access(0, 1)));
+    assert!(no_device(d.synchronize_device(0)));
+    assert!(no_device(d.stream_priority_range(0).map(|_| ())));
+    assert!(no_device(d.default_stream(0).map(|_| ())));
+    assert!(no_device(d.create_stream(0, 0).map(|_| ())));
+    assert!(no_device(d.event_create(0, true, false).map(|_| ())));
+    assert!(no_device(d.stream_query(StreamId(1)).map(|_| ())));
+    assert!(no_device(d.event_query(EventId(1)).map(|_| ())));
+    assert!(no_device(d.delay(StreamId(1), Duration::from_millis(1))));
+    assert!(no_device(d.memcpy_htod(DevicePtr(0), &[1, 2], StreamId(1))));
+    assert!(no_device(d.fail_next_malloc(0)));
+    d.event_destroy(EventId(1));
+    match d.properties(0) {
+        Err(e) => assert!(e.to_string().contains(&reason), "{e}"),
+        Ok(p) => panic!("properties of a missing device: {p:?}"),
+    }
+}
+
+#[test]
+fn properties_and_memory_info() {
+    let Some(d) = gpu() else { return };
+    for device in 0..d.device_count() {
+        let p = d.properties(device).unwrap();
+        assert!(!p.name.is_empty() && p.total_memory > 0 && p.multi_processor_count > 0, "{p:?}");
+        assert!(p.major >= 3, "{p:?}");
+        let (free, total) = d.mem_get_info(device).unwrap();
+        assert!(free <= total && total > 0);
+        let (least, greatest) = d.stream_priority_range(device).unwrap();
+        assert!(greatest <= least);
+    }
+    let count = d.device_count();
+    assert!(matches!(d.properties(count), Err(Error::InvalidDevice { .. })));
+}
+
+#[test]
+fn memory_round_trip_on_every_kind_of_stream() {
+    let Some(d) = gpu() else { return };
+    let (_, greatest) = d.stream_priority_range(0).unwrap();
+    let streams = [d.default_stream(0).unwrap(), d.create_stream(0, 0).unwrap(), d.create_stream(0, greatest).unwrap()];
+    for s in streams {
+        let a = d.malloc(0, 4096).unwrap();
+        let b = d.malloc(0, 4096).unwrap();
+        let src: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
+        d.memcpy_htod(a, &src, s).unwrap();
+        d.memcpy_dtod(b, a, 4096, s).unwrap();
+        d.memset_d8(b.offset(100), 7, 10, s).unwrap();
+        let mut out = vec![0u8; 4096];
+        d.memcpy_dtoh(&mut out, b, s).unwrap();
+        let mut expected = src.clone();
+        expected[100..110].fill(7);
+        assert_eq!(out, expected);
+        assert!(d.stream_query(s).unwrap());
+        d.free(0, a).unwrap();
+        d.free(0, b).unwrap();
+    }
+    let (a, b) = (d.malloc(0, 0).unwrap(), d.malloc(0, 0).unwrap());
+    assert!(a.0 != 0 && a != b, "zero-byte allocations get unique addresses, as in the sim");
+    d.free(0, a).unwrap();
+    d.free(0, b).unwrap();
+}
+
+#[test]
+fn calls_from_many_threads_use_the_right_context() {
+    let Some(d) = gpu() else { return };
+    std::thread::scope(|scope| {
+        for t in 0..8u8 {
+            let d = &d;
+            scope.spawn(move || {
+                let device = t as usize % d.device_count();
+                let s = d.create_stream(device, 0).unwrap();
+                let p = d.malloc(device, 1024).unwrap();
+                d.memcpy_htod(p, &[t; 1024], s).unwrap();
+                let mut out = [0u8; 1024];
+                d.memcpy_dtoh(&mut out, p, s).unwrap();
+                assert!(out.iter().all(|&b| b == t));
+                d.free(device, p).unwrap();
+            });
+        }
+    });
+}
+
+#[test]
+fn out_of_memory_and_injected_failures() {
+    let Some(d) = gpu() else { return };
+    let (_, total) = d.mem_get_info(0).unwrap();
+    match d.malloc(0, total.saturating_mul(2)) {
+        Err(Error::OutOfMemory { device, requested, .. }) => {
+            assert_eq!((device, requested), (0, total.saturating_mul(2)))
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    d.fail_next_malloc(0).unwrap();
+    assert_eq!(d.malloc(0, 16), Err(Error::Injected { device: 0, op: "malloc" }));
+    let p = d.malloc(0, 16).unwrap();
+    d.free(0, p).unwrap();
+}
+
+#[test]
+fn events_time_and_order_work() {
+    let Some(d) = gpu() else { return };
+    if !nvrtc_present() {
+        assert!(matches!(
+            d.delay(d.default_stream(0).unwrap(), Duration::from_millis(1)),
+            Err(Error::Unsupported { .. })
+        ));
+        return;
+    }
+    let s1 = d.create_stream(0, 0).unwrap();
+    let s2 = d.create_stream(0, 0).unwrap();
+    let start = d.event_create(0, true, false).unwrap();
+    let end = d.event_create(0, true, true).unwrap();
+    assert!(d.event_query(end).unwrap(), "a never-recorded event is complete");
+    assert_eq!(d.event_elapsed_ms(start, end), Err(Error::EventNotRecorded));
+
+    d.event_record(start, s1).unwrap();
+    d.delay(s1, Duration::from_millis(300)).unwrap();
+    d.event_record(end, s1).unwrap();
+    assert!(!d.stream_query(s1).unwrap());
+    assert!(!d.event_query(end).unwrap());
+    assert_eq!(d.event_elapsed_ms(start, end), Err(Error::EventNotReady));
+
+    // s2 waits for s1's delay.
+    let after = d.event_create(0, false, false).unwrap();
+    d.stream_wait_event(s2, end).unwrap();
+    d.event_record(after, s2).unwrap();
+    assert!(!d.event_query(after).unwrap());
+
+    let t = Instant::now();
+    d.event_synchronize(after).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(100), "s2 did not wait for s1");
+    assert!(d.event_query(end).unwrap() && d.stream_query(s1).unwrap());
+    let ms = d.event_elapsed_ms(start, end).unwrap();
+    assert!((290.0..5000.0).contains(&ms), "elapsed {ms} ms for a 300 ms delay");
+    assert_eq!(d.event_elapsed_ms(start, after), Err(Error::EventTimingDisabled));
+
+    for e in [start, end, after] {
+        d.event_destroy(e);
+    }
+    d.event_destroy(start); // twice is harmless
+}
+
+#[test]
+fn delay_on_the_default_stream_and_device_synchronize() {
+    let Some(d) = gpu() else { return };
+    if !nvrtc_present() {
+        return;
+    }
+    let s = d.default_stream(0).unwrap();
+    let t = Instant::now();
+    d.delay(s, Duration::from_millis(200)).unwrap();
+    assert!(!d.stream_query(s).unwrap());
+    d.synchronize_device(0).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(190));
+    assert!(d.stream_query(s).unwrap());
+}
+
+#[test]
+fn peer_access_and_copies() {
+    let Some(d) = gpu() else { return };
+    assert!(!d.can_access_peer(0, 0).unwrap());
+    d.enable_peer_access(0, 0).unwrap();
+    if d.device_count() < 2 {
+        return;
+    }
+    let can = d.can_access_peer(0, 1).unwrap();
+    if can {
+        d.enable_peer_access(0, 1).unwrap();
+        d.enable_peer_access(0, 1).unwrap(); // idempotent
+    } else {
+        assert_eq!(d.enable_peer_access(0, 1), Err(Error::PeerAccessUnsupported { from: 0, to: 1 }));
+    }
+    let a = d.malloc(0, 256).unwrap();
+    let b = d.malloc(1, 256).unwrap();
+    let s0 = d.create_stream(0, 0).unwrap();
+    let s1 = d.default_stream(1).unwrap();
+    d.memcpy_htod(a, &[9u8; 256], s0).unwrap();
+    d.memcpy_peer(1, b, 0, a, 256, s0).unwrap();
+    d.stream_synchronize(s0).unwrap();
+    let mut out = [0u8; 256];
+    d.memcpy_dtoh(&mut out, b, s1).unwrap();
+    assert_eq!(out, [9u8; 256]);
+    // The other direction, on the destination's stream.
+    d.memset_d8(b, 3, 256, s1).unwrap();
+    d.memcpy_peer(0, a, 1, b, 256, s1).unwrap();
+    d.stream_synchronize(s1).unwrap();
+    d.memcpy_dtoh(&mut out, a, s0).unwrap();
+    assert_eq!(out, [3u8; 256]);
+    d.free(0, a).unwrap();
+    d.free(1, b).unwrap();
+}

@@ -1,0 +1,181 @@
+//! The driver layer: one object-safe trait, [`Driver`], with two implementations.
+//!
+//! * [`sim`]: a simulated multi-GPU machine (CPU threads as streams, capacity-limited memory,
+//!   a peer matrix, fault injection). Always compiled; the default where no GPU exists.
+//! * [`cuda`]: real NVIDIA GPUs through `cudarc` (driver API, NVRTC), loaded dynamically so the
+//!   crate builds and runs on machines without CUDA.
+//!
+//! Like `wgpu-hal`, the driver does **no validation** that the caller can do: device indices,
+//! stream/event ownership and argument ranges are checked by the runtime above it. The driver
+//! reports only what callers cannot foresee (out of memory, device failures, unsupported
+//! operations). Handles are opaque numbers, unique within one driver instance.
+
+pub mod cuda;
+pub mod sim;
+
+use crate::error::{Error, Result};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// An address in a device's memory (or a host address, for host allocations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + bytes as u64)
+    }
+}
+
+/// Opaque handle of a driver stream (unique within one driver instance, whatever the device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u64);
+
+/// Opaque handle of a driver event (unique within one driver instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(pub u64);
+
+/// What `torch.cuda.get_device_properties` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceProperties {
+    /// Marketing name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Total device memory in bytes.
+    pub total_memory: usize,
+    /// Number of streaming multiprocessors.
+    pub multi_processor_count: u32,
+    /// Compute capability, major part.
+    pub major: u32,
+    /// Compute capability, minor part.
+    pub minor: u32,
+}
+
+/// The operations every backend provides. Object-safe: the runtime holds an `Arc<dyn Driver>`.
+///
+/// Device indices passed in are always valid (`< device_count()`), and stream/event handles were
+/// made by this driver: the runtime guarantees both.
+pub trait Driver: Send + Sync + 'static {
+    /// `"cuda"` or `"sim"`.
+    fn name(&self) -> &'static str;
+    /// Number of devices (0 when the backend found none).
+    fn device_count(&self) -> usize;
+    /// Why there are no devices, when `device_count() == 0`.
+    fn unavailable_reason(&self) -> Option<String>;
+    /// The device's properties.
+    fn properties(&self, device: usize) -> Result<DeviceProperties>;
+    /// `(free, total)` bytes of device memory.
+    fn mem_get_info(&self, device: usize) -> Result<(usize, usize)>;
+    /// Whether `device` can map `peer`'s memory (`false` for `device == peer`, as CUDA says).
+    fn can_access_peer(&self, device: usize, peer: usize) -> Result<bool>;
+    /// Lets kernels and copies on `device` read and write `peer`'s memory. Idempotent.
+    fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()>;
+    /// Waits for all work on every stream of `device`.
+    fn synchronize_device(&self, device: usize) -> Result<()>;
+
+    /// `(least, greatest)` stream priority; greater priority is the more negative number.
+    fn stream_priority_range(&self, device: usize) -> Result<(i32, i32)>;
+    /// The device's default stream.
+    fn default_stream(&self, device: usize) -> Result<StreamId>;
+    /// A new non-blocking stream with the given priority (within the range).
+    fn create_stream(&self, device: usize, priority: i32) -> Result<StreamId>;
+    /// Whether all work queued on the stream has completed.
+    fn stream_query(&self, stream: StreamId) -> Result<bool>;
+    /// Waits for all work queued on the stream.
+    fn stream_synchronize(&self, stream: StreamId) -> Result<()>;
+    /// Makes future work on `stream` wait for the last recording of `event` (no-op if never recorded).
+    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()>;
+
+    /// A new event on `device`.
+    fn event_create(&self, device: usize, enable_timing: bool, blocking: bool) -> Result<EventId>;
+    /// Releases an event (best effort; called from `Drop`).
+    fn event_destroy(&self, event: EventId);
+    /// Captures the work queued on `stream` so far into `event`.
+    fn event_record(&self, event: EventId, stream: StreamId) -> Result<()>;
+    /// Whether the captured work has completed (`true` if never recorded).
+    fn event_query(&self, event: EventId) -> Result<bool>;
+    /// Waits for the captured work.
+    fn event_synchronize(&self, event: EventId) -> Result<()>;
+    /// Milliseconds between two completed timing events.
+    fn event_elapsed_ms(&self, start: EventId, end: EventId) -> Result<f32>;
+
+    /// Allocates `bytes` of device memory (synchronous, like `cuMemAlloc`).
+    fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr>;
+    /// Frees memory from [`Driver::malloc`]; work already queued that uses it stays valid.
+    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()>;
+    /// Queues a byte fill of `bytes` bytes at `dst` on `stream`.
+    fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()>;
+    /// Copies host bytes to the device in `stream` order; returns once `src` may be reused.
+    fn memcpy_htod(&self, dst: DevicePtr, src: &[u8], stream: StreamId) -> Result<()>;
+    /// Copies device bytes to the host in `stream` order; returns once `dst` holds them.
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: StreamId) -> Result<()>;
+    /// Queues a copy within one device.
+    fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()>;
+    /// Queues a copy between two devices on `stream` (of either device); uses the peer link
+    /// when peer access is enabled, else the driver stages it.
+    fn memcpy_peer(
+        &self,
+        dst_device: usize,
+        dst: DevicePtr,
+        src_device: usize,
+        src: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()>;
+
+    /// Test hook: queues work that keeps `stream` busy for `duration` (a spin kernel on CUDA).
+    fn delay(&self, stream: StreamId, duration: Duration) -> Result<()>;
+    /// Test hook: the next [`Driver::malloc`] on `device` fails with [`Error::Injected`].
+    fn fail_next_malloc(&self, device: usize) -> Result<()>;
+}
+
+/// Which backend `CUDASEM_DRIVER` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    /// Real GPUs.
+    Cuda,
+    /// The simulated machine.
+    Sim,
+    /// CUDA when a driver and at least one GPU are found, else the simulated machine.
+    Auto,
+}
+
+impl DriverKind {
+    /// Parses `CUDASEM_DRIVER`'s value (`cuda`, `sim`, `auto`; empty means `auto`).
+    pub fn parse(value: &str) -> Result<DriverKind> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "cuda" => Ok(DriverKind::Cuda),
+            "sim" => Ok(DriverKind::Sim),
+            "auto" | "" => Ok(DriverKind::Auto),
+            _ => Err(Error::InvalidConfig {
+                key: "CUDASEM_DRIVER".into(),
+                value: value.into(),
+                reason: "expected `cuda`, `sim` or `auto`".into(),
+            }),
+        }
+    }
+}
+
+/// Builds the driver that the environment asks for.
+pub fn from_env() -> Result<Arc<dyn Driver>> {
+    let kind = DriverKind::parse(&std::env::var("CUDASEM_DRIVER").unwrap_or_default())?;
+    match kind {
+        DriverKind::Cuda => Ok(Arc::new(cuda::CudaDriver::new())),
+        DriverKind::Sim => Ok(Arc::new(sim::SimDriver::new(sim::SimConfig::from_env()?))),
+        DriverKind::Auto => {
+            let cuda = cuda::CudaDriver::new();
+            if cuda.device_count() > 0 {
+                Ok(Arc::new(cuda))
+            } else {
+                Ok(Arc::new(sim::SimDriver::new(sim::SimConfig::from_env()?)))
+            }
+        }
+    }
+}
+
+static GLOBAL: OnceLock<Result<Arc<dyn Driver>>> = OnceLock::new();
+
+/// The process-wide driver, chosen from the environment on first use.
+pub fn global() -> Result<&'static Arc<dyn Driver>> {
+    GLOBAL.get_or_init(from_env).as_ref().map_err(Clone::clone)
+}

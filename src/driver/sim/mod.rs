@@ -1,0 +1,348 @@
+//! The simulated multi-GPU machine.
+//!
+//! A faithful model of what the runtime relies on: every stream is a worker thread that runs its
+//! queue in order, so queued work is really asynchronous; events complete when their stream
+//! reaches them and carry timestamps; memory has a capacity (out-of-memory is real) and host
+//! bytes only for what was written; a peer matrix decides which pairs may access each other.
+//! Test hooks delay a stream or fail the next allocation, to prove ordering and error paths.
+
+mod config;
+mod memory;
+mod stream;
+
+pub use config::{parse_bytes, PeerSpec, SimConfig};
+
+use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
+use crate::error::{Error, Result};
+use memory::{copy_spans, lock, DeviceMemory};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use stream::{SimEvent, SimStream};
+
+/// Priorities a simulated device offers, like an H100/H200: 0 (least) to -5 (greatest).
+const PRIORITY_RANGE: (i32, i32) = (0, -5);
+
+struct SimDevice {
+    memory: DeviceMemory,
+    default_stream: StreamId,
+    streams: Mutex<Vec<Arc<SimStream>>>,
+    peers_enabled: Mutex<Vec<bool>>,
+    fail_next_malloc: AtomicBool,
+    starting_default: Mutex<()>,
+}
+
+/// The simulated machine's driver.
+pub struct SimDriver {
+    config: SimConfig,
+    devices: Vec<SimDevice>,
+    streams: RwLock<HashMap<u64, Arc<SimStream>>>,
+    events: RwLock<HashMap<u64, Arc<SimEvent>>>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for SimDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimDriver").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl SimDriver {
+    /// Builds the machine that `config` describes.
+    ///
+    /// Stream worker threads start lazily, so this never fails; a thread the OS refuses to start
+    /// is reported by the call that needed it.
+    pub fn new(config: SimConfig) -> SimDriver {
+        let mut d = SimDriver {
+            devices: Vec::with_capacity(config.devices),
+            streams: RwLock::new(HashMap::new()),
+            events: RwLock::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            config,
+        };
+        for i in 0..d.config.devices {
+            // The default stream's worker starts on first use (see `stream()`), so an idle
+            // simulated machine costs no threads.
+            let id = StreamId(d.next_id.fetch_add(1, Ordering::Relaxed));
+            d.devices.push(SimDevice {
+                memory: DeviceMemory::new(i, d.config.memory),
+                default_stream: id,
+                streams: Mutex::new(Vec::new()),
+                peers_enabled: Mutex::new(vec![false; d.config.devices]),
+                fail_next_malloc: AtomicBool::new(false),
+                starting_default: Mutex::new(()),
+            });
+        }
+        d
+    }
+
+    /// The machine's configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Bytes of host memory backing `device`'s allocations now (only what was written or read).
+    pub fn materialized_bytes(&self, device: usize) -> usize {
+        self.devices.get(device).map_or(0, |d| d.memory.materialized_bytes())
+    }
+
+    fn dev(&self, device: usize) -> Result<&SimDevice> {
+        self.devices.get(device).ok_or(Error::InvalidDevice { index: device, count: self.devices.len(), driver: "sim" })
+    }
+
+    fn register_stream(&self, id: StreamId, device: usize) -> Result<Arc<SimStream>> {
+        let s = Arc::new(SimStream::spawn(device, id.0).map_err(|e| Error::Driver {
+            op: "create_stream",
+            code: "SIM_THREAD_SPAWN".into(),
+            message: e.to_string(),
+        })?);
+        lock(&self.dev(device)?.streams).push(s.clone());
+        self.streams.write().unwrap_or_else(|e| e.into_inner()).insert(id.0, s.clone());
+        Ok(s)
+    }
+
+    fn stream(&self, id: StreamId) -> Result<Arc<SimStream>> {
+        if let Some(s) = self.streams.read().unwrap_or_else(|e| e.into_inner()).get(&id.0) {
+            return Ok(s.clone());
+        }
+        // A default stream on its first use; the device's stream list lock serializes its start.
+        if let Some(device) = self.devices.iter().position(|d| d.default_stream == id) {
+            let _starting = lock(&self.devices[device].starting_default);
+            if let Some(s) = self.streams.read().unwrap_or_else(|e| e.into_inner()).get(&id.0) {
+                return Ok(s.clone());
+            }
+            return self.register_stream(id, device);
+        }
+        Err(Error::UnknownStream { device: usize::MAX, stream: id.0 })
+    }
+
+    fn event(&self, id: EventId) -> Result<Arc<SimEvent>> {
+        self.events
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id.0)
+            .cloned()
+            .ok_or(Error::InvalidArgument { op: "event", reason: format!("unknown event handle {}", id.0) })
+    }
+
+    fn span(&self, ptr: DevicePtr, bytes: usize) -> Result<memory::Span> {
+        let device = memory::device_of(ptr).filter(|&d| d < self.devices.len()).ok_or(Error::InvalidPointer {
+            device: usize::MAX,
+            ptr: ptr.0,
+            reason: "not an address of any simulated device".into(),
+        })?;
+        self.devices[device].memory.resolve(ptr, bytes)
+    }
+}
+
+impl Driver for SimDriver {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn unavailable_reason(&self) -> Option<String> {
+        self.devices.is_empty().then(|| "CUDASEM_SIM_DEVICES is 0".to_string())
+    }
+
+    fn properties(&self, device: usize) -> Result<DeviceProperties> {
+        self.dev(device)?;
+        Ok(DeviceProperties {
+            name: "cudasem simulated GPU".into(),
+            total_memory: self.config.memory,
+            multi_processor_count: 132,
+            major: 9,
+            minor: 0,
+        })
+    }
+
+    fn mem_get_info(&self, device: usize) -> Result<(usize, usize)> {
+        Ok(self.dev(device)?.memory.info())
+    }
+
+    fn can_access_peer(&self, device: usize, peer: usize) -> Result<bool> {
+        self.dev(device)?;
+        self.dev(peer)?;
+        Ok(self.config.peer.allows(device, peer))
+    }
+
+    fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
+        if device == peer {
+            self.dev(device)?;
+            return Ok(());
+        }
+        if !self.can_access_peer(device, peer)? {
+            return Err(Error::PeerAccessUnsupported { from: device, to: peer });
+        }
+        lock(&self.dev(device)?.peers_enabled)[peer] = true;
+        Ok(())
+    }
+
+    fn synchronize_device(&self, device: usize) -> Result<()> {
+        let d = self.dev(device)?;
+        let streams: Vec<_> = lock(&d.streams).clone();
+        for s in streams {
+            s.synchronize();
+        }
+        Ok(())
+    }
+
+    fn stream_priority_range(&self, device: usize) -> Result<(i32, i32)> {
+        self.dev(device)?;
+        Ok(PRIORITY_RANGE)
+    }
+
+    fn default_stream(&self, device: usize) -> Result<StreamId> {
+        Ok(self.dev(device)?.default_stream)
+    }
+
+    fn create_stream(&self, device: usize, _priority: i32) -> Result<StreamId> {
+        // Every simulated stream has its own thread, so priorities do not change scheduling.
+        self.dev(device)?;
+        let id = StreamId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.register_stream(id, device)?;
+        Ok(id)
+    }
+
+    fn stream_query(&self, stream: StreamId) -> Result<bool> {
+        Ok(self.stream(stream)?.idle())
+    }
+
+    fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
+        self.stream(stream)?.synchronize();
+        Ok(())
+    }
+
+    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let (s, e) = (self.stream(stream)?, self.event(event)?);
+        let target = e.target();
+        if target > 0 {
+            s.submit(Box::new(move || e.wait_for(target)));
+        }
+        Ok(())
+    }
+
+    fn event_create(&self, device: usize, enable_timing: bool, _blocking: bool) -> Result<EventId> {
+        self.dev(device)?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let ev = Arc::new(SimEvent::new(enable_timing));
+        self.events.write().unwrap_or_else(|e| e.into_inner()).insert(id, ev);
+        Ok(EventId(id))
+    }
+
+    fn event_destroy(&self, event: EventId) {
+        self.events.write().unwrap_or_else(|e| e.into_inner()).remove(&event.0);
+    }
+
+    fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let (e, s) = (self.event(event)?, self.stream(stream)?);
+        e.record(&s);
+        Ok(())
+    }
+
+    fn event_query(&self, event: EventId) -> Result<bool> {
+        Ok(self.event(event)?.query())
+    }
+
+    fn event_synchronize(&self, event: EventId) -> Result<()> {
+        self.event(event)?.synchronize();
+        Ok(())
+    }
+
+    fn event_elapsed_ms(&self, start: EventId, end: EventId) -> Result<f32> {
+        let (a, b) = (self.event(start)?, self.event(end)?);
+        if !a.timing || !b.timing {
+            return Err(Error::EventTimingDisabled);
+        }
+        if !a.was_recorded() || !b.was_recorded() {
+            return Err(Error::EventNotRecorded);
+        }
+        match (a.completed_at(), b.completed_at()) {
+            (Some(t0), Some(t1)) => Ok(signed_ms(t0, t1)),
+            _ => Err(Error::EventNotReady),
+        }
+    }
+
+    fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
+        let d = self.dev(device)?;
+        if d.fail_next_malloc.swap(false, Ordering::AcqRel) {
+            return Err(Error::Injected { device, op: "malloc" });
+        }
+        d.memory.malloc(bytes)
+    }
+
+    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+        self.dev(device)?.memory.free(ptr)
+    }
+
+    fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
+        let (span, s) = (self.span(dst, bytes)?, self.stream(stream)?);
+        s.submit(Box::new(move || span.alloc.with_bytes(|b| b[span.range.clone()].fill(value))));
+        Ok(())
+    }
+
+    fn memcpy_htod(&self, dst: DevicePtr, src: &[u8], stream: StreamId) -> Result<()> {
+        let (span, s) = (self.span(dst, src.len())?, self.stream(stream)?);
+        // The source is borrowed: stage it, queue the copy, and return once the stream has run it
+        // (a pageable copy in CUDA likewise returns only when the source has been consumed).
+        let staged = src.to_vec();
+        s.submit(Box::new(move || span.alloc.with_bytes(|b| b[span.range.clone()].copy_from_slice(&staged))));
+        s.synchronize();
+        Ok(())
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: StreamId) -> Result<()> {
+        let (span, s) = (self.span(src, dst.len())?, self.stream(stream)?);
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = out.clone();
+        s.submit(Box::new(move || {
+            let bytes = span.alloc.with_bytes(|b| b[span.range.clone()].to_vec());
+            *lock(&sink) = bytes;
+        }));
+        s.synchronize();
+        dst.copy_from_slice(&lock(&out));
+        Ok(())
+    }
+
+    fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
+        let (d, sp, s) = (self.span(dst, bytes)?, self.span(src, bytes)?, self.stream(stream)?);
+        s.submit(Box::new(move || copy_spans(&d, &sp)));
+        Ok(())
+    }
+
+    fn memcpy_peer(
+        &self,
+        dst_device: usize,
+        dst: DevicePtr,
+        src_device: usize,
+        src: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        self.dev(dst_device)?;
+        self.dev(src_device)?;
+        self.memcpy_dtod(dst, src, bytes, stream)
+    }
+
+    fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
+        self.stream(stream)?.submit(Box::new(move || std::thread::sleep(duration)));
+        Ok(())
+    }
+
+    fn fail_next_malloc(&self, device: usize) -> Result<()> {
+        self.dev(device)?.fail_next_malloc.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+fn signed_ms(t0: Instant, t1: Instant) -> f32 {
+    if t1 >= t0 {
+        (t1 - t0).as_secs_f64() as f32 * 1000.0
+    } else {
+        -((t0 - t1).as_secs_f64() as f32 * 1000.0)
+    }
+}

@@ -1,0 +1,34 @@
+//! The `cudasem` command: `info` (the machine) and `tour` (a self-checking walk through the CUDA
+//! semantics on whatever machine it runs on).
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "cudasem",
+    version,
+    about = "PyTorch's CUDA semantics for Rust, on real GPUs or a simulated multi-GPU machine"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The driver, each device (name, memory, SMs, compute capability) and the peer matrix.
+    Info,
+    /// A guided, self-checking walk through the CUDA semantics; exits non-zero if a section fails.
+    Tour,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match args.command {
+        Command::Info => cli::info::run(),
+        Command::Tour => cli::tour::run(),
+    }
+}

@@ -1,0 +1,94 @@
+//! Device queries and the thread's current device: `torch.cuda.device_count`, `set_device`, …
+
+use super::{context, rt};
+use crate::device::IntoCudaDevice;
+use crate::driver::DeviceProperties;
+use crate::error::{Error, Result};
+
+/// Whether at least one CUDA device (real, or simulated under the sim driver) can be used.
+pub fn is_available() -> bool {
+    device_count() > 0
+}
+
+/// Number of devices (0 when none, or when the environment's driver settings are invalid).
+pub fn device_count() -> usize {
+    rt().map_or(0, |r| r.devices.len())
+}
+
+/// The driver in use: `"cuda"` or `"sim"` (`"none"` if the environment's settings are invalid;
+/// any call that returns `Result` then says why).
+pub fn driver_name() -> &'static str {
+    rt().map_or("none", |r| r.driver.name())
+}
+
+/// This thread's current device (0 on a new thread).
+pub fn current_device() -> Result<usize> {
+    rt()?.resolve(None)
+}
+
+/// Makes `device` this thread's current device (an index, a [`crate::Device`] or `"cuda:N"`).
+/// Inside a [`super::DeviceGuard`] the change lasts until the guard drops.
+pub fn set_device(device: impl IntoCudaDevice) -> Result<()> {
+    let index = rt()?.check(device.cuda_index()?)?;
+    context::set_index(index);
+    Ok(())
+}
+
+/// The device's name (`None`: the current device).
+pub fn get_device_name(device: Option<usize>) -> Result<String> {
+    Ok(get_device_properties(device)?.name)
+}
+
+/// The device's properties (`None`: the current device).
+pub fn get_device_properties(device: Option<usize>) -> Result<DeviceProperties> {
+    let rt = rt()?;
+    rt.driver.properties(rt.resolve(device)?)
+}
+
+/// Waits for all work on all streams of the device (`None`: the current device).
+pub fn synchronize(device: Option<usize>) -> Result<()> {
+    let rt = rt()?;
+    rt.driver.synchronize_device(rt.resolve(device)?)
+}
+
+/// `(free, total)` bytes of the device's memory (`None`: the current device).
+pub fn mem_get_info(device: Option<usize>) -> Result<(usize, usize)> {
+    let rt = rt()?;
+    rt.driver.mem_get_info(rt.resolve(device)?)
+}
+
+/// Whether `device` can access `peer`'s memory directly (`false` for the same device, as in PyTorch).
+pub fn can_device_access_peer(device: usize, peer: usize) -> Result<bool> {
+    let rt = rt()?;
+    rt.driver.can_access_peer(rt.check(device)?, rt.check(peer)?)
+}
+
+/// Enables peer access between `a` and `b`, both ways. Afterwards ops may mix tensors of the two
+/// devices, reading the other device's memory over the peer link. Idempotent; a no-op for
+/// `a == b`; [`Error::PeerAccessUnsupported`] where the pair cannot.
+pub fn enable_peer_access(a: usize, b: usize) -> Result<()> {
+    let rt = rt()?;
+    rt.check(a)?;
+    rt.check(b)?;
+    if a == b {
+        return Ok(());
+    }
+    for (x, y) in [(a, b), (b, a)] {
+        if !rt.driver.can_access_peer(x, y)? {
+            return Err(Error::PeerAccessUnsupported { from: x, to: y });
+        }
+    }
+    rt.driver.enable_peer_access(a, b)?;
+    rt.driver.enable_peer_access(b, a)?;
+    rt.devices[a].peer_enabled.lock().unwrap_or_else(|e| e.into_inner())[b] = true;
+    rt.devices[b].peer_enabled.lock().unwrap_or_else(|e| e.into_inner())[a] = true;
+    Ok(())
+}
+
+/// Whether [`enable_peer_access`] has been called for the pair (always `true` for `a == b`).
+pub fn is_peer_access_enabled(a: usize, b: usize) -> Result<bool> {
+    let rt = rt()?;
+    rt.check(a)?;
+    rt.check(b)?;
+    Ok(a == b || rt.devices[a].peer_enabled.lock().unwrap_or_else(|e| e.into_inner())[b])
+}

@@ -1,0 +1,49 @@
+//! [`DeviceGuard`] and [`with_device`]: `with torch.cuda.device(i):`.
+
+use super::{context, rt};
+use crate::device::IntoCudaDevice;
+use crate::error::Result;
+use std::marker::PhantomData;
+
+/// Makes a device current until dropped, then restores the previous one — also when the scope
+/// is left by a panic, and when guards nest. A `set_device` inside the guard's scope is undone
+/// when it drops, as in PyTorch.
+///
+/// Not `Send`: the current device is per thread, so a guard belongs to the thread that made it.
+/// Guards must be dropped in reverse order of creation (the normal scope order); dropping an
+/// outer guard first panics, like tokio's context guards.
+#[must_use = "the previous device is restored when the guard is dropped; bind it with `let _g = ...`"]
+pub struct DeviceGuard {
+    prev: usize,
+    depth: usize,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl DeviceGuard {
+    /// Makes `device` (an index, a [`crate::Device`] or a string like `"cuda:1"`) current.
+    pub fn new(device: impl IntoCudaDevice) -> Result<DeviceGuard> {
+        let index = rt()?.check(device.cuda_index()?)?;
+        let prev = context::current_index();
+        let depth = context::push_guard();
+        context::set_index(index);
+        Ok(DeviceGuard { prev, depth, _not_send: PhantomData })
+    }
+
+    /// The device that will be restored on drop.
+    pub fn previous(&self) -> usize {
+        self.prev
+    }
+}
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        context::pop_guard(self.depth, "DeviceGuard");
+        context::set_index(self.prev);
+    }
+}
+
+/// Runs `f` with `device` current, then restores the previous device (also on panic).
+pub fn with_device<R>(device: impl IntoCudaDevice, f: impl FnOnce() -> R) -> Result<R> {
+    let _g = DeviceGuard::new(device)?;
+    Ok(f())
+}

@@ -1,0 +1,77 @@
+//! The runtime: the device registry over the driver, the thread-local context (current device and
+//! current stream per device), guards, the stream pools, events and the peer table.
+
+mod context;
+mod devices;
+mod event;
+mod guard;
+mod pool;
+mod stream;
+
+pub use devices::*;
+pub use event::{Event, EventFlags};
+pub use guard::{with_device, DeviceGuard};
+pub use stream::{current_stream, default_stream, set_stream, with_stream, Stream, StreamGuard};
+
+use crate::driver::{self, Driver};
+use crate::error::{Error, Result};
+use pool::Pool;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Per-device state shared by all threads.
+pub(crate) struct DeviceState {
+    pub pool: Pool,
+    /// `peer_enabled[j]`: this device may read device `j`'s memory (set by `enable_peer_access`).
+    pub peer_enabled: Mutex<Vec<bool>>,
+}
+
+/// The process-wide runtime.
+pub(crate) struct Runtime {
+    pub driver: Arc<dyn Driver>,
+    pub devices: Vec<DeviceState>,
+}
+
+impl Runtime {
+    fn new(driver: Arc<dyn Driver>) -> Runtime {
+        let n = driver.device_count();
+        let devices =
+            (0..n).map(|_| DeviceState { pool: Pool::default(), peer_enabled: Mutex::new(vec![false; n]) }).collect();
+        Runtime { driver, devices }
+    }
+
+    /// Checks a device index against the device count.
+    pub fn check(&self, index: usize) -> Result<usize> {
+        if self.devices.is_empty() {
+            return Err(self.no_device());
+        }
+        if index >= self.devices.len() {
+            return Err(Error::InvalidDevice { index, count: self.devices.len(), driver: self.driver.name() });
+        }
+        Ok(index)
+    }
+
+    pub fn no_device(&self) -> Error {
+        Error::NoDevice {
+            driver: self.driver.name(),
+            reason: self.driver.unavailable_reason().unwrap_or_else(|| "no devices".into()),
+        }
+    }
+
+    /// Resolves `None` to the thread's current device and checks the index.
+    pub fn resolve(&self, device: Option<usize>) -> Result<usize> {
+        match device {
+            Some(i) => self.check(i),
+            None => {
+                let i = context::current_index();
+                self.check(i)
+            }
+        }
+    }
+}
+
+static RUNTIME: OnceLock<Result<Runtime>> = OnceLock::new();
+
+/// The process-wide runtime, built on first use over the driver the environment selects.
+pub(crate) fn rt() -> Result<&'static Runtime> {
+    RUNTIME.get_or_init(|| driver::global().map(|d| Runtime::new(d.clone()))).as_ref().map_err(Clone::clone)
+}

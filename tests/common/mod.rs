@@ -1,0 +1,135 @@
+//! Helpers shared by the integration tests. Every test is written once and runs on the sim driver
+//! (the default without a GPU) and on real GPUs with `CUDASEM_DRIVER=cuda`.
+#![allow(dead_code)]
+
+use cudasem::cuda::{self, Stream};
+use cudasem::{Error, Result};
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// Upper sanity margin for event-measured delays: timing asserts are only sanity bounds.
+pub const TIMING_MARGIN_MS: f32 = 2000.0;
+
+/// Whether the machine has at least two devices; says why a test is skipped when not.
+pub fn two_devices() -> bool {
+    let n = cuda::device_count();
+    if n < 2 {
+        eprintln!("skipped: this test needs 2 CUDA devices, the {} driver has {n}", cuda::driver_name());
+        return false;
+    }
+    true
+}
+
+/// Whether the tests run on the simulated machine.
+pub fn is_sim() -> bool {
+    cuda::driver_name() == "sim"
+}
+
+/// `Duration::from_millis`.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The last device (device 1 on a two-GPU machine, device 0 on a single-GPU one).
+pub fn last_device() -> usize {
+    cuda::device_count() - 1
+}
+
+/// `n` pairwise distinct pool streams of `device` at priority 0.
+///
+/// The pool hands out 32 streams round-robin across the whole process, so tests running in
+/// parallel may (rarely) wrap around it between two of our calls: keep asking until distinct.
+pub fn distinct_streams(device: usize, n: usize) -> Result<Vec<Stream>> {
+    let mut out: Vec<Stream> = Vec::with_capacity(n);
+    for _ in 0..1000 {
+        if out.len() == n {
+            break;
+        }
+        let s = Stream::new(Some(device), 0)?;
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    assert_eq!(out.len(), n, "could not get {n} distinct streams on cuda:{device}");
+    Ok(out)
+}
+
+/// Two distinct pool streams of `device`.
+pub fn stream_pair(device: usize) -> Result<(Stream, Stream)> {
+    let mut v = distinct_streams(device, 2)?;
+    let b = v.pop().unwrap();
+    let a = v.pop().unwrap();
+    Ok((a, b))
+}
+
+/// Runs a tiny delay on `stream` and waits for it, so one-time driver setup (a kernel compile on
+/// CUDA) is not measured by a later timing.
+pub fn warm_up(stream: &Stream) -> Result<()> {
+    cudasem::testing::delay(stream, Duration::from_micros(100))?;
+    stream.synchronize()
+}
+
+/// Asserts that an event-measured time for a delay of `delay_ms` is plausible.
+#[track_caller]
+pub fn assert_measures_delay(measured_ms: f32, delay_ms: u64) {
+    let d = delay_ms as f32;
+    assert!(
+        measured_ms >= 0.9 * d && measured_ms < d + TIMING_MARGIN_MS,
+        "a {delay_ms} ms delay was measured as {measured_ms} ms"
+    );
+}
+
+/// Asserts `r` is `Error::InvalidDevice` for `index`, with this machine's device count.
+#[track_caller]
+pub fn assert_invalid_device<T: Debug>(r: Result<T>, index: usize) {
+    match r {
+        Err(Error::InvalidDevice { index: i, count, driver }) => {
+            assert_eq!(i, index, "InvalidDevice names the index asked for");
+            assert_eq!(count, cuda::device_count(), "InvalidDevice names the device count");
+            assert_eq!(driver, cuda::driver_name());
+        }
+        other => panic!("expected Error::InvalidDevice {{ index: {index}, .. }}, got {other:?}"),
+    }
+}
+
+/// Asserts `r` is `Error::InvalidArgument` from `op`.
+#[track_caller]
+pub fn assert_invalid_argument<T: Debug>(r: Result<T>, op: &str) {
+    match r {
+        Err(Error::InvalidArgument { op: o, reason }) => {
+            assert_eq!(o, op, "InvalidArgument names the call");
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected Error::InvalidArgument {{ op: {op:?}, .. }}, got {other:?}"),
+    }
+}
+
+/// A tiny deterministic PRNG (xorshift64) for test data.
+pub struct XorShift64(u64);
+
+impl XorShift64 {
+    pub fn new(seed: u64) -> XorShift64 {
+        XorShift64(seed | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// `n` random bytes, none of them zero (so a buffer that was never written cannot pass).
+    pub fn nonzero_bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| loop {
+                let b = (self.next_u64() >> 56) as u8;
+                if b != 0 {
+                    break b;
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,110 @@
+//! The `cudasem` command on several simulated machines: the tour passes on 1, 2 and 4 GPUs and
+//! without peer access, `info` shows the topology, and bad settings are reported, not panicked on.
+//! These start the binary with `CUDASEM_DRIVER=sim`, so they run on any machine.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The binary: Cargo's path on the build machine, or `.gpu/bin/bin-cudasem` where test
+/// executables were carried to another machine.
+fn binary() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_cudasem"));
+    if built.exists() {
+        return built;
+    }
+    std::env::var_os("CUDASEM_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".gpu/bin/bin-cudasem"))
+}
+
+fn run_sim(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(binary());
+    cmd.args(args).env("CUDASEM_DRIVER", "sim");
+    for k in ["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_PEER", "CUDASEM_SIM_MEMORY"] {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the cudasem binary starts")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn assert_tour_passes(env: &[(&str, &str)], peer_line: &str) {
+    let o = run_sim(&["tour"], env);
+    let text = stdout(&o);
+    assert!(o.status.success(), "tour failed with {env:?}:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+    for section in ["devices", "device-guard", "streams", "asynchrony", "events"] {
+        assert!(text.lines().any(|l| l == format!("ok {section}")), "no `ok {section}` with {env:?}:\n{text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with(peer_line)), "no `{peer_line}` with {env:?}:\n{text}");
+    assert!(!text.contains("FAILED"), "{text}");
+}
+
+#[test]
+fn tour_passes_on_one_gpu_and_skips_peer_access_saying_why() {
+    assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "1")], "skipped peer-access: peer access needs two GPUs");
+}
+
+#[test]
+fn tour_passes_on_two_gpus() {
+    assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "2")], "ok peer-access");
+}
+
+#[test]
+fn tour_passes_on_four_gpus() {
+    assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "4")], "ok peer-access");
+}
+
+#[test]
+fn tour_passes_without_peer_access_and_shows_the_error() {
+    let env = [("CUDASEM_SIM_DEVICES", "2"), ("CUDASEM_SIM_PEER", "none")];
+    assert_tour_passes(&env, "ok peer-access");
+    let text = stdout(&run_sim(&["tour"], &env));
+    assert!(
+        text.contains("enable_peer_access(0, 1) → error: peer access from cuda:0 to cuda:1 is not supported"),
+        "{text}"
+    );
+    assert!(text.contains("staged, no peer link"), "{text}");
+}
+
+#[test]
+fn info_shows_devices_and_the_peer_matrix() {
+    let o = run_sim(&["info"], &[("CUDASEM_SIM_DEVICES", "4"), ("CUDASEM_SIM_PEER", "0-1,2-3")]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("driver: sim") && text.contains("devices: 4"), "{text}");
+    // Rows of the matrix come after the device list; take the last line naming each device.
+    let matrix_row = |d: usize| {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with(&format!("cuda:{d}")))
+            .last()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(text.lines().filter(|l| l.contains("cudasem simulated GPU")).count(), 4, "{text}");
+    assert_eq!(matrix_row(0), ["-", "yes", "no", "no"], "{text}");
+    assert_eq!(matrix_row(2), ["no", "no", "-", "yes"], "{text}");
+}
+
+#[test]
+fn bad_settings_are_reported_with_the_variable_name() {
+    let o = run_sim(&["info"], &[("CUDASEM_SIM_DEVICES", "two")]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("CUDASEM_SIM_DEVICES") && err.contains("`two`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    let o = run_sim(&["tour"], &[("CUDASEM_SIM_PEER", "0-9")]);
+    assert!(!o.status.success());
+    let text = stdout(&o);
+    assert!(text.contains("FAILED devices") && text.contains("CUDASEM_SIM_PEER"), "{text}");
+
+    let o = run_sim(&["info"], &[("CUDASEM_SIM_MEMORY", "lots")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("CUDASEM_SIM_MEMORY"));
+}

@@ -49,10 +49,14 @@ impl FromStr for Device {
             _ => {}
         }
         if let Some(idx) = t.strip_prefix("cuda:") {
-            return idx
-                .parse::<usize>()
-                .map(|i| Device::Cuda(Some(i)))
-                .map_err(|_| bad("the index after `cuda:` must be a non-negative integer"));
+            // As strict as PyTorch's parser: digits only, no sign, no leading zero.
+            let digits = !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit());
+            if !digits || (idx.len() > 1 && idx.starts_with('0')) {
+                return Err(bad(
+                    "the index after `cuda:` must be a non-negative integer without sign or leading zeros",
+                ));
+            }
+            return idx.parse::<usize>().map(|i| Device::Cuda(Some(i))).map_err(|_| bad("the index is too large"));
         }
         if t.starts_with("cpu:") {
             return Err(bad("cpu takes no index"));

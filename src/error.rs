@@ -81,16 +81,32 @@ pub enum Error {
         stream: u64,
     },
     /// The device is out of memory.
-    #[error("CUDA out of memory. Tried to allocate {}. GPU {device} has a total capacity of {} of which {} is free; free tensors or call cudasem::cuda::empty_cache()", fmt_bytes(*requested), fmt_bytes(*total), fmt_bytes(*free))]
+    ///
+    /// The message has PyTorch's shape: what was asked for, the device's capacity and free memory,
+    /// and how much of the caching allocator's memory is allocated and how much is cached.
+    #[error("CUDA out of memory. Tried to allocate {}. GPU {device} has a total capacity of {} of which {} is free. Of the allocated memory {} is allocated by cudasem, and {} is reserved by cudasem but unallocated. If reserved but unallocated memory is large try setting CUDASEM_ALLOC_CONF=expandable_segments:True to avoid fragmentation; otherwise free tensors or call cudasem::cuda::empty_cache()", fmt_bytes(*requested), fmt_bytes(*total), fmt_bytes(*free), fmt_bytes(*allocated), fmt_bytes(*reserved_unallocated))]
     OutOfMemory {
         /// Device index.
         device: usize,
-        /// Bytes that were asked for.
+        /// Bytes that were asked for (from the caching allocator: the segment it tried to get).
         requested: usize,
         /// The device's total memory.
         total: usize,
         /// The device's free memory at the time.
         free: usize,
+        /// Bytes the caching allocator had handed out (0 for a raw driver allocation).
+        allocated: usize,
+        /// Bytes the caching allocator held from the driver but had not handed out (0 for a raw
+        /// driver allocation).
+        reserved_unallocated: usize,
+    },
+    /// A malformed allocator trace (see `cudasem::alloc::trace`).
+    #[error("invalid allocator trace at line {line}: {reason}; expected CSV rows `action,addr,size,stream`")]
+    InvalidTrace {
+        /// 1-based line number in the trace text.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
     },
     /// A device pointer that is not (or no longer) a live allocation of that device.
     #[error("invalid device pointer {ptr:#x} on cuda:{device}: {reason}")]
@@ -181,7 +197,17 @@ mod tests {
         let e = Error::InvalidDevice { index: 7, count: 2, driver: "sim" };
         let m = e.to_string();
         assert!(m.contains("invalid device index 7") && m.contains("0..2"), "{m}");
-        let oom = Error::OutOfMemory { device: 0, requested: 200 << 30, total: 16 << 30, free: 1 << 30 };
-        assert!(oom.to_string().starts_with("CUDA out of memory. Tried to allocate 200.00 GiB"));
+        let oom = Error::OutOfMemory {
+            device: 0,
+            requested: 200 << 30,
+            total: 16 << 30,
+            free: 1 << 30,
+            allocated: 32 << 20,
+            reserved_unallocated: 34 << 20,
+        };
+        let m = oom.to_string();
+        assert!(m.starts_with("CUDA out of memory. Tried to allocate 200.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free."), "{m}");
+        assert!(m.contains("Of the allocated memory 32.00 MiB is allocated by cudasem, and 34.00 MiB is reserved by cudasem but unallocated."), "{m}");
+        assert!(m.contains("expandable_segments:True"), "{m}");
     }
 }

@@ -152,9 +152,14 @@ fn assert_all(bytes: &[u8], value: u8, what: &str) {
     }
 }
 
-/// a (on s1's device) is filled with 1 behind a delay; s2 waits through `wait`; then b (on s2's
-/// device) copies a on s2 and must see only 1s.
-fn check_event_wait(s1: &Stream, s2: &Stream, wait: impl FnOnce(&Event) -> Result<()>) -> Result<()> {
+/// a (on s1's device) is filled with 1 behind a delay; the event is recorded on s1 by `record`;
+/// s2 waits through `wait`; then b (on s2's device) copies a on s2 and must see only 1s.
+fn check_event_order(
+    s1: &Stream,
+    s2: &Stream,
+    record: impl FnOnce(&Event) -> Result<()>,
+    wait: impl FnOnce(&Event) -> Result<()>,
+) -> Result<()> {
     let a = RawBuffer::new(Some(s1.device()), LEN)?;
     let b = RawBuffer::new(Some(s2.device()), LEN)?;
     a.write(&vec![0u8; LEN], s1)?;
@@ -165,12 +170,17 @@ fn check_event_wait(s1: &Stream, s2: &Stream, wait: impl FnOnce(&Event) -> Resul
     let e = plain()?;
     testing::delay(s1, ms(300))?;
     a.fill(1, s1)?;
-    e.record(Some(s1))?;
+    record(&e)?;
+    assert_eq!(e.device(), Some(s1.device()));
     wait(&e)?;
     assert!(!e.query()?, "the event must still be pending when s2 is told to wait");
     b.copy_from(&a, s2)?;
     assert_all(&b.read(s2)?, 1, "s2 ran after the event");
     Ok(())
+}
+
+fn check_event_wait(s1: &Stream, s2: &Stream, wait: impl FnOnce(&Event) -> Result<()>) -> Result<()> {
+    check_event_order(s1, s2, |e| e.record(Some(s1)), wait)
 }
 
 #[test]
@@ -220,7 +230,10 @@ fn record_none_uses_the_current_stream() -> Result<()> {
     assert!(!e.query()?, "recorded behind the delay on the current stream (not on the idle default stream)");
     s.synchronize()?;
     assert!(e.query()?);
-    Ok(())
+
+    // And it orders other streams after the current stream's work.
+    let (s1, s2) = stream_pair(last)?;
+    check_event_order(&s1, &s2, |e| cuda::with_stream(&s1, || e.record(None))?, |e| e.wait(Some(&s2)))
 }
 
 #[test]
@@ -252,5 +265,31 @@ fn elapsed_time_with_a_pending_end_event_is_not_ready_until_it_completes() -> Re
     assert_eq!(start.elapsed_time(&end), Err(Error::EventNotReady));
     end.synchronize()?;
     assert_measures_delay(start.elapsed_time(&end)?, 300);
+    Ok(())
+}
+
+/// CUDA: `cuStreamWaitEvent` waits for the event's most recent recording *at the time of the
+/// call*; recording the event again later (here on an idle stream) must not release the waiter.
+#[test]
+fn a_wait_is_not_released_by_a_later_recording_of_the_event() -> Result<()> {
+    let v = common::distinct_streams(0, 3)?;
+    let (s1, s2, idle) = (&v[0], &v[1], &v[2]);
+    let a = RawBuffer::new(Some(0), LEN)?;
+    let b = RawBuffer::new(Some(0), LEN)?;
+    a.write(&vec![0u8; LEN], s1)?;
+    b.write(&vec![0u8; LEN], s2)?;
+    s1.synchronize()?;
+    s2.synchronize()?;
+
+    let e = plain()?;
+    testing::delay(s1, ms(500))?;
+    a.fill(1, s1)?;
+    e.record(Some(s1))?;
+    s2.wait_event(&e)?; // waits for s1's fill
+    e.record(Some(idle))?; // a new recording that completes at once
+    e.synchronize()?;
+    assert!(e.query()?, "the event reflects its latest recording");
+    b.copy_from(&a, s2)?;
+    assert_all(&b.read(s2)?, 1, "s2 must still wait for the recording it was told to wait for");
     Ok(())
 }

@@ -349,3 +349,15 @@ fn raw_buffer_errors_are_typed() -> Result<()> {
     assert!(matches!(a.read(&s0).map(|v| v.len()), Ok(1024)));
     Ok(())
 }
+
+#[test]
+fn a_stream_waiting_on_itself_does_not_deadlock() -> Result<()> {
+    let s = Stream::new(Some(0), 0)?;
+    testing::delay(&s, ms(100))?;
+    s.wait_stream(&s)?;
+    let e = s.record_event(None)?;
+    s.wait_event(&e)?;
+    s.synchronize()?;
+    assert!(s.query()? && e.query()?);
+    Ok(())
+}

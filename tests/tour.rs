@@ -78,8 +78,7 @@ fn info_shows_devices_and_the_peer_matrix() {
     // Rows of the matrix come after the device list; take the last line naming each device.
     let matrix_row = |d: usize| {
         text.lines()
-            .filter(|l| l.trim_start().starts_with(&format!("cuda:{d}")))
-            .last()
+            .rfind(|l| l.trim_start().starts_with(&format!("cuda:{d}")))
             .unwrap_or("")
             .split_whitespace()
             .skip(1)

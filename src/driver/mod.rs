@@ -123,6 +123,23 @@ pub trait Driver: Send + Sync + 'static {
         stream: StreamId,
     ) -> Result<()>;
 
+    /// Granularity of physical pages for virtual-memory mapping (expandable segments), or `None`
+    /// where the device cannot map memory into a reserved range.
+    fn vmm_granularity(&self, device: usize) -> Option<usize>;
+    /// Reserves `bytes` (a multiple of the granularity) of address space on `device`, with no memory
+    /// behind it (`cuMemAddressReserve`).
+    fn vmm_reserve(&self, device: usize, bytes: usize) -> Result<DevicePtr>;
+    /// Backs `[at, at + bytes)` of a reserved range with new physical memory and makes it readable
+    /// and writable by `device` and by every device peer access was enabled for (`cuMemCreate`,
+    /// `cuMemMap`, `cuMemSetAccess`). `at` and `bytes` are multiples of the granularity. Fails with
+    /// [`Error::OutOfMemory`] when the device has no room.
+    fn vmm_map(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()>;
+    /// Unmaps `[at, at + bytes)`, exactly a range given to one earlier `vmm_map` call or a union of
+    /// whole such ranges, and frees the physical memory behind it (`cuMemUnmap`, `cuMemRelease`).
+    fn vmm_unmap(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()>;
+    /// Returns a whole reserved range (all of it unmapped first) to the driver (`cuMemAddressFree`).
+    fn vmm_release(&self, device: usize, base: DevicePtr, bytes: usize) -> Result<()>;
+
     /// Test hook: queues work that keeps `stream` busy for `duration` (a spin kernel on CUDA).
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()>;
     /// Test hook: the next [`Driver::malloc`] on `device` fails with [`Error::Injected`].

@@ -1,23 +1,36 @@
 //! The [`Driver::delay`](crate::driver::Driver::delay) spin kernel: CUDA C source compiled once
-//! per process with NVRTC (the PTX is cached), then loaded lazily into each device's context.
+//! per process with NVRTC (the PTX is cached), then loaded lazily into each device's primary
+//! context, once per process.
+//!
+//! Every `CudaDriver` of a process shares each device's primary context, so they share one loaded
+//! module per device too, counted by the drivers that use it; the last one unloads it. Loading a
+//! module (or, with lazy loading, a kernel) may synchronize the whole context, and a second load
+//! while another driver's delay kernel ran would hold up that driver's thread until the kernel ended.
 
-use super::{driver_error, DRIVER};
+use super::{driver_error, lock, DRIVER};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::nvrtc::{self, CompileError};
 use std::ffi::c_void;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-/// One thread spins on the `%globaltimer` nanosecond clock until `ns` have passed.
+/// One thread spins on the `%globaltimer` nanosecond clock until `ns` have passed. It adds up
+/// forward steps only, so a backward step of the clock cannot end the wait early (with
+/// `now - start`, it would wrap around to a huge difference).
 const SPIN_SRC: &str = r#"
 extern "C" __global__ void cudasem_spin(unsigned long long ns) {
-    unsigned long long start;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    unsigned long long now = start;
-    while (now - start < ns) {
+    unsigned long long prev;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(prev));
+    unsigned long long waited = 0;
+    while (waited < ns) {
+        unsigned long long now;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now > prev) {
+            waited += now - prev;
+        }
+        prev = now;
     }
 }
 "#;
@@ -27,6 +40,18 @@ const SPIN_NAME: &std::ffi::CStr = c"cudasem_spin";
 
 /// NUL-terminated PTX of [`SPIN_SRC`], or why it could not be made (compiled at most once).
 static SPIN_PTX: OnceLock<Result<Vec<u8>>> = OnceLock::new();
+
+/// The loaded spin kernel of each device's primary context, with how many drivers use it.
+static SHARED: Mutex<Vec<Shared>> = Mutex::new(Vec::new());
+
+/// One entry of [`SHARED`].
+#[derive(Debug)]
+struct Shared {
+    device: sys::CUdevice,
+    kernel: SpinKernel,
+    /// Drivers holding it; each also holds a retain on the primary context, which keeps the module alive.
+    users: usize,
+}
 
 raw_handle!(
     /// A loaded module (`CUmodule`).
@@ -106,8 +131,39 @@ pub(super) struct SpinKernel {
 }
 
 impl SpinKernel {
+    /// The kernel in `device`'s primary context, loaded there if no driver holds it, for one more
+    /// user. The context must be current, and the caller must keep it retained until it gives the
+    /// kernel back with [`SpinKernel::release`].
+    pub(super) fn acquire(device: sys::CUdevice) -> Result<SpinKernel> {
+        let mut shared = lock(&SHARED);
+        if let Some(entry) = shared.iter_mut().find(|e| e.device == device) {
+            entry.users += 1;
+            return Ok(entry.kernel);
+        }
+        let kernel = SpinKernel::load()?;
+        shared.push(Shared { device, kernel, users: 1 });
+        Ok(kernel)
+    }
+
+    /// Gives back one [`SpinKernel::acquire`] of `device`'s kernel; the last user unloads the
+    /// module when `current` says the context is current (else it is left to the context).
+    pub(super) fn release(self, device: sys::CUdevice, current: bool) {
+        let mut shared = lock(&SHARED);
+        let Some(index) = shared.iter().position(|e| e.device == device) else {
+            return;
+        };
+        let entry = &mut shared[index];
+        entry.users = entry.users.saturating_sub(1);
+        if entry.users == 0 {
+            let entry = shared.swap_remove(index);
+            if current {
+                entry.kernel.unload();
+            }
+        }
+    }
+
     /// Compiles the kernel (first call in the process) and loads it into the current context.
-    pub(super) fn load() -> Result<SpinKernel> {
+    fn load() -> Result<SpinKernel> {
         let image = spin_ptx()?;
         // SAFETY: `image` is NUL-terminated PTX text from NVRTC that lives for `'static`, and the
         // caller has made the target context current.
@@ -139,9 +195,9 @@ impl SpinKernel {
     }
 
     /// Unloads the module (best effort); the context it was loaded into must be current.
-    pub(super) fn unload(self) {
-        // SAFETY: only `CudaDriver`'s drop calls this, on the one copy it took out of the
-        // device's cache, so the module is unloaded exactly once.
+    fn unload(self) {
+        // SAFETY: only `release` calls this, for the last user, on the entry it just took out of
+        // `SHARED` (no other driver holds the kernel), so the module is unloaded exactly once.
         let _ = unsafe { cu::module::unload(self.module.0) };
     }
 }

@@ -14,6 +14,11 @@
 //!   destroyed while another call still uses it.
 //! * Each device's default stream is the legacy null stream of its primary context, as in
 //!   PyTorch; created streams are `CU_STREAM_NON_BLOCKING` (they do not synchronize with it).
+//! * Primary contexts are shared with every other `CudaDriver` (and CUDA library) of the process,
+//!   so this driver never waits for the whole context where its own streams suffice, and the
+//!   [`delay`](Driver::delay) kernel's module is loaded once per context and shared
+//!   (see `kernels.rs`).
+//! * Expandable segments (the `vmm_*` methods) live in `vmm.rs`.
 
 use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
 use crate::error::{Error, Result};
@@ -49,6 +54,7 @@ macro_rules! raw_handle {
 mod kernels;
 #[cfg(test)]
 mod tests;
+mod vmm;
 
 raw_handle!(
     /// A retained primary context (`CUcontext`).
@@ -100,6 +106,8 @@ pub struct CudaDriver {
     next_id: AtomicU64,
     streams: RwLock<HashMap<u64, StreamEntry>>,
     events: RwLock<HashMap<u64, EventEntry>>,
+    /// Reserved and mapped ranges of expandable segments, and peer pairs.
+    vmm: vmm::Vmm,
 }
 
 impl std::fmt::Debug for CudaDriver {
@@ -148,6 +156,7 @@ impl CudaDriver {
         }
         CudaDriver {
             next_id: AtomicU64::new(devices.len() as u64 + 1),
+            vmm: vmm::Vmm::new(devices.len()),
             devices,
             unavailable,
             streams: RwLock::new(streams),
@@ -264,6 +273,12 @@ fn driver_error(op: &'static str, e: DriverError) -> Error {
     Error::Driver { op, code, message }
 }
 
+/// [`Error::OutOfMemory`] for `requested` bytes on `device`, whose context is current.
+fn out_of_memory(device: usize, requested: usize) -> Error {
+    let (free, total) = cu::mem_get_info().unwrap_or((0, 0));
+    Error::OutOfMemory { device, requested, total, free, allocated: 0, reserved_unallocated: 0 }
+}
+
 /// `Ok(true)` for success, `Ok(false)` for `CUDA_ERROR_NOT_READY`, else an error.
 fn ready(op: &'static str, status: CUresult) -> Result<bool> {
     match status {
@@ -351,7 +366,10 @@ impl Driver for CudaDriver {
         // SAFETY: `device`'s context is current and `peer_ctx` is a live retained primary
         // context; flags must be 0.
         match unsafe { sys::cuCtxEnablePeerAccess(peer_ctx.0, 0) } {
-            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            // Mapped ranges of expandable segments need their own grant (`cuMemSetAccess`).
+            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+                vmm::peer_enabled(self, device, peer)
+            }
             CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => {
                 Err(Error::PeerAccessUnsupported { from: device, to: peer })
             }
@@ -488,10 +506,7 @@ impl Driver for CudaDriver {
         // a unique address (`cuMemAlloc` rejects 0).
         match unsafe { cu::malloc_sync(bytes.max(1)) } {
             Ok(ptr) => Ok(DevicePtr(ptr)),
-            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
-                let (free, total) = cu::mem_get_info().unwrap_or((0, 0));
-                Err(Error::OutOfMemory { device, requested: bytes, total, free })
-            }
+            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => Err(out_of_memory(device, bytes)),
             Err(e) => Err(driver_error("cuMemAlloc", e)),
         }
     }
@@ -574,6 +589,26 @@ impl Driver for CudaDriver {
             .map_err(|e| driver_error("cuMemcpyPeerAsync", e))
     }
 
+    fn vmm_granularity(&self, device: usize) -> Option<usize> {
+        vmm::granularity(self, device)
+    }
+
+    fn vmm_reserve(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
+        vmm::reserve(self, device, bytes)
+    }
+
+    fn vmm_map(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()> {
+        vmm::map(self, device, at, bytes)
+    }
+
+    fn vmm_unmap(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()> {
+        vmm::unmap(self, device, at, bytes)
+    }
+
+    fn vmm_release(&self, device: usize, base: DevicePtr, bytes: usize) -> Result<()> {
+        vmm::release(self, device, base, bytes)
+    }
+
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
         let s = self.stream(stream, "delay")?;
         let dev = self.enter(s.device)?;
@@ -582,7 +617,7 @@ impl Driver for CudaDriver {
             match *slot {
                 Some(kernel) => kernel,
                 None => {
-                    let kernel = SpinKernel::load()?;
+                    let kernel = SpinKernel::acquire(dev.cu)?;
                     *slot = Some(kernel);
                     kernel
                 }
@@ -600,30 +635,41 @@ impl Driver for CudaDriver {
 }
 
 impl Drop for CudaDriver {
-    /// Best effort: waits for each device, destroys events, streams and modules, then releases
-    /// the primary contexts (the last release frees the context's memory).
+    /// Best effort: waits for this driver's streams, frees what is left of expandable segments,
+    /// destroys events and streams, gives back the spin kernel, then releases the primary contexts
+    /// (the last release frees the context's memory).
+    ///
+    /// It waits for its own streams, not with `cuCtxSynchronize`: the primary contexts are shared
+    /// with the other drivers of the process, whose work is none of this driver's business.
     fn drop(&mut self) {
         if self.devices.is_empty() {
             return;
         }
         let events = std::mem::take(self.events.get_mut().unwrap_or_else(PoisonError::into_inner));
         let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(PoisonError::into_inner));
-        for index in 0..self.devices.len() {
-            let Ok(dev) = self.enter(index) else {
-                continue;
-            };
-            let _ = cu::ctx::synchronize();
-            for ev in events.values().filter(|ev| ev.device == index) {
-                // SAFETY: made by `cuEventCreate` in this context; the table is gone, so this
-                // is its only destruction.
-                let _ = unsafe { cu::event::destroy(ev.raw.0) };
+        for s in streams.values() {
+            if self.enter(s.device).is_ok() {
+                // SAFETY: a live stream of the current context (null: its legacy default stream).
+                let _ = unsafe { cu::stream::synchronize(s.raw.0) };
             }
-            for s in streams.values().filter(|s| s.device == index && !s.raw.0.is_null()) {
-                // SAFETY: made by `cuStreamCreateWithPriority` in this context; destroyed once.
-                let _ = unsafe { cu::stream::destroy(s.raw.0) };
+        }
+        // Peers' streams may have used a device's mapped ranges: all streams are idle by now.
+        vmm::release_all(self);
+        for (index, dev) in self.devices.iter().enumerate() {
+            let current = self.enter(index).is_ok();
+            if current {
+                for ev in events.values().filter(|ev| ev.device == index) {
+                    // SAFETY: made by `cuEventCreate` in this context; the table is gone, so this
+                    // is its only destruction.
+                    let _ = unsafe { cu::event::destroy(ev.raw.0) };
+                }
+                for s in streams.values().filter(|s| s.device == index && !s.raw.0.is_null()) {
+                    // SAFETY: made by `cuStreamCreateWithPriority` in this context; destroyed once.
+                    let _ = unsafe { cu::stream::destroy(s.raw.0) };
+                }
             }
             if let Some(kernel) = lock(&dev.spin).take() {
-                kernel.unload();
+                kernel.release(dev.cu, current);
             }
         }
         for dev in &self.devices {

@@ -14,7 +14,7 @@ pub use config::{parse_bytes, PeerSpec, SimConfig};
 
 use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
 use crate::error::{Error, Result};
-use memory::{copy_spans, lock, DeviceMemory};
+use memory::{lock, DeviceMemory, VMM_GRANULARITY};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,7 +25,7 @@ use stream::{SimEvent, SimStream};
 const PRIORITY_RANGE: (i32, i32) = (0, -5);
 
 struct SimDevice {
-    memory: DeviceMemory,
+    memory: Arc<DeviceMemory>,
     default_stream: StreamId,
     streams: Mutex<Vec<Arc<SimStream>>>,
     peers_enabled: Mutex<Vec<bool>>,
@@ -66,7 +66,7 @@ impl SimDriver {
             // simulated machine costs no threads.
             let id = StreamId(d.next_id.fetch_add(1, Ordering::Relaxed));
             d.devices.push(SimDevice {
-                memory: DeviceMemory::new(i, d.config.memory),
+                memory: Arc::new(DeviceMemory::new(i, d.config.memory)),
                 default_stream: id,
                 streams: Mutex::new(Vec::new()),
                 peers_enabled: Mutex::new(vec![false; d.config.devices]),
@@ -126,13 +126,16 @@ impl SimDriver {
             .ok_or(Error::InvalidArgument { op: "event", reason: format!("unknown event handle {}", id.0) })
     }
 
-    fn span(&self, ptr: DevicePtr, bytes: usize) -> Result<memory::Span> {
+    /// The memory holding `[ptr, ptr + bytes)`, checked to be live.
+    fn span(&self, ptr: DevicePtr, bytes: usize) -> Result<Arc<DeviceMemory>> {
         let device = memory::device_of(ptr).filter(|&d| d < self.devices.len()).ok_or(Error::InvalidPointer {
             device: usize::MAX,
             ptr: ptr.0,
             reason: "not an address of any simulated device".into(),
         })?;
-        self.devices[device].memory.resolve(ptr, bytes)
+        let mem = &self.devices[device].memory;
+        mem.check_span(ptr, bytes)?;
+        Ok(mem.clone())
     }
 }
 
@@ -219,9 +222,8 @@ impl Driver for SimDriver {
 
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
         let (s, e) = (self.stream(stream)?, self.event(event)?);
-        let target = e.target();
-        if target > 0 {
-            s.submit(Box::new(move || e.wait_for(target)));
+        if let Some(recording) = e.current() {
+            s.submit(Box::new(move || recording.wait()));
         }
         Ok(())
     }
@@ -276,41 +278,44 @@ impl Driver for SimDriver {
     }
 
     fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+        // Like cudaFree, freeing waits for the device's queued work, which may still use the memory.
+        self.synchronize_device(device)?;
         self.dev(device)?.memory.free(ptr)
     }
 
     fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
-        let (span, s) = (self.span(dst, bytes)?, self.stream(stream)?);
-        s.submit(Box::new(move || span.alloc.with_bytes(|b| b[span.range.clone()].fill(value))));
+        let (mem, s) = (self.span(dst, bytes)?, self.stream(stream)?);
+        s.submit(Box::new(move || mem.fill(dst, bytes, value)));
         Ok(())
     }
 
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8], stream: StreamId) -> Result<()> {
-        let (span, s) = (self.span(dst, src.len())?, self.stream(stream)?);
+        let (mem, s) = (self.span(dst, src.len())?, self.stream(stream)?);
         // The source is borrowed: stage it, queue the copy, and return once the stream has run it
         // (a pageable copy in CUDA likewise returns only when the source has been consumed).
         let staged = src.to_vec();
-        s.submit(Box::new(move || span.alloc.with_bytes(|b| b[span.range.clone()].copy_from_slice(&staged))));
+        s.submit(Box::new(move || mem.write(dst, &staged)));
         s.synchronize();
         Ok(())
     }
 
     fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: StreamId) -> Result<()> {
-        let (span, s) = (self.span(src, dst.len())?, self.stream(stream)?);
-        let out = Arc::new(Mutex::new(Vec::new()));
+        let (mem, s) = (self.span(src, dst.len())?, self.stream(stream)?);
+        let out = Arc::new(Mutex::new(vec![0u8; dst.len()]));
         let sink = out.clone();
-        s.submit(Box::new(move || {
-            let bytes = span.alloc.with_bytes(|b| b[span.range.clone()].to_vec());
-            *lock(&sink) = bytes;
-        }));
+        s.submit(Box::new(move || mem.read(src, &mut lock(&sink))));
         s.synchronize();
         dst.copy_from_slice(&lock(&out));
         Ok(())
     }
 
     fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
-        let (d, sp, s) = (self.span(dst, bytes)?, self.span(src, bytes)?, self.stream(stream)?);
-        s.submit(Box::new(move || copy_spans(&d, &sp)));
+        let (to, from, s) = (self.span(dst, bytes)?, self.span(src, bytes)?, self.stream(stream)?);
+        s.submit(Box::new(move || {
+            let mut tmp = vec![0u8; bytes];
+            from.read(src, &mut tmp);
+            to.write(dst, &tmp);
+        }));
         Ok(())
     }
 
@@ -326,6 +331,31 @@ impl Driver for SimDriver {
         self.dev(dst_device)?;
         self.dev(src_device)?;
         self.memcpy_dtod(dst, src, bytes, stream)
+    }
+
+    fn vmm_granularity(&self, device: usize) -> Option<usize> {
+        self.dev(device).ok().map(|_| VMM_GRANULARITY)
+    }
+
+    fn vmm_reserve(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
+        self.dev(device)?.memory.reserve(bytes)
+    }
+
+    fn vmm_map(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()> {
+        let d = self.dev(device)?;
+        if d.fail_next_malloc.swap(false, Ordering::AcqRel) {
+            return Err(Error::Injected { device, op: "vmm_map" });
+        }
+        d.memory.map(at, bytes)
+    }
+
+    fn vmm_unmap(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()> {
+        self.synchronize_device(device)?;
+        self.dev(device)?.memory.unmap(at, bytes)
+    }
+
+    fn vmm_release(&self, device: usize, base: DevicePtr, bytes: usize) -> Result<()> {
+        self.dev(device)?.memory.release(base, bytes)
     }
 
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {

@@ -68,83 +68,74 @@ impl SimStream {
     }
 }
 
+/// One recording of an event: completes when its stream reaches it. A wait captures the recording
+/// that is current when the wait is queued, so later recordings never release it early (CUDA's rule).
 #[derive(Debug, Default)]
-struct Marks {
-    /// How many times the event was recorded.
-    recorded: u64,
-    /// The latest recording that its stream has reached.
-    completed: u64,
-    /// When the stream reached that recording.
-    at: Option<Instant>,
+pub(crate) struct Recording {
+    at: Mutex<Option<Instant>>,
+    reached: Condvar,
 }
 
-/// An event: a generation counter per recording, completed in stream order.
+impl Recording {
+    fn complete(&self) {
+        *lock(&self.at) = Some(Instant::now());
+        self.reached.notify_all();
+    }
+
+    /// Waits until the stream has reached this recording.
+    pub fn wait(&self) {
+        let mut at = lock(&self.at);
+        while at.is_none() {
+            at = self.reached.wait(at).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// When the stream reached it, if it has.
+    pub fn done_at(&self) -> Option<Instant> {
+        *lock(&self.at)
+    }
+}
+
+/// An event: its latest recording, if any.
 #[derive(Debug)]
 pub(crate) struct SimEvent {
     pub timing: bool,
-    marks: Mutex<Marks>,
-    reached: Condvar,
+    current: Mutex<Option<Arc<Recording>>>,
 }
 
 impl SimEvent {
     pub fn new(timing: bool) -> Self {
-        SimEvent { timing, marks: Mutex::new(Marks::default()), reached: Condvar::new() }
+        SimEvent { timing, current: Mutex::new(None) }
     }
 
     /// Records the event on `stream`: it completes when the stream reaches this point.
-    pub fn record(self: &Arc<Self>, stream: &SimStream) {
-        let generation = {
-            let mut m = lock(&self.marks);
-            m.recorded += 1;
-            m.recorded
-        };
-        let ev = self.clone();
-        stream.submit(Box::new(move || {
-            let now = Instant::now();
-            let mut m = lock(&ev.marks);
-            if generation > m.completed {
-                m.completed = generation;
-                m.at = Some(now);
-            }
-            drop(m);
-            ev.reached.notify_all();
-        }));
+    pub fn record(&self, stream: &SimStream) {
+        let r = Arc::new(Recording::default());
+        *lock(&self.current) = Some(r.clone());
+        stream.submit(Box::new(move || r.complete()));
     }
 
-    /// The recording a waiter must see complete (0: never recorded, nothing to wait for).
-    pub fn target(&self) -> u64 {
-        lock(&self.marks).recorded
+    /// The latest recording (`None`: never recorded, nothing to wait for).
+    pub fn current(&self) -> Option<Arc<Recording>> {
+        lock(&self.current).clone()
     }
 
     pub fn query(&self) -> bool {
-        let m = lock(&self.marks);
-        m.completed >= m.recorded
-    }
-
-    /// Waits until recording `target` (or a later one) has completed.
-    pub fn wait_for(&self, target: u64) {
-        let mut m = lock(&self.marks);
-        while m.completed < target {
-            m = self.reached.wait(m).unwrap_or_else(|e| e.into_inner());
-        }
+        self.current().is_none_or(|r| r.done_at().is_some())
     }
 
     pub fn synchronize(&self) {
-        let target = self.target();
-        self.wait_for(target);
+        if let Some(r) = self.current() {
+            r.wait();
+        }
     }
 
     /// When the latest recording completed, if it has.
     pub fn completed_at(&self) -> Option<Instant> {
-        let m = lock(&self.marks);
-        if m.recorded > 0 && m.completed >= m.recorded {
-            m.at
-        } else {
-            None
-        }
+        self.current().and_then(|r| r.done_at())
     }
 
     pub fn was_recorded(&self) -> bool {
-        lock(&self.marks).recorded > 0
+        self.current().is_some()
     }
 }

@@ -611,18 +611,24 @@ impl Driver for CudaDriver {
 
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
         let s = self.stream(stream, "delay")?;
-        let dev = self.enter(s.device)?;
-        let kernel = {
-            let mut slot = lock(&dev.spin);
-            match *slot {
-                Some(kernel) => kernel,
-                None => {
-                    let kernel = SpinKernel::acquire(dev.cu)?;
-                    *slot = Some(kernel);
-                    kernel
+        if lock(&self.device(s.device)?.spin).is_none() {
+            // Loading a module may wait for the whole context to go idle, stalling every thread's
+            // calls behind running kernels. So the first delay loads the kernel into every device
+            // at once, before any delay runs, and no later delay ever loads one.
+            for index in 0..self.devices.len() {
+                let dev = self.enter(index)?;
+                let mut slot = lock(&dev.spin);
+                if slot.is_none() {
+                    *slot = Some(SpinKernel::acquire(dev.cu)?);
                 }
             }
-        };
+        }
+        let dev = self.enter(s.device)?;
+        let kernel = (*lock(&dev.spin)).ok_or_else(|| Error::Unsupported {
+            op: "delay",
+            driver: DRIVER,
+            reason: "the spin kernel is not loaded".into(),
+        })?;
         // SAFETY: the kernel was loaded into this device's context, which `enter` made
         // current, and the stream is live and of that context.
         unsafe { kernel.launch(s.raw.0, duration) }

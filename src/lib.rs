@@ -64,6 +64,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod cuda;
 pub mod device;
 pub mod driver;

@@ -23,6 +23,15 @@ enum Command {
     Info,
     /// A guided, self-checking walk through the CUDA semantics; exits non-zero if a section fails.
     Tour,
+    /// Replays a PyTorch allocator trace (CSV: action,addr,size,stream) through cudasem's caching
+    /// allocator on a simulated device; `CUDASEM_ALLOC_CONF` applies. Exit code 2 on a bad file.
+    Replay {
+        /// The trace file.
+        trace: std::path::PathBuf,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -30,5 +39,6 @@ fn main() -> ExitCode {
     match args.command {
         Command::Info => cli::info::run(),
         Command::Tour => cli::tour::run(),
+        Command::Replay { trace, json } => cli::replay::run(&trace, json),
     }
 }

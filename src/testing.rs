@@ -22,12 +22,14 @@ pub fn fail_next_malloc(device: usize) -> Result<()> {
     rt.driver.fail_next_malloc(rt.check(device)?)
 }
 
-/// Untyped device memory, freed on drop.
+/// Untyped device memory, freed on drop: straight from the driver ([`RawBuffer::new`]) or a block
+/// of the caching allocator ([`RawBuffer::cached`]).
 #[derive(Debug)]
 pub struct RawBuffer {
     device: usize,
     ptr: DevicePtr,
     len: usize,
+    cached: bool,
 }
 
 impl RawBuffer {
@@ -36,7 +38,27 @@ impl RawBuffer {
         let rt = rt()?;
         let device = rt.resolve(device)?;
         let ptr = rt.driver.malloc(device, len)?;
-        Ok(RawBuffer { device, ptr, len })
+        Ok(RawBuffer { device, ptr, len, cached: false })
+    }
+
+    /// A block of `len` bytes from the caching allocator of `device` (`None`: the current device),
+    /// ordered on `stream` (`None`: that device's current stream); it goes back to the cache on drop.
+    pub fn cached(device: Option<usize>, len: usize, stream: Option<&Stream>) -> Result<RawBuffer> {
+        let device = rt()?.resolve(device)?;
+        let ptr = crate::runtime::caching_allocator_alloc(len, Some(device), stream)?;
+        Ok(RawBuffer { device, ptr: DevicePtr(ptr), len, cached: true })
+    }
+
+    /// For a [`RawBuffer::cached`] block: it is also used on `stream`, so on drop its memory is
+    /// reused only once the work queued on `stream` so far has completed (`Tensor.record_stream`).
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
+        if !self.cached {
+            return Err(Error::InvalidArgument {
+                op: "RawBuffer::record_stream",
+                reason: "only blocks of the caching allocator (RawBuffer::cached) track stream uses".into(),
+            });
+        }
+        crate::runtime::caching_allocator_record_stream(self.ptr.0, stream)
     }
 
     /// The device holding the buffer.
@@ -130,6 +152,11 @@ fn check_len(op: &'static str, dst: usize, src: usize) -> Result<()> {
 
 impl Drop for RawBuffer {
     fn drop(&mut self) {
+        if self.cached {
+            // Stream-ordered: the block is reused only by its stream (or after recorded streams).
+            let _ = crate::runtime::caching_allocator_delete(self.ptr.0);
+            return;
+        }
         if let Ok(rt) = rt() {
             // Work still queued may use the buffer: let it finish first, as cudaFree does.
             let _ = rt.driver.synchronize_device(self.device);

@@ -1,4 +1,6 @@
 //! The command-line tool's commands.
 
 pub mod info;
+pub mod replay;
 pub mod tour;
+pub mod tour_memory;

@@ -22,12 +22,12 @@ pub type Failure = String;
 type Section = fn() -> Result<Outcome, Failure>;
 
 /// Turns a cudasem error into a section failure.
-fn e(err: Error) -> Failure {
+pub fn e(err: Error) -> Failure {
     err.to_string()
 }
 
 /// Fails the section unless `cond` holds.
-fn check(cond: bool, what: impl FnOnce() -> String) -> Result<(), Failure> {
+pub fn check(cond: bool, what: impl FnOnce() -> String) -> Result<(), Failure> {
     if cond {
         Ok(())
     } else {
@@ -65,6 +65,16 @@ const SECTIONS: &[(&str, &str, Section)] = &[
         "peer-access",
         "can_device_access_peer answers from the topology; enable_peer_access turns the link on (or says why it cannot); copies between devices work either way.",
         peer_access,
+    ),
+    (
+        "caching-allocator",
+        "Device memory comes from a caching allocator: a freed block stays reserved, the next request reuses it without a driver call, and empty_cache() returns it.",
+        super::tour_memory::caching_allocator,
+    ),
+    (
+        "out-of-memory",
+        "When memory runs out the allocator frees its cache and retries; if the request still cannot fit it fails with PyTorch's out-of-memory message, and the device stays usable.",
+        super::tour_memory::out_of_memory,
     ),
 ];
 

@@ -5,14 +5,17 @@ mod context;
 mod devices;
 mod event;
 mod guard;
+mod memory;
 mod pool;
 mod stream;
 
 pub use devices::*;
 pub use event::{Event, EventFlags};
 pub use guard::{with_device, DeviceGuard};
+pub use memory::*;
 pub use stream::{current_stream, default_stream, set_stream, with_stream, Stream, StreamGuard};
 
+use crate::alloc::{AllocatorSettings, CachingAllocator};
 use crate::driver::{self, Driver};
 use crate::error::{Error, Result};
 use pool::Pool;
@@ -23,20 +26,29 @@ pub(crate) struct DeviceState {
     pub pool: Pool,
     /// `peer_enabled[j]`: this device may read device `j`'s memory (set by `enable_peer_access`).
     pub peer_enabled: Mutex<Vec<bool>>,
+    /// The device's caching allocator, made on first use.
+    pub allocator: OnceLock<CachingAllocator>,
 }
 
 /// The process-wide runtime.
 pub(crate) struct Runtime {
     pub driver: Arc<dyn Driver>,
     pub devices: Vec<DeviceState>,
+    /// `CUDASEM_ALLOC_CONF`, parsed once; an invalid value is reported by every allocating call.
+    pub alloc_settings: Result<AllocatorSettings>,
 }
 
 impl Runtime {
     fn new(driver: Arc<dyn Driver>) -> Runtime {
         let n = driver.device_count();
-        let devices =
-            (0..n).map(|_| DeviceState { pool: Pool::default(), peer_enabled: Mutex::new(vec![false; n]) }).collect();
-        Runtime { driver, devices }
+        let devices = (0..n)
+            .map(|_| DeviceState {
+                pool: Pool::default(),
+                peer_enabled: Mutex::new(vec![false; n]),
+                allocator: OnceLock::new(),
+            })
+            .collect();
+        Runtime { driver, devices, alloc_settings: AllocatorSettings::from_env() }
     }
 
     /// Checks a device index against the device count.

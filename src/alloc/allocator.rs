@@ -1,0 +1,208 @@
+//! [`CachingAllocator`]: one device's caching allocator behind one mutex.
+
+use super::settings::AllocatorSettings;
+use super::snapshot::Snapshot;
+use super::state::State;
+use super::stats::MemoryStats;
+use super::summary::memory_summary;
+use super::RawMemory;
+use crate::driver::{DevicePtr, StreamId};
+use crate::error::{Error, Result};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// PyTorch's CUDA caching allocator for one device, over any [`RawMemory`].
+///
+/// All methods take `&self` (the allocator is `Send + Sync`; one mutex per device). Errors leave
+/// the allocator usable; after [`Error::OutOfMemory`] it has freed its cache and can serve
+/// smaller requests.
+///
+/// ```
+/// use cudasem::alloc::{AccountingMemory, AllocatorSettings, CachingAllocator};
+/// use cudasem::driver::StreamId;
+/// use std::sync::Arc;
+///
+/// let mem = Arc::new(AccountingMemory::new(1 << 30));
+/// let a = CachingAllocator::new(0, mem, AllocatorSettings::default());
+/// let s = StreamId(0);
+/// let p = a.malloc(1000, s).unwrap(); // a 2 MiB small segment, a 1024-byte block of it
+/// a.free(p).unwrap(); // cached, not returned to the driver
+/// assert_eq!(a.malloc(700, s).unwrap(), p, "the cached block is reused");
+/// assert_eq!(a.memory_reserved(), 2 << 20);
+/// ```
+pub struct CachingAllocator {
+    memory: Arc<dyn RawMemory>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for CachingAllocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.lock();
+        f.debug_struct("CachingAllocator")
+            .field("device", &s.device)
+            .field("settings", &s.settings)
+            .field("reserved", &s.reserved)
+            .finish()
+    }
+}
+
+impl CachingAllocator {
+    /// An allocator for `device` drawing segments from `memory`.
+    pub fn new(device: usize, memory: Arc<dyn RawMemory>, settings: AllocatorSettings) -> CachingAllocator {
+        let granularity = memory.vmm_granularity();
+        CachingAllocator { state: Mutex::new(State::new(device, settings, granularity)), memory }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent between calls, whatever a panicking thread was doing.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device index.
+    pub fn device(&self) -> usize {
+        self.lock().device
+    }
+
+    /// The memory the allocator draws from.
+    pub fn memory(&self) -> &Arc<dyn RawMemory> {
+        &self.memory
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> AllocatorSettings {
+        self.lock().settings.clone()
+    }
+
+    /// Changes the settings (like `torch.cuda.memory._set_allocator_settings`). Cached blocks
+    /// stay; turning expandable segments off keeps expandable blocks out of new allocations.
+    pub fn set_settings(&self, settings: AllocatorSettings) {
+        self.lock().set_settings(settings);
+    }
+
+    /// A block of at least `size` bytes for use on `stream`: cached if one fits, else carved from
+    /// a new segment. `size == 0` gives the null pointer (like PyTorch), which [`free`](Self::free)
+    /// accepts. Out of memory after freeing the cache is [`Error::OutOfMemory`] with PyTorch's
+    /// fields.
+    pub fn malloc(&self, size: usize, stream: StreamId) -> Result<DevicePtr> {
+        if size == 0 {
+            return Ok(DevicePtr(0));
+        }
+        self.lock().malloc(&*self.memory, size, stream)
+    }
+
+    /// Frees a block from [`malloc`](Self::malloc): it is cached for reuse on its stream (after
+    /// the streams it was recorded on finished their work, see [`record_stream`](Self::record_stream)).
+    /// The null pointer is ignored; any other pointer that is not live is [`Error::InvalidPointer`].
+    pub fn free(&self, ptr: DevicePtr) -> Result<()> {
+        if ptr.0 == 0 {
+            return Ok(());
+        }
+        self.lock().free(&*self.memory, ptr)
+    }
+
+    /// `caching_allocator_alloc(size, device, stream)`: a raw block for the caller's own kernels
+    /// (the same as [`malloc`](Self::malloc); the runtime passes the current stream).
+    pub fn raw_alloc(&self, size: usize, stream: StreamId) -> Result<DevicePtr> {
+        self.malloc(size, stream)
+    }
+
+    /// `caching_allocator_delete(ptr)`: frees a block from [`raw_alloc`](Self::raw_alloc).
+    pub fn raw_delete(&self, ptr: DevicePtr) -> Result<()> {
+        self.free(ptr)
+    }
+
+    /// `Tensor.record_stream(s)`: the block is also used on `stream`, so when it is freed it is
+    /// reused only after the work queued on `stream` by then has completed (checked at the next
+    /// malloc). Recording the block's own stream does nothing.
+    pub fn record_stream(&self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
+        self.lock().record_stream(ptr, stream)
+    }
+
+    /// The size of the live block at `ptr` (after rounding), `None` when none starts there.
+    pub fn block_size(&self, ptr: DevicePtr) -> Option<usize> {
+        let s = self.lock();
+        s.live.get(&ptr.0).map(|&id| s.blocks[id].size)
+    }
+
+    /// `empty_cache()`: waits for the device, then returns every fully free segment to the driver
+    /// and unmaps every free page of expandable segments. Counts one `num_sync_all_streams`.
+    pub fn empty_cache(&self) -> Result<()> {
+        self.lock().release_cached_blocks(&*self.memory)
+    }
+
+    /// `memory_stats()`: a copy of the statistics.
+    pub fn memory_stats(&self) -> MemoryStats {
+        MemoryStats { s: self.lock().stats }
+    }
+
+    /// `memory_allocated()`: bytes of allocated blocks.
+    pub fn memory_allocated(&self) -> usize {
+        self.memory_stats().allocated_bytes().current.max(0) as usize
+    }
+
+    /// `max_memory_allocated()`: the peak of [`memory_allocated`](Self::memory_allocated).
+    pub fn max_memory_allocated(&self) -> usize {
+        self.memory_stats().allocated_bytes().peak.max(0) as usize
+    }
+
+    /// `memory_reserved()`: bytes held from the driver.
+    pub fn memory_reserved(&self) -> usize {
+        self.lock().reserved
+    }
+
+    /// `max_memory_reserved()`: the peak of [`memory_reserved`](Self::memory_reserved).
+    pub fn max_memory_reserved(&self) -> usize {
+        self.memory_stats().reserved_bytes().peak.max(0) as usize
+    }
+
+    /// `reset_peak_memory_stats()`: every peak becomes the current value.
+    pub fn reset_peak_stats(&self) {
+        self.lock().stats.reset_peak();
+    }
+
+    /// `reset_accumulated_memory_stats()`: the `allocated`/`freed` totals and the counters go to 0.
+    pub fn reset_accumulated_stats(&self) {
+        self.lock().stats.reset_accumulated();
+    }
+
+    /// `set_per_process_memory_fraction(fraction)`: the allocator holds at most
+    /// `fraction × total` bytes; a segment that would pass it is refused at once (and the request
+    /// takes the out-of-memory path). `fraction` must be in `[0, 1]`.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::InvalidArgument {
+                op: "set_per_process_memory_fraction",
+                reason: format!("invalid fraction {fraction}; expected a number between 0 and 1"),
+            });
+        }
+        let (_, total) = self.memory.mem_info()?;
+        self.lock().fraction = Some((fraction, (fraction * total as f64) as usize));
+        Ok(())
+    }
+
+    /// `get_per_process_memory_fraction()`: the fraction set, 1.0 when none.
+    pub fn memory_fraction(&self) -> f64 {
+        self.lock().fraction.map_or(1.0, |(f, _)| f)
+    }
+
+    /// `memory_snapshot()` / `memory._snapshot()`: every segment and block now, and the history.
+    pub fn snapshot(&self) -> Snapshot {
+        self.lock().snapshot()
+    }
+
+    /// `memory._record_memory_history(enabled, max_entries)`: records alloc, free, segment and
+    /// OOM events in a ring of at most `max_entries`; turning it off clears the ring.
+    pub fn record_history(&self, enabled: bool, max_entries: usize) {
+        self.lock().history.set(enabled, max_entries);
+    }
+
+    /// Whether history is being recorded.
+    pub fn is_recording_history(&self) -> bool {
+        self.lock().history.enabled()
+    }
+
+    /// `memory_summary()`: a readable table of the statistics, like PyTorch's.
+    pub fn memory_summary(&self) -> String {
+        let s = self.lock();
+        memory_summary(s.device, &MemoryStats { s: s.stats })
+    }
+}

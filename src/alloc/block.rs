@@ -1,0 +1,248 @@
+//! Blocks (pieces of segments) in a slab with index links, and the free lists of the two pools.
+
+use super::sorted::{Pos, SortedMap};
+use crate::driver::StreamId;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Index of a block in the slab.
+pub(crate) type BlockId = u32;
+/// "No block" (end of a segment's chain).
+pub(crate) const NIL: BlockId = u32::MAX;
+
+/// The pool a block belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    /// Blocks of at most 1 MiB, carved from 2 MiB segments.
+    Small,
+    /// Larger blocks, in 20 MiB segments or segments of their own.
+    Large,
+}
+
+impl PoolKind {
+    /// The pool of a rounded request size.
+    pub(crate) fn of(size: usize) -> PoolKind {
+        if size <= super::settings::SMALL_SIZE {
+            PoolKind::Small
+        } else {
+            PoolKind::Large
+        }
+    }
+
+    /// Index in `[small, large]` arrays.
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// PyTorch's `segment_type` string.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::Small => "small",
+            PoolKind::Large => "large",
+        }
+    }
+}
+
+/// A piece of a segment: allocated, pending free (waiting for recorded streams), free in a
+/// pool, or (in an expandable segment) not backed by memory.
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    pub addr: u64,
+    pub size: usize,
+    /// The size the program asked for (while active).
+    pub requested: usize,
+    pub stream: StreamId,
+    /// Neighbours in the segment (address order), or [`NIL`].
+    pub prev: BlockId,
+    pub next: BlockId,
+    /// Index of the expandable segment, or [`NIL`] for an ordinary segment.
+    pub expandable: u32,
+    pub pool: PoolKind,
+    pub allocated: bool,
+    /// Backed by memory (always, outside expandable segments).
+    pub mapped: bool,
+    /// Recorded events not yet completed.
+    pub event_count: u32,
+    /// Other streams that used the block (`record_stream`).
+    pub stream_uses: Vec<StreamId>,
+    /// Value of the allocator's clock when the block last became free (garbage collection age).
+    pub free_stamp: u64,
+}
+
+impl Block {
+    pub(crate) fn new(addr: u64, size: usize, stream: StreamId, pool: PoolKind) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            stream,
+            prev: NIL,
+            next: NIL,
+            expandable: NIL,
+            pool,
+            allocated: false,
+            mapped: true,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            free_stamp: 0,
+        }
+    }
+
+    /// Part of a segment that also holds other blocks.
+    pub(crate) fn is_split(&self) -> bool {
+        self.prev != NIL || self.next != NIL
+    }
+
+    pub(crate) fn is_expandable(&self) -> bool {
+        self.expandable != NIL
+    }
+
+    /// Free and waiting for nothing: may be merged with, or handed out.
+    pub(crate) fn is_available(&self) -> bool {
+        !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
+    }
+}
+
+/// All blocks, addressed by index; freed slots are reused.
+#[derive(Debug, Default)]
+pub(crate) struct Slab {
+    blocks: Vec<Block>,
+    vacant: Vec<BlockId>,
+}
+
+impl Slab {
+    pub fn insert(&mut self, block: Block) -> BlockId {
+        if let Some(id) = self.vacant.pop() {
+            self.blocks[id as usize] = block;
+            id
+        } else {
+            self.blocks.push(block);
+            (self.blocks.len() - 1) as BlockId
+        }
+    }
+
+    pub fn remove(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id as usize];
+        b.size = 0;
+        b.stream_uses = Vec::new();
+        self.vacant.push(id);
+    }
+
+    /// Live blocks (slots that are not vacant have a non-zero size).
+    pub fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
+        self.blocks.iter().enumerate().filter(|(_, b)| b.size != 0).map(|(i, b)| (i as BlockId, b))
+    }
+}
+
+impl std::ops::Index<BlockId> for Slab {
+    type Output = Block;
+    fn index(&self, id: BlockId) -> &Block {
+        &self.blocks[id as usize]
+    }
+}
+
+impl std::ops::IndexMut<BlockId> for Slab {
+    fn index_mut(&mut self, id: BlockId) -> &mut Block {
+        &mut self.blocks[id as usize]
+    }
+}
+
+/// `(size, address)` packed so that integer order is (size, address) order.
+fn key(size: usize, addr: u64) -> u128 {
+    ((size as u128) << 64) | addr as u128
+}
+
+/// A pool's free blocks of one kind, per stream, in (size, address) order: best fit for `size`
+/// on a stream is the first entry at or after `(size, 0)` in that stream's map.
+#[derive(Debug, Default)]
+pub(crate) struct FreeList {
+    streams: Vec<(StreamId, SortedMap)>,
+}
+
+impl FreeList {
+    fn stream(&self, stream: StreamId) -> Option<&SortedMap> {
+        self.streams.iter().find(|(s, _)| *s == stream).map(|(_, m)| m)
+    }
+
+    pub fn insert(&mut self, b: &Block, id: BlockId) {
+        let i = self.streams.iter().position(|(s, _)| *s == b.stream).unwrap_or_else(|| {
+            self.streams.push((b.stream, SortedMap::default()));
+            self.streams.len() - 1
+        });
+        self.streams[i].1.insert(key(b.size, b.addr), id);
+    }
+
+    pub fn remove(&mut self, b: &Block) {
+        if let Some((_, m)) = self.streams.iter_mut().find(|(s, _)| *s == b.stream) {
+            m.remove(key(b.size, b.addr));
+        }
+    }
+
+    /// The best fit: `stream`'s smallest block of at least `size` bytes, lowest address first.
+    pub fn best_fit(&self, stream: StreamId, size: usize) -> Option<Found> {
+        let s = self.streams.iter().position(|(st, _)| *st == stream)?;
+        let (pos, (k, id)) = self.streams[s].1.first_at_least(key(size, 0))?;
+        Some(Found { stream: s, pos, size: (k >> 64) as usize, id })
+    }
+
+    /// Takes out a block found by [`FreeList::best_fit`] (nothing changed since).
+    pub fn take(&mut self, found: Found) {
+        self.streams[found.stream].1.remove_at(found.pos);
+    }
+
+    /// `stream`'s blocks of at least `size` bytes, smallest first: `(size, id)`.
+    pub fn at_least(&self, stream: StreamId, size: usize) -> impl Iterator<Item = (usize, BlockId)> + '_ {
+        self.stream(stream).into_iter().flat_map(move |m| m.from(key(size, 0))).map(|(k, id)| ((k >> 64) as usize, id))
+    }
+
+    /// `stream`'s blocks of less than `size` bytes, largest first: `(size, id)`.
+    pub fn below(&self, stream: StreamId, size: usize) -> impl Iterator<Item = (usize, BlockId)> + '_ {
+        self.stream(stream).into_iter().flat_map(move |m| m.below(key(size, 0))).map(|(k, id)| ((k >> 64) as usize, id))
+    }
+
+    /// Every block, all streams.
+    pub fn ids(&self) -> impl Iterator<Item = BlockId> + '_ {
+        self.streams.iter().flat_map(|(_, m)| m.values())
+    }
+}
+
+/// A block found in a [`FreeList`], and where.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found {
+    stream: usize,
+    pos: Pos,
+    pub size: usize,
+    pub id: BlockId,
+}
+
+/// A pool's free blocks.
+#[derive(Debug, Default)]
+pub(crate) struct BlockPool {
+    /// Free, mapped blocks.
+    pub free: FreeList,
+    /// Unmapped pieces of expandable segments.
+    pub unmapped: FreeList,
+}
+
+/// A multiplicative hasher for addresses (512-aligned `u64`s): cheap, and it spreads the high
+/// bits down so the table's low index bits differ between neighbouring blocks.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        let h = (self.0 ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
+}
+
+/// Live (allocated) blocks by address.
+pub(crate) type LiveMap = HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>;

@@ -1,0 +1,202 @@
+//! `torch.cuda`'s memory functions, backed by one [`CachingAllocator`] per device over the driver.
+
+use super::{rt, Runtime, Stream};
+use crate::alloc::{AllocatorSettings, CachingAllocator, MemoryStats, RawMemory, Snapshot};
+use crate::driver::{DevicePtr, Driver, EventId, StreamId};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// The allocator's door to one device of the driver.
+struct DriverMemory {
+    driver: Arc<dyn Driver>,
+    device: usize,
+}
+
+impl RawMemory for DriverMemory {
+    fn malloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.driver.malloc(self.device, bytes)
+    }
+    fn free(&self, ptr: DevicePtr, _bytes: usize) -> Result<()> {
+        self.driver.free(self.device, ptr)
+    }
+    fn mem_info(&self) -> Result<(usize, usize)> {
+        self.driver.mem_get_info(self.device)
+    }
+    fn record_event(&self, stream: StreamId) -> Result<EventId> {
+        let ev = self.driver.event_create(self.device, false, false)?;
+        if let Err(e) = self.driver.event_record(ev, stream) {
+            self.driver.event_destroy(ev);
+            return Err(e);
+        }
+        Ok(ev)
+    }
+    fn event_done(&self, event: EventId) -> Result<bool> {
+        self.driver.event_query(event)
+    }
+    fn event_release(&self, event: EventId) {
+        self.driver.event_destroy(event)
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.driver.synchronize_device(self.device)
+    }
+    fn vmm_granularity(&self) -> Option<usize> {
+        self.driver.vmm_granularity(self.device)
+    }
+    fn vmm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
+        self.driver.vmm_reserve(self.device, bytes)
+    }
+    fn vmm_map(&self, at: DevicePtr, bytes: usize) -> Result<()> {
+        self.driver.vmm_map(self.device, at, bytes)
+    }
+    fn vmm_unmap(&self, at: DevicePtr, bytes: usize) -> Result<()> {
+        self.driver.vmm_unmap(self.device, at, bytes)
+    }
+    fn vmm_release(&self, base: DevicePtr, bytes: usize) -> Result<()> {
+        self.driver.vmm_release(self.device, base, bytes)
+    }
+}
+
+impl Runtime {
+    /// The device's caching allocator, made on first use with `CUDASEM_ALLOC_CONF`'s settings.
+    pub(crate) fn allocator(&self, device: usize) -> Result<&CachingAllocator> {
+        let device = self.check(device)?;
+        let settings = self.alloc_settings.as_ref().map_err(Clone::clone)?;
+        Ok(self.devices[device].allocator.get_or_init(|| {
+            let memory = Arc::new(DriverMemory { driver: self.driver.clone(), device });
+            CachingAllocator::new(device, memory, settings.clone())
+        }))
+    }
+
+    /// The allocators made so far (devices never allocated on hold nothing).
+    fn allocators(&self) -> impl Iterator<Item = &CachingAllocator> {
+        self.devices.iter().filter_map(|d| d.allocator.get())
+    }
+}
+
+/// The allocator settings in force (from `CUDASEM_ALLOC_CONF`).
+pub fn allocator_settings() -> Result<AllocatorSettings> {
+    rt()?.alloc_settings.clone()
+}
+
+fn with_allocator<R>(device: Option<usize>, f: impl FnOnce(&CachingAllocator) -> R) -> Result<R> {
+    let rt = rt()?;
+    Ok(f(rt.allocator(rt.resolve(device)?)?))
+}
+
+/// Bytes held by live blocks (rounded sizes) on the device (`None`: the current device).
+pub fn memory_allocated(device: Option<usize>) -> Result<usize> {
+    with_allocator(device, |a| a.memory_allocated())
+}
+
+/// Peak of [`memory_allocated`] since the start or the last [`reset_peak_memory_stats`].
+pub fn max_memory_allocated(device: Option<usize>) -> Result<usize> {
+    with_allocator(device, |a| a.max_memory_allocated())
+}
+
+/// Bytes the caching allocator holds from the driver on the device.
+pub fn memory_reserved(device: Option<usize>) -> Result<usize> {
+    with_allocator(device, |a| a.memory_reserved())
+}
+
+/// Peak of [`memory_reserved`].
+pub fn max_memory_reserved(device: Option<usize>) -> Result<usize> {
+    with_allocator(device, |a| a.max_memory_reserved())
+}
+
+/// Resets the `peak` of every statistic to its current value.
+pub fn reset_peak_memory_stats(device: Option<usize>) -> Result<()> {
+    with_allocator(device, |a| a.reset_peak_stats())
+}
+
+/// Every statistic, with PyTorch's keys (`allocated_bytes.all.current`, `num_alloc_retries`, …).
+pub fn memory_stats(device: Option<usize>) -> Result<MemoryStats> {
+    with_allocator(device, |a| a.memory_stats())
+}
+
+/// A readable table of the device's allocator statistics, like PyTorch's.
+pub fn memory_summary(device: Option<usize>) -> Result<String> {
+    with_allocator(device, |a| a.memory_summary())
+}
+
+/// Returns every cached, unused segment of every device to the driver.
+pub fn empty_cache() -> Result<()> {
+    let rt = rt()?;
+    for a in rt.allocators() {
+        a.empty_cache()?;
+    }
+    Ok(())
+}
+
+/// Caps what the allocator may reserve on the device to `fraction` of its memory (0 to 1).
+pub fn set_per_process_memory_fraction(fraction: f64, device: Option<usize>) -> Result<()> {
+    with_allocator(device, |a| a.set_memory_fraction(fraction))?
+}
+
+/// The cap set by [`set_per_process_memory_fraction`] (1.0 when none).
+pub fn get_per_process_memory_fraction(device: Option<usize>) -> Result<f64> {
+    with_allocator(device, |a| a.memory_fraction())
+}
+
+/// A raw block of `size` bytes from the caching allocator, for a program's own kernels, on
+/// `device` (`None`: current) and ordered on `stream` (`None`: the device's current stream).
+/// Give it back with [`caching_allocator_delete`].
+pub fn caching_allocator_alloc(size: usize, device: Option<usize>, stream: Option<&Stream>) -> Result<u64> {
+    let rt = rt()?;
+    let device = rt.resolve(device)?;
+    let stream = match stream {
+        Some(s) if s.device() != device => {
+            return Err(Error::InvalidArgument {
+                op: "caching_allocator_alloc",
+                reason: format!("the stream is on cuda:{} but the block is asked on cuda:{device}", s.device()),
+            })
+        }
+        Some(s) => s.clone(),
+        None => super::current_stream(Some(device))?,
+    };
+    Ok(rt.allocator(device)?.raw_alloc(size, stream.driver_id())?.0)
+}
+
+/// Frees a block from [`caching_allocator_alloc`] (it returns to the cache).
+pub fn caching_allocator_delete(ptr: u64) -> Result<()> {
+    let rt = rt()?;
+    for a in rt.allocators() {
+        if a.block_size(DevicePtr(ptr)).is_some() {
+            return a.raw_delete(DevicePtr(ptr));
+        }
+    }
+    Err(Error::InvalidPointer {
+        device: rt.resolve(None).unwrap_or(0),
+        ptr,
+        reason: "not a live block of the caching allocator (freed twice, or not from caching_allocator_alloc?)".into(),
+    })
+}
+
+/// Marks a block from [`caching_allocator_alloc`] as used on `stream` too: once freed, it is
+/// reused only after the work queued on `stream` until now has completed (`Tensor.record_stream`).
+pub fn caching_allocator_record_stream(ptr: u64, stream: &Stream) -> Result<()> {
+    let rt = rt()?;
+    rt.allocator(stream.device())?.record_stream(DevicePtr(ptr), stream.driver_id())
+}
+
+/// Segments and blocks of every device's allocator, plus the recorded history
+/// (see [`record_memory_history`]); export with [`Snapshot::to_json`] / [`Snapshot::to_pickle`]
+/// (the pickle opens in PyTorch's memory_viz).
+pub fn memory_snapshot() -> Result<Snapshot> {
+    let rt = rt()?;
+    // One entry per device, so `device_traces[i]` is device i's history, as PyTorch lays it out.
+    let mut all = Snapshot::default();
+    for d in 0..rt.devices.len() {
+        all.merge(rt.allocator(d)?.snapshot());
+    }
+    Ok(all)
+}
+
+/// Starts (or with `enabled = false` stops) recording allocator events on every device, keeping
+/// the last `max_entries` of each (`torch.cuda.memory._record_memory_history`).
+pub fn record_memory_history(enabled: bool, max_entries: usize) -> Result<()> {
+    let rt = rt()?;
+    for d in 0..rt.devices.len() {
+        rt.allocator(d)?.record_history(enabled, max_entries);
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! Trace replay through the caching allocator: a small inline trace, and PyTorch's real
+//! ResNet-50 trace when `../shared/traces` is present.
+
+// In a module named `alloc` so that `cargo test alloc` selects these tests.
+mod alloc {
+    use cudasem::alloc::{replay, AllocatorSettings, ReplayOptions, Trace};
+    use cudasem::Error;
+    use std::path::PathBuf;
+
+    const SMALL: &str = "action,addr,size,stream
+alloc,1000,100,0
+alloc,2000,3000000,0
+alloc,3000,700,0
+free_requested,1000,100,0
+free_completed,1000,100,0
+alloc,4000,100,0
+free_completed,2000,3000000,0
+free_completed,3000,700,0
+alloc,5000,3000000,0
+free_completed,4000,100,0
+free_completed,5000,3000000,0
+";
+
+    #[test]
+    fn replays_a_small_trace() {
+        let trace = Trace::parse(SMALL).unwrap();
+        let r = replay(&trace, &ReplayOptions::default()).unwrap();
+        assert_eq!((r.allocs, r.frees), (5, 5));
+        assert_eq!(r.peak_live_requested, 3_000_800);
+        assert_eq!(r.peak_allocated, 3_000_320 + 512 + 1024, "rounded to 512");
+        assert_eq!(r.peak_reserved, (2 << 20) + (20 << 20), "one small and one large segment");
+        assert_eq!(r.segment_allocs, 2, "the second 3 MB block reuses the cached one");
+        assert_eq!(r.stats.get("allocated_bytes.all.current"), Some(0));
+    }
+
+    #[test]
+    fn replay_rejects_inconsistent_traces() {
+        let t = Trace::parse("alloc,1,10,0\nfree_completed,2,10,0\n").unwrap();
+        assert!(matches!(replay(&t, &ReplayOptions::default()), Err(Error::InvalidTrace { line: 2, .. })));
+        let t = Trace::parse("alloc,1,10,0\nalloc,1,10,0\n").unwrap();
+        assert!(matches!(replay(&t, &ReplayOptions::default()), Err(Error::InvalidTrace { line: 2, .. })));
+        let t = Trace::parse("alloc,1,10000,0\n").unwrap();
+        let tiny = ReplayOptions { capacity: 1 << 20, ..Default::default() };
+        assert!(matches!(replay(&t, &tiny), Err(Error::OutOfMemory { .. })));
+    }
+
+    fn shared_trace(name: &str) -> Option<Trace> {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/traces").join(name);
+        if !path.exists() {
+            eprintln!("skipped: {} not found", path.display());
+            return None;
+        }
+        Some(Trace::from_file(&path).unwrap())
+    }
+
+    /// PyTorch 2.11 on this trace: 7,033,847,808 bytes reserved at the peak, 104 driver allocations.
+    #[test]
+    fn resnet50_default_settings_match_or_beat_pytorch() {
+        let Some(trace) = shared_trace("resnet50_train.csv") else { return };
+        let r = replay(&trace, &ReplayOptions::default()).unwrap();
+        println!("default settings:\n{r}");
+        assert_eq!(r.peak_live_requested, 5_762_142_352);
+        assert!(r.peak_reserved <= 7_033_847_808, "{r}");
+        assert!(r.segment_allocs <= 104, "{r}");
+    }
+
+    /// A trace recorded from cudasem's own history replays to the same result.
+    #[test]
+    fn recorded_history_replays_the_same() {
+        use cudasem::alloc::{AccountingMemory, CachingAllocator, TraceAction};
+        use std::sync::Arc;
+        let trace = Trace::parse(SMALL).unwrap();
+        let a = CachingAllocator::new(0, Arc::new(AccountingMemory::new(1 << 30)), AllocatorSettings::default());
+        a.record_history(true, 1 << 16);
+        let mut live = std::collections::HashMap::new();
+        for e in &trace.events {
+            match e.action {
+                TraceAction::Alloc => {
+                    live.insert(e.addr, a.malloc(e.size, e.stream).unwrap());
+                }
+                TraceAction::FreeCompleted => a.free(live.remove(&e.addr).unwrap()).unwrap(),
+                _ => {}
+            }
+        }
+        let recorded = Trace::from_entries(&a.snapshot().device_traces[0]);
+        let csv = recorded.to_csv();
+        assert!(csv.starts_with("action,addr,size,stream\nsegment_alloc,"), "{csv}");
+        let (r1, r2) = (
+            replay(&trace, &ReplayOptions::default()).unwrap(),
+            replay(&Trace::parse(&csv).unwrap(), &ReplayOptions::default()).unwrap(),
+        );
+        assert_eq!(
+            (r1.peak_reserved, r1.peak_allocated, r1.segment_allocs),
+            (r2.peak_reserved, r2.peak_allocated, r2.segment_allocs)
+        );
+        assert_eq!(r1.peak_live_requested, r2.peak_live_requested);
+    }
+
+    #[test]
+    fn resnet50_expandable_segments_stay_within_5_percent_of_live_bytes() {
+        let Some(trace) = shared_trace("resnet50_train.csv") else { return };
+        let settings = AllocatorSettings::parse("expandable_segments:True").unwrap();
+        let r = replay(&trace, &ReplayOptions { settings, ..Default::default() }).unwrap();
+        println!("expandable_segments:True:\n{r}");
+        assert!(r.peak_reserved as f64 <= 1.05 * r.peak_live_requested as f64, "{r}");
+    }
+}

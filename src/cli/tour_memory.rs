@@ -86,7 +86,7 @@ pub fn out_of_memory() -> Result<Outcome, Failure> {
     let b = cuda::caching_allocator_alloc(chunk, None, None).map_err(e)?;
     cuda::caching_allocator_delete(a).map_err(e)?;
     cuda::caching_allocator_delete(b).map_err(e)?;
-    let retries = stat("num_alloc_retries")?;
+    let (retries, frees) = (stat("num_alloc_retries")?, stat("num_device_free")?);
     let big = chunk / 2 * 3;
     println!(
         "   cache holds 2 × {} freed; driver has {} free; asking for {}",
@@ -95,12 +95,12 @@ pub fn out_of_memory() -> Result<Outcome, Failure> {
         fmt_bytes(big)
     );
     let c = cuda::caching_allocator_alloc(big, None, None).map_err(e)?;
-    let retried = stat("num_alloc_retries")? - retries;
+    let (retried, freed) = (stat("num_alloc_retries")? - retries, stat("num_device_free")? - frees);
     println!(
-        "   → succeeded after freeing the cache (num_alloc_retries +{retried}); reserved now {}",
+        "   → succeeded by giving {freed} cached segment(s) back to the driver (num_alloc_retries +{retried}); reserved now {}",
         fmt_bytes(cuda::memory_reserved(None).map_err(e)?)
     );
-    check(retried == 1, || format!("expected one retry, saw {retried}"))?;
+    check(freed >= 1, || "the allocation fit only without the cache, yet no cached segment was freed".into())?;
     cuda::caching_allocator_delete(c).map_err(e)?;
     cuda::empty_cache().map_err(e)?;
     let p = cuda::caching_allocator_alloc(64 << 20, None, None).map_err(e)?;

@@ -157,7 +157,11 @@ pub fn caching_allocator_alloc(size: usize, device: Option<usize>, stream: Optio
 }
 
 /// Frees a block from [`caching_allocator_alloc`] (it returns to the cache).
+/// Deleting the null pointer (what a zero-byte request returns) does nothing, as in PyTorch.
 pub fn caching_allocator_delete(ptr: u64) -> Result<()> {
+    if ptr == 0 {
+        return Ok(());
+    }
     let rt = rt()?;
     for a in rt.allocators() {
         if a.block_size(DevicePtr(ptr)).is_some() {

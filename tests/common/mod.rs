@@ -133,3 +133,57 @@ impl XorShift64 {
             .collect()
     }
 }
+
+/// One allocator statistic of `device` by PyTorch's key (`num_device_alloc`, `allocated_bytes.all.current`, …).
+#[track_caller]
+pub fn stat(device: usize, key: &str) -> i64 {
+    cuda::memory_stats(Some(device)).expect("memory_stats").get(key).unwrap_or_else(|| panic!("no key {key}"))
+}
+
+/// `device`'s segments now (the whole-process snapshot filtered to one device).
+pub fn device_segments(device: usize) -> Vec<cudasem::alloc::SegmentInfo> {
+    let mut s = cuda::memory_snapshot().expect("memory_snapshot").segments;
+    s.retain(|s| s.device == device);
+    s
+}
+
+/// The segment of `device` holding address `ptr`.
+#[track_caller]
+pub fn segment_of(device: usize, ptr: u64) -> cudasem::alloc::SegmentInfo {
+    device_segments(device)
+        .into_iter()
+        .find(|s| s.address <= ptr && ptr < s.address + s.total_size as u64)
+        .unwrap_or_else(|| panic!("no segment of cuda:{device} holds {ptr:#x}"))
+}
+
+/// Asserts that `device`'s allocator statistics equal the totals of a snapshot taken right after
+/// them: reserved bytes are the sum of that device's segment sizes, allocated bytes the sum of its
+/// `active_allocated` blocks, and every other `current` value agrees (`Snapshot::mismatches`).
+/// Call it only while nothing else allocates on `device`.
+#[track_caller]
+pub fn assert_stats_match_snapshot(device: usize) {
+    use cudasem::alloc::BlockState;
+    let stats = cuda::memory_stats(Some(device)).expect("memory_stats");
+    let (allocated, reserved) = (
+        cuda::memory_allocated(Some(device)).expect("memory_allocated"),
+        cuda::memory_reserved(Some(device)).expect("memory_reserved"),
+    );
+    let mut snap = cuda::memory_snapshot().expect("memory_snapshot");
+    snap.segments.retain(|s| s.device == device);
+    let seg_bytes: usize = snap.segments.iter().map(|s| s.total_size).sum();
+    let live_bytes: usize = snap
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .map(|b| b.size)
+        .sum();
+    let get = |k: &str| stats.get(k).unwrap_or_else(|| panic!("memory_stats has no key {k}"));
+    assert_eq!(get("reserved_bytes.all.current"), seg_bytes as i64, "cuda:{device}: reserved = sum of segment sizes");
+    assert_eq!(reserved, seg_bytes, "cuda:{device}: memory_reserved = sum of segment sizes");
+    assert_eq!(get("allocated_bytes.all.current"), live_bytes as i64, "cuda:{device}: allocated = live blocks");
+    assert_eq!(allocated, live_bytes, "cuda:{device}: memory_allocated = sum of active_allocated blocks");
+    assert_eq!(get("segment.all.current"), snap.segments.len() as i64, "cuda:{device}: segment count");
+    let mismatches = snap.mismatches(&stats);
+    assert!(mismatches.is_empty(), "cuda:{device}: stats and snapshot disagree: {mismatches:#?}");
+}

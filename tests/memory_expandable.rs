@@ -1,0 +1,161 @@
+//! `CUDASEM_ALLOC_CONF=expandable_segments:True` through the runtime: one segment per (stream,
+//! pool) that grows by mapping pages, data across page borders, pages unmapped by `empty_cache`.
+//! The settings are read once per process, so this file holds one test, which sets them before
+//! any other cudasem call.
+
+mod common;
+
+use common::{assert_stats_match_snapshot, device_segments, is_sim, stream_pair, XorShift64};
+use cudasem::alloc::{PoolKind, SegmentInfo, TraceAction};
+use cudasem::cuda::{self, Stream};
+use cudasem::testing::RawBuffer;
+use cudasem::Result;
+
+const MIB: usize = 1 << 20;
+
+/// `device`'s segments of `stream` and `pool`.
+fn segments(device: usize, stream: &Stream, pool: PoolKind) -> Vec<SegmentInfo> {
+    let mut s = device_segments(device);
+    s.retain(|s| s.stream.0 == stream.id() && s.segment_type == pool);
+    s
+}
+
+/// The one segment of `stream` and `pool`, which must be expandable and hold `blocks`.
+#[track_caller]
+fn the_segment(device: usize, stream: &Stream, pool: PoolKind, blocks: &[&RawBuffer]) -> SegmentInfo {
+    let segs = segments(device, stream, pool);
+    assert_eq!(segs.len(), 1, "one {pool:?} segment for the stream, not {segs:#?}");
+    let seg = segs.into_iter().next().unwrap();
+    assert!(seg.is_expandable, "{seg:?}");
+    for b in blocks {
+        let inside = seg.address <= b.ptr() && b.ptr() + b.len() as u64 <= seg.address + seg.total_size as u64;
+        assert!(inside, "the block at {:#x} lies in the segment {seg:?}", b.ptr());
+    }
+    seg
+}
+
+#[track_caller]
+fn write_and_check(b: &RawBuffer, s: &Stream, rng: &mut XorShift64) -> Result<Vec<u8>> {
+    let data = rng.nonzero_bytes(b.len());
+    b.write(&data, s)?;
+    assert!(b.read(s)? == data, "{} bytes at {:#x} read back", b.len(), b.ptr());
+    Ok(data)
+}
+
+#[test]
+fn expandable_segments_grow_in_place_and_give_pages_back() -> Result<()> {
+    // Before any other cudasem call: the runtime reads the settings once.
+    std::env::set_var(cudasem::alloc::ALLOC_CONF_ENV, "expandable_segments:True");
+    let settings = cuda::allocator_settings()?;
+    assert!(settings.expandable_segments(), "allocator_settings reports expandable segments: {settings}");
+    assert_eq!(settings.to_string(), "expandable_segments:True");
+
+    let d = 0;
+    let (s, s2) = stream_pair(d)?;
+    let mut rng = XorShift64::new(21);
+    let granularity = cudasem::driver::global()?.vmm_granularity(d);
+    if is_sim() {
+        assert!(granularity.is_some(), "the sim driver has virtual memory management");
+    }
+    let Some(g) = granularity else {
+        eprintln!("cuda:{d} has no virtual memory management: checking that ordinary segments are used instead");
+        let a = RawBuffer::cached(Some(d), 3 * MIB, Some(&s))?;
+        let b = RawBuffer::cached(Some(d), 1000, Some(&s))?;
+        write_and_check(&a, &s, &mut rng)?;
+        write_and_check(&b, &s, &mut rng)?;
+        let snap = cuda::memory_snapshot()?;
+        assert!(snap.segments.iter().all(|seg| !seg.is_expandable), "{:#?}", snap.segments);
+        assert_eq!(segments(d, &s, PoolKind::Large)[0].total_size, 20 * MIB, "PyTorch's 20 MiB segment");
+        assert_stats_match_snapshot(d);
+        return Ok(());
+    };
+    // Pages: 2 MiB (small pool) and 20 MiB (large pool), rounded up to the granularity.
+    let sp = (2 * MIB).div_ceil(g) * g;
+    let lp = (20 * MIB).div_ceil(g) * g;
+    cuda::record_memory_history(true, 10_000)?;
+    let maps = || cuda::memory_stats(Some(d)).map(|m| m.num_device_alloc());
+    let n0 = maps()?;
+
+    // Large pool: blocks that make the segment grow, the second across the first page's end.
+    let l1 = RawBuffer::cached(Some(d), lp - MIB, Some(&s))?;
+    let seg = the_segment(d, &s, PoolKind::Large, &[&l1]);
+    assert_eq!((seg.address, seg.total_size), (l1.ptr(), lp), "one page mapped");
+    let n1 = maps()?;
+    assert!(n1 > n0, "mapping a page is a driver allocation");
+    let l2 = RawBuffer::cached(Some(d), 2 * MIB, Some(&s))?;
+    assert_eq!(l2.ptr(), l1.ptr() + (lp - MIB) as u64, "the segment grows in place: right after the first block");
+    let seg = the_segment(d, &s, PoolKind::Large, &[&l1, &l2]);
+    assert_eq!((seg.address, seg.total_size), (l1.ptr(), 2 * lp), "a second page mapped behind the first");
+    let l2_data = write_and_check(&l2, &s, &mut rng)?; // across the page border
+    let n2 = maps()?;
+    assert!(n2 > n1);
+    let l3 = RawBuffer::cached(Some(d), 2 * lp + 5 * MIB, Some(&s))?;
+    assert_eq!(l3.ptr(), l2.ptr() + (2 * MIB) as u64);
+    let seg = the_segment(d, &s, PoolKind::Large, &[&l1, &l2, &l3]);
+    assert_eq!(seg.total_size, 4 * lp, "grown to four pages, still one segment");
+    assert!(maps()? > n2);
+
+    // Small pool: 700 KiB blocks until one straddles a page border.
+    let mut small = vec![RawBuffer::cached(Some(d), 700 << 10, Some(&s))?];
+    let base = small[0].ptr();
+    while small.len() < 2 + sp / (700 << 10) {
+        small.push(RawBuffer::cached(Some(d), 700 << 10, Some(&s))?);
+    }
+    let refs: Vec<&RawBuffer> = small.iter().collect();
+    let seg = the_segment(d, &s, PoolKind::Small, &refs);
+    assert_eq!(seg.address, base);
+    assert_eq!(seg.total_size, 2 * sp, "the small segment grew by a page");
+    let straddling =
+        small.iter().find(|b| (b.ptr() - base) / sp as u64 != (b.ptr() - base + b.len() as u64 - 1) / sp as u64);
+    let small_data: Vec<Vec<u8>> = small.iter().map(|b| write_and_check(b, &s, &mut rng)).collect::<Result<_>>()?;
+    assert!(straddling.is_some(), "one small block lies across the page border");
+
+    // Another stream gets a segment of its own.
+    let other = RawBuffer::cached(Some(d), 5 * MIB, Some(&s2))?;
+    let seg2 = the_segment(d, &s2, PoolKind::Large, &[&other]);
+    assert_eq!(seg2.total_size, lp);
+    assert_stats_match_snapshot(d);
+    let reserved = cuda::memory_reserved(Some(d))?;
+    assert_eq!(reserved, 4 * lp + 2 * sp + lp);
+
+    // Freeing keeps the pages; empty_cache unmaps the pages no block uses.
+    let frees0 = cuda::memory_stats(Some(d))?.num_device_free();
+    drop(l3);
+    assert_eq!(cuda::memory_reserved(Some(d))?, reserved, "a freed block stays mapped");
+    let (free_before, _) = cuda::mem_get_info(Some(d))?;
+    cuda::empty_cache()?;
+    let (free_after, _) = cuda::mem_get_info(Some(d))?;
+    let seg = the_segment(d, &s, PoolKind::Large, &[&l1, &l2]);
+    assert_eq!(seg.total_size, 2 * lp, "the two pages behind l2 were unmapped");
+    assert_eq!(cuda::memory_reserved(Some(d))?, reserved - 2 * lp);
+    assert!(cuda::memory_stats(Some(d))?.num_device_free() > frees0);
+    assert!(free_after >= free_before + lp, "the driver got pages back: free {free_before} -> {free_after}");
+    assert!(l2.read(&s)? == l2_data, "blocks on the pages that stayed keep their data");
+    for (b, x) in small.iter().zip(&small_data) {
+        assert!(b.read(&s)? == *x);
+    }
+    assert_stats_match_snapshot(d);
+
+    // Growing again after the unmap maps pages again, in place.
+    let l4 = RawBuffer::cached(Some(d), lp + 3 * MIB, Some(&s))?;
+    assert_eq!(l4.ptr(), l2.ptr() + (2 * MIB) as u64, "the freed room behind l2 grows again");
+    write_and_check(&l4, &s, &mut rng)?;
+    assert_stats_match_snapshot(d);
+
+    // Everything freed and emptied: no memory held, no segment left.
+    drop((l1, l2, l4, small, other));
+    assert_eq!(cuda::memory_allocated(Some(d))?, 0);
+    cuda::empty_cache()?;
+    assert_eq!(cuda::memory_reserved(Some(d))?, 0, "every page unmapped");
+    let snap = cuda::memory_snapshot()?;
+    assert!(snap.segments.iter().all(|seg| seg.device != d), "{:#?}", snap.segments);
+    assert_stats_match_snapshot(d);
+
+    let trace = &snap.device_traces[d];
+    let count = |a: TraceAction| trace.iter().filter(|e| e.action == a).count();
+    assert!(count(TraceAction::SegmentMap) >= 7, "pages are mapped one by one: {trace:?}");
+    assert!(count(TraceAction::SegmentUnmap) >= 2, "and unmapped by empty_cache: {trace:?}");
+    assert_eq!(count(TraceAction::SegmentAlloc), 0, "no ordinary segment was made: {trace:?}");
+    cuda::record_memory_history(false, 0)?;
+    Ok(())
+}

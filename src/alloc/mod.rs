@@ -41,6 +41,7 @@ mod accounting;
 mod allocator;
 mod block;
 mod departures;
+mod driver_memory;
 mod expandable;
 mod history;
 mod pickle;
@@ -57,8 +58,9 @@ mod value;
 pub use accounting::{AccountingMemory, MemoryCounts};
 pub use allocator::CachingAllocator;
 pub use block::PoolKind;
+pub use driver_memory::DriverMemory;
 pub use history::{TraceAction, TraceEntry};
-pub use replay::{replay, ReplayOptions, ReplayReport};
+pub use replay::{replay, replay_with, ReplayOptions, ReplayReport};
 pub use settings::{
     AllocatorSettings, ALLOC_CONF_ENV, LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,
     SMALL_SIZE,

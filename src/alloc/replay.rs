@@ -7,6 +7,7 @@ use super::history::TraceAction;
 use super::settings::AllocatorSettings;
 use super::stats::MemoryStats;
 use super::trace::Trace;
+use super::RawMemory;
 use crate::driver::DevicePtr;
 use crate::error::{fmt_bytes, Error, Result};
 use std::collections::HashMap;
@@ -88,7 +89,14 @@ pub fn replay(trace: &Trace, options: &ReplayOptions) -> Result<ReplayReport> {
     let memory = Arc::new(AccountingMemory::with_options(0, options.capacity, Some(2 << 20)));
     // A replay runs no device work: every stream is idle at every moment.
     memory.set_events_complete_at_once(true);
-    let allocator = CachingAllocator::new(0, memory, options.settings.clone());
+    replay_with(trace, memory, &options.settings)
+}
+
+/// Replays `trace` like [`replay`], through a [`CachingAllocator`] over `memory` (for instance a
+/// simulated device of the sim driver, whose memory is only accounted until somebody writes it).
+/// A replay runs no device work, so `memory` should report every recorded event as complete.
+pub fn replay_with(trace: &Trace, memory: Arc<dyn RawMemory>, settings: &AllocatorSettings) -> Result<ReplayReport> {
+    let allocator = CachingAllocator::new(0, memory, settings.clone());
     let mut live: HashMap<u64, (DevicePtr, usize)> = HashMap::new();
     let (mut allocs, mut frees, mut alloc_ns, mut free_ns) = (0usize, 0usize, 0u128, 0u128);
     let (mut requested, mut peak_requested) = (0usize, 0usize);

@@ -1,60 +1,10 @@
 //! `torch.cuda`'s memory functions, backed by one [`CachingAllocator`] per device over the driver.
 
 use super::{rt, Runtime, Stream};
-use crate::alloc::{AllocatorSettings, CachingAllocator, MemoryStats, RawMemory, Snapshot};
-use crate::driver::{DevicePtr, Driver, EventId, StreamId};
+use crate::alloc::{AllocatorSettings, CachingAllocator, DriverMemory, MemoryStats, Snapshot};
+use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
 use std::sync::Arc;
-
-/// The allocator's door to one device of the driver.
-struct DriverMemory {
-    driver: Arc<dyn Driver>,
-    device: usize,
-}
-
-impl RawMemory for DriverMemory {
-    fn malloc(&self, bytes: usize) -> Result<DevicePtr> {
-        self.driver.malloc(self.device, bytes)
-    }
-    fn free(&self, ptr: DevicePtr, _bytes: usize) -> Result<()> {
-        self.driver.free(self.device, ptr)
-    }
-    fn mem_info(&self) -> Result<(usize, usize)> {
-        self.driver.mem_get_info(self.device)
-    }
-    fn record_event(&self, stream: StreamId) -> Result<EventId> {
-        let ev = self.driver.event_create(self.device, false, false)?;
-        if let Err(e) = self.driver.event_record(ev, stream) {
-            self.driver.event_destroy(ev);
-            return Err(e);
-        }
-        Ok(ev)
-    }
-    fn event_done(&self, event: EventId) -> Result<bool> {
-        self.driver.event_query(event)
-    }
-    fn event_release(&self, event: EventId) {
-        self.driver.event_destroy(event)
-    }
-    fn synchronize(&self) -> Result<()> {
-        self.driver.synchronize_device(self.device)
-    }
-    fn vmm_granularity(&self) -> Option<usize> {
-        self.driver.vmm_granularity(self.device)
-    }
-    fn vmm_reserve(&self, bytes: usize) -> Result<DevicePtr> {
-        self.driver.vmm_reserve(self.device, bytes)
-    }
-    fn vmm_map(&self, at: DevicePtr, bytes: usize) -> Result<()> {
-        self.driver.vmm_map(self.device, at, bytes)
-    }
-    fn vmm_unmap(&self, at: DevicePtr, bytes: usize) -> Result<()> {
-        self.driver.vmm_unmap(self.device, at, bytes)
-    }
-    fn vmm_release(&self, base: DevicePtr, bytes: usize) -> Result<()> {
-        self.driver.vmm_release(self.device, base, bytes)
-    }
-}
 
 impl Runtime {
     /// The device's caching allocator, made on first use with `CUDASEM_ALLOC_CONF`'s settings.
@@ -62,7 +12,7 @@ impl Runtime {
         let device = self.check(device)?;
         let settings = self.alloc_settings.as_ref().map_err(Clone::clone)?;
         Ok(self.devices[device].allocator.get_or_init(|| {
-            let memory = Arc::new(DriverMemory { driver: self.driver.clone(), device });
+            let memory = Arc::new(DriverMemory::new(self.driver.clone(), device));
             CachingAllocator::new(device, memory, settings.clone())
         }))
     }

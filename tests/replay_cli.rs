@@ -1,0 +1,105 @@
+//! `cudasem replay`: the command a user runs on a PyTorch allocator trace.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn binary() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_cudasem"));
+    if built.exists() {
+        return built;
+    }
+    std::env::var_os("CUDASEM_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".gpu/bin/bin-cudasem"))
+}
+
+fn replay(path: &std::path::Path, conf: &str, json: bool) -> Output {
+    let mut cmd = Command::new(binary());
+    cmd.arg("replay").arg(path).env("CUDASEM_ALLOC_CONF", conf);
+    if json {
+        cmd.arg("--json");
+    }
+    cmd.output().expect("the cudasem binary starts")
+}
+
+fn temp_trace(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("cudasem-{}-{name}.csv", std::process::id()));
+    std::fs::write(&p, text).expect("temp file");
+    p
+}
+
+/// The number after `"key":` in a flat JSON object.
+fn field(json: &str, key: &str) -> f64 {
+    let at = json.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {json}")) + key.len() + 3;
+    let rest = &json[at..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().unwrap_or_else(|_| panic!("{key} is not a number in {json}"))
+}
+
+#[test]
+fn a_small_trace_reports_the_figures_as_json() {
+    // Two 3 MiB blocks live at once, one freed and its memory reused by a third of 2 MiB.
+    let p = temp_trace(
+        "small",
+        "action,addr,size,stream\nalloc,4096,3145728,0\nalloc,8192,3145728,0\nfree_requested,4096,3145728,0\nfree_completed,4096,3145728,0\nalloc,12288,2097152,0\nfree_completed,8192,3145728,0\nfree_completed,12288,2097152,0\n",
+    );
+    let o = replay(&p, "", true);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(field(&out, "allocs"), 3.0);
+    assert_eq!(field(&out, "peak_live_requested_bytes"), 6291456.0);
+    assert_eq!(field(&out, "peak_allocated_bytes"), 6291456.0);
+    assert_eq!(field(&out, "segment_allocs"), 1.0, "both 3 MiB blocks fit one 20 MiB segment: {out}");
+    assert_eq!(field(&out, "peak_reserved_bytes"), 20971520.0);
+    assert!(field(&out, "ns_per_op") > 0.0);
+    let _ = std::fs::remove_file(p);
+}
+
+#[test]
+fn a_malformed_trace_names_the_line_and_exits_2() {
+    let p = temp_trace("bad", "action,addr,size,stream\nalloc,4096,512,0\nalloc,8192,lots,0\n");
+    let o = replay(&p, "", false);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("line 3") && !err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_file(&p);
+
+    let p = temp_trace("unknown-free", "action,addr,size,stream\nfree_completed,4096,512,0\n");
+    let o = replay(&p, "", false);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
+    let _ = std::fs::remove_file(&p);
+
+    let o = replay(std::path::Path::new("/no/such/trace.csv"), "", false);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/no/such/trace.csv"));
+}
+
+#[test]
+fn a_bad_allocator_setting_is_named() {
+    let p = temp_trace("conf", "action,addr,size,stream\nalloc,4096,512,0\n");
+    let o = replay(&p, "roundup_power2_divisions:3", false);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("roundup_power2_divisions"), "{err}");
+    let _ = std::fs::remove_file(p);
+}
+
+/// The shared ResNet-50 trace, when the repository sits beside `shared/` (CI, development).
+fn resnet_trace() -> Option<PathBuf> {
+    ["../shared/traces/resnet50_train.csv", concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/resnet50_train.csv")]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+#[test]
+fn resnet50_beats_pytorch_from_the_command_line() {
+    let Some(trace) = resnet_trace() else {
+        eprintln!("skipping: ../shared/traces/resnet50_train.csv is not here");
+        return;
+    };
+    let out = String::from_utf8_lossy(&replay(&trace, "", true).stdout).into_owned();
+    assert!(field(&out, "peak_reserved_bytes") <= 7_033_847_808.0, "{out}");
+    assert!(field(&out, "segment_allocs") <= 104.0, "{out}");
+    let out = String::from_utf8_lossy(&replay(&trace, "expandable_segments:True", true).stdout).into_owned();
+    assert!(field(&out, "peak_reserved_bytes") <= 1.05 * field(&out, "peak_live_requested_bytes"), "{out}");
+}

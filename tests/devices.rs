@@ -3,10 +3,11 @@
 
 mod common;
 
-use common::{assert_invalid_device, is_sim, last_device, ms, two_devices};
+use common::{assert_busy, assert_invalid_device, is_sim, last_device, ms, retry_if_stalled, two_devices};
 use cudasem::cuda::{self, DeviceGuard, Stream};
 use cudasem::{testing, Device, Error, IntoCudaDevice, Result};
 use std::sync::Barrier;
+use std::time::Instant;
 
 #[test]
 fn device_count_is_positive_and_cuda_is_available() {
@@ -238,20 +239,29 @@ fn mem_get_info_free_is_at_most_total() -> Result<()> {
 
 #[test]
 fn synchronize_waits_for_the_devices_streams() -> Result<()> {
+    // The device is only proven to be waited for if the delay was still running when
+    // synchronize was called.
     for d in 0..cuda::device_count() {
-        let s = Stream::new(Some(d), 0)?;
-        testing::delay(&s, ms(150))?;
-        assert!(!s.query()?, "the delay on cuda:{d} is still running");
-        cuda::synchronize(Some(d))?;
-        assert!(s.query()?, "synchronize(Some({d})) returned before the device's stream finished");
+        retry_if_stalled(ms(150), |delay| {
+            let s = Stream::new(Some(d), 0)?;
+            let queued = Instant::now();
+            testing::delay(&s, delay)?;
+            let busy = assert_busy(!s.query()?, queued, delay, &format!("the delay on cuda:{d} is still running"));
+            cuda::synchronize(Some(d))?;
+            assert!(s.query()?, "synchronize(Some({d})) returned before the device's stream finished");
+            Ok(busy)
+        })?;
     }
     // synchronize(None) is the current device's.
     let last = last_device();
     let s = Stream::new(Some(last), 0)?;
     cuda::set_device(last)?;
-    testing::delay(&s, ms(150))?;
-    assert!(!s.query()?);
-    cuda::synchronize(None)?;
-    assert!(s.query()?, "synchronize(None) on cuda:{last} returned before its stream finished");
-    Ok(())
+    retry_if_stalled(ms(150), |delay| {
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        let busy = assert_busy(!s.query()?, queued, delay, &format!("the delay on cuda:{last} is still running"));
+        cuda::synchronize(None)?;
+        assert!(s.query()?, "synchronize(None) on cuda:{last} returned before its stream finished");
+        Ok(busy)
+    })
 }

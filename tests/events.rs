@@ -3,10 +3,13 @@
 
 mod common;
 
-use common::{assert_measures_delay, last_device, ms, stream_pair, two_devices, warm_up};
+use common::{
+    assert_busy, assert_measures_delay, last_device, ms, retry_if_stalled, stream_pair, two_devices, warm_up,
+};
 use cudasem::cuda::{self, Event, EventFlags, Stream, StreamGuard};
 use cudasem::testing::{self, RawBuffer};
 use cudasem::{Error, Result};
+use std::time::Instant;
 
 const LEN: usize = 32 << 10;
 
@@ -33,14 +36,19 @@ fn a_new_event_is_complete_and_belongs_to_no_device() -> Result<()> {
 #[test]
 fn a_recorded_event_is_pending_during_a_delay_and_complete_after_synchronize() -> Result<()> {
     for d in 0..cuda::device_count() {
-        let s = Stream::new(Some(d), 0)?;
-        let e = plain()?;
-        testing::delay(&s, ms(300))?;
-        e.record(Some(&s))?;
-        assert_eq!(e.device(), Some(d), "recording binds the event to the stream's device");
-        assert!(!e.query()?, "cuda:{d}: the event waits for the delay queued before it");
-        e.synchronize()?;
-        assert!(e.query()?, "cuda:{d}: complete after synchronize()");
+        retry_if_stalled(ms(300), |delay| {
+            let s = Stream::new(Some(d), 0)?;
+            let e = plain()?;
+            let queued = Instant::now();
+            testing::delay(&s, delay)?;
+            e.record(Some(&s))?;
+            assert_eq!(e.device(), Some(d), "recording binds the event to the stream's device");
+            let what = format!("cuda:{d}: the event waits for the delay queued before it");
+            let busy = assert_busy(!e.query()?, queued, delay, &what);
+            e.synchronize()?;
+            assert!(e.query()?, "cuda:{d}: complete after synchronize()");
+            Ok(busy)
+        })?;
     }
     Ok(())
 }
@@ -48,16 +56,19 @@ fn a_recorded_event_is_pending_during_a_delay_and_complete_after_synchronize() -
 #[test]
 fn a_re_recorded_event_tracks_its_latest_recording() -> Result<()> {
     let s = Stream::new(Some(0), 0)?;
-    let e = plain()?;
-    e.record(Some(&s))?;
-    e.synchronize()?;
-    assert!(e.query()?);
-    testing::delay(&s, ms(300))?;
-    e.record(Some(&s))?;
-    assert!(!e.query()?, "the second recording is behind the delay");
-    e.synchronize()?;
-    assert!(e.query()?);
-    Ok(())
+    retry_if_stalled(ms(300), |delay| {
+        let e = plain()?;
+        e.record(Some(&s))?;
+        e.synchronize()?;
+        assert!(e.query()?);
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        e.record(Some(&s))?;
+        let busy = assert_busy(!e.query()?, queued, delay, "the second recording is behind the delay");
+        e.synchronize()?;
+        assert!(e.query()?);
+        Ok(busy)
+    })
 }
 
 #[test]
@@ -168,12 +179,14 @@ fn check_event_order(
     s2.synchronize()?;
 
     let e = plain()?;
-    testing::delay(s1, ms(300))?;
+    let (queued, delay) = (Instant::now(), ms(300));
+    testing::delay(s1, delay)?;
     a.fill(1, s1)?;
     record(&e)?;
     assert_eq!(e.device(), Some(s1.device()));
     wait(&e)?;
-    assert!(!e.query()?, "the event must still be pending when s2 is told to wait");
+    // Only a precondition: the order itself is proven by b's bytes below, whatever this observed.
+    assert_busy(!e.query()?, queued, delay, "the event must still be pending when s2 is told to wait");
     b.copy_from(&a, s2)?;
     assert_all(&b.read(s2)?, 1, "s2 ran after the event");
     Ok(())
@@ -220,16 +233,21 @@ fn waiting_on_a_never_recorded_event_is_a_no_op() -> Result<()> {
 fn record_none_uses_the_current_stream() -> Result<()> {
     let last = last_device();
     let s = Stream::new(Some(last), 0)?;
-    let e = plain()?;
-    testing::delay(&s, ms(300))?;
-    {
-        let _g = StreamGuard::new(&s)?;
-        e.record(None)?;
-    }
-    assert_eq!(e.device(), Some(last), "recorded on the current stream's device");
-    assert!(!e.query()?, "recorded behind the delay on the current stream (not on the idle default stream)");
-    s.synchronize()?;
-    assert!(e.query()?);
+    retry_if_stalled(ms(300), |delay| {
+        let e = plain()?;
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        {
+            let _g = StreamGuard::new(&s)?;
+            e.record(None)?;
+        }
+        assert_eq!(e.device(), Some(last), "recorded on the current stream's device");
+        let what = "recorded behind the delay on the current stream (not on the idle default stream)";
+        let busy = assert_busy(!e.query()?, queued, delay, what);
+        s.synchronize()?;
+        assert!(e.query()?);
+        Ok(busy)
+    })?;
 
     // And it orders other streams after the current stream's work.
     let (s1, s2) = stream_pair(last)?;
@@ -243,12 +261,16 @@ fn event_clones_are_the_same_event() -> Result<()> {
     let c = e.clone();
     assert_eq!(e, c);
     assert_ne!(e, plain()?, "two new events are different events");
-    testing::delay(&s, ms(300))?;
-    e.record(Some(&s))?;
-    assert_eq!(c.device(), Some(last_device()), "recording one handle binds the other");
-    assert!(!c.query()?, "the clone sees the pending recording");
-    c.synchronize()?;
-    assert!(e.query()?);
+    retry_if_stalled(ms(300), |delay| {
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        e.record(Some(&s))?;
+        assert_eq!(c.device(), Some(last_device()), "recording one handle binds the other");
+        let busy = assert_busy(!c.query()?, queued, delay, "the clone sees the pending recording");
+        c.synchronize()?;
+        assert!(e.query()?);
+        Ok(busy)
+    })?;
     let moved = std::thread::spawn(move || c).join().unwrap();
     assert_eq!(moved, e);
     Ok(())
@@ -258,14 +280,20 @@ fn event_clones_are_the_same_event() -> Result<()> {
 fn elapsed_time_with_a_pending_end_event_is_not_ready_until_it_completes() -> Result<()> {
     let s = Stream::new(Some(0), 0)?;
     warm_up(&s)?;
-    let (start, end) = (timing()?, timing()?);
-    start.record(Some(&s))?;
-    testing::delay(&s, ms(300))?;
-    end.record(Some(&s))?;
-    assert_eq!(start.elapsed_time(&end), Err(Error::EventNotReady));
-    end.synchronize()?;
-    assert_measures_delay(start.elapsed_time(&end)?, 300);
-    Ok(())
+    retry_if_stalled(ms(300), |delay| {
+        let (start, end) = (timing()?, timing()?);
+        start.record(Some(&s))?;
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        end.record(Some(&s))?;
+        let early = start.elapsed_time(&end);
+        // Ready only if this thread was stalled past the delay; any other error is a failure.
+        assert!(matches!(early, Err(Error::EventNotReady) | Ok(_)), "elapsed_time on a pending end event: {early:?}");
+        let busy = assert_busy(early == Err(Error::EventNotReady), queued, delay, "elapsed_time is EventNotReady");
+        end.synchronize()?;
+        assert_measures_delay(start.elapsed_time(&end)?, delay.as_millis() as u64);
+        Ok(busy)
+    })
 }
 
 /// CUDA: `cuStreamWaitEvent` waits for the event's most recent recording *at the time of the

@@ -4,13 +4,17 @@
 
 mod common;
 
-use common::{assert_invalid_argument, assert_invalid_device, last_device, ms, stream_pair, two_devices, XorShift64};
+use common::{
+    assert_busy, assert_invalid_argument, assert_invalid_device, last_device, ms, retry_if_stalled, stream_pair,
+    two_devices, XorShift64,
+};
 use cudasem::cuda::{self, DeviceGuard, Event, Stream};
 use cudasem::testing::{self, RawBuffer};
 use cudasem::Result;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
+use std::time::Instant;
 
 const LEN: usize = 64 << 10;
 
@@ -160,11 +164,16 @@ fn stream_equality_hash_and_clone() -> Result<()> {
 #[test]
 fn query_is_false_while_a_delay_runs_and_true_after_synchronize() -> Result<()> {
     for d in 0..cuda::device_count() {
-        let s = Stream::new(Some(d), 0)?;
-        testing::delay(&s, ms(300))?;
-        assert!(!s.query()?, "cuda:{d}: query() must be false while the stream is busy");
-        s.synchronize()?;
-        assert!(s.query()?, "cuda:{d}: query() must be true after synchronize()");
+        retry_if_stalled(ms(300), |delay| {
+            let s = Stream::new(Some(d), 0)?;
+            let queued = Instant::now();
+            testing::delay(&s, delay)?;
+            let what = format!("cuda:{d}: query() must be false while the stream is busy");
+            let busy = assert_busy(!s.query()?, queued, delay, &what);
+            s.synchronize()?;
+            assert!(s.query()?, "cuda:{d}: query() must be true after synchronize()");
+            Ok(busy)
+        })?;
     }
     Ok(())
 }
@@ -191,17 +200,34 @@ fn wait_stream_orders_a_stream_after_another() -> Result<()> {
 fn without_a_wait_another_stream_does_not_see_queued_work() -> Result<()> {
     let (s1, s2) = stream_pair(0)?;
     let a = RawBuffer::new(Some(0), LEN)?;
-    a.write(&vec![3u8; LEN], &s1)?;
-    s1.synchronize()?;
-
-    testing::delay(&s1, ms(1000))?;
-    a.fill(7, &s1)?;
-    // s2 is not ordered after s1: it reads the old bytes while s1 is still in its delay.
-    assert_all(&a.read(&s2)?, 3, "read on s2 while s1's fill is queued behind a 1 s delay");
-    assert!(!s1.query()?, "the read must have happened during the delay");
-    s1.synchronize()?;
-    assert_all(&a.read(&s2)?, 7, "after s1 finished");
-    Ok(())
+    // s2 is not ordered after s1: it reads the old bytes while s1 is still in its delay. A read that
+    // wrongly waited for s1 would look just like this thread being stalled past the delay by another
+    // thread's driver call, so a stall is retried once with a longer delay and then fails.
+    for delay in [ms(1000), ms(4000)] {
+        a.write(&vec![3u8; LEN], &s1)?;
+        s1.synchronize()?;
+        let queued = Instant::now();
+        testing::delay(&s1, delay)?;
+        a.fill(7, &s1)?;
+        let seen = a.read(&s2)?;
+        // s1 still busy after the read returned: its fill had not run, so the read saw the old bytes.
+        let during = assert_busy(!s1.query()?, queued, delay, "the read must have happened during the delay");
+        if during {
+            assert_all(&seen, 3, "read on s2 while s1's fill is queued behind the delay");
+        } else {
+            assert!(seen.iter().all(|&b| b == 3 || b == 7), "a read racing s1's fill saw other bytes");
+        }
+        s1.synchronize()?;
+        assert_all(&a.read(&s2)?, 7, "after s1 finished");
+        if during {
+            return Ok(());
+        }
+        eprintln!("note: retrying with a longer delay than {delay:?}");
+    }
+    panic!(
+        "s1 was never still busy after s2's read returned, with delays of 1 s and 4 s: s2's read waited for \
+         s1's queued work (s2 is not ordered after s1), or this thread was stalled past both delays"
+    )
 }
 
 #[test]
@@ -215,11 +241,13 @@ fn wait_event_orders_a_stream_after_the_recorded_work() -> Result<()> {
     s2.synchronize()?;
 
     let e = Event::new(Default::default())?;
-    testing::delay(&s1, ms(300))?;
+    let (queued, delay) = (Instant::now(), ms(300));
+    testing::delay(&s1, delay)?;
     a.fill(1, &s1)?;
     e.record(Some(&s1))?;
     s2.wait_event(&e)?;
-    assert!(!e.query()?, "the event is still pending behind the delay");
+    // Only a precondition: the order itself is proven by b's bytes below, whatever this observed.
+    assert_busy(!e.query()?, queued, delay, "the event is still pending behind the delay");
     b.copy_from(&a, &s2)?;
     assert_all(&b.read(&s2)?, 1, "s2 waited for the event after s1's fill");
     Ok(())
@@ -228,23 +256,30 @@ fn wait_event_orders_a_stream_after_the_recorded_work() -> Result<()> {
 #[test]
 fn record_event_returns_an_event_that_completes_with_the_stream() -> Result<()> {
     let s = Stream::new(Some(last_device()), 0)?;
-    testing::delay(&s, ms(300))?;
-    let e = s.record_event(None)?;
-    assert_eq!(e.device(), Some(last_device()));
-    assert!(!e.flags().enable_timing, "record_event(None) makes an event without timing");
-    assert!(!e.query()?, "the event waits for the delay queued before it");
-    s.synchronize()?;
-    assert!(e.query()?, "the event completed with the stream");
+    retry_if_stalled(ms(300), |delay| {
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        let e = s.record_event(None)?;
+        assert_eq!(e.device(), Some(last_device()));
+        assert!(!e.flags().enable_timing, "record_event(None) makes an event without timing");
+        let busy = assert_busy(!e.query()?, queued, delay, "the event waits for the delay queued before it");
+        s.synchronize()?;
+        assert!(e.query()?, "the event completed with the stream");
+        Ok(busy)
+    })?;
 
     // record_event(Some(e)) records the given event and returns a handle to it.
-    let mine = Event::new(Default::default())?;
-    testing::delay(&s, ms(300))?;
-    let same = s.record_event(Some(&mine))?;
-    assert_eq!(same, mine);
-    assert!(!mine.query()?);
-    mine.synchronize()?;
-    assert!(mine.query()? && same.query()?);
-    Ok(())
+    retry_if_stalled(ms(300), |delay| {
+        let mine = Event::new(Default::default())?;
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        let same = s.record_event(Some(&mine))?;
+        assert_eq!(same, mine);
+        let busy = assert_busy(!mine.query()?, queued, delay, "record_event(Some(e)) records e behind the delay");
+        mine.synchronize()?;
+        assert!(mine.query()? && same.query()?);
+        Ok(busy)
+    })
 }
 
 #[test]

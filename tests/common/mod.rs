@@ -5,7 +5,7 @@
 use cudasem::cuda::{self, Stream};
 use cudasem::{Error, Result};
 use std::fmt::Debug;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Upper sanity margin for event-measured delays: timing asserts are only sanity bounds.
 pub const TIMING_MARGIN_MS: f32 = 2000.0;
@@ -67,6 +67,51 @@ pub fn stream_pair(device: usize) -> Result<(Stream, Stream)> {
 pub fn warm_up(stream: &Stream) -> Result<()> {
     cudasem::testing::delay(stream, Duration::from_micros(100))?;
     stream.synchronize()
+}
+
+/// Asserts `busy` (a `query() == false` observation, or any other "still pending" observation)
+/// unless this thread was stalled past the delay: a pending state can only be observed while less
+/// than `delay` of host time has passed since the delay was queued (`queued`, taken right before
+/// `testing::delay`). On a real GPU another thread's synchronous driver call (`cuMemFree`,
+/// `cuCtxSynchronize`, `cuMemAlloc`) can stall this thread's next call until the device is idle,
+/// and then the work has legitimately finished. A stall is reported on stderr, never hidden as a
+/// pass of the ordering itself: callers whose ordering proof rests on data keep that proof.
+///
+/// Returns whether the pending state was observed (`false` only after a reported stall), so a
+/// caller can retry with a longer delay ([`retry_if_stalled`]). Evaluate `busy` in the call, so
+/// that the elapsed time is measured after the query.
+#[track_caller]
+pub fn assert_busy(busy: bool, queued: Instant, delay: Duration, what: &str) -> bool {
+    if busy {
+        return true;
+    }
+    let waited = queued.elapsed();
+    assert!(
+        waited >= delay,
+        "{what}: already complete {waited:?} after a {delay:?} delay was queued, so the work did not wait for it"
+    );
+    let at = std::panic::Location::caller();
+    eprintln!(
+        "note ({at}): {what}: not observed: complete {waited:?} after a {delay:?} delay was queued, so this thread \
+         was stalled past the delay (by another thread's synchronous driver call) and the work had legitimately \
+         finished"
+    );
+    false
+}
+
+/// Runs `attempt` with `delay`, and once more with a 4x longer one when the first could not
+/// observe the pending state because this thread was stalled (`attempt` returns what
+/// [`assert_busy`] returned). A second stall is reported on stderr and accepted.
+pub fn retry_if_stalled(delay: Duration, mut attempt: impl FnMut(Duration) -> Result<bool>) -> Result<()> {
+    if attempt(delay)? {
+        return Ok(());
+    }
+    let longer = delay * 4;
+    eprintln!("note: retrying with a {longer:?} delay");
+    if !attempt(longer)? {
+        eprintln!("note: stalled again with a {longer:?} delay; the pending state was not observed this run");
+    }
+    Ok(())
 }
 
 /// Asserts that an event-measured time for a delay of `delay_ms` is plausible.

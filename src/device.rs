@@ -65,6 +65,31 @@ impl FromStr for Device {
     }
 }
 
+/// Anything that names a device, CPU or CUDA: a [`Device`] or a string like `"cpu"`,
+/// `"cuda"`, `"cuda:1"` (used where tensors are placed).
+pub trait IntoDevice {
+    /// The device this names (a CUDA index is not yet checked against the device count).
+    fn into_device(self) -> Result<Device>;
+}
+
+impl IntoDevice for Device {
+    fn into_device(self) -> Result<Device> {
+        Ok(self)
+    }
+}
+
+impl IntoDevice for &str {
+    fn into_device(self) -> Result<Device> {
+        self.parse()
+    }
+}
+
+impl IntoDevice for &String {
+    fn into_device(self) -> Result<Device> {
+        self.parse()
+    }
+}
+
 /// Anything that names a CUDA device: an index, a [`Device`], or a device string.
 ///
 /// `Device::Cuda(None)` and `"cuda"` mean the current device; `Device::Cpu` / `"cpu"` are

@@ -164,6 +164,131 @@ pub enum Error {
         /// The driver's description.
         message: String,
     },
+    /// Tensors of one op live on different devices (and peer access between the two CUDA
+    /// devices is not enabled).
+    #[error("Expected all tensors to be on the same device, but found at least two devices, {lhs} and {rhs}! ({op}: {})", device_mismatch_hint(*lhs, *rhs))]
+    DeviceMismatch {
+        /// The op.
+        op: &'static str,
+        /// The device the op runs on (its first operand's).
+        lhs: crate::Device,
+        /// The device of the operand that does not fit.
+        rhs: crate::Device,
+    },
+    /// Two shapes that must broadcast together (or be equal) do not.
+    #[error("{op}: the size of tensor a ({}) must match the size of tensor b ({}) at non-singleton dimension {}; shapes {lhs:?} and {rhs:?} are not broadcastable (sizes must be equal or 1 in each dimension, aligned from the right)", mismatch_at(lhs, rhs).1, mismatch_at(lhs, rhs).2, mismatch_at(lhs, rhs).0)]
+    ShapeMismatch {
+        /// The op.
+        op: &'static str,
+        /// The first shape (for `expand`/`copy_`: the tensor's own; for in-place ops: the source's).
+        lhs: Vec<usize>,
+        /// The second shape (for `expand`/`copy_`/in-place ops: the target shape).
+        rhs: Vec<usize>,
+    },
+    /// A matrix product whose inner dimensions differ.
+    #[error("{op}: mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{}); the last dimension of the first operand must equal the second-to-last dimension of the second (shapes {lhs:?} and {rhs:?}); transpose or reshape an operand", matrix_dims(lhs).0, matrix_dims(lhs).1, matrix_dims(rhs).0, matrix_dims(rhs).1)]
+    MatmulShapeMismatch {
+        /// The op (`matmul`, `bmm`).
+        op: &'static str,
+        /// Shape of the first operand.
+        lhs: Vec<usize>,
+        /// Shape of the second operand.
+        rhs: Vec<usize>,
+    },
+    /// A dimension index outside the tensor's rank.
+    #[error("{op}: Dimension out of range (expected to be in range of [{}, {}], but got {dim})", -(dim_bound(*ndim) as i64), dim_bound(*ndim) - 1)]
+    InvalidDim {
+        /// The op.
+        op: &'static str,
+        /// The dimension as given (negative counts from the end).
+        dim: i64,
+        /// The tensor's number of dimensions.
+        ndim: usize,
+    },
+    /// A shape that does not fit the op or the data (a reshape to another element count, a
+    /// `view` of incompatible strides, a slice past the end, …).
+    #[error("{op}: invalid shape {shape:?}: {reason}")]
+    InvalidShape {
+        /// The op.
+        op: &'static str,
+        /// The shape as given (`-1` = inferred).
+        shape: Vec<i64>,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An op that has no implementation for a dtype (PyTorch: `"gelu" not implemented for 'Long'`).
+    #[error("\"{op}\" not implemented for '{}' (dtype {dtype}); convert the tensor first, e.g. with .to_dtype(DType::F32)", dtype.scalar_type_name())]
+    UnsupportedDType {
+        /// The op.
+        op: &'static str,
+        /// The dtype it does not support.
+        dtype: crate::DType,
+    },
+    /// A tensor of the wrong dtype where one dtype is required (a bool condition, `to_vec::<T>`
+    /// of another dtype, matmul operands of two dtypes).
+    #[error("{op}: expected a tensor of dtype {expected} but found {found}")]
+    DTypeMismatch {
+        /// The op.
+        op: &'static str,
+        /// The dtype required.
+        expected: crate::DType,
+        /// The dtype found.
+        found: crate::DType,
+    },
+    /// Host memory for a CPU tensor (or a staging buffer) could not be allocated.
+    #[error("host out of memory: tried to allocate {} for a CPU tensor or staging buffer; use smaller tensors", fmt_bytes(*requested))]
+    HostOutOfMemory {
+        /// Bytes asked for.
+        requested: usize,
+    },
+    /// An in-place op whose result dtype cannot be stored in the tensor (PyTorch's `can_cast`).
+    #[error("{op}: result type {} can't be cast to the desired output type {}; use an out-of-place op or convert the operand", from.scalar_type_name(), to.scalar_type_name())]
+    CannotCast {
+        /// The op.
+        op: &'static str,
+        /// The result dtype of the op.
+        from: crate::DType,
+        /// The dtype of the tensor written in place.
+        to: crate::DType,
+    },
+}
+
+fn device_mismatch_hint(lhs: crate::Device, rhs: crate::Device) -> String {
+    match (lhs, rhs) {
+        (crate::Device::Cuda(Some(a)), crate::Device::Cuda(Some(b))) => format!(
+            "move one operand with .to(), or call cudasem::cuda::enable_peer_access({a}, {b}) to let ops read across the two GPUs"
+        ),
+        _ => "move one operand with .to(), .cuda() or .cpu(); only 0-dimensional CPU tensors mix with CUDA tensors"
+            .to_string(),
+    }
+}
+
+/// How many dimension indices a rank allows on each side (a 0-dim tensor takes `0` and `-1`).
+fn dim_bound(ndim: usize) -> usize {
+    ndim.max(1)
+}
+
+/// `(dimension from the left of the longer shape, size in lhs, size in rhs)` of the first
+/// mismatch from the right.
+fn mismatch_at(lhs: &[usize], rhs: &[usize]) -> (usize, usize, usize) {
+    let n = lhs.len().max(rhs.len());
+    for i in 0..n {
+        let a = if i < lhs.len() { lhs[lhs.len() - 1 - i] } else { 1 };
+        let b = if i < rhs.len() { rhs[rhs.len() - 1 - i] } else { 1 };
+        if a != b && a != 1 && b != 1 {
+            return (n - 1 - i, a, b);
+        }
+    }
+    (n.saturating_sub(1), lhs.last().copied().unwrap_or(1), rhs.last().copied().unwrap_or(1))
+}
+
+/// `(rows, cols)` of a shape seen as a (batch of) matrices; a vector is one row.
+fn matrix_dims(shape: &[usize]) -> (usize, usize) {
+    match shape {
+        [] => (1, 1),
+        [k] => (1, *k),
+        [.., m, k] => (*m, *k),
+    }
 }
 
 /// Formats a byte count the way PyTorch's messages do (`200.00 GiB`).

@@ -55,6 +55,32 @@
 //! | `e.record(s) / query() / synchronize() / wait(s) / elapsed_time(end)` | same names on [`cuda::Event`] |
 //! | `torch.device("cuda:1")` | [`Device`] (`"cpu"`, `"cuda"`, `"cuda:N"`) |
 //! | `torch.cuda.OutOfMemoryError`, other errors | [`Error`] (one enum, structured variants) |
+//! | `torch.float32`, `torch.int64`, …, `torch.promote_types`, `torch.result_type` | [`DType`], [`DType::promote_types`], [`result_type`] |
+//! | `torch.empty/zeros/ones/full/arange/rand/randn(…, dtype, device)` | [`Tensor::empty`], [`Tensor::zeros`], [`Tensor::ones`], [`Tensor::full`], [`Tensor::arange`], [`Tensor::rand`], [`Tensor::randn`] |
+//! | `torch.manual_seed(s)` | [`manual_seed`] (the same numbers on every device) |
+//! | `torch.tensor(data)` / `t.tolist()` / `t.item()` | [`Tensor::from_slice`] / [`Tensor::to_vec`] / [`Tensor::item`] |
+//! | `t.shape / t.stride() / t.dtype / t.device / t.data_ptr()` | [`Tensor::shape`], [`Tensor::stride`], [`Tensor::dtype`], [`Tensor::device`], [`Tensor::data_ptr`] |
+//! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] |
+//! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
+//! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] and `std::ops` operators with `Output = Result<Tensor>` |
+//!
+//! Tensors follow CUDA semantics: a tensor made on `"cuda"` lands on the current device; an op
+//! runs on its tensors' device, on that device's current stream, whatever the current device;
+//! tensors on two devices are [`Error::DeviceMismatch`] unless peer access between them was
+//! enabled.
+//!
+//! ```
+//! use cudasem::{cuda, DType, Device, Tensor};
+//! # fn main() -> cudasem::Result<()> {
+//! let x = {
+//!     let _g = cuda::DeviceGuard::new(cuda::device_count() - 1)?;
+//!     Tensor::ones(&[2, 3], DType::F32, "cuda")? // on the current device: the last one
+//! };
+//! let y = (&x * 2.0)?; // runs where `x` lives, whatever the current device is now
+//! assert_eq!(y.device(), x.device());
+//! assert_eq!(y.sum_all()?.cpu()?.item::<f32>()?, 12.0);
+//! # Ok(()) }
+//! ```
 //!
 //! ## Choosing the driver
 //!
@@ -68,9 +94,15 @@ pub mod alloc;
 pub mod cuda;
 pub mod device;
 pub mod driver;
+mod dtype;
 pub mod error;
 mod runtime;
+mod scalar;
+mod tensor;
 pub mod testing;
 
-pub use device::{Device, IntoCudaDevice};
+pub use device::{Device, IntoCudaDevice, IntoDevice};
+pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use scalar::Scalar;
+pub use tensor::{initial_seed, manual_seed, result_type, Operand, Tensor};

@@ -2,6 +2,8 @@
 //!
 //! * [`sim`]: a simulated multi-GPU machine (CPU threads as streams, capacity-limited memory,
 //!   a peer matrix, fault injection). Always compiled; the default where no GPU exists.
+//! * [`kernel`]: device work described by op and dtype ([`kernel::KernelOp`]), which
+//!   [`Driver::launch`] queues on a stream.
 //! * [`cuda`]: real NVIDIA GPUs through `cudarc` (driver API, NVRTC), loaded dynamically so the
 //!   crate builds and runs on machines without CUDA.
 //!
@@ -10,7 +12,9 @@
 //! reports only what callers cannot foresee (out of memory, device failures, unsupported
 //! operations). Handles are opaque numbers, unique within one driver instance.
 
+pub(crate) mod cpu;
 pub mod cuda;
+pub mod kernel;
 pub mod sim;
 
 use crate::error::{Error, Result};
@@ -139,6 +143,12 @@ pub trait Driver: Send + Sync + 'static {
     fn vmm_unmap(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()>;
     /// Returns a whole reserved range (all of it unmapped first) to the driver (`cuMemAddressFree`).
     fn vmm_release(&self, device: usize, base: DevicePtr, bytes: usize) -> Result<()>;
+
+    /// Queues `op` on `stream`; returns once it is queued (like a kernel launch). Every address
+    /// the op reads or writes must be live memory of the stream's device, or of a device whose
+    /// memory the stream's device may access (peer access enabled); the caller keeps it alive
+    /// until the work completes. [`Error::Unsupported`] where the driver has no kernel for it.
+    fn launch(&self, stream: StreamId, op: &kernel::KernelOp) -> Result<()>;
 
     /// Test hook: queues work that keeps `stream` busy for `duration` (a spin kernel on CUDA).
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()>;

@@ -20,6 +20,7 @@
 //!   (see `kernels.rs`).
 //! * Expandable segments (the `vmm_*` methods) live in `vmm.rs`.
 
+use super::kernel::KernelOp;
 use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};
@@ -607,6 +608,19 @@ impl Driver for CudaDriver {
 
     fn vmm_release(&self, device: usize, base: DevicePtr, bytes: usize) -> Result<()> {
         vmm::release(self, device, base, bytes)
+    }
+
+    fn launch(&self, stream: StreamId, op: &KernelOp) -> Result<()> {
+        op.validate()?;
+        self.stream(stream, "launch")?;
+        Err(Error::Unsupported {
+            op: "launch",
+            driver: DRIVER,
+            reason: format!(
+                "tensor kernels on CUDA come with NVRTC kernels (issue 4 part B); no kernel yet for {}",
+                op.name()
+            ),
+        })
     }
 
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {

@@ -7,11 +7,13 @@
 //! Test hooks delay a stream or fail the next allocation, to prove ordering and error paths.
 
 mod config;
+mod launch;
 mod memory;
 mod stream;
 
 pub use config::{parse_bytes, PeerSpec, SimConfig};
 
+use super::kernel::KernelOp;
 use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
 use crate::error::{Error, Result};
 use memory::{lock, DeviceMemory, VMM_GRANULARITY};
@@ -356,6 +358,10 @@ impl Driver for SimDriver {
 
     fn vmm_release(&self, device: usize, base: DevicePtr, bytes: usize) -> Result<()> {
         self.dev(device)?.memory.release(base, bytes)
+    }
+
+    fn launch(&self, stream: StreamId, op: &KernelOp) -> Result<()> {
+        self.launch_op(stream, op)
     }
 
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {

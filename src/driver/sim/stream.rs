@@ -24,6 +24,8 @@ struct Shared {
 /// A stream: a FIFO of jobs and the worker thread that runs them.
 #[derive(Debug)]
 pub(crate) struct SimStream {
+    /// The device the stream belongs to.
+    pub device: usize,
     queue: Mutex<mpsc::Sender<Job>>,
     shared: Arc<Shared>,
 }
@@ -41,7 +43,7 @@ impl SimStream {
                 worker.done.notify_all();
             }
         })?;
-        Ok(SimStream { queue: Mutex::new(tx), shared })
+        Ok(SimStream { device, queue: Mutex::new(tx), shared })
     }
 
     /// Queues a job; jobs run one at a time in submission order.

@@ -1,0 +1,488 @@
+//! Device work described by op and dtype, not by code: [`KernelOp`] over [`BufferView`]s.
+//!
+//! The tensor layer validates an op (devices, dtypes, shapes, broadcasting) and lowers it to one
+//! [`KernelOp`] whose operands are strided views of device (or host) memory, already broadcast
+//! to the output's shape. A driver runs it with [`crate::driver::Driver::launch`], queued on a
+//! stream. The sim driver runs the same CPU kernels the CPU device uses; the CUDA driver will run
+//! NVRTC-compiled kernels keyed by (op, dtypes).
+//!
+//! Semantics every backend implements:
+//! * Every element is read from `ptr + (offset + Σ index_i · strides_i) · dtype.size()`; strides
+//!   may be 0 (a broadcast operand). Outputs have no two elements at one address.
+//! * Elementwise ops compute in a *compute dtype* (inputs are converted to it first, as PyTorch's
+//!   TensorIterator does) and convert the result to the output's dtype. Conversions are PyTorch's:
+//!   float → integer truncates toward zero, integers wrap, anything → bool is `!= 0`.
+//! * Floating-point math may be carried out in a wider type than the compute dtype (the CPU
+//!   kernels use `f64`); results are rounded once into the output dtype.
+
+use super::DevicePtr;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::scalar::Scalar;
+
+/// A strided view of a buffer: `shape` and `strides` in elements, from element `offset` of `ptr`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferView {
+    /// Address of element 0 of the buffer (the view starts `offset` elements further on).
+    pub ptr: DevicePtr,
+    /// Element type.
+    pub dtype: DType,
+    /// Size of each dimension.
+    pub shape: Vec<usize>,
+    /// Step of each dimension, in elements (0 for a broadcast dimension).
+    pub strides: Vec<usize>,
+    /// Elements from `ptr` to the view's first element.
+    pub offset: usize,
+}
+
+impl BufferView {
+    /// Number of elements (saturating at `usize::MAX`; [`KernelOp::validate`] refuses such views).
+    pub fn numel(&self) -> usize {
+        self.shape.iter().fold(1usize, |a, &n| a.saturating_mul(n))
+    }
+
+    /// Whether the view is dense and row-major (C-contiguous).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1;
+        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if n != 1 && s != expected {
+                return false;
+            }
+            expected *= n;
+        }
+        true
+    }
+
+    /// `(first element, element count)` of the smallest range of the buffer holding every element
+    /// of the view; `None` for an empty view or one whose extent overflows.
+    pub fn span(&self) -> Option<(usize, usize)> {
+        if self.numel() == 0 {
+            return None;
+        }
+        let mut last = self.offset;
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            last = last.checked_add((n - 1).checked_mul(s)?)?;
+        }
+        Some((self.offset, last - self.offset + 1))
+    }
+
+    /// `(address, bytes)` of [`BufferView::span`].
+    pub fn byte_span(&self) -> Option<(DevicePtr, usize)> {
+        let (first, len) = self.span()?;
+        let size = self.dtype.size();
+        Some((self.ptr.offset(first.checked_mul(size)?), len.checked_mul(size)?))
+    }
+}
+
+/// Elementwise functions of one operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x` (integers wrap).
+    Neg,
+    /// `|x|`.
+    Abs,
+    /// `e^x`.
+    Exp,
+    /// Natural logarithm.
+    Log,
+    /// Square root.
+    Sqrt,
+    /// `1 / sqrt(x)`.
+    Rsqrt,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// `max(x, 0)` (NaN stays NaN).
+    Relu,
+    /// `x · Φ(x)` with the exact normal CDF (erf form, PyTorch's default `approximate='none'`).
+    Gelu,
+}
+
+impl UnaryOp {
+    /// The op's PyTorch name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+        }
+    }
+}
+
+/// Elementwise functions of two operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b` (logical or on bool).
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b` (logical and on bool).
+    Mul,
+    /// True division `a / b` (computed in a floating-point type).
+    Div,
+    /// Elementwise maximum (NaN propagates).
+    Maximum,
+    /// Elementwise minimum (NaN propagates).
+    Minimum,
+    /// `a ^ b` (integers: wrapping; a negative exponent gives 0 unless `|a| = 1`).
+    Pow,
+    /// `a == b` → bool.
+    Eq,
+    /// `a != b` → bool.
+    Ne,
+    /// `a < b` → bool.
+    Lt,
+    /// `a <= b` → bool.
+    Le,
+    /// `a > b` → bool.
+    Gt,
+    /// `a >= b` → bool.
+    Ge,
+}
+
+impl BinaryOp {
+    /// The op's PyTorch name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+        }
+    }
+
+    /// Whether the op is a comparison (its output is bool).
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+}
+
+/// Reductions over some dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum (0 for no elements).
+    Sum,
+    /// Arithmetic mean (NaN for no elements).
+    Mean,
+    /// Maximum (NaN propagates).
+    Max,
+    /// Minimum (NaN propagates).
+    Min,
+    /// Index of the first maximum within the reduced dimensions, row-major (output `I64`).
+    ArgMax,
+    /// Index of the first minimum within the reduced dimensions, row-major (output `I64`).
+    ArgMin,
+}
+
+impl ReduceOp {
+    /// The op's PyTorch name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+        }
+    }
+}
+
+/// One unit of device work. Inputs are read and the output written in the launching stream's
+/// order; an input may alias the output only elementwise (same view), as in `a.add_(b)`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KernelOp {
+    /// Sets every element of `dst` to `value` (converted to `dst.dtype`).
+    Fill {
+        /// Output.
+        dst: BufferView,
+        /// The value.
+        value: Scalar,
+    },
+    /// `dst = src` converted to `dst.dtype`; same shapes (`src` may be broadcast).
+    Cast {
+        /// Input.
+        src: BufferView,
+        /// Output.
+        dst: BufferView,
+    },
+    /// `dst = src`, same dtype and shape, any strides (a gather / scatter).
+    CopyStrided {
+        /// Input.
+        src: BufferView,
+        /// Output.
+        dst: BufferView,
+    },
+    /// `dst = op(src)` computed in `dst.dtype`.
+    Unary {
+        /// The function.
+        op: UnaryOp,
+        /// Input.
+        src: BufferView,
+        /// Output (same shape).
+        dst: BufferView,
+    },
+    /// `dst = op(lhs, rhs)`: both converted to `compute`, result converted to `dst.dtype`.
+    Binary {
+        /// The function.
+        op: BinaryOp,
+        /// First operand (broadcast to `dst.shape`).
+        lhs: BufferView,
+        /// Second operand (broadcast to `dst.shape`).
+        rhs: BufferView,
+        /// Output.
+        dst: BufferView,
+        /// The dtype both operands are converted to before `op`.
+        compute: DType,
+    },
+    /// `dst = cond ? a : b`, with `a` and `b` converted to `dst.dtype`; `cond` is bool.
+    Where {
+        /// Condition (bool).
+        cond: BufferView,
+        /// Taken where `cond` is true.
+        a: BufferView,
+        /// Taken where `cond` is false.
+        b: BufferView,
+        /// Output.
+        dst: BufferView,
+    },
+    /// Reduces `src` over `dims`; `dst` has `src`'s shape with those dimensions of size 1.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Input.
+        src: BufferView,
+        /// Output (keep-dim shape).
+        dst: BufferView,
+        /// Reduced dimensions, increasing, no repeats.
+        dims: Vec<usize>,
+    },
+    /// Softmax (or log-softmax) of `src` along `dim`, into `dst` of the same shape.
+    Softmax {
+        /// Input (floating point).
+        src: BufferView,
+        /// Output.
+        dst: BufferView,
+        /// The dimension normalized over.
+        dim: usize,
+        /// Log-softmax instead of softmax.
+        log: bool,
+    },
+    /// Batched matrix product `dst[.., m, n] = Σ_k lhs[.., m, k] · rhs[.., k, n]` over equal batch
+    /// dimensions (broadcast ones have stride 0); one floating-point dtype throughout.
+    Gemm {
+        /// `[.., M, K]`.
+        lhs: BufferView,
+        /// `[.., K, N]`.
+        rhs: BufferView,
+        /// `[.., M, N]`.
+        dst: BufferView,
+    },
+}
+
+fn bad(reason: String) -> Error {
+    Error::InvalidArgument { op: "launch", reason }
+}
+
+fn same_shape(what: &str, a: &BufferView, b: &BufferView) -> Result<()> {
+    if a.shape != b.shape {
+        return Err(bad(format!("{what}: shape {:?} differs from the output's {:?}", a.shape, b.shape)));
+    }
+    Ok(())
+}
+
+impl KernelOp {
+    /// A short name for messages: `"binary add"`, `"gemm"`, …
+    pub fn name(&self) -> String {
+        match self {
+            KernelOp::Fill { .. } => "fill".into(),
+            KernelOp::Cast { .. } => "cast".into(),
+            KernelOp::CopyStrided { .. } => "copy_strided".into(),
+            KernelOp::Unary { op, .. } => format!("unary {}", op.name()),
+            KernelOp::Binary { op, .. } => format!("binary {}", op.name()),
+            KernelOp::Where { .. } => "where".into(),
+            KernelOp::Reduce { op, .. } => format!("reduce {}", op.name()),
+            KernelOp::Softmax { log: false, .. } => "softmax".into(),
+            KernelOp::Softmax { log: true, .. } => "log_softmax".into(),
+            KernelOp::Gemm { .. } => "gemm".into(),
+        }
+    }
+
+    /// The views the op reads.
+    pub fn inputs(&self) -> Vec<&BufferView> {
+        match self {
+            KernelOp::Fill { .. } => vec![],
+            KernelOp::Cast { src, .. }
+            | KernelOp::CopyStrided { src, .. }
+            | KernelOp::Unary { src, .. }
+            | KernelOp::Reduce { src, .. }
+            | KernelOp::Softmax { src, .. } => vec![src],
+            KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => vec![lhs, rhs],
+            KernelOp::Where { cond, a, b, .. } => vec![cond, a, b],
+        }
+    }
+
+    /// The view the op writes.
+    pub fn output(&self) -> &BufferView {
+        match self {
+            KernelOp::Fill { dst, .. }
+            | KernelOp::Cast { dst, .. }
+            | KernelOp::CopyStrided { dst, .. }
+            | KernelOp::Unary { dst, .. }
+            | KernelOp::Binary { dst, .. }
+            | KernelOp::Where { dst, .. }
+            | KernelOp::Reduce { dst, .. }
+            | KernelOp::Softmax { dst, .. }
+            | KernelOp::Gemm { dst, .. } => dst,
+        }
+    }
+
+    /// Checks that the op is well formed (shapes agree, ranks and dims are in range, extents do
+    /// not overflow). Drivers call it before queuing, so kernels never see a malformed op.
+    pub fn validate(&self) -> Result<()> {
+        for v in self.inputs().into_iter().chain([self.output()]) {
+            if v.shape.len() != v.strides.len() {
+                return Err(bad(format!("a view has {} sizes but {} strides", v.shape.len(), v.strides.len())));
+            }
+            let exact = v.shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
+            if exact.is_none() || (v.numel() > 0 && v.byte_span().is_none()) {
+                return Err(bad(format!("the extent of a view of shape {:?} overflows", v.shape)));
+            }
+        }
+        let dst = self.output();
+        match self {
+            KernelOp::Fill { .. } => Ok(()),
+            KernelOp::Cast { src, .. } | KernelOp::Unary { src, .. } => same_shape("input", src, dst),
+            KernelOp::CopyStrided { src, .. } => {
+                same_shape("input", src, dst)?;
+                if src.dtype != dst.dtype {
+                    return Err(bad(format!("copy_strided from {} into {}", src.dtype, dst.dtype)));
+                }
+                Ok(())
+            }
+            KernelOp::Binary { lhs, rhs, .. } => {
+                same_shape("lhs", lhs, dst)?;
+                same_shape("rhs", rhs, dst)
+            }
+            KernelOp::Where { cond, a, b, .. } => {
+                same_shape("cond", cond, dst)?;
+                same_shape("a", a, dst)?;
+                same_shape("b", b, dst)?;
+                if cond.dtype != DType::Bool {
+                    return Err(bad(format!("where's condition is {}, not bool", cond.dtype)));
+                }
+                Ok(())
+            }
+            KernelOp::Reduce { op, src, dims, .. } => {
+                if src.shape.len() != dst.shape.len() || dims.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err(bad(format!("reduce of {:?} over {dims:?} into {:?}", src.shape, dst.shape)));
+                }
+                for (d, (&s, &o)) in src.shape.iter().zip(&dst.shape).enumerate() {
+                    let want = if dims.contains(&d) { 1 } else { s };
+                    if o != want {
+                        return Err(bad(format!("reduce of {:?} over {dims:?} into {:?}", src.shape, dst.shape)));
+                    }
+                }
+                if dims.last().is_some_and(|&d| d >= src.shape.len()) {
+                    return Err(bad(format!("reduce dims {dims:?} out of range for rank {}", src.shape.len())));
+                }
+                if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) && dst.dtype != DType::I64 {
+                    return Err(bad(format!("{} writes int64, not {}", op.name(), dst.dtype)));
+                }
+                Ok(())
+            }
+            KernelOp::Softmax { src, dim, .. } => {
+                same_shape("input", src, dst)?;
+                if *dim >= src.shape.len() {
+                    return Err(bad(format!("softmax dim {dim} out of range for rank {}", src.shape.len())));
+                }
+                Ok(())
+            }
+            KernelOp::Gemm { lhs, rhs, .. } => {
+                let r = dst.shape.len();
+                let ok = r >= 2
+                    && lhs.shape.len() == r
+                    && rhs.shape.len() == r
+                    && lhs.shape[..r - 2] == dst.shape[..r - 2]
+                    && rhs.shape[..r - 2] == dst.shape[..r - 2]
+                    && lhs.shape[r - 2] == dst.shape[r - 2]
+                    && rhs.shape[r - 1] == dst.shape[r - 1]
+                    && lhs.shape[r - 1] == rhs.shape[r - 2]
+                    && lhs.dtype == dst.dtype
+                    && rhs.dtype == dst.dtype
+                    && dst.dtype.is_float();
+                if !ok {
+                    return Err(bad(format!(
+                        "gemm of {:?} ({}) by {:?} ({}) into {:?} ({})",
+                        lhs.shape, lhs.dtype, rhs.shape, rhs.dtype, dst.shape, dst.dtype
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(shape: &[usize], strides: &[usize], offset: usize) -> BufferView {
+        BufferView { ptr: DevicePtr(1000), dtype: DType::F32, shape: shape.into(), strides: strides.into(), offset }
+    }
+
+    #[test]
+    fn spans_cover_exactly_the_elements() {
+        assert_eq!(view(&[2, 3], &[3, 1], 4).span(), Some((4, 6)));
+        assert_eq!(view(&[3, 2], &[1, 3], 0).span(), Some((0, 6)));
+        assert_eq!(view(&[4, 5], &[0, 1], 2).span(), Some((2, 5)), "a broadcast dim adds nothing");
+        assert_eq!(view(&[0, 5], &[5, 1], 2).span(), None);
+        assert_eq!(view(&[2], &[3], 1).byte_span(), Some((DevicePtr(1004), 16)));
+        assert!(view(&[2, 3], &[3, 1], 0).is_contiguous());
+        assert!(!view(&[3, 2], &[1, 3], 0).is_contiguous());
+        assert!(view(&[1, 3], &[7, 1], 0).is_contiguous(), "size-1 dims have any stride");
+    }
+
+    #[test]
+    fn malformed_ops_are_refused() {
+        let op = KernelOp::Binary {
+            op: BinaryOp::Add,
+            lhs: view(&[2, 3], &[3, 1], 0),
+            rhs: view(&[3], &[1], 0),
+            dst: view(&[2, 3], &[3, 1], 0),
+            compute: DType::F32,
+        };
+        assert!(matches!(op.validate(), Err(Error::InvalidArgument { op: "launch", .. })));
+        let overflow = KernelOp::Fill { dst: view(&[usize::MAX, 2], &[usize::MAX, 1], 0), value: Scalar::Int(0) };
+        assert!(overflow.validate().is_err());
+        let gemm = KernelOp::Gemm {
+            lhs: view(&[2, 3], &[3, 1], 0),
+            rhs: view(&[4, 5], &[5, 1], 0),
+            dst: view(&[2, 5], &[5, 1], 0),
+        };
+        assert!(gemm.validate().is_err());
+    }
+}

@@ -1,0 +1,73 @@
+//! [`Driver::launch`](crate::driver::Driver::launch) on the simulated machine: the op is checked
+//! now (well formed, every span live, peer access enabled for memory of other devices) and
+//! queued on the stream's worker, which runs the CPU kernels over the devices' memory by address.
+
+use super::memory::{device_of, DeviceMemory};
+use super::{lock, SimDriver};
+use crate::driver::cpu::{self, Memory};
+use crate::driver::kernel::KernelOp;
+use crate::driver::{DevicePtr, StreamId};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// Every device's memory, addressed as one space (a pointer tells its device).
+struct SimMemory {
+    devices: Vec<Arc<DeviceMemory>>,
+}
+
+impl SimMemory {
+    fn of(&self, at: DevicePtr) -> Result<&DeviceMemory> {
+        device_of(at).and_then(|d| self.devices.get(d)).map(|m| &**m).ok_or(Error::InvalidPointer {
+            device: usize::MAX,
+            ptr: at.0,
+            reason: "not an address of any simulated device".into(),
+        })
+    }
+}
+
+impl Memory for SimMemory {
+    fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()> {
+        self.of(at)?.read(at, out);
+        Ok(())
+    }
+
+    fn write_runs(&self, at: DevicePtr, span: &[u8], runs: &[(usize, usize)]) -> Result<()> {
+        let mem = self.of(at)?;
+        for &(start, len) in runs {
+            mem.write(at.offset(start), &span[start..start + len]);
+        }
+        Ok(())
+    }
+}
+
+impl SimDriver {
+    pub(super) fn launch_op(&self, stream: StreamId, op: &KernelOp) -> Result<()> {
+        op.validate()?;
+        let s = self.stream(stream)?;
+        let device = s.device;
+        for v in op.inputs().into_iter().chain([op.output()]) {
+            let Some((at, len)) = v.byte_span() else { continue };
+            self.span(at, len)?;
+            let owner = device_of(at).unwrap_or(usize::MAX);
+            let peer_ok = owner == device || lock(&self.dev(device)?.peers_enabled).get(owner).copied() == Some(true);
+            if !peer_ok {
+                return Err(Error::InvalidArgument {
+                    op: "launch",
+                    reason: format!(
+                        "a {} kernel on cuda:{device} uses memory of cuda:{owner}, but peer access from cuda:{device} \
+                         to cuda:{owner} is not enabled (cudasem::cuda::enable_peer_access)",
+                        op.name()
+                    ),
+                });
+            }
+        }
+        let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
+        let op = op.clone();
+        s.submit(Box::new(move || {
+            // Checked above: the op is well formed and its spans are live, so the kernels cannot
+            // fail; memory freed meanwhile would be the caller's bug, as on a GPU.
+            let _ = cpu::execute(&op, &mem);
+        }));
+        Ok(())
+    }
+}

@@ -1,0 +1,219 @@
+//! Copies: `to`, `cuda`, `cpu`, `copy_`, `contiguous`, `to_dtype`, and host reads
+//! (`to_vec`, `item`).
+//!
+//! Copies between devices always work (DESIGN.md 4). They run on the *source* device's current
+//! stream, bracketed by a two-way barrier with the destination's current stream (each records an
+//! event the other waits for), as PyTorch's `copy_` does: the copy starts after the work already
+//! queued on the destination, and later work there starts after the copy.
+//!
+//! Host ↔ device copies use pageable host memory, so they are ordered on the device's current
+//! stream and return once the host side is consumed or filled: `non_blocking` is accepted and,
+//! until pinned memory exists (issue 4 part B), behaves like `false`, as PyTorch does for
+//! pageable memory.
+
+use super::exec::{Exec, Place};
+use super::storage::Storage;
+use super::{Layout, Tensor};
+use crate::device::IntoDevice;
+use crate::driver::cpu::gather_bytes;
+use crate::driver::kernel::KernelOp;
+use crate::driver::DevicePtr;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::runtime::{current_stream, rt};
+use std::sync::Arc;
+
+impl Tensor {
+    /// The tensor on `device` (`t.to(device, non_blocking=…)`): `self` (another handle to the
+    /// same storage) when it is already there, else a contiguous copy. `"cuda"` /
+    /// `Device::Cuda(None)` is the current device.
+    pub fn to(&self, device: impl IntoDevice, non_blocking: bool) -> Result<Tensor> {
+        let place = Place::resolve(device.into_device()?)?;
+        if place == self.place() {
+            return Ok(self.clone());
+        }
+        let out = Tensor::empty_at(self.shape(), self.dtype, place)?;
+        out.copy_(self, non_blocking)?;
+        Ok(out)
+    }
+
+    /// The tensor on the current CUDA device (`t.cuda()`).
+    pub fn cuda(&self) -> Result<Tensor> {
+        self.to(crate::Device::Cuda(None), false)
+    }
+
+    /// The tensor in host memory (`t.cpu()`); waits for the device data.
+    pub fn cpu(&self) -> Result<Tensor> {
+        self.to(crate::Device::Cpu, false)
+    }
+
+    /// The tensor converted to `dtype` (`t.to(dtype)`): `self` when it already has it.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        let out = Tensor::empty_at(self.shape(), dtype, self.place())?;
+        let op = KernelOp::Cast { src: self.buffer_view(), dst: out.buffer_view() };
+        Exec::on(self.place()).run(&op, &[self, &out])?;
+        Ok(out)
+    }
+
+    /// A dense row-major tensor with the same elements: `self` when already contiguous
+    /// (`t.contiguous()`).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let out = Tensor::empty_at(self.shape(), self.dtype, self.place())?;
+        let op = KernelOp::CopyStrided { src: self.buffer_view(), dst: out.buffer_view() };
+        Exec::on(self.place()).run(&op, &[self, &out])?;
+        Ok(out)
+    }
+
+    /// Copies `src` into `self`, in place (`t.copy_(src, non_blocking)`): `src` is broadcast to
+    /// `self`'s shape and converted to its dtype, from any device to any device.
+    pub fn copy_(&self, src: &Tensor, non_blocking: bool) -> Result<()> {
+        let _ = non_blocking; // pageable host memory: every host copy is synchronous (see module docs)
+        self.check_writable("copy_")?;
+        let src_view = src.layout.broadcast_to("copy_", self.shape())?;
+        let src = src.with_layout(src_view);
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        match (src.place(), self.place()) {
+            (a, b) if a == b => self.copy_local(&src),
+            (Place::Cpu, Place::Cuda(_)) => self.copy_from_host(&src),
+            (Place::Cuda(_), Place::Cpu) => self.copy_local(&src.read_to_host()?),
+            (Place::Cuda(s), Place::Cuda(d)) => self.copy_peer(&src, s, d),
+            (Place::Cpu, Place::Cpu) => self.copy_local(&src),
+        }
+    }
+
+    /// A copy between tensors of one place (same shape).
+    fn copy_local(&self, src: &Tensor) -> Result<()> {
+        let place = self.place();
+        if place != Place::Cpu && src.dtype == self.dtype && src.is_contiguous() && self.is_contiguous() {
+            let stream = current_stream(Some(src.device_index()))?;
+            let bytes = self.numel() * self.dtype.size();
+            return rt()?.driver.memcpy_dtod(
+                DevicePtr(self.data_ptr()),
+                DevicePtr(src.data_ptr()),
+                bytes,
+                stream.driver_id(),
+            );
+        }
+        let op = if src.dtype == self.dtype {
+            KernelOp::CopyStrided { src: src.buffer_view(), dst: self.buffer_view() }
+        } else {
+            KernelOp::Cast { src: src.buffer_view(), dst: self.buffer_view() }
+        };
+        Exec::on(place).run(&op, &[src, self])
+    }
+
+    /// Host → device: the source converted and made dense on the host, then one upload (into a
+    /// staging tensor on the device when `self` is not contiguous).
+    fn copy_from_host(&self, src: &Tensor) -> Result<()> {
+        let dense = Tensor::empty_at(self.shape(), self.dtype, Place::Cpu)?;
+        dense.copy_local(src)?;
+        let bytes = dense.host_bytes()?;
+        if self.is_contiguous() {
+            return self.write_host_bytes(&bytes);
+        }
+        let staged = Tensor::from_host_bytes(bytes, self.shape(), self.dtype, self.place())?;
+        self.copy_local(&staged)
+    }
+
+    /// Device → device across GPUs, on the source's current stream with a two-way barrier.
+    fn copy_peer(&self, src: &Tensor, from: usize, to: usize) -> Result<()> {
+        // Only dense bytes of the final dtype cross the link.
+        let mut src = src.clone();
+        if src.dtype != self.dtype {
+            src = src.to_dtype(self.dtype)?;
+        }
+        let src = src.contiguous()?;
+        let dst =
+            if self.is_contiguous() { self.clone() } else { Tensor::empty_at(self.shape(), self.dtype, self.place())? };
+        let (s_from, s_to) = (current_stream(Some(from))?, current_stream(Some(to))?);
+        s_from.wait_stream(&s_to)?;
+        let bytes = dst.numel() * dst.dtype.size();
+        rt()?.driver.memcpy_peer(
+            to,
+            DevicePtr(dst.data_ptr()),
+            from,
+            DevicePtr(src.data_ptr()),
+            bytes,
+            s_from.driver_id(),
+        )?;
+        s_to.wait_stream(&s_from)?;
+        if !self.shares_storage(&dst) {
+            self.copy_local(&dst)?;
+        }
+        Ok(())
+    }
+
+    fn device_index(&self) -> usize {
+        match self.place() {
+            Place::Cuda(d) => d,
+            Place::Cpu => 0,
+        }
+    }
+
+    /// The bytes of this view's storage span, read to a host tensor with the same layout
+    /// (rebased); waits for the device's current stream.
+    fn read_to_host(&self) -> Result<Tensor> {
+        let view = self.buffer_view();
+        let Some((ptr, len)) = view.byte_span() else {
+            return Tensor::empty_at(self.shape(), self.dtype, Place::Cpu);
+        };
+        let stream = current_stream(Some(self.device_index()))?;
+        let mut bytes = super::storage::zeroed_bytes(len)?;
+        rt()?.driver.memcpy_dtoh(&mut bytes, ptr, stream.driver_id())?;
+        let first = view.span().map_or(0, |(first, _)| first);
+        let layout = Layout { offset: self.layout.offset - first, ..self.layout.clone() };
+        Ok(Tensor::from_parts(Arc::new(Storage::host(bytes)), layout, self.dtype))
+    }
+
+    /// The elements as dense host bytes, row-major (a device read waits for its stream).
+    fn host_bytes(&self) -> Result<Vec<u8>> {
+        let host = if self.place() == Place::Cpu { self.clone() } else { self.read_to_host()? };
+        let storage = host
+            .storage
+            .as_host()
+            .ok_or(Error::InvalidArgument { op: "to_vec", reason: "the host copy is not host memory".into() })?;
+        let data = storage.read();
+        if self.numel() == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(gather_bytes(&data, &host.buffer_view()))
+    }
+
+    /// The elements, row-major, as `T` — which must be the tensor's dtype (`t.tolist()`,
+    /// flattened). A device tensor is read after the work queued on its device's current stream.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch { op: "to_vec", expected: T::DTYPE, found: self.dtype });
+        }
+        let bytes = self.host_bytes()?;
+        bytes
+            .chunks_exact(self.dtype.size())
+            .map(|c| {
+                T::read_bytes(c).ok_or(Error::InvalidArgument {
+                    op: "to_vec",
+                    reason: format!("byte pattern {c:?} is not a valid {}", self.dtype),
+                })
+            })
+            .collect()
+    }
+
+    /// The one element of a one-element tensor, as `T` (its dtype) (`t.item()`).
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::InvalidArgument {
+                op: "item",
+                reason: format!("a Tensor with {} elements cannot be converted to Scalar", self.numel()),
+            });
+        }
+        let v = self.to_vec::<T>()?;
+        v.first().copied().ok_or(Error::InvalidArgument { op: "item", reason: "no element".into() })
+    }
+}

@@ -1,0 +1,191 @@
+//! Where an op runs and how: the placement rules (DESIGN.md 3–4) and the launch of a
+//! [`KernelOp`] on the CPU (at once) or on a device's current stream (queued).
+
+use super::layout::Layout;
+use super::storage::{HostMemory, Storage};
+use super::Tensor;
+use crate::device::Device;
+use crate::driver::cpu;
+use crate::driver::kernel::{BufferView, KernelOp};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::runtime::{current_stream, is_peer_access_enabled, rt, Stream};
+use crate::scalar::Scalar;
+use std::sync::Arc;
+
+/// Where a tensor lives, with the CUDA index resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    Cpu,
+    Cuda(usize),
+}
+
+impl Place {
+    pub fn device(self) -> Device {
+        match self {
+            Place::Cpu => Device::Cpu,
+            Place::Cuda(i) => Device::cuda(i),
+        }
+    }
+
+    /// Resolves `Device::Cuda(None)` to the current device and checks the index.
+    pub fn resolve(device: Device) -> Result<Place> {
+        match device {
+            Device::Cpu => Ok(Place::Cpu),
+            Device::Cuda(index) => Ok(Place::Cuda(rt()?.resolve(index)?)),
+        }
+    }
+
+    /// The device's current stream (for CUDA).
+    pub fn stream(self) -> Result<Option<Stream>> {
+        match self {
+            Place::Cpu => Ok(None),
+            Place::Cuda(d) => current_stream(Some(d)).map(Some),
+        }
+    }
+}
+
+impl Tensor {
+    pub(crate) fn place(&self) -> Place {
+        match self.device() {
+            Device::Cuda(Some(i)) => Place::Cuda(i),
+            _ => Place::Cpu,
+        }
+    }
+
+    /// The tensor as a kernel operand.
+    pub(crate) fn buffer_view(&self) -> BufferView {
+        BufferView {
+            ptr: self.storage.ptr(),
+            dtype: self.dtype,
+            shape: self.layout.shape.clone(),
+            strides: self.layout.strides.clone(),
+            offset: self.layout.offset,
+        }
+    }
+
+    /// A kernel operand of the tensor broadcast to `shape`.
+    pub(crate) fn broadcast_view(&self, op: &'static str, shape: &[usize]) -> Result<BufferView> {
+        let l = self.layout.broadcast_to(op, shape)?;
+        Ok(BufferView { shape: l.shape, strides: l.strides, offset: l.offset, ..self.buffer_view() })
+    }
+
+    /// Refuses a write into a tensor whose elements share addresses (an expanded view).
+    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
+        if self.layout.has_internal_overlap() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "unsupported operation: more than one element of the written-to tensor (shape {:?}, strides {:?}) \
+                     refers to a single memory location; call .contiguous() on it first",
+                    self.shape(),
+                    self.stride()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Where one op runs, and the other devices whose memory it reads over peer links.
+#[derive(Debug, Clone)]
+pub(crate) struct Exec {
+    pub place: Place,
+    peers: Vec<usize>,
+}
+
+impl Exec {
+    /// Runs on `place`, reading nothing from other devices.
+    pub fn on(place: Place) -> Exec {
+        Exec { place, peers: Vec::new() }
+    }
+
+    /// Where an op over `tensors` (in operand order) runs: the device of the first tensor that is
+    /// not a 0-dim CPU tensor. Every other tensor must be there too, be a 0-dim CPU tensor (when
+    /// the op runs on a device), or live on a CUDA device with peer access to it enabled.
+    pub fn for_operands(op: &'static str, tensors: &[&Tensor]) -> Result<Exec> {
+        let cpu_scalar = |t: &Tensor| t.place() == Place::Cpu && t.dim() == 0;
+        let Some(main) = tensors.iter().find(|t| !cpu_scalar(t)).or(tensors.first()) else {
+            return Ok(Exec::on(Place::Cpu));
+        };
+        let place = main.place();
+        let mut exec = Exec::on(place);
+        for t in tensors {
+            match (place, t.place()) {
+                (a, b) if a == b => {}
+                (Place::Cuda(_), Place::Cpu) if cpu_scalar(t) => {}
+                (Place::Cuda(d), Place::Cuda(e)) if is_peer_access_enabled(d, e)? => {
+                    if !exec.peers.contains(&e) {
+                        exec.peers.push(e);
+                    }
+                }
+                (a, b) => return Err(Error::DeviceMismatch { op, lhs: a.device(), rhs: b.device() }),
+            }
+        }
+        Ok(exec)
+    }
+
+    /// The operand as the op reads it: a 0-dim CPU tensor of a device op is copied to the device.
+    pub fn admit(&self, t: &Tensor) -> Result<Tensor> {
+        match (self.place, t.place()) {
+            (Place::Cuda(d), Place::Cpu) => t.to(Device::cuda(d), false),
+            _ => Ok(t.clone()),
+        }
+    }
+
+    /// A new, uninitialized contiguous tensor where the op runs.
+    pub fn empty(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::empty_at(shape, dtype, self.place)
+    }
+
+    /// A 0-dim tensor holding `value` as `dtype`, where the op runs.
+    pub fn scalar(&self, value: Scalar, dtype: DType) -> Result<Tensor> {
+        let t = self.empty(&[], dtype)?;
+        t.fill_(value)?;
+        Ok(t)
+    }
+
+    /// Runs `op`, whose views point into `tensors`' storages: at once on the CPU, or queued on
+    /// the device's current stream (after the peers' current streams, which then wait for it).
+    pub fn run(&self, op: &KernelOp, tensors: &[&Tensor]) -> Result<()> {
+        match self.place {
+            Place::Cpu => {
+                let buffers = tensors.iter().filter_map(|t| t.storage.as_host()).collect();
+                cpu::execute(op, &HostMemory { buffers })
+            }
+            Place::Cuda(d) => {
+                let stream = current_stream(Some(d))?;
+                let peer_streams = self.peers.iter().map(|&p| current_stream(Some(p))).collect::<Result<Vec<_>>>()?;
+                for p in &peer_streams {
+                    stream.wait_stream(p)?;
+                }
+                rt()?.driver.launch(stream.driver_id(), op)?;
+                for p in &peer_streams {
+                    p.wait_stream(&stream)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Tensor {
+    /// A new, uninitialized (host: zeroed) contiguous tensor on `place`; device memory comes
+    /// from the caching allocator on the device's current stream.
+    pub(crate) fn empty_at(shape: &[usize], dtype: DType, place: Place) -> Result<Tensor> {
+        let numel = super::layout::checked_numel("empty", shape)?;
+        let bytes = numel.checked_mul(dtype.size()).ok_or_else(|| Error::InvalidShape {
+            op: "empty",
+            shape: shape.iter().map(|&n| n as i64).collect(),
+            reason: "the size in bytes overflows".into(),
+        })?;
+        let storage = match place {
+            Place::Cpu => Storage::host_zeroed(bytes)?,
+            Place::Cuda(d) => {
+                let stream = current_stream(Some(d))?;
+                Storage::device_block(d, bytes, &stream)?
+            }
+        };
+        Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
+    }
+}

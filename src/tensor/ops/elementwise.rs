@@ -1,0 +1,273 @@
+//! Elementwise ops: binary (with broadcasting and type promotion), their in-place forms,
+//! unary functions, and `where_`.
+
+use super::operand::{result_type, Operand};
+use crate::driver::kernel::{BinaryOp, KernelOp, UnaryOp};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::exec::Exec;
+use crate::tensor::layout::broadcast_shapes;
+use crate::tensor::Tensor;
+
+/// `(compute dtype, output dtype)` of a binary op whose operands promote to `common`.
+fn binary_dtypes(op: BinaryOp, common: DType) -> Result<(DType, DType)> {
+    match op {
+        BinaryOp::Sub | BinaryOp::Pow if common.is_bool() => {
+            Err(Error::UnsupportedDType { op: op.name(), dtype: common })
+        }
+        BinaryOp::Div => {
+            let f = if common.is_float() { common } else { DType::DEFAULT_FLOAT };
+            Ok((f, f))
+        }
+        op if op.is_comparison() => Ok((common, DType::Bool)),
+        _ => Ok((common, common)),
+    }
+}
+
+/// The operand where `exec` runs: tensors admitted (0-dim CPU tensors copied to the device),
+/// numbers as 0-dim tensors of `dtype`.
+fn materialize(exec: &Exec, operand: Operand<'_>, dtype: DType) -> Result<Tensor> {
+    match operand {
+        Operand::Tensor(t) => exec.admit(t),
+        Operand::Scalar(s) => exec.scalar(s, dtype),
+    }
+}
+
+impl Tensor {
+    fn binary(&self, op: BinaryOp, other: Operand<'_>) -> Result<Tensor> {
+        let name = op.name();
+        let common = result_type(&[Operand::Tensor(self), other]);
+        let (compute, out_dtype) = binary_dtypes(op, common)?;
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let tensors: Vec<&Tensor> = [Some(self), other.tensor()].into_iter().flatten().collect();
+        let exec = Exec::for_operands(name, &tensors)?;
+        let (a, b) = (exec.admit(self)?, materialize(&exec, other, common)?);
+        let out = exec.empty(&shape, out_dtype)?;
+        let k = KernelOp::Binary {
+            op,
+            lhs: a.broadcast_view(name, &shape)?,
+            rhs: b.broadcast_view(name, &shape)?,
+            dst: out.buffer_view(),
+            compute,
+        };
+        exec.run(&k, &[&a, &b, &out])?;
+        Ok(out)
+    }
+
+    fn binary_(&self, name: &'static str, op: BinaryOp, other: Operand<'_>) -> Result<()> {
+        self.check_writable(name)?;
+        let common = result_type(&[Operand::Tensor(self), other]);
+        let (compute, out_dtype) = binary_dtypes(op, common)?;
+        if !DType::can_cast(out_dtype, self.dtype()) {
+            return Err(Error::CannotCast { op: name, from: out_dtype, to: self.dtype() });
+        }
+        if broadcast_shapes(name, self.shape(), other.shape())? != self.shape() {
+            return Err(Error::ShapeMismatch { op: name, lhs: other.shape().to_vec(), rhs: self.shape().to_vec() });
+        }
+        let tensors: Vec<&Tensor> = [Some(self), other.tensor()].into_iter().flatten().collect();
+        let exec = Exec::for_operands(name, &tensors)?;
+        if exec.place != self.place() {
+            // Only possible for a 0-dim CPU `self` and a device operand: the output cannot move.
+            return Err(Error::DeviceMismatch { op: name, lhs: self.device(), rhs: exec.place.device() });
+        }
+        let b = materialize(&exec, other, common)?;
+        let k = KernelOp::Binary {
+            op,
+            lhs: self.buffer_view(),
+            rhs: b.broadcast_view(name, self.shape())?,
+            dst: self.buffer_view(),
+            compute,
+        };
+        exec.run(&k, &[self, &b])
+    }
+
+    /// `self + other`, broadcast, promoted (`torch.add`); logical or on bool.
+    pub fn add<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Add, other.into())
+    }
+
+    /// `self - other` (`torch.sub`); not for bool.
+    pub fn sub<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Sub, other.into())
+    }
+
+    /// `self * other` (`torch.mul`); logical and on bool.
+    pub fn mul<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Mul, other.into())
+    }
+
+    /// True division `self / other` (`torch.div`): integer operands give the default float type.
+    pub fn div<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Div, other.into())
+    }
+
+    /// Elementwise maximum (`torch.maximum`); NaN propagates.
+    pub fn maximum<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Maximum, other.into())
+    }
+
+    /// Elementwise minimum (`torch.minimum`); NaN propagates.
+    pub fn minimum<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Minimum, other.into())
+    }
+
+    /// `self ^ other` (`torch.pow`); integers wrap, and an integer to a negative power is 0
+    /// unless the base is ±1.
+    pub fn pow<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Pow, other.into())
+    }
+
+    /// `self == other` → bool (`torch.eq`).
+    pub fn eq<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Eq, other.into())
+    }
+
+    /// `self != other` → bool (`torch.ne`).
+    pub fn ne<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Ne, other.into())
+    }
+
+    /// `self < other` → bool (`torch.lt`).
+    pub fn lt<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Lt, other.into())
+    }
+
+    /// `self <= other` → bool (`torch.le`).
+    pub fn le<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Le, other.into())
+    }
+
+    /// `self > other` → bool (`torch.gt`).
+    pub fn gt<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Gt, other.into())
+    }
+
+    /// `self >= other` → bool (`torch.ge`).
+    pub fn ge<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Ge, other.into())
+    }
+
+    /// `self += other` in place (`t.add_(other)`): `other` broadcasts to `self`'s shape, and the
+    /// promoted result must be storable in `self`'s dtype ([`Error::CannotCast`]).
+    pub fn add_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
+        self.binary_("add_", BinaryOp::Add, other.into())
+    }
+
+    /// `self -= other` in place (`t.sub_(other)`).
+    pub fn sub_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
+        self.binary_("sub_", BinaryOp::Sub, other.into())
+    }
+
+    /// `self *= other` in place (`t.mul_(other)`).
+    pub fn mul_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
+        self.binary_("mul_", BinaryOp::Mul, other.into())
+    }
+
+    /// `self /= other` in place (`t.div_(other)`); `self` must be floating point.
+    pub fn div_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
+        self.binary_("div_", BinaryOp::Div, other.into())
+    }
+
+    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let dtype = self.dtype();
+        let out_dtype = match op {
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu if dtype.is_bool() => {
+                return Err(Error::UnsupportedDType { op: op.name(), dtype })
+            }
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => dtype,
+            UnaryOp::Gelu if !dtype.is_float() => return Err(Error::UnsupportedDType { op: op.name(), dtype }),
+            // Integer inputs of floating-point functions give the default float type.
+            _ if !dtype.is_float() => DType::DEFAULT_FLOAT,
+            _ => dtype,
+        };
+        let exec = Exec::on(self.place());
+        let out = exec.empty(self.shape(), out_dtype)?;
+        exec.run(&KernelOp::Unary { op, src: self.buffer_view(), dst: out.buffer_view() }, &[self, &out])?;
+        Ok(out)
+    }
+
+    /// `-self` (`torch.neg`); not for bool.
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+
+    /// `|self|` (`torch.abs`); not for bool.
+    pub fn abs(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs)
+    }
+
+    /// `e^self` (`torch.exp`); integers give the default float type.
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+
+    /// Natural logarithm (`torch.log`).
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+
+    /// Square root (`torch.sqrt`).
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+
+    /// `1 / sqrt(self)` (`torch.rsqrt`).
+    pub fn rsqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Rsqrt)
+    }
+
+    /// Sine (`torch.sin`).
+    pub fn sin(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sin)
+    }
+
+    /// Cosine (`torch.cos`).
+    pub fn cos(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Cos)
+    }
+
+    /// Hyperbolic tangent (`torch.tanh`).
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+
+    /// The logistic function (`torch.sigmoid`).
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+
+    /// `max(self, 0)` (`torch.relu`); not for bool.
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+
+    /// GELU with the exact normal CDF (`torch.nn.functional.gelu`, `approximate='none'`);
+    /// floating-point dtypes only.
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Gelu)
+    }
+
+    /// `cond ? a : b` elementwise, all three broadcast (`torch.where(cond, a, b)`); `cond` must be
+    /// bool, the result has `result_type(a, b)`, and the op runs on `cond`'s device.
+    pub fn where_<'a, 'b>(cond: &Tensor, a: impl Into<Operand<'a>>, b: impl Into<Operand<'b>>) -> Result<Tensor> {
+        let (a, b) = (a.into(), b.into());
+        if cond.dtype() != DType::Bool {
+            return Err(Error::DTypeMismatch { op: "where", expected: DType::Bool, found: cond.dtype() });
+        }
+        let dtype = result_type(&[a, b]);
+        let shape = broadcast_shapes("where", &broadcast_shapes("where", cond.shape(), a.shape())?, b.shape())?;
+        let tensors: Vec<&Tensor> = [Some(cond), a.tensor(), b.tensor()].into_iter().flatten().collect();
+        let exec = Exec::for_operands("where", &tensors)?;
+        let c = exec.admit(cond)?;
+        let (x, y) = (materialize(&exec, a, dtype)?, materialize(&exec, b, dtype)?);
+        let out = exec.empty(&shape, dtype)?;
+        let k = KernelOp::Where {
+            cond: c.broadcast_view("where", &shape)?,
+            a: x.broadcast_view("where", &shape)?,
+            b: y.broadcast_view("where", &shape)?,
+            dst: out.buffer_view(),
+        };
+        exec.run(&k, &[&c, &x, &y, &out])?;
+        Ok(out)
+    }
+}

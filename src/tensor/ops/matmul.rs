@@ -1,0 +1,94 @@
+//! Matrix products: `matmul` (PyTorch's rules for 1-D operands and broadcast batch dimensions)
+//! and `bmm` (strict 3-D batches).
+
+use crate::driver::kernel::KernelOp;
+use crate::error::{Error, Result};
+use crate::tensor::exec::Exec;
+use crate::tensor::layout::broadcast_shapes;
+use crate::tensor::Tensor;
+
+/// Checks the operands' dtypes: one floating-point dtype.
+fn check_dtypes(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch { op, expected: a.dtype(), found: b.dtype() });
+    }
+    if !a.dtype().is_float() {
+        return Err(Error::UnsupportedDType { op, dtype: a.dtype() });
+    }
+    Ok(())
+}
+
+impl Tensor {
+    /// `a [.., M, K] @ b [.., K, N]` with batch dimensions already broadcast-compatible.
+    fn batched_matmul(&self, op: &'static str, other: &Tensor) -> Result<Tensor> {
+        let (ra, rb) = (self.dim(), other.dim());
+        let (m, k) = (self.shape()[ra - 2], self.shape()[ra - 1]);
+        let (k2, n) = (other.shape()[rb - 2], other.shape()[rb - 1]);
+        if k != k2 {
+            return Err(Error::MatmulShapeMismatch { op, lhs: self.shape().to_vec(), rhs: other.shape().to_vec() });
+        }
+        let batch = broadcast_shapes(op, &self.shape()[..ra - 2], &other.shape()[..rb - 2])?;
+        let exec = Exec::for_operands(op, &[self, other])?;
+        let shape_of = |r: usize, c: usize| [batch.as_slice(), &[r, c]].concat();
+        let out = exec.empty(&shape_of(m, n), self.dtype())?;
+        let k_op = KernelOp::Gemm {
+            lhs: self.broadcast_view(op, &shape_of(m, k))?,
+            rhs: other.broadcast_view(op, &shape_of(k, n))?,
+            dst: out.buffer_view(),
+        };
+        exec.run(&k_op, &[self, other, &out])?;
+        Ok(out)
+    }
+
+    /// The matrix product (`torch.matmul`): 1-D operands are vectors (a dot product, a
+    /// vector-matrix or matrix-vector product), and batch dimensions broadcast
+    /// (`[j, 1, n, m] @ [k, m, p] → [j, k, n, p]`). Floating-point operands of one dtype.
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        const OP: &str = "matmul";
+        if self.dim() == 0 || other.dim() == 0 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!(
+                    "both arguments to matmul need to be at least 1D, but they are {}D and {}D",
+                    self.dim(),
+                    other.dim()
+                ),
+            });
+        }
+        check_dtypes(OP, self, other)?;
+        let mismatch =
+            || Error::MatmulShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: other.shape().to_vec() };
+        let a = if self.dim() == 1 { self.unsqueeze(0)? } else { self.clone() };
+        let b = if other.dim() == 1 { other.unsqueeze(-1)? } else { other.clone() };
+        let out = a.batched_matmul(OP, &b).map_err(|e| match e {
+            Error::MatmulShapeMismatch { .. } => mismatch(),
+            e => e,
+        })?;
+        let out = if other.dim() == 1 { out.squeeze_dim(-1)? } else { out };
+        match (self.dim(), other.dim()) {
+            (1, 1) => out.squeeze_dim(-1),
+            (1, _) => out.squeeze_dim(-2),
+            _ => Ok(out),
+        }
+    }
+
+    /// The batched matrix product of two 3-D tensors with equal batch sizes
+    /// (`torch.bmm`: `[b, n, m] @ [b, m, p] → [b, n, p]`).
+    pub fn bmm(&self, other: &Tensor) -> Result<Tensor> {
+        const OP: &str = "bmm";
+        for t in [self, other] {
+            if t.dim() != 3 {
+                return Err(Error::InvalidShape {
+                    op: OP,
+                    shape: t.shape().iter().map(|&n| n as i64).collect(),
+                    reason: format!("batch1 and batch2 must be 3D tensors, got a {}D tensor", t.dim()),
+                });
+            }
+        }
+        check_dtypes(OP, self, other)?;
+        if self.shape()[0] != other.shape()[0] {
+            return Err(Error::ShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: other.shape().to_vec() });
+        }
+        self.batched_matmul(OP, other)
+    }
+}

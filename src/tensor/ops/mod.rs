@@ -1,0 +1,8 @@
+//! Tensor ops: each validates its operands (devices, dtypes, shapes), picks where it runs
+//! ([`super::exec::Exec`]) and lowers itself to one [`crate::driver::kernel::KernelOp`].
+
+mod elementwise;
+mod matmul;
+pub(crate) mod operand;
+mod operators;
+mod reduce;

@@ -1,0 +1,137 @@
+//! Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`) and `softmax` / `log_softmax`.
+
+use crate::driver::kernel::{KernelOp, ReduceOp};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::exec::Exec;
+use crate::tensor::layout::{normalize_dim, normalize_dims, Layout};
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// Reduces over normalized `dims` into `out_dtype`.
+    fn reduce(&self, op: ReduceOp, dims: Vec<usize>, keepdim: bool, out_dtype: DType) -> Result<Tensor> {
+        let needs_elements = !matches!(op, ReduceOp::Sum | ReduceOp::Mean);
+        if needs_elements && dims.iter().any(|&d| self.shape()[d] == 0) {
+            return Err(Error::InvalidArgument {
+                op: op.name(),
+                reason: format!(
+                    "cannot perform reduction function {} on a tensor with no elements (shape {:?}) because the \
+                     operation does not have an identity",
+                    op.name(),
+                    self.shape()
+                ),
+            });
+        }
+        let keep: Vec<usize> =
+            self.shape().iter().enumerate().map(|(d, &n)| if dims.contains(&d) { 1 } else { n }).collect();
+        let exec = Exec::on(self.place());
+        let out = exec.empty(&keep, out_dtype)?;
+        let k = KernelOp::Reduce { op, src: self.buffer_view(), dst: out.buffer_view(), dims: dims.clone() };
+        exec.run(&k, &[self, &out])?;
+        if keepdim {
+            return Ok(out);
+        }
+        let squeezed: Vec<usize> =
+            self.shape().iter().enumerate().filter(|(d, _)| !dims.contains(d)).map(|(_, &n)| n).collect();
+        Ok(out.with_layout(Layout::contiguous(&squeezed)))
+    }
+
+    /// The sum over `dims` (empty: all), keeping them as size 1 if `keepdim`
+    /// (`t.sum(dims, keepdim)`); integers and bools sum into `I64`, as in PyTorch.
+    pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let dims = normalize_dims("sum", dims, self.dim())?;
+        let out = if self.dtype().is_float() { self.dtype() } else { DType::I64 };
+        self.reduce(ReduceOp::Sum, dims, keepdim, out)
+    }
+
+    /// The sum of all elements, a 0-dim tensor (`t.sum()`).
+    pub fn sum_all(&self) -> Result<Tensor> {
+        self.sum(&[], false)
+    }
+
+    /// The mean over `dims` (empty: all) (`t.mean(dims, keepdim)`); floating point only.
+    pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return Err(Error::UnsupportedDType { op: "mean", dtype: self.dtype() });
+        }
+        let dims = normalize_dims("mean", dims, self.dim())?;
+        self.reduce(ReduceOp::Mean, dims, keepdim, self.dtype())
+    }
+
+    /// The mean of all elements (`t.mean()`).
+    pub fn mean_all(&self) -> Result<Tensor> {
+        self.mean(&[], false)
+    }
+
+    /// The maximum over `dims` (empty: all) (`t.amax(dims, keepdim)`); NaN propagates.
+    pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let dims = normalize_dims("max", dims, self.dim())?;
+        self.reduce(ReduceOp::Max, dims, keepdim, self.dtype())
+    }
+
+    /// The maximum of all elements (`t.max()`).
+    pub fn max_all(&self) -> Result<Tensor> {
+        self.max(&[], false)
+    }
+
+    /// The minimum over `dims` (empty: all) (`t.amin(dims, keepdim)`); NaN propagates.
+    pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let dims = normalize_dims("min", dims, self.dim())?;
+        self.reduce(ReduceOp::Min, dims, keepdim, self.dtype())
+    }
+
+    /// The minimum of all elements (`t.min()`).
+    pub fn min_all(&self) -> Result<Tensor> {
+        self.min(&[], false)
+    }
+
+    fn arg(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        let dims = match dim {
+            Some(d) => normalize_dims(op.name(), &[d], self.dim())?,
+            None => (0..self.dim()).collect(),
+        };
+        if self.dtype().is_bool() {
+            return Err(Error::UnsupportedDType { op: op.name(), dtype: DType::Bool });
+        }
+        self.reduce(op, dims, keepdim, DType::I64)
+    }
+
+    /// The index of the first maximum along `dim` (`None`: of the flattened tensor), as `I64`
+    /// (`t.argmax(dim, keepdim)`); a NaN counts as the maximum.
+    pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        self.arg(ReduceOp::ArgMax, dim, keepdim)
+    }
+
+    /// The index of the first minimum along `dim` (`None`: of the flattened tensor), as `I64`
+    /// (`t.argmin(dim, keepdim)`); a NaN counts as the minimum.
+    pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        self.arg(ReduceOp::ArgMin, dim, keepdim)
+    }
+
+    fn softmax_impl(&self, dim: isize, log: bool) -> Result<Tensor> {
+        let name = if log { "log_softmax" } else { "softmax" };
+        if !self.dtype().is_float() {
+            return Err(Error::UnsupportedDType { op: name, dtype: self.dtype() });
+        }
+        let d = normalize_dim(name, dim, self.dim())?;
+        if self.dim() == 0 {
+            let one = self.unsqueeze(0)?.softmax_impl(0, log)?;
+            return Ok(one.with_layout(Layout::contiguous(&[])));
+        }
+        let exec = Exec::on(self.place());
+        let out = exec.empty(self.shape(), self.dtype())?;
+        let k = KernelOp::Softmax { src: self.buffer_view(), dst: out.buffer_view(), dim: d, log };
+        exec.run(&k, &[self, &out])?;
+        Ok(out)
+    }
+
+    /// `exp(x) / Σ exp(x)` along `dim` (`torch.softmax(t, dim)`); floating point only.
+    pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        self.softmax_impl(dim, false)
+    }
+
+    /// `log(softmax(x))` along `dim`, computed stably (`torch.log_softmax(t, dim)`).
+    pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
+        self.softmax_impl(dim, true)
+    }
+}

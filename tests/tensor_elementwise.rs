@@ -1,0 +1,411 @@
+//! Elementwise ops against a float64 reference, for every dtype, on the CPU and on the current
+//! driver's device, with contiguous, transposed, strided and broadcast operands.
+
+mod tensor_util;
+
+use cudasem::{result_type, DType, Device, Error, Operand, Result, Scalar, Tensor};
+use tensor_util::{
+    assert_close, devices, erf_reference, laid_out, round_to, sample, supported, tensor, values, Domain, Layout, Rng,
+    LAYOUTS,
+};
+
+const BINARY: [&str; 13] =
+    ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"];
+
+fn apply_binary(op: &str, a: &Tensor, b: Operand<'_>) -> Result<Tensor> {
+    match op {
+        "add" => a.add(b),
+        "sub" => a.sub(b),
+        "mul" => a.mul(b),
+        "div" => a.div(b),
+        "maximum" => a.maximum(b),
+        "minimum" => a.minimum(b),
+        "pow" => a.pow(b),
+        "eq" => a.eq(b),
+        "ne" => a.ne(b),
+        "lt" => a.lt(b),
+        "le" => a.le(b),
+        "gt" => a.gt(b),
+        _ => a.ge(b),
+    }
+}
+
+fn int_pow(base: i64, exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 if exp % 2 == 0 => 1,
+            -1 => -1,
+            _ => 0,
+        };
+    }
+    (0..exp).fold(1i64, |acc, _| acc.wrapping_mul(base))
+}
+
+/// PyTorch's result dtype of a binary op whose operands promote to `common`.
+fn out_dtype(op: &str, common: DType) -> DType {
+    match op {
+        "div" if !common.is_float() => DType::F32,
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => DType::Bool,
+        _ => common,
+    }
+}
+
+/// The float64 reference of one element: operands converted to the compute dtype, the op in
+/// f64 (floats), i64 with wrapping (integers) or logic (bool), the result converted to `out`.
+fn reference(op: &str, a: f64, b: f64, common: DType) -> f64 {
+    let out = out_dtype(op, common);
+    let compute = if op == "div" { out } else { common };
+    let (x, y) = (round_to(compute, a), round_to(compute, b));
+    let cmp = |o: &str| match o {
+        "eq" => x == y,
+        "ne" => x != y,
+        "lt" => x < y,
+        "le" => x <= y,
+        "gt" => x > y,
+        _ => x >= y,
+    };
+    let r = match op {
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => cmp(op) as u8 as f64,
+        _ if compute.is_float() => match op {
+            "add" => x + y,
+            "sub" => x - y,
+            "mul" => x * y,
+            "div" => x / y,
+            "maximum" => x.max(y),
+            "minimum" => x.min(y),
+            _ => x.powf(y),
+        },
+        _ if compute.is_bool() => match op {
+            "add" | "maximum" => (x != 0.0 || y != 0.0) as u8 as f64,
+            _ => (x != 0.0 && y != 0.0) as u8 as f64, // mul, minimum
+        },
+        _ => {
+            let (i, j) = (x as i64, y as i64);
+            (match op {
+                "add" => i.wrapping_add(j),
+                "sub" => i.wrapping_sub(j),
+                "mul" => i.wrapping_mul(j),
+                "maximum" => i.max(j),
+                "minimum" => i.min(j),
+                _ => int_pow(i, j),
+            }) as f64
+        }
+    };
+    round_to(out, r)
+}
+
+#[test]
+fn binary_ops_match_the_f64_reference_for_every_dtype_and_layout() -> Result<()> {
+    let (r, c) = (3, 4);
+    let mut rng = Rng::new(1);
+    for device in devices() {
+        for dtype in DType::ALL {
+            for layout in LAYOUTS {
+                // rhs: full-size contiguous, a broadcast row [c], a broadcast column [r, 1].
+                for rhs_shape in [vec![r, c], vec![c], vec![r, 1]] {
+                    for op in BINARY {
+                        let what = format!("{op} {dtype} {layout:?} lhs, rhs {rhs_shape:?}, on {device}");
+                        let (da, db) =
+                            if op == "pow" { (Domain::Positive, Domain::Exponent) } else { (Domain::Any, Domain::Any) };
+                        let av = sample(&mut rng, dtype, r * c, da);
+                        let bn: usize = rhs_shape.iter().product();
+                        let bv = sample(&mut rng, dtype, bn, db);
+                        let a = laid_out(&av, r, c, dtype, device, layout)?;
+                        let b = tensor(&bv, &rhs_shape, dtype, device)?;
+                        let result = apply_binary(op, &a, Operand::Tensor(&b));
+                        if dtype == DType::Bool && (op == "sub" || op == "pow") {
+                            assert_eq!(
+                                result.unwrap_err(),
+                                Error::UnsupportedDType { op, dtype: DType::Bool },
+                                "{what}"
+                            );
+                            continue;
+                        }
+                        let Some(out) = supported(result, &what) else { continue };
+                        assert_eq!(out.device(), a.device(), "{what}: the result lives with the operands");
+                        assert_eq!(out.shape(), [r, c], "{what}");
+                        assert_eq!(out.dtype(), out_dtype(op, dtype), "{what}");
+                        let want: Vec<f64> = (0..r * c)
+                            .map(|k| {
+                                let (i, j) = (k / c, k % c);
+                                let bk = match rhs_shape.as_slice() {
+                                    [_, 1] => i,
+                                    [_] => j,
+                                    _ => k,
+                                };
+                                reference(op, av[k], bv[bk], dtype)
+                            })
+                            .collect();
+                        assert_close(&values(&out)?, &want, out.dtype(), &what);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn type_promotion_matches_pytorch() -> Result<()> {
+    use DType::*;
+    // (lhs dtype, lhs 0-dim?, rhs dtype, rhs 0-dim?, result dtype of add)
+    let tensor_cases = [
+        (I64, false, F32, false, F32),
+        (U8, false, I32, false, I32),
+        (F16, false, BF16, false, F32),
+        (Bool, false, Bool, false, Bool),
+        (I32, false, I64, false, I64),
+        (Bool, false, U8, false, U8),
+        (U8, false, I64, true, U8),   // a 0-dim int tensor does not widen an int tensor
+        (I32, false, F64, true, F64), // a 0-dim float tensor makes an int tensor float (its own dtype)
+        (F32, false, F64, true, F32), // … but does not widen a float tensor
+        (I64, true, F16, true, F16),
+    ];
+    let mut rng = Rng::new(2);
+    for device in devices() {
+        for (da, za, db, zb, want) in tensor_cases {
+            let what = format!(
+                "{da}{} + {db}{} on {device}",
+                if za { " (0-dim)" } else { "" },
+                if zb { " (0-dim)" } else { "" }
+            );
+            let (sa, sb): (Vec<usize>, Vec<usize>) =
+                (if za { vec![] } else { vec![5] }, if zb { vec![] } else { vec![5] });
+            let av = sample(&mut rng, da, sa.iter().product(), Domain::Any);
+            let bv = sample(&mut rng, db, sb.iter().product(), Domain::Any);
+            let (a, b) = (tensor(&av, &sa, da, device)?, tensor(&bv, &sb, db, device)?);
+            assert_eq!(result_type(&[(&a).into(), (&b).into()]), want, "{what}");
+            let Some(out) = supported(a.add(&b), &what) else { continue };
+            assert_eq!(out.dtype(), want, "{what}");
+            let n = out.numel();
+            let expect: Vec<f64> = (0..n).map(|k| reference("add", av[k % av.len()], bv[k % bv.len()], want)).collect();
+            assert_close(&values(&out)?, &expect, want, &what);
+        }
+        // Numbers are wrapped scalars: they choose the category, never the width.
+        let scalar_cases: [(DType, Scalar, DType); 7] = [
+            (I32, Scalar::Float(2.5), F32),
+            (I64, Scalar::Float(0.5), F32),
+            (F16, Scalar::Float(2.5), F16),
+            (BF16, Scalar::Int(3), BF16),
+            (I32, Scalar::Int(7), I32),
+            (U8, Scalar::Int(200), U8),
+            (Bool, Scalar::Int(1), I64),
+        ];
+        for (dtype, s, want) in scalar_cases {
+            let what = format!("{dtype} tensor + {s:?} on {device}");
+            let av = sample(&mut rng, dtype, 6, Domain::Any);
+            let a = tensor(&av, &[2, 3], dtype, device)?;
+            assert_eq!(result_type(&[(&a).into(), s.into()]), want, "{what}");
+            for op in ["add", "mul", "sub", "gt", "div"] {
+                if dtype == Bool && op == "sub" {
+                    continue;
+                }
+                let Some(out) = supported(apply_binary(op, &a, s.into()), &what) else { continue };
+                assert_eq!(out.dtype(), out_dtype(op, want), "{op}: {what}");
+                let expect: Vec<f64> = av.iter().map(|&x| reference(op, x, s.to_f64(), want)).collect();
+                assert_close(&values(&out)?, &expect, out.dtype(), &format!("{op}: {what}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unary_out(op: &str, dtype: DType) -> Option<DType> {
+    match op {
+        "neg" | "abs" | "relu" if dtype.is_bool() => None,
+        "neg" | "abs" | "relu" => Some(dtype),
+        "gelu" if !dtype.is_float() => None,
+        _ if !dtype.is_float() => Some(DType::F32),
+        _ => Some(dtype),
+    }
+}
+
+fn unary_reference(op: &str, x: f64) -> f64 {
+    match op {
+        "neg" => -x,
+        "abs" => x.abs(),
+        "exp" => x.exp(),
+        "log" => x.ln(),
+        "sqrt" => x.sqrt(),
+        "rsqrt" => 1.0 / x.sqrt(),
+        "sin" => x.sin(),
+        "cos" => x.cos(),
+        "tanh" => x.tanh(),
+        "sigmoid" => 1.0 / (1.0 + (-x).exp()),
+        "relu" => x.max(0.0),
+        _ => 0.5 * x * (1.0 + erf_reference(x / std::f64::consts::SQRT_2)),
+    }
+}
+
+#[test]
+fn unary_ops_match_the_f64_reference_for_every_dtype() -> Result<()> {
+    let ops = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "gelu"];
+    let mut rng = Rng::new(3);
+    for device in devices() {
+        for dtype in DType::ALL {
+            for layout in [Layout::Contiguous, Layout::Transposed] {
+                for op in ops {
+                    let what = format!("{op} of {dtype} {layout:?} on {device}");
+                    let domain = if ["log", "sqrt", "rsqrt"].contains(&op) { Domain::Positive } else { Domain::Any };
+                    let xv = sample(&mut rng, dtype, 12, domain);
+                    let x = laid_out(&xv, 3, 4, dtype, device, layout)?;
+                    let result = match op {
+                        "neg" => x.neg(),
+                        "abs" => x.abs(),
+                        "exp" => x.exp(),
+                        "log" => x.log(),
+                        "sqrt" => x.sqrt(),
+                        "rsqrt" => x.rsqrt(),
+                        "sin" => x.sin(),
+                        "cos" => x.cos(),
+                        "tanh" => x.tanh(),
+                        "sigmoid" => x.sigmoid(),
+                        "relu" => x.relu(),
+                        _ => x.gelu(),
+                    };
+                    let Some(out_dtype) = unary_out(op, dtype) else {
+                        assert_eq!(result.unwrap_err(), Error::UnsupportedDType { op, dtype }, "{what}");
+                        continue;
+                    };
+                    let Some(out) = supported(result, &what) else { continue };
+                    assert_eq!(
+                        (out.dtype(), out.shape(), out.device()),
+                        (out_dtype, &[3usize, 4][..], x.device()),
+                        "{what}"
+                    );
+                    let want: Vec<f64> = xv.iter().map(|&v| round_to(out_dtype, unary_reference(op, v))).collect();
+                    assert_close(&values(&out)?, &want, out_dtype, &what);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn casts_between_every_pair_of_dtypes_follow_pytorch() -> Result<()> {
+    let mut rng = Rng::new(4);
+    for device in devices() {
+        for src in DType::ALL {
+            for dst in DType::ALL {
+                for layout in [Layout::Contiguous, Layout::Strided] {
+                    let what = format!("{src} → {dst} ({layout:?}) on {device}");
+                    let mut xv = sample(&mut rng, src, 8, Domain::Any);
+                    if src.is_float() {
+                        xv[0] = -1.75; // truncates toward zero: -1, and wraps to 255 as u8
+                        xv[1] = 2.5;
+                    }
+                    let x = laid_out(&xv, 2, 4, src, device, layout)?;
+                    let Some(y) = supported(x.to_dtype(dst), &what) else { continue };
+                    assert_eq!((y.dtype(), y.shape(), y.device()), (dst, &[2usize, 4][..], x.device()), "{what}");
+                    if src == dst {
+                        assert!(y.shares_storage(&x), "{what}: converting to the same dtype returns the tensor");
+                    } else {
+                        assert!(y.is_contiguous(), "{what}");
+                    }
+                    let want: Vec<f64> = xv.iter().map(|&v| round_to(dst, v)).collect();
+                    assert_close(&values(&y)?, &want, dst, &what);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn where_selects_broadcasts_and_promotes() -> Result<()> {
+    let mut rng = Rng::new(5);
+    for device in devices() {
+        let cv = sample(&mut rng, DType::Bool, 12, Domain::Any);
+        let cond = tensor(&cv, &[3, 4], DType::Bool, device)?;
+        let av = sample(&mut rng, DType::I32, 4, Domain::Any);
+        let a = tensor(&av, &[4], DType::I32, device)?; // broadcast row
+        let bv = sample(&mut rng, DType::F16, 3, Domain::Any);
+        let b = tensor(&bv, &[3, 1], DType::F16, device)?; // broadcast column
+        let what = format!("where on {device}");
+        if let Some(out) = supported(Tensor::where_(&cond, &a, &b), &what) {
+            assert_eq!((out.dtype(), out.shape()), (DType::F16, &[3usize, 4][..]), "{what}");
+            let want: Vec<f64> =
+                (0..12).map(|k| if cv[k] != 0.0 { round_to(DType::F16, av[k % 4]) } else { bv[k / 4] }).collect();
+            assert_close(&values(&out)?, &want, DType::F16, &what);
+        }
+        if let Some(out) = supported(Tensor::where_(&cond, 1.5, &a), &what) {
+            assert_eq!(out.dtype(), DType::F32, "an int tensor and a float number give the default float");
+            let want: Vec<f64> = (0..12).map(|k| if cv[k] != 0.0 { 1.5 } else { av[k % 4] }).collect();
+            assert_close(&values(&out)?, &want, DType::F32, &what);
+        }
+        let not_bool = Tensor::where_(&a, &a, &a).unwrap_err();
+        assert_eq!(not_bool, Error::DTypeMismatch { op: "where", expected: DType::Bool, found: DType::I32 });
+    }
+    Ok(())
+}
+
+#[test]
+fn in_place_ops_write_through_views_and_refuse_lossy_casts() -> Result<()> {
+    for device in devices() {
+        let what = format!("in-place on {device}");
+        let base = Tensor::arange(0, 12, 1, DType::F32, device)?.reshape(&[3, 4])?;
+        let col = base.narrow(1, 1, 2)?; // [3, 2] strided view
+        let Some(()) = supported(col.add_(100.0), &what) else { continue };
+        col.mul_(&Tensor::from_slice(&[1.0f32, -1.0], &[2], device)?)?;
+        col.sub_(1)?;
+        col.div_(2.0)?;
+        let f = |v: f32, j: usize| {
+            if j == 1 || j == 2 {
+                ((v + 100.0) * if j == 1 { 1.0 } else { -1.0 } - 1.0) / 2.0
+            } else {
+                v
+            }
+        };
+        let want: Vec<f32> = (0..12).map(|k| f(k as f32, k % 4)).collect();
+        assert_eq!(base.to_vec::<f32>()?, want, "{what}: the columns outside the view are untouched");
+
+        let ints = Tensor::arange(1, 5, 1, DType::I64, device)?;
+        ints.add_(&ints)?; // aliasing input and output
+        ints.mul_(3)?;
+        assert_eq!(ints.to_vec::<i64>()?, [6, 12, 18, 24], "{what}");
+        assert_eq!(
+            ints.add_(0.5).unwrap_err(),
+            Error::CannotCast { op: "add_", from: DType::F32, to: DType::I64 },
+            "a float result cannot be stored in an int tensor"
+        );
+        assert!(matches!(ints.div_(2), Err(Error::CannotCast { op: "div_", .. })), "true division gives floats");
+        assert!(matches!(
+            ints.add_(&Tensor::ones(&[2, 4], DType::I64, device)?),
+            Err(Error::ShapeMismatch { op: "add_", .. })
+        ));
+        let expanded = Tensor::ones(&[1, 3], DType::F32, device)?.expand(&[2, 3])?;
+        assert!(matches!(expanded.add_(1.0), Err(Error::InvalidArgument { op: "add_", .. })), "overlapping writes");
+
+        let h = Tensor::zeros(&[2, 3], DType::F16, device)?;
+        h.narrow(1, 0, 2)?.fill_(1.5)?;
+        let back: Vec<f32> = h.to_vec::<half::f16>()?.into_iter().map(f32::from).collect();
+        assert_eq!(back, [1.5, 1.5, 0.0, 1.5, 1.5, 0.0], "{what}: fill_ of a view");
+    }
+    Ok(())
+}
+
+#[test]
+fn operators_return_results() -> Result<()> {
+    for device in devices() {
+        let what = format!("operators on {device}");
+        let a = Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3], device)?;
+        let b = Tensor::from_slice(&[4.0f64, 5.0, 6.0], &[3], device)?;
+        let Some(sum) = supported(&a + &b, &what) else { continue };
+        assert_eq!(sum.to_vec::<f64>()?, [5.0, 7.0, 9.0]);
+        assert_eq!((&a - &b)?.to_vec::<f64>()?, [-3.0, -3.0, -3.0]);
+        assert_eq!((&a * 2.0)?.to_vec::<f64>()?, [2.0, 4.0, 6.0]);
+        assert_eq!((&b / &a)?.to_vec::<f64>()?, [4.0, 2.5, 2.0]);
+        assert_eq!((-&a)?.to_vec::<f64>()?, [-1.0, -2.0, -3.0]);
+        assert_eq!((a.clone() + b.clone())?.to_vec::<f64>()?, [5.0, 7.0, 9.0]);
+        assert_eq!((&(&a + &b)? * &a)?.to_vec::<f64>()?, [5.0, 14.0, 27.0]);
+        let bad = Tensor::ones(&[2], DType::F64, device)?;
+        assert_eq!((&a + &bad).unwrap_err(), Error::ShapeMismatch { op: "add", lhs: vec![3], rhs: vec![2] });
+        let on_cpu = Tensor::ones(&[3], DType::F64, Device::Cpu)?;
+        if device != Device::Cpu {
+            assert!(matches!(&a + &on_cpu, Err(Error::DeviceMismatch { .. })));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! Helpers for the tensor tests: random non-zero data of every dtype, tensors in several layouts
+//! (contiguous, transposed, strided, broadcast), float64 references, tolerances per dtype, and
+//! the skip rule for device ops on the CUDA driver before its kernels exist (issue 4 part B).
+#![allow(dead_code)]
+
+use cudasem::{cuda, DType, Device, Error, Result, Tensor};
+use half::{bf16, f16};
+
+/// The devices every op is tested on: the host, and the current driver's device 0.
+pub fn devices() -> Vec<Device> {
+    let mut v = vec![Device::Cpu];
+    if cuda::device_count() > 0 {
+        v.push(Device::cuda(0));
+    }
+    v
+}
+
+/// `Some(value)`, or `None` (with a message) when a device op is unsupported because the CUDA
+/// driver has no tensor kernels yet; any other error fails the test.
+#[track_caller]
+pub fn supported<T>(r: Result<T>, what: &str) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(Error::Unsupported { op: "launch", driver: "cuda", .. }) if cuda::driver_name() == "cuda" => {
+            eprintln!("skipped on the cuda driver until its kernels exist (issue 4 part B): {what}");
+            None
+        }
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// A tiny deterministic PRNG (xorshift64*).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+
+    pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
+    }
+}
+
+/// What values a test needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Domain {
+    /// Non-zero values of either sign (`u8`: 1..=15).
+    Any,
+    /// Positive values (for `log`, `sqrt`, pow bases).
+    Positive,
+    /// Small exponents (`0..=3` for integers, `[-2, 2]` for floats).
+    Exponent,
+}
+
+/// `x` as the dtype holds it: rounded for floats, wrapped for integers, `!= 0` for bool.
+pub fn round_to(dtype: DType, x: f64) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        DType::F16 => f16::from_f64(x).to_f64(),
+        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::I64 => x as i64 as f64,
+        DType::I32 => x as i64 as i32 as f64,
+        DType::U8 => x as i64 as u8 as f64,
+        DType::Bool => (x != 0.0) as u8 as f64,
+    }
+}
+
+/// `n` random non-zero values of `dtype` (exactly representable in it).
+pub fn sample(rng: &mut Rng, dtype: DType, n: usize, domain: Domain) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let v = match (dtype, domain) {
+                (DType::Bool, _) => (rng.next_u64() & 1) as f64,
+                (DType::U8, Domain::Exponent) | (_, Domain::Exponent) if !dtype.is_float() => rng.int(0, 3) as f64,
+                (_, Domain::Exponent) => rng.uniform(-2.0, 2.0),
+                (DType::U8, _) => rng.int(1, 15) as f64,
+                (_, Domain::Positive) if !dtype.is_float() => rng.int(1, 9) as f64,
+                (_, Domain::Any) if !dtype.is_float() => {
+                    let v = rng.int(1, 9);
+                    if rng.next_u64() & 1 == 0 {
+                        v as f64
+                    } else {
+                        -v as f64
+                    }
+                }
+                (_, Domain::Positive) => rng.uniform(0.25, 3.0),
+                _ => {
+                    let v = rng.uniform(0.25, 2.5);
+                    if rng.next_u64() & 1 == 0 {
+                        v
+                    } else {
+                        -v
+                    }
+                }
+            };
+            let r = round_to(dtype, v);
+            if r == 0.0 && dtype.is_float() {
+                0.5
+            } else {
+                r
+            }
+        })
+        .collect()
+}
+
+/// A tensor of `dtype` holding `values` (exactly representable), contiguous.
+pub fn tensor(values: &[f64], shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    match dtype {
+        DType::F64 => Tensor::from_slice(values, shape, device),
+        DType::F32 => Tensor::from_slice(&values.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape, device),
+        DType::F16 => Tensor::from_slice(&values.iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>(), shape, device),
+        DType::BF16 => {
+            Tensor::from_slice(&values.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>(), shape, device)
+        }
+        DType::I64 => Tensor::from_slice(&values.iter().map(|&x| x as i64).collect::<Vec<_>>(), shape, device),
+        DType::I32 => Tensor::from_slice(&values.iter().map(|&x| x as i32).collect::<Vec<_>>(), shape, device),
+        DType::U8 => Tensor::from_slice(&values.iter().map(|&x| x as u8).collect::<Vec<_>>(), shape, device),
+        DType::Bool => Tensor::from_slice(&values.iter().map(|&x| x != 0.0).collect::<Vec<_>>(), shape, device),
+    }
+}
+
+/// The tensor's elements (row-major) as `f64`, read in its dtype.
+pub fn values(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(match t.dtype() {
+        DType::F64 => t.to_vec::<f64>()?,
+        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        DType::F16 => t.to_vec::<f16>()?.into_iter().map(f16::to_f64).collect(),
+        DType::BF16 => t.to_vec::<bf16>()?.into_iter().map(bf16::to_f64).collect(),
+        DType::I64 => t.to_vec::<i64>()?.into_iter().map(|x| x as f64).collect(),
+        DType::I32 => t.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        DType::U8 => t.to_vec::<u8>()?.into_iter().map(f64::from).collect(),
+        DType::Bool => t.to_vec::<bool>()?.into_iter().map(|b| b as u8 as f64).collect(),
+    })
+}
+
+/// How an operand is laid out in memory (its logical values are the same in every case).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Layout {
+    /// Dense row-major.
+    Contiguous,
+    /// The transpose of a dense `[c, r]` tensor.
+    Transposed,
+    /// Every other column of a dense `[r, 2c]` tensor (stride 2), from a non-zero offset.
+    Strided,
+}
+
+pub const LAYOUTS: [Layout; 3] = [Layout::Contiguous, Layout::Transposed, Layout::Strided];
+
+/// A `[r, c]` tensor of `dtype` on `device` holding `vals` (row-major), laid out as `layout`.
+pub fn laid_out(vals: &[f64], r: usize, c: usize, dtype: DType, device: Device, layout: Layout) -> Result<Tensor> {
+    let t = match layout {
+        Layout::Contiguous => tensor(vals, &[r, c], dtype, device)?,
+        Layout::Transposed => {
+            let tr: Vec<f64> = (0..c).flat_map(|j| (0..r).map(move |i| vals[i * c + j])).collect();
+            tensor(&tr, &[c, r], dtype, device)?.t()?
+        }
+        Layout::Strided => {
+            let mut wide = vec![round_to(dtype, 7.0); r * 2 * c + 1];
+            for i in 0..r {
+                for j in 0..c {
+                    wide[1 + i * 2 * c + 2 * j] = vals[i * c + j];
+                }
+            }
+            let flat = tensor(&wide, &[r * 2 * c + 1], dtype, device)?;
+            flat.narrow(0, 1, r * 2 * c)?.view(&[r as isize, 2 * c as isize])?.slice(1, 0, isize::MAX, 2)?
+        }
+    };
+    assert_eq!(t.shape(), [r, c]);
+    assert_eq!(t.is_contiguous(), layout == Layout::Contiguous, "{layout:?}");
+    Ok(t)
+}
+
+/// Relative tolerance of results computed in `dtype` (0: exact).
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e-12,
+        DType::F32 => 2e-6,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 0.0,
+    }
+}
+
+/// Asserts `got` equals `want` elementwise within `dtype`'s tolerance (NaN equals NaN).
+#[track_caller]
+pub fn assert_close(got: &[f64], want: &[f64], dtype: DType, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let tol = tolerance(dtype);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1e-3);
+        assert!(ok, "{what}: element {i} is {g}, want {w} (dtype {dtype}); got {got:?}, want {want:?}");
+    }
+}
+
+/// `erf` by Simpson's rule on `2/√π e^{-t²}` — independent of the library's series and
+/// continued fraction.
+pub fn erf_reference(x: f64) -> f64 {
+    let n = 2000;
+    let h = x / n as f64;
+    let f = |t: f64| (-t * t).exp();
+    let mut s = f(0.0) + f(x);
+    for i in 1..n {
+        s += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+    }
+    s * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+}

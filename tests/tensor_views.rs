@@ -1,0 +1,235 @@
+//! Creation (every dtype, every device), the seeded generator, views sharing storage, and the
+//! typed errors of bad input.
+
+mod tensor_util;
+
+use cudasem::{manual_seed, DType, Device, Error, Result, Tensor};
+use half::{bf16, f16};
+use tensor_util::{devices, supported, values};
+
+#[test]
+fn creation_works_for_every_dtype_on_every_device() -> Result<()> {
+    for device in devices() {
+        for dtype in DType::ALL {
+            let what = format!("{dtype} on {device}");
+            let z = Tensor::zeros(&[2, 3], dtype, device)?;
+            assert_eq!((z.shape(), z.dtype(), z.device(), z.numel()), (&[2usize, 3][..], dtype, device, 6), "{what}");
+            assert_eq!(z.stride(), [3, 1]);
+            assert!(z.is_contiguous());
+            assert_eq!(values(&z)?, vec![0.0; 6], "{what}");
+            assert_eq!(values(&Tensor::ones(&[5], dtype, device)?)?, vec![1.0; 5], "{what}");
+            // 2.5 is exact in every float dtype; integers truncate it, bool makes it true.
+            let want = if dtype.is_float() {
+                2.5
+            } else if dtype == DType::Bool {
+                1.0
+            } else {
+                2.0
+            };
+            assert_eq!(values(&Tensor::full(&[3, 1], 2.5, dtype, device)?)?, vec![want; 3], "{what}");
+            if dtype != DType::Bool {
+                let a = Tensor::arange(1, 9, 2, dtype, device)?;
+                assert_eq!(values(&a)?, [1.0, 3.0, 5.0, 7.0], "{what}");
+            }
+            let e = Tensor::empty(&[0, 4], dtype, device)?;
+            assert_eq!((e.numel(), values(&e)?.len()), (0, 0));
+            let s = Tensor::full(&[], 1, dtype, device)?;
+            assert_eq!((s.dim(), s.numel(), values(&s)?), (0, 1, vec![1.0]));
+        }
+        assert_eq!(Tensor::arange(0.0, 1.0, 0.25, DType::F32, device)?.to_vec::<f32>()?, [0.0, 0.25, 0.5, 0.75]);
+        assert_eq!(Tensor::arange(5, 0, -2, DType::I64, device)?.to_vec::<i64>()?, [5, 3, 1]);
+        assert_eq!(Tensor::full(&[2], 300, DType::U8, device)?.to_vec::<u8>()?, [44, 44], "integers wrap");
+        let h = Tensor::from_slice(&[f16::from_f32(0.5), f16::from_f32(-2.0)], &[2], device)?;
+        assert_eq!(h.to_vec::<f16>()?, [f16::from_f32(0.5), f16::from_f32(-2.0)]);
+        let b = Tensor::from_slice(&[bf16::from_f32(1.5)], &[1, 1], device)?;
+        assert_eq!((b.dtype(), b.item::<bf16>()?), (DType::BF16, bf16::from_f32(1.5)));
+        // A large fill of a pattern that is not one repeated byte.
+        let big = Tensor::full(&[300_000], -1.25, DType::F32, device)?;
+        let v = big.to_vec::<f32>()?;
+        assert!(v.len() == 300_000 && v.iter().all(|&x| x == -1.25), "{device}");
+    }
+    Ok(())
+}
+
+/// The only test of this binary that draws random numbers, so that no other draws interleave.
+#[test]
+fn manual_seed_makes_rand_and_randn_reproducible_on_every_device() -> Result<()> {
+    let mut first: Option<(Vec<f32>, Vec<f64>)> = None;
+    for device in devices() {
+        manual_seed(1234);
+        assert_eq!(cudasem::initial_seed(), 1234);
+        let u = Tensor::rand(&[64, 64], DType::F32, device)?.to_vec::<f32>()?;
+        let n = Tensor::randn(&[4096], DType::F64, device)?.to_vec::<f64>()?;
+        assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)), "rand is in [0, 1)");
+        let mean_u = u.iter().map(|&x| x as f64).sum::<f64>() / u.len() as f64;
+        assert!((mean_u - 0.5).abs() < 0.02, "uniform mean {mean_u}");
+        let mean = n.iter().sum::<f64>() / n.len() as f64;
+        let var = n.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n.len() as f64;
+        assert!(mean.abs() < 0.06 && (var - 1.0).abs() < 0.08, "randn mean {mean}, variance {var}");
+        match &first {
+            None => first = Some((u, n)),
+            Some((u0, n0)) => assert!(u0 == &u && n0 == &n, "the same seed gives the same tensors on {device}"),
+        }
+        let h = Tensor::rand(&[1000], DType::F16, device)?.to_vec::<f16>()?;
+        assert!(h.iter().all(|x| x.to_f32() < 1.0), "rounding to f16 never reaches 1");
+        manual_seed(1234);
+        let again = Tensor::rand(&[64, 64], DType::F32, Device::Cpu)?.to_vec::<f32>()?;
+        assert_eq!(Some(&again), first.as_ref().map(|f| &f.0), "reseeding restarts the sequence");
+        assert_eq!(
+            Tensor::rand(&[2], DType::I64, device).unwrap_err(),
+            Error::UnsupportedDType { op: "rand", dtype: DType::I64 }
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn views_share_storage() -> Result<()> {
+    for device in devices() {
+        let what = format!("views on {device}");
+        let x = Tensor::arange(0, 24, 1, DType::F32, device)?;
+        let r = x.reshape(&[2, 3, 4])?;
+        assert!(r.shares_storage(&x) && r.is_contiguous());
+        assert_eq!(r.stride(), [12, 4, 1]);
+        let v = r.view(&[-1, 4])?;
+        assert_eq!(v.shape(), [6, 4]);
+        let p = r.permute(&[2, 0, 1])?;
+        assert_eq!((p.shape(), p.stride()), (&[4usize, 2, 3][..], &[1usize, 12, 4][..]));
+        assert!(!p.is_contiguous());
+        assert_eq!(p.to_vec::<f32>()?[..4], [0.0, 4.0, 8.0, 12.0]);
+        let tr = r.transpose(0, -1)?;
+        assert_eq!(tr.shape(), [4, 3, 2]);
+        assert!(
+            matches!(tr.view(&[-1]), Err(Error::InvalidShape { op: "view", .. })),
+            "a transposed view cannot flatten"
+        );
+        if let Some(flat) = supported(tr.reshape(&[-1]), &what) {
+            assert!(!flat.shares_storage(&x), "reshape copies when it must");
+            assert_eq!(flat.to_vec::<f32>()?[..4], [0.0, 12.0, 4.0, 16.0]);
+            assert_eq!(tr.contiguous()?.to_vec::<f32>()?, flat.to_vec::<f32>()?);
+        }
+        let n = r.narrow(2, 1, 2)?;
+        assert_eq!((n.shape(), n.storage_offset()), (&[2usize, 3, 2][..], 1));
+        assert_eq!(n.data_ptr(), x.data_ptr() + 4);
+        let sl = x.slice(0, -6, isize::MAX, 2)?;
+        assert_eq!(sl.to_vec::<f32>()?, [18.0, 20.0, 22.0]);
+        assert_eq!(x.slice(0, 30, 40, 1)?.numel(), 0, "slices clamp like Python's");
+        let col = Tensor::arange(0, 3, 1, DType::I64, device)?.unsqueeze(-1)?;
+        assert_eq!(col.shape(), [3, 1]);
+        let e = col.expand(&[2, -1, 4])?;
+        assert_eq!((e.shape(), e.stride()), (&[2usize, 3, 4][..], &[0usize, 1, 0][..]));
+        assert_eq!(e.to_vec::<i64>()?[..8], [0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(col.broadcast_to(&[3, 5])?.shape(), [3, 5]);
+        assert_eq!(e.squeeze().shape(), [2, 3, 4]);
+        assert_eq!(col.squeeze().shape(), [3]);
+        assert_eq!(col.squeeze_dim(1)?.shape(), [3]);
+        assert_eq!(col.squeeze_dim(0)?.shape(), [3, 1], "a dim that is not 1 is kept");
+        assert_eq!(r.flatten()?.shape(), [24]);
+        assert_eq!(r.size(-1)?, 4);
+        // A write through a view is seen by the base tensor.
+        if supported(n.fill_(-1.0), &what).is_some() {
+            let all = x.to_vec::<f32>()?;
+            assert_eq!(all[..4], [0.0, -1.0, -1.0, 3.0], "{what}");
+        }
+        let m = Tensor::zeros(&[2, 3], DType::F64, device)?;
+        assert_eq!(m.t()?.shape(), [3, 2]);
+        assert!(matches!(r.t(), Err(Error::InvalidArgument { op: "t", .. })));
+        assert!(format!("{:?}", p).contains("shape=[4, 2, 3]"));
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_input_gives_typed_errors_with_actionable_messages() -> Result<()> {
+    for device in devices() {
+        let a = Tensor::ones(&[2, 3], DType::F32, device)?;
+        let e = a.add(&Tensor::ones(&[4], DType::F32, device)?).unwrap_err();
+        assert_eq!(e, Error::ShapeMismatch { op: "add", lhs: vec![2, 3], rhs: vec![4] });
+        assert!(
+            e.to_string()
+                .contains("size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1"),
+            "{e}"
+        );
+
+        let e = a.sum(&[2], false).unwrap_err();
+        assert_eq!(e, Error::InvalidDim { op: "sum", dim: 2, ndim: 2 });
+        assert!(
+            e.to_string().contains("Dimension out of range (expected to be in range of [-2, 1], but got 2)"),
+            "{e}"
+        );
+        assert!(matches!(a.transpose(0, -3), Err(Error::InvalidDim { op: "transpose", dim: -3, .. })));
+        assert!(matches!(a.softmax(5), Err(Error::InvalidDim { op: "softmax", .. })));
+        assert!(matches!(a.unsqueeze(4), Err(Error::InvalidDim { op: "unsqueeze", .. })));
+        assert!(matches!(a.argmax(Some(2), false), Err(Error::InvalidDim { .. })));
+        assert!(matches!(a.sum(&[0, -2], false), Err(Error::InvalidArgument { op: "sum", .. })), "a repeated dim");
+
+        let e = a.reshape(&[4, -1]).unwrap_err();
+        assert!(matches!(&e, Error::InvalidShape { op: "reshape", shape, .. } if shape == &[4, -1]), "{e}");
+        assert!(e.to_string().contains("invalid for input of size 6"), "{e}");
+        assert!(matches!(a.reshape(&[-1, -1]), Err(Error::InvalidShape { .. })));
+        assert!(matches!(a.narrow(1, 2, 2), Err(Error::InvalidShape { op: "narrow", .. })));
+        assert!(matches!(a.expand(&[4, 3, 2]), Err(Error::ShapeMismatch { op: "expand", .. })));
+        assert!(matches!(a.permute(&[0, 0]), Err(Error::InvalidArgument { op: "permute", .. })));
+        assert!(matches!(a.slice(0, 0, 1, 0), Err(Error::InvalidArgument { op: "slice", .. })));
+        assert!(matches!(
+            Tensor::from_slice(&[1.0f32; 5], &[2, 3], device),
+            Err(Error::InvalidShape { op: "from_slice", .. })
+        ));
+        assert!(matches!(
+            Tensor::arange(0, 5, 0, DType::I64, device),
+            Err(Error::InvalidArgument { op: "arange", .. })
+        ));
+        assert!(matches!(
+            Tensor::arange(5, 0, 1, DType::I64, device),
+            Err(Error::InvalidArgument { op: "arange", .. })
+        ));
+
+        let i = Tensor::ones(&[3], DType::I64, device)?;
+        let e = i.gelu().unwrap_err();
+        assert_eq!(e, Error::UnsupportedDType { op: "gelu", dtype: DType::I64 });
+        assert!(e.to_string().starts_with("\"gelu\" not implemented for 'Long'"), "{e}");
+        assert_eq!(i.mean_all().unwrap_err(), Error::UnsupportedDType { op: "mean", dtype: DType::I64 });
+        let b = Tensor::ones(&[3], DType::Bool, device)?;
+        assert_eq!(b.sub(&b).unwrap_err(), Error::UnsupportedDType { op: "sub", dtype: DType::Bool });
+        assert_eq!(b.neg().unwrap_err(), Error::UnsupportedDType { op: "neg", dtype: DType::Bool });
+
+        let e = a.to_vec::<f64>().unwrap_err();
+        assert_eq!(e, Error::DTypeMismatch { op: "to_vec", expected: DType::F64, found: DType::F32 });
+        assert!(matches!(a.item::<f32>(), Err(Error::InvalidArgument { op: "item", .. })));
+        let e = i.mul_(1.5).unwrap_err();
+        assert!(e.to_string().contains("result type Float can't be cast to the desired output type Long"), "{e}");
+        assert!(matches!(Tensor::zeros(&[2], DType::F32, "tpu"), Err(Error::InvalidDeviceString { .. })));
+    }
+    Ok(())
+}
+
+#[test]
+fn tensors_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tensor>();
+    assert_send_sync::<DType>();
+    assert_send_sync::<cudasem::Scalar>();
+    assert_send_sync::<cudasem::driver::kernel::KernelOp>();
+}
+
+#[test]
+fn tensors_cross_threads() -> Result<()> {
+    let device = *devices().last().unwrap_or(&Device::Cpu);
+    let x = Tensor::arange(0, 100, 1, DType::F64, device)?;
+    let handles: Vec<_> = (0..4)
+        .map(|k| {
+            let x = x.clone();
+            std::thread::spawn(move || -> Result<Option<f64>> {
+                // A new thread's current device is 0, but the op runs where `x` lives.
+                let Some(y) = supported(x.mul(k as f64), "mul on another thread") else { return Ok(None) };
+                Ok(Some(y.sum_all()?.item::<f64>()?))
+            })
+        })
+        .collect();
+    for (k, h) in handles.into_iter().enumerate() {
+        if let Some(s) = h.join().expect("thread")? {
+            assert_eq!(s, 4950.0 * k as f64);
+        }
+    }
+    Ok(())
+}

@@ -1,15 +1,21 @@
-//! `torch.cuda` for Rust: devices, guards, streams, events and peer access.
+//! `torch.cuda` for Rust: devices, guards, streams, events, peer access, device memory and pinned
+//! host memory.
 //!
 //! Every name here is PyTorch's (see the crate documentation for the full map).
 
-pub use crate::alloc::{AllocatorSettings, MemoryStats, Snapshot};
+pub use crate::alloc::{AllocatorSettings, DurationStat, HostMemoryStats, MemoryStats, Snapshot};
 pub use crate::driver::DeviceProperties;
 pub use crate::runtime::{
     allocator_settings, caching_allocator_alloc, caching_allocator_delete, caching_allocator_record_stream,
     can_device_access_peer, current_device, current_stream, default_stream, device_count, driver_name, empty_cache,
-    enable_peer_access, get_device_name, get_device_properties, get_per_process_memory_fraction, is_available,
-    is_peer_access_enabled, max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_reserved,
-    memory_snapshot, memory_stats, memory_summary, record_memory_history, reset_peak_memory_stats, set_device,
+    enable_peer_access, get_device_name, get_device_properties, get_per_process_memory_fraction, host_empty_cache,
+    host_memory_stats, is_available, is_peer_access_enabled, max_memory_allocated, max_memory_reserved, mem_get_info,
+    memory_allocated, memory_reserved, memory_snapshot, memory_stats, memory_summary, record_memory_history,
+    reset_accumulated_host_memory_stats, reset_peak_host_memory_stats, reset_peak_memory_stats, set_device,
     set_per_process_memory_fraction, set_stream, synchronize, with_device, with_stream, DeviceGuard, Event, EventFlags,
     Stream, StreamGuard,
 };
+
+/// `torch.backends.cuda`: `backends::matmul::set_allow_tf32(true)` mirrors
+/// `torch.backends.cuda.matmul.allow_tf32 = True`.
+pub use crate::driver::cuda::backends;

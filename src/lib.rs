@@ -60,7 +60,10 @@
 //! | `torch.manual_seed(s)` | [`manual_seed`] (the same numbers on every device) |
 //! | `torch.tensor(data)` / `t.tolist()` / `t.item()` | [`Tensor::from_slice`] / [`Tensor::to_vec`] / [`Tensor::item`] |
 //! | `t.shape / t.stride() / t.dtype / t.device / t.data_ptr()` | [`Tensor::shape`], [`Tensor::stride`], [`Tensor::dtype`], [`Tensor::device`], [`Tensor::data_ptr`] |
-//! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] |
+//! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src, non_blocking)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] (non-blocking between pinned memory and a device) |
+//! | `t.pin_memory()` / `t.is_pinned()` / `torch.empty(…, pin_memory=True)` | [`Tensor::pin_memory`] / [`Tensor::is_pinned`] / [`Tensor::empty_pinned`] |
+//! | `t.record_stream(s)` | [`Tensor::record_stream`] |
+//! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()` | [`cuda::host_memory_stats`], [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`] |
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] and `std::ops` operators with `Output = Result<Tensor>` |
 //!

@@ -4,9 +4,10 @@
 mod common;
 
 use common::{last_device, ms};
+use cudasem::alloc::{CachingHostAllocator, HostUse};
 use cudasem::cuda::{self, DeviceGuard, DeviceProperties, Event, EventFlags, Stream, StreamGuard};
 use cudasem::driver::sim::{PeerSpec, SimConfig, SimDriver};
-use cudasem::driver::{DevicePtr, Driver, DriverKind, EventId, StreamId};
+use cudasem::driver::{DevicePtr, Driver, DriverKind, EventId, HostPtr, StreamId};
 use cudasem::testing::{self, RawBuffer};
 use cudasem::{Device, Error, Result};
 use std::sync::Arc;
@@ -32,6 +33,11 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<StreamId>();
     assert_send_sync::<EventId>();
     assert_send_sync::<Result<Stream>>();
+    assert_send_sync::<HostPtr>();
+    assert_send_sync::<HostUse>();
+    assert_send_sync::<CachingHostAllocator>();
+    assert_send_sync::<cuda::HostMemoryStats>();
+    assert_send_sync::<cudasem::Tensor>();
 }
 
 /// Implemented twice for `Send` types, so `<T as AmbiguousIfSend<_>>::some_item()` only compiles

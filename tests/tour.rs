@@ -31,42 +31,80 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn assert_tour_passes(env: &[(&str, &str)], peer_line: &str) {
+/// Runs the tour and checks that it passed, that every section that runs everywhere said `ok`,
+/// and that each of `lines` starts a line of the output (the sections that depend on the machine).
+fn assert_tour_passes(env: &[(&str, &str)], lines: &[&str]) -> String {
     let o = run_sim(&["tour"], env);
     let text = stdout(&o);
     assert!(o.status.success(), "tour failed with {env:?}:\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
-    for section in ["devices", "device-guard", "streams", "asynchrony", "events"] {
+    for section in [
+        "devices",
+        "device-guard",
+        "streams",
+        "asynchrony",
+        "events",
+        "tensor-placement",
+        "caching-allocator",
+        "out-of-memory",
+        "pinned-memory",
+        "non-blocking-overlap",
+        "pinned-vs-pageable",
+    ] {
         assert!(text.lines().any(|l| l == format!("ok {section}")), "no `ok {section}` with {env:?}:\n{text}");
     }
-    assert!(text.lines().any(|l| l.starts_with(peer_line)), "no `{peer_line}` with {env:?}:\n{text}");
+    for line in lines {
+        assert!(text.lines().any(|l| l.starts_with(line)), "no `{line}` with {env:?}:\n{text}");
+    }
     assert!(!text.contains("FAILED"), "{text}");
+    text
 }
+
+/// The sections of a machine with peer access between cuda:0 and cuda:1.
+const TWO_LINKED_GPUS: [&str; 3] = ["ok peer-access", "ok tensor-ops", "ok cross-device-ops"];
 
 #[test]
 fn tour_passes_on_one_gpu_and_skips_peer_access_saying_why() {
-    assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "1")], "skipped peer-access: peer access needs two GPUs");
+    assert_tour_passes(
+        &[("CUDASEM_SIM_DEVICES", "1")],
+        &[
+            "skipped peer-access: peer access needs two GPUs",
+            "skipped tensor-ops: showing it needs two GPUs",
+            "skipped cross-device-ops: a cross-device op needs two GPUs",
+        ],
+    );
 }
 
 #[test]
 fn tour_passes_on_two_gpus() {
-    assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "2")], "ok peer-access");
+    let text = assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "2")], &TWO_LINKED_GPUS);
+    assert!(text.contains("under DeviceGuard(1): Tensor::ones(.., \"cuda\") → cuda:1"), "{text}");
+    assert!(text.contains("a + b → [3.0, 3.0, 3.0] on cuda:0"), "{text}");
 }
 
 #[test]
 fn tour_passes_on_four_gpus() {
-    assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "4")], "ok peer-access");
+    assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "4")], &TWO_LINKED_GPUS);
 }
 
 #[test]
 fn tour_passes_without_peer_access_and_shows_the_error() {
     let env = [("CUDASEM_SIM_DEVICES", "2"), ("CUDASEM_SIM_PEER", "none")];
-    assert_tour_passes(&env, "ok peer-access");
-    let text = stdout(&run_sim(&["tour"], &env));
+    let text = assert_tour_passes(
+        &env,
+        &["ok peer-access", "ok tensor-ops", "skipped cross-device-ops: cuda:0 cannot access cuda:1's memory"],
+    );
     assert!(
         text.contains("enable_peer_access(0, 1) → error: peer access from cuda:0 to cuda:1 is not supported"),
         "{text}"
     );
     assert!(text.contains("staged, no peer link"), "{text}");
+    assert!(
+        text.contains(
+            "a (cuda:0) + b (cuda:1) → error: Expected all tensors to be on the same device, but found at least two \
+             devices, cuda:0 and cuda:1!"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

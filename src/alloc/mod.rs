@@ -18,6 +18,7 @@
 //! | `memory_snapshot`, `_record_memory_history`, `_snapshot` pickles | [`Snapshot`], [`CachingAllocator::record_history`], [`Snapshot::to_pickle`] |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | [`CachingAllocator::raw_alloc`] / [`CachingAllocator::raw_delete`] |
 //! | `PYTORCH_CUDA_ALLOC_CONF` | `CUDASEM_ALLOC_CONF`, [`AllocatorSettings::parse`] |
+//! | `CachingHostAllocator` (pinned memory), `host_memory_stats`, `_host_emptyCache` | [`CachingHostAllocator`], [`HostMemoryStats`] |
 //!
 //! The policy never touches a device: it runs over the small [`RawMemory`] trait (get and return
 //! segments, events, virtual memory), so it is tested and benchmarked with no GPU at all, on
@@ -44,6 +45,7 @@ mod departures;
 mod driver_memory;
 mod expandable;
 mod history;
+mod host;
 mod pickle;
 mod replay;
 mod settings;
@@ -60,6 +62,7 @@ pub use allocator::CachingAllocator;
 pub use block::PoolKind;
 pub use driver_memory::DriverMemory;
 pub use history::{TraceAction, TraceEntry};
+pub use host::{CachingHostAllocator, DurationStat, HostMemoryStats, HostUse, RawHostMemory};
 pub use replay::{replay, replay_with, ReplayOptions, ReplayReport};
 pub use settings::{
     AllocatorSettings, ALLOC_CONF_ENV, LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,

@@ -4,3 +4,4 @@ pub mod info;
 pub mod replay;
 pub mod tour;
 pub mod tour_memory;
+pub mod tour_tensors;

@@ -62,6 +62,21 @@ const SECTIONS: &[(&str, &str, Section)] = &[
         events,
     ),
     (
+        "tensor-placement",
+        "A tensor made on \"cuda\" lands on the current device: cuda:0 until changed, cuda:i under DeviceGuard(i); an explicit index wins.",
+        super::tour_tensors::placement,
+    ),
+    (
+        "tensor-ops",
+        "An op runs on its tensors' device and that device's current stream, whatever device is selected; the result lives with the operands.",
+        super::tour_tensors::ops_follow_operands,
+    ),
+    (
+        "cross-device-ops",
+        "An op mixing tensors of two GPUs fails naming both devices, unless peer access between them is enabled: then it runs on the first operand's device and reads the other over the link.",
+        super::tour_tensors::cross_device,
+    ),
+    (
         "peer-access",
         "can_device_access_peer answers from the topology; enable_peer_access turns the link on (or says why it cannot); copies between devices work either way.",
         peer_access,
@@ -75,6 +90,21 @@ const SECTIONS: &[(&str, &str, Section)] = &[
         "out-of-memory",
         "When memory runs out the allocator frees its cache and retries; if the request still cannot fit it fails with PyTorch's out-of-memory message, and the device stays usable.",
         super::tour_memory::out_of_memory,
+    ),
+    (
+        "pinned-memory",
+        "A non_blocking copy to the host lands in pinned memory and returns at once; reading it waits for the copy; pinned blocks come from a caching host allocator.",
+        super::tour_tensors::pinned_memory,
+    ),
+    (
+        "non-blocking-overlap",
+        "A non_blocking copy from pinned memory is queued on its stream and overlaps with compute on another stream: both finish in about the longer time, not the sum.",
+        super::tour_tensors::overlap,
+    ),
+    (
+        "pinned-vs-pageable",
+        "Host-to-device copies from pinned memory go straight to the copy engine; from pageable memory they are staged through a bounce buffer and block the host.",
+        super::tour_tensors::pinned_vs_pageable,
     ),
 ];
 

@@ -32,6 +32,17 @@ impl DevicePtr {
     }
 }
 
+/// The address of page-locked (pinned) host memory from [`Driver::host_alloc`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPtr(pub u64);
+
+impl HostPtr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: usize) -> HostPtr {
+        HostPtr(self.0 + bytes as u64)
+    }
+}
+
 /// Opaque handle of a driver stream (unique within one driver instance, whatever the device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(pub u64);
@@ -126,6 +137,31 @@ pub trait Driver: Send + Sync + 'static {
         bytes: usize,
         stream: StreamId,
     ) -> Result<()>;
+
+    /// Allocates `bytes` of page-locked (pinned) host memory, zeroed, that copies of every device
+    /// can use (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE`). A zero-byte request still gets
+    /// an address. [`Error::HostOutOfMemory`] when the host cannot provide it.
+    fn host_alloc(&self, bytes: usize) -> Result<HostPtr>;
+    /// Frees memory from [`Driver::host_alloc`] (`cuMemFreeHost`). No queued copy may still use it.
+    fn host_free(&self, ptr: HostPtr) -> Result<()>;
+    /// Queues a copy of `bytes` bytes from pinned host memory at `src` to device memory at `dst`
+    /// on `stream` and returns at once, without waiting for the stream (`cuMemcpyHtoDAsync`).
+    ///
+    /// # Safety
+    /// `[src, src + bytes)` must lie inside one live allocation from [`Driver::host_alloc`] of
+    /// this driver, which must stay allocated and must not be written by the host until the
+    /// stream has passed the copy (an event recorded after it has completed). `dst` must be live
+    /// device memory that the stream's device can reach.
+    unsafe fn memcpy_htod_async(&self, dst: DevicePtr, src: HostPtr, bytes: usize, stream: StreamId) -> Result<()>;
+    /// Queues a copy of `bytes` bytes from device memory at `src` to pinned host memory at `dst`
+    /// on `stream` and returns at once, without waiting for the stream (`cuMemcpyDtoHAsync`).
+    ///
+    /// # Safety
+    /// `[dst, dst + bytes)` must lie inside one live allocation from [`Driver::host_alloc`] of
+    /// this driver, which must stay allocated and must be neither read nor written by the host
+    /// until the stream has passed the copy. `src` must be live device memory that the stream's
+    /// device can reach.
+    unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()>;
 
     /// Granularity of physical pages for virtual-memory mapping (expandable segments), or `None`
     /// where the device cannot map memory into a reserved range.

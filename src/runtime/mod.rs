@@ -1,10 +1,12 @@
 //! The runtime: the device registry over the driver, the thread-local context (current device and
-//! current stream per device), guards, the stream pools, events and the peer table.
+//! current stream per device), guards, the stream pools, events, the peer table, and the device and
+//! pinned host memory allocators.
 
 mod context;
 mod devices;
 mod event;
 mod guard;
+mod host_memory;
 mod memory;
 mod pool;
 mod stream;
@@ -12,6 +14,10 @@ mod stream;
 pub use devices::*;
 pub use event::{Event, EventFlags};
 pub use guard::{with_device, DeviceGuard};
+pub use host_memory::{
+    host_empty_cache, host_memory_stats, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats,
+};
+pub(crate) use host_memory::{PinnedBlock, PinnedRead, PinnedWrite};
 pub use memory::*;
 pub use stream::{current_stream, default_stream, set_stream, with_stream, Stream, StreamGuard};
 
@@ -36,6 +42,8 @@ pub(crate) struct Runtime {
     pub devices: Vec<DeviceState>,
     /// `CUDASEM_ALLOC_CONF`, parsed once; an invalid value is reported by every allocating call.
     pub alloc_settings: Result<AllocatorSettings>,
+    /// Pinned host memory and its caching allocator, made on first use.
+    host: OnceLock<host_memory::HostMemory>,
 }
 
 impl Runtime {
@@ -48,7 +56,7 @@ impl Runtime {
                 allocator: OnceLock::new(),
             })
             .collect();
-        Runtime { driver, devices, alloc_settings: AllocatorSettings::from_env() }
+        Runtime { driver, devices, alloc_settings: AllocatorSettings::from_env(), host: OnceLock::new() }
     }
 
     /// Checks a device index against the device count.

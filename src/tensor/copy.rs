@@ -6,10 +6,11 @@
 //! event the other waits for), as PyTorch's `copy_` does: the copy starts after the work already
 //! queued on the destination, and later work there starts after the copy.
 //!
-//! Host ↔ device copies use pageable host memory, so they are ordered on the device's current
-//! stream and return once the host side is consumed or filled: `non_blocking` is accepted and,
-//! until pinned memory exists (issue 4 part B), behaves like `false`, as PyTorch does for
-//! pageable memory.
+//! Host ↔ device copies are ordered on the device's current stream. From or into pageable host
+//! memory they return once the host side is consumed or filled, whatever `non_blocking` says (as
+//! in PyTorch). With `non_blocking` and pinned host memory (`pin_memory`, or what
+//! `to("cpu", true)` makes) they are queued and return at once (`pinned.rs`); a later host read or
+//! write of the pinned bytes waits for the copy.
 
 use super::exec::{Exec, Place};
 use super::storage::Storage;
@@ -27,12 +28,24 @@ impl Tensor {
     /// The tensor on `device` (`t.to(device, non_blocking=…)`): `self` (another handle to the
     /// same storage) when it is already there, else a contiguous copy. `"cuda"` /
     /// `Device::Cuda(None)` is the current device.
+    ///
+    /// With `non_blocking`, a pinned host tensor is copied to the device, and a device tensor to
+    /// the host, by a copy queued on the device's current stream: the call returns before the
+    /// copy completes. A device tensor sent to `"cpu"` this way lands in pinned memory (as in
+    /// PyTorch); reading it on the host waits for the copy. From pageable memory the copy is
+    /// synchronous, as in PyTorch.
     pub fn to(&self, device: impl IntoDevice, non_blocking: bool) -> Result<Tensor> {
         let place = Place::resolve(device.into_device()?)?;
         if place == self.place() {
             return Ok(self.clone());
         }
-        let out = Tensor::empty_at(self.shape(), self.dtype, place)?;
+        // As in PyTorch, a non-blocking copy to the host lands in pinned memory, so it can be
+        // queued instead of waited for.
+        let out = if non_blocking && place == Place::Cpu {
+            Tensor::empty_pinned_uninit(self.shape(), self.dtype)?
+        } else {
+            Tensor::empty_at(self.shape(), self.dtype, place)?
+        };
         out.copy_(self, non_blocking)?;
         Ok(out)
     }
@@ -72,8 +85,11 @@ impl Tensor {
 
     /// Copies `src` into `self`, in place (`t.copy_(src, non_blocking)`): `src` is broadcast to
     /// `self`'s shape and converted to its dtype, from any device to any device.
+    ///
+    /// With `non_blocking`, a copy between pinned host memory and a device is queued on the
+    /// device's current stream and the call returns at once; a later host read or write of the
+    /// pinned tensor waits for it. Otherwise host ↔ device copies return when done.
     pub fn copy_(&self, src: &Tensor, non_blocking: bool) -> Result<()> {
-        let _ = non_blocking; // pageable host memory: every host copy is synchronous (see module docs)
         self.check_writable("copy_")?;
         let src_view = src.layout.broadcast_to("copy_", self.shape())?;
         let src = src.with_layout(src_view);
@@ -82,7 +98,9 @@ impl Tensor {
         }
         match (src.place(), self.place()) {
             (a, b) if a == b => self.copy_local(&src),
+            (Place::Cpu, Place::Cuda(d)) if non_blocking && src.is_pinned() => self.copy_from_pinned(&src, d),
             (Place::Cpu, Place::Cuda(_)) => self.copy_from_host(&src),
+            (Place::Cuda(d), Place::Cpu) if non_blocking && self.is_pinned() => self.copy_into_pinned(&src, d),
             (Place::Cuda(_), Place::Cpu) => self.copy_local(&src.read_to_host()?),
             (Place::Cuda(s), Place::Cuda(d)) => self.copy_peer(&src, s, d),
             (Place::Cpu, Place::Cpu) => self.copy_local(&src),
@@ -90,8 +108,11 @@ impl Tensor {
     }
 
     /// A copy between tensors of one place (same shape).
-    fn copy_local(&self, src: &Tensor) -> Result<()> {
+    pub(super) fn copy_local(&self, src: &Tensor) -> Result<()> {
         let place = self.place();
+        if place == Place::Cpu && src.dtype == self.dtype && src.is_contiguous() && self.is_contiguous() {
+            return self.copy_host_dense(src);
+        }
         if place != Place::Cpu && src.dtype == self.dtype && src.is_contiguous() && self.is_contiguous() {
             let stream = current_stream(Some(src.device_index()))?;
             let bytes = self.numel() * self.dtype.size();
@@ -110,9 +131,46 @@ impl Tensor {
         Exec::on(place).run(&op, &[src, self])
     }
 
+    /// Host → host, both dense and of one dtype: one slice copy. Two different storages are
+    /// locked in address order (so two threads copying each way cannot deadlock); the same
+    /// storage goes through the kernel, which handles overlap.
+    fn copy_host_dense(&self, src: &Tensor) -> Result<()> {
+        let (Some(from), Some(to)) = (src.storage.as_host(), self.storage.as_host()) else {
+            return Err(Error::InvalidArgument { op: "copy_", reason: "not host tensors".into() });
+        };
+        let bytes = self.numel() * self.dtype.size();
+        let (s0, d0) = (src.layout.offset * src.dtype.size(), self.layout.offset * self.dtype.size());
+        if bytes == 0 {
+            return Ok(());
+        }
+        if self.shares_storage(src) {
+            let op = KernelOp::CopyStrided { src: src.buffer_view(), dst: self.buffer_view() };
+            return Exec::on(Place::Cpu).run(&op, &[src, self]);
+        }
+        let (r, mut w) = if src.storage.ptr() < self.storage.ptr() {
+            let r = from.read()?;
+            (r, to.write()?)
+        } else {
+            let w = to.write()?;
+            (from.read()?, w)
+        };
+        w[d0..d0 + bytes].copy_from_slice(&r[s0..s0 + bytes]);
+        Ok(())
+    }
+
     /// Host → device: the source converted and made dense on the host, then one upload (into a
-    /// staging tensor on the device when `self` is not contiguous).
+    /// staging tensor on the device when `self` is not contiguous). A dense source of the right
+    /// dtype is uploaded straight from its storage.
     fn copy_from_host(&self, src: &Tensor) -> Result<()> {
+        if src.dtype == self.dtype && src.is_contiguous() && self.is_contiguous() {
+            let host = src
+                .storage
+                .as_host()
+                .ok_or(Error::InvalidArgument { op: "copy_", reason: "the source is not in host memory".into() })?;
+            let start = src.layout.offset * src.dtype.size();
+            let data = host.read()?;
+            return self.write_host_bytes(&data[start..start + self.numel() * self.dtype.size()]);
+        }
         let dense = Tensor::empty_at(self.shape(), self.dtype, Place::Cpu)?;
         dense.copy_local(src)?;
         let bytes = dense.host_bytes()?;
@@ -151,7 +209,7 @@ impl Tensor {
         Ok(())
     }
 
-    fn device_index(&self) -> usize {
+    pub(super) fn device_index(&self) -> usize {
         match self.place() {
             Place::Cuda(d) => d,
             Place::Cpu => 0,
@@ -160,7 +218,7 @@ impl Tensor {
 
     /// The bytes of this view's storage span, read to a host tensor with the same layout
     /// (rebased); waits for the device's current stream.
-    fn read_to_host(&self) -> Result<Tensor> {
+    pub(super) fn read_to_host(&self) -> Result<Tensor> {
         let view = self.buffer_view();
         let Some((ptr, len)) = view.byte_span() else {
             return Tensor::empty_at(self.shape(), self.dtype, Place::Cpu);
@@ -180,7 +238,7 @@ impl Tensor {
             .storage
             .as_host()
             .ok_or(Error::InvalidArgument { op: "to_vec", reason: "the host copy is not host memory".into() })?;
-        let data = storage.read();
+        let data = storage.read()?;
         if self.numel() == 0 {
             return Ok(Vec::new());
         }

@@ -63,7 +63,7 @@ impl Tensor {
                     .as_host()
                     .ok_or(Error::InvalidArgument { op: "write_host_bytes", reason: "not a host tensor".into() })?;
                 let start = self.layout.offset * self.dtype.size();
-                host.write()[start..start + bytes.len()].copy_from_slice(bytes);
+                host.write()?[start..start + bytes.len()].copy_from_slice(bytes);
                 Ok(())
             }
         }

@@ -173,12 +173,7 @@ impl Tensor {
     /// A new, uninitialized (host: zeroed) contiguous tensor on `place`; device memory comes
     /// from the caching allocator on the device's current stream.
     pub(crate) fn empty_at(shape: &[usize], dtype: DType, place: Place) -> Result<Tensor> {
-        let numel = super::layout::checked_numel("empty", shape)?;
-        let bytes = numel.checked_mul(dtype.size()).ok_or_else(|| Error::InvalidShape {
-            op: "empty",
-            shape: shape.iter().map(|&n| n as i64).collect(),
-            reason: "the size in bytes overflows".into(),
-        })?;
+        let bytes = byte_size("empty", shape, dtype)?;
         let storage = match place {
             Place::Cpu => Storage::host_zeroed(bytes)?,
             Place::Cuda(d) => {
@@ -188,4 +183,14 @@ impl Tensor {
         };
         Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
     }
+}
+
+/// The bytes of a dense tensor of `shape` and `dtype`, or [`Error::InvalidShape`] on overflow.
+pub(crate) fn byte_size(op: &'static str, shape: &[usize], dtype: DType) -> Result<usize> {
+    let numel = super::layout::checked_numel(op, shape)?;
+    numel.checked_mul(dtype.size()).ok_or_else(|| Error::InvalidShape {
+        op,
+        shape: shape.iter().map(|&n| n as i64).collect(),
+        reason: "the size in bytes overflows".into(),
+    })
 }

@@ -11,7 +11,12 @@
 //! * **Asynchrony.** Device ops are queued; a host read ([`Tensor::to_vec`], [`Tensor::cpu`])
 //!   waits for the tensor's data (it is ordered on the device's current stream).
 //! * **Memory.** Device storage is a block of the device's caching allocator, taken on the
-//!   current stream and given back when the last view drops.
+//!   current stream and given back when the last view drops ([`Tensor::record_stream`] keeps it
+//!   from reuse until another stream's work is done). Host storage is pageable, or pinned
+//!   ([`Tensor::pin_memory`]) from the caching host allocator.
+//! * **Non-blocking copies.** `to(device, true)` and `copy_(src, true)` between pinned host memory
+//!   and a device are queued on the device's current stream and return at once; a host read or
+//!   write of the pinned tensor waits for the copy, so no program sees a half-copied buffer.
 //! * **Views.** `reshape`, `transpose`, `narrow`, `expand`, … share storage: clones and views
 //!   alias like PyTorch tensors, and in-place ops (`add_`, `fill_`, `copy_`) write through every
 //!   view of the storage (they take `&self` for that reason).
@@ -27,6 +32,7 @@ mod create;
 mod exec;
 mod layout;
 mod ops;
+mod pinned;
 mod random;
 mod storage;
 mod view;

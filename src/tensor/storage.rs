@@ -1,28 +1,94 @@
-//! [`Storage`]: the bytes behind tensors — host memory, or a block of a device's caching
-//! allocator that goes back to the allocator when the last tensor using it drops.
+//! [`Storage`]: the bytes behind tensors — host memory (pageable, or a pinned block of the caching
+//! host allocator), or a block of a device's caching allocator; blocks go back to their allocator
+//! when the last tensor using them drops.
 
 use crate::device::Device;
 use crate::driver::cpu::Memory;
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
-use crate::runtime::{rt, Stream};
+use crate::runtime::{rt, PinnedBlock, PinnedRead, PinnedWrite, Stream};
+use std::ops::{Deref, DerefMut};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// Host bytes, with the address of their first byte (their [`DevicePtr`] in kernel views).
+/// Host bytes, with the address of their first byte (their [`DevicePtr`] in kernel views):
+/// ordinary (pageable) memory, or a pinned block of the caching host allocator.
 pub(crate) struct HostBytes {
-    data: RwLock<Vec<u8>>,
+    data: HostData,
     addr: u64,
-    /// Fixed for the storage's life (the vector never grows).
+    /// Fixed for the storage's life.
     len: usize,
 }
 
+enum HostData {
+    Pageable(RwLock<Vec<u8>>),
+    /// Host access waits for the non-blocking copies still using the block (see `PinnedBlock`).
+    Pinned(PinnedBlock),
+}
+
+/// Shared access to host bytes (after any copy writing them into pinned memory has completed).
+pub(crate) enum HostRead<'a> {
+    Pageable(RwLockReadGuard<'a, Vec<u8>>),
+    Pinned(PinnedRead<'a>),
+}
+
+impl Deref for HostRead<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            HostRead::Pageable(g) => g,
+            HostRead::Pinned(g) => g,
+        }
+    }
+}
+
+/// Exclusive access to host bytes (after every copy using pinned memory has completed).
+pub(crate) enum HostWrite<'a> {
+    Pageable(RwLockWriteGuard<'a, Vec<u8>>),
+    Pinned(PinnedWrite<'a>),
+}
+
+impl Deref for HostWrite<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            HostWrite::Pageable(g) => g,
+            HostWrite::Pinned(g) => g,
+        }
+    }
+}
+
+impl DerefMut for HostWrite<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            HostWrite::Pageable(g) => g,
+            HostWrite::Pinned(g) => g,
+        }
+    }
+}
+
 impl HostBytes {
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<u8>> {
-        self.data.read().unwrap_or_else(|e| e.into_inner())
+    /// The bytes for reading; for pinned memory, waits for copies in flight that write them.
+    pub fn read(&self) -> Result<HostRead<'_>> {
+        match &self.data {
+            HostData::Pageable(v) => Ok(HostRead::Pageable(v.read().unwrap_or_else(|e| e.into_inner()))),
+            HostData::Pinned(b) => Ok(HostRead::Pinned(b.read()?)),
+        }
     }
 
-    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
-        self.data.write().unwrap_or_else(|e| e.into_inner())
+    /// The bytes for writing; for pinned memory, waits for every copy in flight that uses them.
+    pub fn write(&self) -> Result<HostWrite<'_>> {
+        match &self.data {
+            HostData::Pageable(v) => Ok(HostWrite::Pageable(v.write().unwrap_or_else(|e| e.into_inner()))),
+            HostData::Pinned(b) => Ok(HostWrite::Pinned(b.write()?)),
+        }
+    }
+
+    /// The pinned block, when the bytes are pinned.
+    pub fn pinned(&self) -> Option<&PinnedBlock> {
+        match &self.data {
+            HostData::Pageable(_) => None,
+            HostData::Pinned(b) => Some(b),
+        }
     }
 }
 
@@ -52,7 +118,15 @@ impl Storage {
     /// Host storage holding `bytes`.
     pub fn host(bytes: Vec<u8>) -> Storage {
         let (addr, len) = (bytes.as_ptr() as usize as u64, bytes.len());
-        Storage::Host(HostBytes { data: RwLock::new(bytes), addr, len })
+        Storage::Host(HostBytes { data: HostData::Pageable(RwLock::new(bytes)), addr, len })
+    }
+
+    /// `len` bytes of pinned host memory from the caching host allocator (a reused block keeps
+    /// its old contents).
+    pub fn pinned(len: usize) -> Result<Storage> {
+        let block = PinnedBlock::new(len)?;
+        let addr = block.addr();
+        Ok(Storage::Host(HostBytes { data: HostData::Pinned(block), addr, len }))
     }
 
     /// `len` zeroed host bytes, or [`Error::HostOutOfMemory`].
@@ -87,6 +161,37 @@ impl Storage {
             Storage::Device(_) => None,
         }
     }
+
+    /// Whether the storage is pinned host memory.
+    pub fn is_pinned(&self) -> bool {
+        self.as_host().is_some_and(|h| h.pinned().is_some())
+    }
+
+    /// Marks the whole device block as used on `stream` (a stream of the block's device): once
+    /// freed, it is reused only after the work queued on `stream` until then has completed.
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
+        let Storage::Device(block) = self else {
+            return Err(Error::InvalidArgument {
+                op: "record_stream",
+                reason: "record_stream applies to CUDA tensors; this tensor is in host memory".into(),
+            });
+        };
+        if stream.device() != block.device {
+            return Err(Error::InvalidArgument {
+                op: "record_stream",
+                reason: format!(
+                    "the tensor is on cuda:{} but the stream is on cuda:{}; record a stream of the tensor's device \
+                     (make that stream wait for the other device's work with wait_stream)",
+                    block.device,
+                    stream.device()
+                ),
+            });
+        }
+        if block.ptr.0 == 0 {
+            return Ok(()); // an empty tensor holds no block
+        }
+        rt()?.allocator(block.device)?.record_stream(block.ptr, stream.driver_id())
+    }
 }
 
 /// `len` zeroed bytes, or [`Error::HostOutOfMemory`] instead of an abort.
@@ -118,14 +223,14 @@ impl Memory for HostMemory<'_> {
     fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()> {
         let b = self.find(at, out.len())?;
         let start = (at.0 - b.addr) as usize;
-        out.copy_from_slice(&b.read()[start..start + out.len()]);
+        out.copy_from_slice(&b.read()?[start..start + out.len()]);
         Ok(())
     }
 
     fn write_runs(&self, at: DevicePtr, span: &[u8], runs: &[(usize, usize)]) -> Result<()> {
         let b = self.find(at, span.len())?;
         let base = (at.0 - b.addr) as usize;
-        let mut data = b.write();
+        let mut data = b.write()?;
         for &(start, len) in runs {
             data[base + start..base + start + len].copy_from_slice(&span[start..start + len]);
         }

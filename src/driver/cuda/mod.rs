@@ -1,6 +1,7 @@
 //! The real-GPU backend: NVIDIA's driver API through `cudarc`'s thin `result`/`sys` layers.
 //!
-//! `libcuda` (and `libnvrtc`, for [`Driver::delay`] only) are loaded at run time, so this
+//! `libcuda`, `libnvrtc` (for [`Driver::delay`] and the tensor kernels) and `libcublasLt` (for
+//! matrix products) are loaded at run time, so this
 //! compiles and runs everywhere; where no driver or GPU is found, [`CudaDriver::new`] returns a
 //! driver with no devices whose [`Driver::unavailable_reason`] says why.
 //!
@@ -19,9 +20,14 @@
 //!   [`delay`](Driver::delay) kernel's module is loaded once per context and shared
 //!   (see `kernels.rs`).
 //! * Expandable segments (the `vmm_*` methods) live in `vmm.rs`.
+//! * Tensor kernels ([`Driver::launch`]): CUDA C generated per (op, dtypes) (`codegen.rs`),
+//!   compiled by NVRTC for the device's architecture and cached in memory and on disk
+//!   (`module_cache.rs`), dispatched with their parameters by value (`launch.rs`, `reduce.rs`);
+//!   matrix products through cuBLASLt (`gemm.rs`). The TF32 switch is [`backends`].
+//! * Pinned host memory and the asynchronous copies between it and the devices live in `host.rs`.
 
 use super::kernel::KernelOp;
-use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
+use super::{DeviceProperties, DevicePtr, Driver, EventId, HostPtr, StreamId};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
@@ -52,7 +58,16 @@ macro_rules! raw_handle {
 }
 
 // Declared after `raw_handle!` so that they can use it.
+pub mod backends;
+mod codegen;
+mod gemm;
+mod host;
+#[cfg(test)]
+mod kernel_tests;
 mod kernels;
+mod launch;
+mod module_cache;
+mod reduce;
 #[cfg(test)]
 mod tests;
 mod vmm;
@@ -82,6 +97,8 @@ struct Device {
     fail_next_malloc: AtomicBool,
     /// The `delay` kernel, loaded into this context on first use.
     spin: Mutex<Option<SpinKernel>>,
+    /// Tensor kernels, scratch memory and the cuBLASLt handle (see `launch.rs`).
+    ops: launch::DeviceOps,
 }
 
 /// What a [`StreamId`] stands for.
@@ -153,6 +170,7 @@ impl CudaDriver {
                 default_stream: StreamId(id),
                 fail_next_malloc: AtomicBool::new(false),
                 spin: Mutex::new(None),
+                ops: launch::DeviceOps::new(),
             });
         }
         CudaDriver {
@@ -590,6 +608,24 @@ impl Driver for CudaDriver {
             .map_err(|e| driver_error("cuMemcpyPeerAsync", e))
     }
 
+    fn host_alloc(&self, bytes: usize) -> Result<HostPtr> {
+        host::alloc(self, bytes)
+    }
+
+    fn host_free(&self, ptr: HostPtr) -> Result<()> {
+        host::free(self, ptr)
+    }
+
+    unsafe fn memcpy_htod_async(&self, dst: DevicePtr, src: HostPtr, bytes: usize, stream: StreamId) -> Result<()> {
+        // SAFETY: the caller upholds this method's contract, which is `htod_async`'s.
+        unsafe { host::htod_async(self, dst, src, bytes, stream) }
+    }
+
+    unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
+        // SAFETY: the caller upholds this method's contract, which is `dtoh_async`'s.
+        unsafe { host::dtoh_async(self, dst, src, bytes, stream) }
+    }
+
     fn vmm_granularity(&self, device: usize) -> Option<usize> {
         vmm::granularity(self, device)
     }
@@ -612,15 +648,9 @@ impl Driver for CudaDriver {
 
     fn launch(&self, stream: StreamId, op: &KernelOp) -> Result<()> {
         op.validate()?;
-        self.stream(stream, "launch")?;
-        Err(Error::Unsupported {
-            op: "launch",
-            driver: DRIVER,
-            reason: format!(
-                "tensor kernels on CUDA come with NVRTC kernels (issue 4 part B); no kernel yet for {}",
-                op.name()
-            ),
-        })
+        let s = self.stream(stream, "launch")?;
+        let dev = self.enter(s.device)?;
+        launch::launch(dev, s.raw, stream.0, op)
     }
 
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
@@ -690,6 +720,9 @@ impl Drop for CudaDriver {
             }
             if let Some(kernel) = lock(&dev.spin).take() {
                 kernel.release(dev.cu, current);
+            }
+            if current {
+                dev.ops.release();
             }
         }
         for dev in &self.devices {

@@ -7,6 +7,7 @@
 //! Test hooks delay a stream or fail the next allocation, to prove ordering and error paths.
 
 mod config;
+mod host;
 mod launch;
 mod memory;
 mod stream;
@@ -14,7 +15,7 @@ mod stream;
 pub use config::{parse_bytes, PeerSpec, SimConfig};
 
 use super::kernel::KernelOp;
-use super::{DeviceProperties, DevicePtr, Driver, EventId, StreamId};
+use super::{DeviceProperties, DevicePtr, Driver, EventId, HostPtr, StreamId};
 use crate::error::{Error, Result};
 use memory::{lock, DeviceMemory, VMM_GRANULARITY};
 use std::collections::HashMap;
@@ -42,6 +43,8 @@ pub struct SimDriver {
     streams: RwLock<HashMap<u64, Arc<SimStream>>>,
     events: RwLock<HashMap<u64, Arc<SimEvent>>>,
     next_id: AtomicU64,
+    /// Pinned host memory (ordinary host memory, flagged pinned by being in this table).
+    host: host::HostMemory,
 }
 
 impl std::fmt::Debug for SimDriver {
@@ -61,6 +64,7 @@ impl SimDriver {
             streams: RwLock::new(HashMap::new()),
             events: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            host: host::HostMemory::default(),
             config,
         };
         for i in 0..d.config.devices {
@@ -333,6 +337,44 @@ impl Driver for SimDriver {
         self.dev(dst_device)?;
         self.dev(src_device)?;
         self.memcpy_dtod(dst, src, bytes, stream)
+    }
+
+    fn host_alloc(&self, bytes: usize) -> Result<HostPtr> {
+        self.host.alloc(bytes)
+    }
+
+    fn host_free(&self, ptr: HostPtr) -> Result<()> {
+        self.host.free(ptr)
+    }
+
+    unsafe fn memcpy_htod_async(&self, dst: DevicePtr, src: HostPtr, bytes: usize, stream: StreamId) -> Result<()> {
+        let (mem, s) = (self.span(dst, bytes)?, self.stream(stream)?);
+        // The job holds the region, so it stays allocated until the copy ran.
+        let region = self.host.region(src, bytes)?;
+        let offset = (src.0 - region.ptr() as usize as u64) as usize;
+        s.submit(Box::new(move || {
+            // SAFETY: `[src, src + bytes)` lies inside `region` (checked above), which this job
+            // keeps allocated; the caller guarantees (the method's contract) that the host does
+            // not write these bytes until the stream has passed this copy.
+            let data = unsafe { std::slice::from_raw_parts(region.ptr().wrapping_add(offset), bytes) };
+            mem.write(dst, data);
+        }));
+        Ok(())
+    }
+
+    unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
+        let (mem, s) = (self.span(src, bytes)?, self.stream(stream)?);
+        let region = self.host.region(dst, bytes)?;
+        let offset = (dst.0 - region.ptr() as usize as u64) as usize;
+        s.submit(Box::new(move || {
+            // SAFETY: `[dst, dst + bytes)` lies inside `region` (checked above), which this job
+            // keeps allocated; the caller guarantees (the method's contract) that the host neither
+            // reads nor writes these bytes until the stream has passed this copy, so this is the
+            // only reference to them.
+            let out = unsafe { std::slice::from_raw_parts_mut(region.ptr().wrapping_add(offset), bytes) };
+            mem.read(src, out);
+        }));
+        Ok(())
     }
 
     fn vmm_granularity(&self, device: usize) -> Option<usize> {

@@ -1,0 +1,189 @@
+//! Throughput of tensor ops and the host cost of a small op, to put beside PyTorch's
+//! (`bench/pytorch_tensor_ops.py` prints the same figures, same sizes, same timing).
+//!
+//! With `CUDASEM_DRIVER=cuda` it measures, timing the device with events (warm-up, then the
+//! median of [`RUNS`] runs):
+//! * `add_f32_2^28`: `a.add(&b)`, TB/s counting 3 × 4 × 2^28 bytes;
+//! * `sum_f32_1GiB`: `a.sum_all()` of 2^28 `f32`, TB/s counting 4 × 2^28 bytes;
+//! * `matmul_8192_{fp32,tf32,bf16}`: `a.matmul(&b)` of 8192×8192 matrices, TFLOP/s counting
+//!   2 × 8192³ (`tf32`: with `cuda::backends::matmul::set_allow_tf32(true)`);
+//! * `small_add_host_us`: host µs per `x.add(&y)` of 16 `f32` through the tensor API,
+//!   `small_add_launch_host_us` the same op as a prebuilt `KernelOp` through
+//!   `Driver::launch` (the driver's own cost), and `empty_kernel_host_us` a bare
+//!   `cuLaunchKernel` of an empty kernel on the same (default) stream, measured in the same run;
+//!   each the median over [`HOST_RUNS`] runs of [`HOST_OPS`] launches.
+//!
+//! A table goes to stdout, then one JSON object per figure and line. On the sim driver the sizes
+//! shrink (2^16 elements, 128³ products) so that the bench only shows it runs.
+
+use cudasem::cuda::{self, backends, Event, EventFlags};
+use cudasem::driver::kernel::{BinaryOp, BufferView, KernelOp};
+use cudasem::driver::{self, DevicePtr, StreamId};
+use cudasem::{DType, Result, Tensor};
+use std::time::Instant;
+
+/// Timed runs per device figure.
+const RUNS: usize = 15;
+/// Runs of the host-cost figures.
+const HOST_RUNS: usize = 25;
+/// Launches per host-cost run (well below the launch queue's depth).
+const HOST_OPS: usize = 200;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median device milliseconds of `f`, timed with events on the current stream.
+fn device_ms(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..3 {
+        f()?;
+    }
+    cuda::synchronize(None)?;
+    let mut times = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let (start, end) = (Event::new(EventFlags::timing())?, Event::new(EventFlags::timing())?);
+        start.record(None)?;
+        f()?;
+        end.record(None)?;
+        end.synchronize()?;
+        times.push(start.elapsed_time(&end)? as f64);
+    }
+    Ok(median(times))
+}
+
+/// Median host µs per call of `f`, over [`HOST_RUNS`] runs of [`HOST_OPS`] calls each.
+fn host_us(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut times = Vec::with_capacity(HOST_RUNS);
+    for run in 0..HOST_RUNS + 2 {
+        cuda::synchronize(None)?;
+        let t = Instant::now();
+        for _ in 0..HOST_OPS {
+            f()?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / HOST_OPS as f64;
+        if run >= 2 {
+            times.push(us);
+        }
+    }
+    cuda::synchronize(None)?;
+    Ok(median(times))
+}
+
+/// A bare launch of an empty kernel on the legacy default stream of device 0's primary context
+/// (the stream cudasem's default stream is), through `cudarc` directly.
+struct EmptyKernel {
+    function: cudarc::driver::sys::CUfunction,
+}
+
+impl EmptyKernel {
+    fn new() -> Option<EmptyKernel> {
+        use cudarc::driver::result as cu;
+        let ptx = cudarc::nvrtc::compile_ptx("extern \"C\" __global__ void empty() {}").ok()?;
+        let mut image = ptx.as_bytes()?.to_vec();
+        image.push(0);
+        let dev = cu::device::get(0).ok()?;
+        // SAFETY: `dev` came from `cuDeviceGet`; the retain is never released (the process ends).
+        let ctx = unsafe { cu::primary_ctx::retain(dev) }.ok()?;
+        // SAFETY: `ctx` is a live primary context; `image` is NUL-terminated PTX that outlives the call.
+        let module = unsafe {
+            cu::ctx::set_current(ctx).ok()?;
+            cu::module::load_data(image.as_ptr().cast()).ok()?
+        };
+        // SAFETY: `module` is loaded and never unloaded.
+        let function = unsafe { cu::module::get_function(module, std::ffi::CString::new("empty").ok()?) }.ok()?;
+        Some(EmptyKernel { function })
+    }
+
+    fn launch(&self) -> Result<()> {
+        // SAFETY: the kernel takes no parameters; the null stream of the current (primary)
+        // context is always valid. cudasem's calls make the same context current.
+        unsafe {
+            cudarc::driver::result::launch_kernel(self.function, (1, 1, 1), (1, 1, 1), 0, std::ptr::null_mut(), &mut [])
+        }
+        .map_err(|e| cudasem::Error::Driver {
+            op: "cuLaunchKernel",
+            code: format!("{e:?}"),
+            message: String::new(),
+        })
+    }
+}
+
+struct Figure {
+    name: &'static str,
+    unit: &'static str,
+    value: f64,
+}
+
+fn main() -> Result<()> {
+    let on_gpu = cuda::driver_name() == "cuda";
+    let (n, mm) = if on_gpu { (1usize << 28, 8192usize) } else { (1 << 16, 128) };
+    let mut figures = Vec::new();
+
+    let a = Tensor::full(&[n], 1.0, DType::F32, "cuda")?;
+    let b = Tensor::full(&[n], 2.0, DType::F32, "cuda")?;
+    let ms = device_ms(|| a.add(&b).map(drop))?;
+    figures.push(Figure { name: "add_f32_2^28", unit: "TB/s", value: 3.0 * 4.0 * n as f64 / (ms * 1e-3) / 1e12 });
+    let ms = device_ms(|| a.sum_all().map(drop))?;
+    figures.push(Figure { name: "sum_f32_1GiB", unit: "TB/s", value: 4.0 * n as f64 / (ms * 1e-3) / 1e12 });
+    drop((a, b));
+
+    let flops = 2.0 * (mm as f64).powi(3);
+    for (name, dtype, tf32) in [
+        ("matmul_8192_fp32", DType::F32, false),
+        ("matmul_8192_tf32", DType::F32, true),
+        ("matmul_8192_bf16", DType::BF16, false),
+    ] {
+        backends::matmul::set_allow_tf32(tf32);
+        let x = Tensor::rand(&[mm, mm], DType::F32, "cuda")?.to_dtype(dtype)?;
+        let y = Tensor::rand(&[mm, mm], DType::F32, "cuda")?.to_dtype(dtype)?;
+        let ms = device_ms(|| x.matmul(&y).map(drop))?;
+        figures.push(Figure { name, unit: "TFLOP/s", value: flops / (ms * 1e-3) / 1e12 });
+    }
+    backends::matmul::set_allow_tf32(false);
+
+    let x = Tensor::full(&[16], 1.0, DType::F32, "cuda")?;
+    let y = Tensor::full(&[16], 2.0, DType::F32, "cuda")?;
+    let z = Tensor::empty(&[16], DType::F32, "cuda")?;
+    let view = |t: &Tensor| BufferView {
+        ptr: DevicePtr(t.data_ptr()),
+        dtype: DType::F32,
+        shape: vec![16],
+        strides: vec![1],
+        offset: 0,
+    };
+    let op = KernelOp::Binary { op: BinaryOp::Add, lhs: view(&x), rhs: view(&y), dst: view(&z), compute: DType::F32 };
+    let drv = driver::global()?;
+    let stream = StreamId(cuda::current_stream(None)?.id());
+    let empty = if on_gpu { EmptyKernel::new() } else { None };
+    // Interleaved, so that all three see the same machine state.
+    let (mut tensor_us, mut launch_us, mut empty_us) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        tensor_us.push(host_us(|| x.add(&y).map(drop))?);
+        launch_us.push(host_us(|| drv.launch(stream, &op))?);
+        if let Some(k) = &empty {
+            empty_us.push(host_us(|| k.launch())?);
+        }
+    }
+    figures.push(Figure { name: "small_add_host_us", unit: "us", value: median(tensor_us) });
+    figures.push(Figure { name: "small_add_launch_host_us", unit: "us", value: median(launch_us) });
+    if !empty_us.is_empty() {
+        figures.push(Figure { name: "empty_kernel_host_us", unit: "us", value: median(empty_us) });
+    }
+
+    println!("tensor_ops on the {} driver ({})", cuda::driver_name(), cuda::get_device_name(None).unwrap_or_default());
+    println!("{:<26} {:>12} {:<8}", "figure", "value", "unit");
+    for f in &figures {
+        println!("{:<26} {:>12.3} {:<8}", f.name, f.value, f.unit);
+    }
+    for f in &figures {
+        println!(
+            "{{\"bench\":\"tensor_ops\",\"impl\":\"cudasem\",\"driver\":\"{}\",\"figure\":\"{}\",\"unit\":\"{}\",\"value\":{:.4}}}",
+            cuda::driver_name(),
+            f.name,
+            f.unit,
+            f.value
+        );
+    }
+    Ok(())
+}

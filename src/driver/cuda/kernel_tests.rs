@@ -1,0 +1,562 @@
+//! Tests of the tensor kernels of the CUDA driver.
+//!
+//! * With NVRTC but no GPU: every generated module compiles, and the on-disk cache serves a
+//!   second load.
+//! * With a GPU: every op family against the CPU kernels (`src/driver/cpu`) on random data, each
+//!   output buffer compared whole (so bytes between strided elements must be left alone), over
+//!   the dispatch paths: contiguous (aligned and not), broadcast, strided, split reductions,
+//!   batched and transposed matrix products.
+
+use super::codegen::{EwOp, ModuleKey};
+use super::module_cache::{counters, forget_images, image};
+use super::*;
+use crate::driver::cpu::{self, Memory};
+use crate::driver::kernel::{BinaryOp, BufferView, ReduceOp, UnaryOp};
+use crate::dtype::DType;
+use crate::scalar::Scalar;
+use half::{bf16, f16};
+use std::cell::RefCell;
+
+fn nvrtc_present() -> bool {
+    // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// A sample of the modules the tensor layer asks for.
+fn sample_modules() -> Vec<ModuleKey> {
+    use DType::*;
+    let mut v = Vec::new();
+    for d in DType::ALL {
+        v.push(ModuleKey::Elementwise { op: EwOp::Fill, out: codegen::raw_dtype(d), ins: [Bool; 3] });
+        v.push(ModuleKey::Elementwise {
+            op: EwOp::Copy,
+            out: codegen::raw_dtype(d),
+            ins: [codegen::raw_dtype(d), Bool, Bool],
+        });
+        for s in DType::ALL {
+            v.push(ModuleKey::Elementwise { op: EwOp::Cast, out: d, ins: [s, Bool, Bool] });
+        }
+        v.push(ModuleKey::Elementwise { op: EwOp::Where, out: d, ins: [Bool, d, I64] });
+        for u in
+            [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Rsqrt]
+        {
+            v.push(ModuleKey::Elementwise { op: EwOp::Unary(u), out: d, ins: [d, Bool, Bool] });
+        }
+        for b in [BinaryOp::Add, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Pow, BinaryOp::Lt] {
+            let out = if b == BinaryOp::Lt { Bool } else { d };
+            v.push(ModuleKey::Elementwise { op: EwOp::Binary(b, d), out, ins: [d, I64, Bool] });
+        }
+        for r in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::ArgMin] {
+            let dst = match r {
+                ReduceOp::ArgMin => I64,
+                ReduceOp::Sum if !d.is_float() => I64,
+                _ => d,
+            };
+            v.push(ModuleKey::Reduce { op: r, src: d, dst });
+        }
+        if d.is_float() {
+            v.push(ModuleKey::Softmax { src: d, dst: d, log: d == F16 });
+        }
+    }
+    v
+}
+
+#[test]
+fn every_generated_module_compiles() {
+    if !nvrtc_present() {
+        eprintln!("skipping: libnvrtc not found");
+        return;
+    }
+    let modules = sample_modules();
+    let start = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for chunk in modules.chunks(modules.len().div_ceil(4)) {
+            s.spawn(move || {
+                for m in chunk {
+                    if let Err(e) = image(&m.source(), 9, 0) {
+                        panic!("{m:?} does not compile: {e}\n{}", m.source());
+                    }
+                }
+            });
+        }
+    });
+    eprintln!("{} modules ready in {:?}", modules.len(), start.elapsed());
+}
+
+#[test]
+fn a_second_load_of_a_module_hits_the_disk_cache() {
+    if !nvrtc_present() || super::module_cache::cache_dir().is_none() {
+        eprintln!("skipping: libnvrtc not found or the disk cache is off");
+        return;
+    }
+    // A source no other test compiles (the nonce makes it new to the disk cache as well).
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let src = format!("// {nonce} {}\nextern \"C\" __global__ void k(int* p) {{ *p = 1; }}\n", std::process::id());
+    let (c0, d0) = counters();
+    let first = image(&src, 9, 0).unwrap();
+    let (c1, d1) = counters();
+    assert!(c1 > c0, "the first load compiles");
+    forget_images();
+    let second = image(&src, 9, 0).unwrap();
+    let (c2, d2) = counters();
+    assert!(d2 > d1.max(d0), "the second load reads the disk cache");
+    assert_eq!(first, second, "the same image");
+    let _ = c2;
+}
+
+/// The device addresses of a test, mirrored in host buffers for the CPU kernels.
+struct Mirror(RefCell<Vec<(u64, Vec<u8>)>>);
+
+impl Mirror {
+    fn find(&self, at: DevicePtr, len: usize) -> (usize, usize) {
+        let bufs = self.0.borrow();
+        let i = bufs
+            .iter()
+            .position(|(b, v)| at.0 >= *b && at.0 + len as u64 <= b + v.len() as u64)
+            .expect("a mirrored range");
+        (i, (at.0 - bufs[i].0) as usize)
+    }
+}
+
+impl Memory for Mirror {
+    fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()> {
+        let (i, o) = self.find(at, out.len());
+        out.copy_from_slice(&self.0.borrow()[i].1[o..o + out.len()]);
+        Ok(())
+    }
+    fn write_runs(&self, at: DevicePtr, span: &[u8], runs: &[(usize, usize)]) -> Result<()> {
+        let (i, o) = self.find(at, span.len());
+        let mut bufs = self.0.borrow_mut();
+        for &(s, l) in runs {
+            bufs[i].1[o + s..o + s + l].copy_from_slice(&span[s..s + l]);
+        }
+        Ok(())
+    }
+}
+
+/// xorshift64*.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// `n` random elements of `dtype` as bytes: floats in ±4 (some NaN if `nan`), small integers.
+fn random(rng: &mut Rng, dtype: DType, n: usize, nan: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * dtype.size());
+    for _ in 0..n {
+        let x = rng.unit() * 8.0 - 4.0;
+        let x = if nan && rng.next().is_multiple_of(17) { f64::NAN } else { x };
+        let i = (rng.next() % 41) as i64 - 20;
+        match dtype {
+            DType::F32 => out.extend((x as f32).to_ne_bytes()),
+            DType::F64 => out.extend(x.to_ne_bytes()),
+            DType::F16 => out.extend(f16::from_f64(x).to_ne_bytes()),
+            DType::BF16 => out.extend(bf16::from_f64(x).to_ne_bytes()),
+            DType::I32 => out.extend((i as i32).to_ne_bytes()),
+            DType::I64 => out.extend(i.to_ne_bytes()),
+            DType::U8 => out.push(rng.next() as u8),
+            DType::Bool => out.push((rng.next() & 1) as u8),
+        }
+    }
+    out
+}
+
+/// Element `i` of `bytes` as `f64`.
+fn value(bytes: &[u8], dtype: DType, i: usize) -> f64 {
+    let s = dtype.size();
+    let b = &bytes[i * s..(i + 1) * s];
+    match dtype {
+        DType::F32 => f32::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DType::F64 => f64::from_ne_bytes(b.try_into().unwrap()),
+        DType::F16 => f16::from_ne_bytes(b.try_into().unwrap()).to_f64(),
+        DType::BF16 => bf16::from_ne_bytes(b.try_into().unwrap()).to_f64(),
+        DType::I32 => i32::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DType::I64 => i64::from_ne_bytes(b.try_into().unwrap()) as f64,
+        DType::U8 | DType::Bool => b[0] as f64,
+    }
+}
+
+/// A driver, a stream and the buffers of one test.
+struct Bench {
+    d: CudaDriver,
+    s: StreamId,
+    rng: Rng,
+    mirror: Mirror,
+}
+
+impl Bench {
+    fn new() -> Option<Bench> {
+        let d = CudaDriver::new();
+        if d.device_count() == 0 || !nvrtc_present() {
+            eprintln!("skipping: {}", d.unavailable_reason().unwrap_or_else(|| "no NVRTC".into()));
+            return None;
+        }
+        let s = d.create_stream(0, 0).unwrap();
+        Some(Bench { d, s, rng: Rng(0x9E37_79B9_7F4A_7C15), mirror: Mirror(RefCell::new(Vec::new())) })
+    }
+
+    /// A device buffer of `n` random elements (mirrored).
+    fn buffer(&mut self, dtype: DType, n: usize, nan: bool) -> DevicePtr {
+        let bytes = random(&mut self.rng, dtype, n, nan);
+        let p = self.d.malloc(0, bytes.len().max(1)).unwrap();
+        self.d.memcpy_htod(p, &bytes, self.s).unwrap();
+        self.mirror.0.borrow_mut().push((p.0, bytes));
+        p
+    }
+
+    /// A view of `ptr` with `shape`, `strides`, `offset`.
+    fn view(ptr: DevicePtr, dtype: DType, shape: &[usize], strides: &[usize], offset: usize) -> BufferView {
+        BufferView { ptr, dtype, shape: shape.into(), strides: strides.into(), offset }
+    }
+
+    /// A contiguous view of a new random buffer.
+    fn dense(&mut self, dtype: DType, shape: &[usize]) -> BufferView {
+        let n = shape.iter().product::<usize>();
+        let p = self.buffer(dtype, n, false);
+        let mut strides = vec![1; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        Self::view(p, dtype, shape, &strides, 0)
+    }
+
+    /// Runs `op` on the GPU and the CPU and compares the output's whole buffer within `tol`
+    /// (relative, for floats; 0: exact).
+    #[track_caller]
+    fn check(&mut self, op: &KernelOp, tol: f64) {
+        self.check_abs(op, tol, 0.0)
+    }
+
+    /// [`Bench::check`] with an absolute tolerance `abs` as well.
+    #[track_caller]
+    fn check_abs(&mut self, op: &KernelOp, tol: f64, abs: f64) {
+        self.d.launch(self.s, op).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        cpu::execute(op, &self.mirror).unwrap();
+        let out = op.output();
+        let (i, _) = self.mirror.find(out.ptr, 0);
+        let want = self.mirror.0.borrow()[i].1.clone();
+        let mut got = vec![0u8; want.len()];
+        self.d.memcpy_dtoh(&mut got, out.ptr, self.s).unwrap();
+        let dt = out.dtype;
+        for k in 0..want.len() / dt.size() {
+            let (g, w) = (value(&got, dt, k), value(&want, dt, k));
+            let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= (tol * w.abs()).max(tol * 1e-6).max(abs);
+            assert!(ok, "{} ({op:?}): element {k} is {g}, want {w}", op.name());
+        }
+        // Keep the GPU's bytes as the mirror's, so later ops read what the GPU holds.
+        self.mirror.0.borrow_mut()[i].1 = got;
+    }
+}
+
+fn tol(d: DType) -> f64 {
+    match d {
+        DType::F64 => 1e-12,
+        DType::F32 => 4e-6,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 0.0,
+    }
+}
+
+#[test]
+fn elementwise_paths_contiguous_unaligned_broadcast_strided_and_large() {
+    let Some(mut b) = Bench::new() else { return };
+    let f = DType::F32;
+    for n in [1usize, 16, 1000, 3 << 20] {
+        let (x, y, z) = (b.dense(f, &[n]), b.dense(f, &[n]), b.dense(f, &[n]));
+        b.check(
+            &KernelOp::Binary { op: BinaryOp::Add, lhs: x.clone(), rhs: y.clone(), dst: z.clone(), compute: f },
+            0.0,
+        );
+        // Unaligned: one element in.
+        let m = n - 1;
+        let sh = |v: &BufferView| BufferView { shape: vec![m], offset: 1, ..v.clone() };
+        let op = KernelOp::Binary {
+            op: BinaryOp::Mul,
+            lhs: sh(&x),
+            rhs: BufferView { shape: vec![m], ..y.clone() },
+            dst: sh(&z),
+            compute: f,
+        };
+        b.check(&op, 0.0);
+        // A broadcast scalar, in place.
+        let s = BufferView { shape: vec![n], strides: vec![0], ..y.clone() };
+        b.check(&KernelOp::Binary { op: BinaryOp::Sub, lhs: x.clone(), rhs: s, dst: x.clone(), compute: f }, 0.0);
+    }
+    // A broadcast row, a transposed operand and a strided output (every other element).
+    let (r, c) = (37, 129);
+    let a = b.dense(f, &[r, c]);
+    let row = b.dense(f, &[c]);
+    let t = b.dense(f, &[c, r]);
+    let wide = b.dense(f, &[r, 2 * c]);
+    let out = Bench::view(wide.ptr, f, &[r, c], &[2 * c, 2], 1);
+    let row_b = Bench::view(row.ptr, f, &[r, c], &[0, 1], 0);
+    let t_v = Bench::view(t.ptr, f, &[r, c], &[1, r], 0);
+    b.check(&KernelOp::Binary { op: BinaryOp::Add, lhs: a.clone(), rhs: row_b, dst: out.clone(), compute: f }, 0.0);
+    b.check(
+        &KernelOp::Binary { op: BinaryOp::Maximum, lhs: t_v.clone(), rhs: a.clone(), dst: out.clone(), compute: f },
+        0.0,
+    );
+    b.check(&KernelOp::CopyStrided { src: t_v, dst: out.clone() }, 0.0);
+    b.check(&KernelOp::Fill { dst: out, value: Scalar::Float(2.5) }, 0.0);
+}
+
+#[test]
+fn casts_fills_and_where_for_every_dtype() {
+    let Some(mut b) = Bench::new() else { return };
+    for from in DType::ALL {
+        for to in DType::ALL {
+            let src = b.dense(from, &[9, 70]);
+            let dst = b.dense(to, &[9, 70]);
+            b.check(&KernelOp::Cast { src: src.clone(), dst: dst.clone() }, 0.0);
+            let st = Bench::view(src.ptr, from, &[70, 9], &[1, 70], 0);
+            let dt = Bench::view(dst.ptr, to, &[70, 9], &[9, 1], 0);
+            b.check(&KernelOp::Cast { src: st, dst: dt }, 0.0);
+        }
+        let dst = b.dense(from, &[1001]);
+        for value in [Scalar::Float(-2.75), Scalar::Int(-3), Scalar::Bool(true), Scalar::Float(f64::NAN)] {
+            b.check(&KernelOp::Fill { dst: dst.clone(), value }, 0.0);
+        }
+        let cond = b.dense(DType::Bool, &[5, 33]);
+        let x = b.dense(from, &[5, 33]);
+        let y = b.dense(DType::F32, &[33]);
+        let yb = Bench::view(y.ptr, DType::F32, &[5, 33], &[0, 1], 0);
+        let out = b.dense(from, &[5, 33]);
+        b.check(&KernelOp::Where { cond, a: x, b: yb, dst: out }, 0.0);
+    }
+}
+
+#[test]
+fn unary_and_binary_ops_for_every_dtype() {
+    let Some(mut b) = Bench::new() else { return };
+    let unary = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+    ];
+    let binary = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Pow,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+    ];
+    for d in DType::ALL {
+        let x = b.dense(d, &[3, 333]);
+        for op in unary {
+            if !d.is_float() && !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) {
+                continue;
+            }
+            let out = b.dense(d, &[3, 333]);
+            b.check(&KernelOp::Unary { op, src: x.clone(), dst: out }, tol(d));
+        }
+        for op in binary {
+            // Mixed operand dtypes: the rhs is i64 or f32 converted to the compute dtype.
+            for rhs_dtype in [d, DType::I64, DType::Bool] {
+                let y = b.dense(rhs_dtype, &[333]);
+                let yb = Bench::view(y.ptr, rhs_dtype, &[3, 333], &[0, 1], 0);
+                let yd = b.dense(rhs_dtype, &[3, 333]);
+                let out_dtype = if op.is_comparison() { DType::Bool } else { d };
+                let out = b.dense(out_dtype, &[3, 333]);
+                let t = if matches!(op, BinaryOp::Pow) { tol(d) * 4.0 } else { tol(d) };
+                b.check(&KernelOp::Binary { op, lhs: x.clone(), rhs: yd, dst: out.clone(), compute: d }, t);
+                b.check(&KernelOp::Binary { op, lhs: x.clone(), rhs: yb, dst: out, compute: d }, t);
+            }
+        }
+    }
+    // Integer semantics at the edges: wrapping, division by zero, i64::MIN / -1, negative powers.
+    let edge: Vec<u8> = [i64::MIN, -1, 0, 2, i64::MAX, 7, -7, 1].iter().flat_map(|x| x.to_ne_bytes()).collect();
+    let p = b.d.malloc(0, edge.len()).unwrap();
+    b.d.memcpy_htod(p, &edge, b.s).unwrap();
+    b.mirror.0.borrow_mut().push((p.0, edge));
+    let v = Bench::view(p, DType::I64, &[8], &[1], 0);
+    let w = Bench::view(p, DType::I64, &[8, 8], &[1, 0], 0);
+    let vv = Bench::view(p, DType::I64, &[8, 8], &[0, 1], 0);
+    for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Sub] {
+        let out = b.dense(DType::I64, &[8, 8]);
+        b.check(&KernelOp::Binary { op, lhs: w.clone(), rhs: vv.clone(), dst: out, compute: DType::I64 }, 0.0);
+    }
+    let out = b.dense(DType::I64, &[8]);
+    b.check(&KernelOp::Unary { op: UnaryOp::Neg, src: v.clone(), dst: out.clone() }, 0.0);
+    b.check(&KernelOp::Unary { op: UnaryOp::Abs, src: v, dst: out }, 0.0);
+}
+
+#[test]
+fn reductions_over_every_path() {
+    let Some(mut b) = Bench::new() else { return };
+    let ops = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin];
+    let shape = [5usize, 37, 300];
+    for d in DType::ALL {
+        let p = b.buffer(d, 5 * 37 * 300, d.is_float());
+        // Contiguous, and a permuted view of a [300, 37, 5] buffer.
+        let views = [Bench::view(p, d, &shape, &[37 * 300, 300, 1], 0), Bench::view(p, d, &shape, &[1, 5, 5 * 37], 0)];
+        for src in views {
+            for dims in [vec![2], vec![0], vec![1], vec![0, 2], vec![0, 1, 2]] {
+                for op in ops {
+                    if op == ReduceOp::Mean && !d.is_float() {
+                        continue;
+                    }
+                    let dst_dtype = match op {
+                        ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
+                        ReduceOp::Sum if !d.is_float() => DType::I64,
+                        _ => d,
+                    };
+                    let keep: Vec<usize> = (0..3).map(|i| if dims.contains(&i) { 1 } else { shape[i] }).collect();
+                    let dst = b.dense(dst_dtype, &keep);
+                    b.check(&KernelOp::Reduce { op, src: src.clone(), dst, dims: dims.clone() }, tol(dst_dtype) * 2.0);
+                }
+            }
+        }
+    }
+    // Long rows (split over blocks), a long column (split over threads), ties.
+    for (shape, dims) in [(vec![1usize << 22], vec![0]), (vec![3, 100_000], vec![1]), (vec![100_000, 3], vec![0])] {
+        let src = b.dense(DType::F32, &shape);
+        for op in ops {
+            let keep: Vec<usize> =
+                shape.iter().enumerate().map(|(i, &s)| if dims.contains(&i) { 1 } else { s }).collect();
+            let dst_dtype = if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) { DType::I64 } else { DType::F32 };
+            let dst = b.dense(dst_dtype, &keep);
+            b.check(&KernelOp::Reduce { op, src: src.clone(), dst, dims: dims.clone() }, 1e-6);
+        }
+    }
+    let ints = b.dense(DType::U8, &[1 << 20]);
+    let ties = BufferView { strides: vec![0], ..ints.clone() };
+    let dst = b.dense(DType::I64, &[1]);
+    b.check(&KernelOp::Reduce { op: ReduceOp::ArgMax, src: ties, dst: dst.clone(), dims: vec![0] }, 0.0);
+    b.check(&KernelOp::Reduce { op: ReduceOp::Sum, src: ints, dst, dims: vec![0] }, 0.0);
+}
+
+#[test]
+fn softmax_rows_columns_and_long_rows() {
+    let Some(mut b) = Bench::new() else { return };
+    for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for (shape, dim) in
+            [(vec![7usize, 300], 1), (vec![300, 7], 0), (vec![4, 5000], 1), (vec![3, 4, 5], 1), (vec![9, 3], 1)]
+        {
+            for log in [false, true] {
+                let src = b.dense(d, &shape);
+                let dst = b.dense(d, &shape);
+                b.check(&KernelOp::Softmax { src, dst, dim, log }, tol(d) * 2.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
+    let Some(mut b) = Bench::new() else { return };
+    for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let t = match d {
+            DType::F64 => 1e-12,
+            DType::F32 => 1e-5,
+            _ => tol(d) * 2.0,
+        };
+        let (m, k, n) = (33, 70, 45);
+        let a = b.dense(d, &[m, k]);
+        let bb = b.dense(d, &[k, n]);
+        let c = b.dense(d, &[m, n]);
+        b.check_abs(&KernelOp::Gemm { lhs: a.clone(), rhs: bb.clone(), dst: c.clone() }, t, t * 70.0 * 16.0);
+        // Transposed operands and a transposed (column-major) output.
+        let at = b.dense(d, &[k, m]);
+        let bt = b.dense(d, &[n, k]);
+        let atv = Bench::view(at.ptr, d, &[m, k], &[1, m], 0);
+        let btv = Bench::view(bt.ptr, d, &[k, n], &[1, k], 0);
+        let ct = b.dense(d, &[n, m]);
+        let ctv = Bench::view(ct.ptr, d, &[m, n], &[1, m], 0);
+        b.check_abs(&KernelOp::Gemm { lhs: atv, rhs: btv.clone(), dst: c.clone() }, t, t * 70.0 * 16.0);
+        b.check_abs(&KernelOp::Gemm { lhs: a.clone(), rhs: btv, dst: ctv }, t, t * 70.0 * 16.0);
+        // Batched, with the rhs broadcast over the batch (stride 0), and a strided lhs.
+        let ab = b.dense(d, &[3, m, k]);
+        let cb = b.dense(d, &[3, m, n]);
+        let bb3 = Bench::view(bb.ptr, d, &[3, k, n], &[0, n, 1], 0);
+        b.check_abs(&KernelOp::Gemm { lhs: ab.clone(), rhs: bb3.clone(), dst: cb.clone() }, t, t * 70.0 * 16.0);
+        let wide = b.dense(d, &[3, m, 2 * k]);
+        let strided = Bench::view(wide.ptr, d, &[3, m, k], &[m * 2 * k, 2 * k, 2], 1);
+        b.check_abs(&KernelOp::Gemm { lhs: strided, rhs: bb3, dst: cb }, t, t * 70.0 * 16.0);
+        // K = 0 writes zeros.
+        let e = Bench::view(a.ptr, d, &[m, 0], &[k, 1], 0);
+        let e2 = Bench::view(bb.ptr, d, &[0, n], &[n, 1], 0);
+        b.check(&KernelOp::Gemm { lhs: e, rhs: e2, dst: c }, 0.0);
+    }
+    // TF32 is within its own (looser) tolerance.
+    backends::matmul::set_allow_tf32(true);
+    let a = b.dense(DType::F32, &[64, 256]);
+    let bb = b.dense(DType::F32, &[256, 64]);
+    let c = b.dense(DType::F32, &[64, 64]);
+    b.check_abs(&KernelOp::Gemm { lhs: a, rhs: bb, dst: c }, 1e-2, 1.0);
+    backends::matmul::set_allow_tf32(false);
+}
+
+#[test]
+fn launches_from_many_threads_and_streams_agree() {
+    let Some(b) = Bench::new() else { return };
+    let d = &b.d;
+    std::thread::scope(|scope| {
+        for t in 0..6u64 {
+            scope.spawn(move || {
+                let s = d.create_stream(0, 0).unwrap();
+                let n = 1usize << 20;
+                let p = d.malloc(0, n * 4).unwrap();
+                let out = d.malloc(0, 4).unwrap();
+                let v = Bench::view(p, DType::F32, &[n], &[1], 0);
+                d.launch(s, &KernelOp::Fill { dst: v.clone(), value: Scalar::Float(t as f64) }).unwrap();
+                let o = Bench::view(out, DType::F32, &[1], &[1], 0);
+                d.launch(s, &KernelOp::Reduce { op: ReduceOp::Sum, src: v, dst: o, dims: vec![0] }).unwrap();
+                let mut got = [0u8; 4];
+                d.memcpy_dtoh(&mut got, out, s).unwrap();
+                assert_eq!(f32::from_ne_bytes(got), (t * n as u64) as f32);
+            });
+        }
+    });
+}
+
+#[test]
+#[ignore]
+fn dump_sources() {
+    for (i, m) in sample_modules().iter().enumerate().step_by(37) {
+        std::fs::write(format!("/tmp/nv/m{i}.cu"), m.source()).unwrap();
+    }
+}
+
+#[test]
+#[ignore]
+fn dump_one() {
+    use DType::*;
+    for (i, m) in [
+        ModuleKey::Reduce { op: ReduceOp::ArgMax, src: BF16, dst: I64 },
+        ModuleKey::Reduce { op: ReduceOp::Mean, src: F16, dst: F16 },
+        ModuleKey::Elementwise { op: EwOp::Where, out: F16, ins: [Bool, F32, I64] },
+        ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Gelu), out: BF16, ins: [BF16, Bool, Bool] },
+    ]
+    .iter()
+    .enumerate()
+    {
+        std::fs::write(format!("/tmp/nv/one{i}.cu"), m.source()).unwrap();
+    }
+}

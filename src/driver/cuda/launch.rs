@@ -1,0 +1,301 @@
+//! [`Driver::launch`](crate::driver::Driver::launch) on the CUDA driver: per-device kernel state
+//! and the dispatch of a [`KernelOp`] to a kernel and its parameters.
+//!
+//! Elementwise ops (fill, cast, copy, unary, binary, where) collapse the dimensions their
+//! operands agree on (innermost first, size-1 dims dropped). When the output is then one dense
+//! run and every input is either the same dense run or a single broadcast element, the *fast*
+//! kernel runs: a grid-stride loop over 16-byte vectors when every dense operand is aligned, one
+//! element at a time otherwise. Any other layout runs the *strided* kernel, which takes the
+//! collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are `#[repr(C)]`
+//! structs on the stack, functions come from a read-locked table, so a launch allocates nothing
+//! beyond what [`KernelOp::validate`] does. Grids are sized from the SM count and the kernel's
+//! occupancy (one full wave).
+
+use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD, PARTIAL_BYTES, THREADS};
+use super::module_cache::{Func, FxMap, Kernels};
+use super::{driver_error, lock, Device, RawStream, DRIVER};
+use crate::driver::kernel::{BufferView, KernelOp};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+
+/// Partial results a reduction may keep per stream (and outputs it may split).
+pub(super) const PARTIALS: usize = 1 << 16;
+
+/// What a launch needs to know about the device.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Info {
+    pub sms: u32,
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// Per-stream device memory the kernels reuse (work on one stream is ordered, so it is never
+/// used by two kernels at once).
+#[derive(Debug, Default)]
+pub(super) struct Scratch {
+    /// [`PARTIALS`] partial results, then [`PARTIALS`] zeroed `u32` counters (0: none yet).
+    pub reduce: u64,
+    /// The cuBLASLt workspace (0: none yet).
+    pub gemm: u64,
+}
+
+/// A device's tensor-kernel state.
+pub(super) struct DeviceOps {
+    pub kernels: Kernels,
+    info: OnceLock<Info>,
+    scratch: Mutex<FxMap<u64, Scratch>>,
+    pub blas: super::gemm::Blas,
+}
+
+impl DeviceOps {
+    pub(super) fn new() -> DeviceOps {
+        DeviceOps {
+            kernels: Kernels::new(),
+            info: OnceLock::new(),
+            scratch: Mutex::new(FxMap::default()),
+            blas: super::gemm::Blas::new(),
+        }
+    }
+
+    fn info(&self, dev: sys::CUdevice) -> Result<Info> {
+        if let Some(i) = self.info.get() {
+            return Ok(*i);
+        }
+        let attr = |a: sys::CUdevice_attribute| -> Result<u32> {
+            // SAFETY: `dev` came from `cuDeviceGet`; `a` is a valid attribute.
+            let v =
+                unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
+            Ok(v.max(0) as u32)
+        };
+        use sys::CUdevice_attribute::*;
+        let info = Info {
+            sms: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1),
+            major: attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            minor: attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        };
+        Ok(*self.info.get_or_init(|| info))
+    }
+
+    /// Frees the scratch memory, destroys the BLAS handle and unloads the modules. The device's
+    /// context must be current and every stream idle.
+    pub(super) fn release(&self) {
+        for (_, s) in lock(&self.scratch).drain() {
+            for p in [s.reduce, s.gemm] {
+                if p != 0 {
+                    // SAFETY: allocated by `cuMemAlloc` in this context, drained from the table,
+                    // so freed exactly once; the streams that used it are idle.
+                    let _ = unsafe { cu::free_sync(p) };
+                }
+            }
+        }
+        self.blas.release();
+        self.kernels.unload_all();
+    }
+}
+
+/// One launch: the device, its state and the stream.
+pub(super) struct Ctx<'a> {
+    pub ops: &'a DeviceOps,
+    pub info: Info,
+    pub stream: sys::CUstream,
+    pub stream_id: u64,
+}
+
+pub(super) fn unsupported(reason: impl Into<String>) -> Error {
+    Error::Unsupported { op: "launch", driver: DRIVER, reason: reason.into() }
+}
+
+impl Ctx<'_> {
+    /// The kernel `id` of this device.
+    #[inline]
+    pub(super) fn kernel(&self, id: KernelId) -> Result<Func> {
+        self.ops.kernels.get(id, self.info.major, self.info.minor)
+    }
+
+    /// Blocks for `work` items of [`THREADS`] per block, at most one full wave of `f`.
+    #[inline]
+    pub(super) fn grid(&self, f: Func, work: u64) -> u32 {
+        let wave = (self.info.sms as u64) * (f.blocks_per_sm as u64);
+        work.div_ceil(THREADS as u64).clamp(1, wave.max(1)) as u32
+    }
+
+    /// Queues `f` with the one by-value parameter `p`.
+    #[inline]
+    pub(super) fn run<P>(&self, f: Func, grid: u32, p: &mut P) -> Result<()> {
+        let mut args = [(p as *mut P).cast::<c_void>()];
+        // SAFETY: `f` is a live kernel of the current context taking one parameter whose C
+        // layout is `P`'s (`#[repr(C)]`, mirrored in codegen); `cuLaunchKernel` copies it before
+        // returning; the stream is live and of the current context.
+        unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (THREADS, 1, 1), 0, self.stream, &mut args) }
+            .map_err(|e| driver_error("cuLaunchKernel", e))
+    }
+
+    /// This stream's scratch memory: `(partials, counters)` for reductions.
+    pub(super) fn reduce_scratch(&self) -> Result<(u64, u64)> {
+        let mut map = lock(&self.ops.scratch);
+        let s = map.entry(self.stream_id).or_default();
+        if s.reduce == 0 {
+            let bytes = PARTIALS * PARTIAL_BYTES + PARTIALS * 4;
+            // SAFETY: the device's context is current; the memory is used as raw bytes.
+            let p = unsafe { cu::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
+            // SAFETY: `p` holds `bytes` bytes; the counters are zeroed in stream order, before
+            // any kernel on this stream reads them.
+            unsafe { cu::memset_d8_async(p + (PARTIALS * PARTIAL_BYTES) as u64, 0, PARTIALS * 4, self.stream) }
+                .map_err(|e| driver_error("cuMemsetD8Async", e))?;
+            s.reduce = p;
+        }
+        Ok((s.reduce, s.reduce + (PARTIALS * PARTIAL_BYTES) as u64))
+    }
+
+    /// This stream's cuBLASLt workspace of `bytes` bytes.
+    pub(super) fn gemm_workspace(&self, bytes: usize) -> Result<u64> {
+        let mut map = lock(&self.ops.scratch);
+        let s = map.entry(self.stream_id).or_default();
+        if s.gemm == 0 {
+            // SAFETY: the device's context is current; the memory is cuBLASLt's scratch.
+            s.gemm = unsafe { cu::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
+        }
+        Ok(s.gemm)
+    }
+}
+
+/// Collapsed dimensions, innermost first: sizes and, per operand, strides in elements.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dims<const K: usize> {
+    pub n: usize,
+    pub shape: [i64; MAXD],
+    pub st: [[i64; MAXD]; K],
+}
+
+/// The dims `d` of `shape` with `keep(d)`, size-1 ones dropped and neighbours merged where every
+/// operand's strides allow (`None`: a zero stride); `None` past [`MAXD`] dims.
+pub(super) fn collapse<const K: usize>(
+    shape: &[usize],
+    strides: [Option<&[usize]>; K],
+    keep: impl Fn(usize) -> bool,
+) -> Option<Dims<K>> {
+    let mut d = Dims { n: 0, shape: [0; MAXD], st: [[0; MAXD]; K] };
+    let stride = |k: usize, i: usize| strides[k].map_or(0, |s| s[i] as i64);
+    for i in (0..shape.len()).rev() {
+        let size = shape[i] as i64;
+        if size == 1 || !keep(i) {
+            continue;
+        }
+        if d.n > 0 && (0..K).all(|k| stride(k, i) == d.st[k][d.n - 1] * d.shape[d.n - 1]) {
+            d.shape[d.n - 1] *= size;
+            continue;
+        }
+        if d.n == MAXD {
+            return None;
+        }
+        d.shape[d.n] = size;
+        for k in 0..K {
+            d.st[k][d.n] = stride(k, i);
+        }
+        d.n += 1;
+    }
+    Some(d)
+}
+
+/// The address of a view's first element.
+#[inline]
+pub(super) fn addr(v: &BufferView) -> u64 {
+    v.ptr.0 + (v.offset * v.dtype.size()) as u64
+}
+
+/// Parameters of the fast elementwise kernels (`EwFast` in the generated C).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct EwFast {
+    out: u64,
+    ins: [u64; 3],
+    n: u64,
+    value: u64,
+    vec: i32,
+    pad: i32,
+}
+
+/// Parameters of the strided elementwise kernel (`EwStrided`).
+#[repr(C)]
+struct EwStrided {
+    b: EwFast,
+    ndim: i32,
+    pad: i32,
+    shape: [i64; MAXD],
+    st: [[i64; MAXD]; 4],
+}
+
+/// Runs `op` (already validated) on the stream of `dev`, whose context is current.
+pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &KernelOp) -> Result<()> {
+    let out = op.output();
+    if out.numel() == 0 {
+        return Ok(());
+    }
+    let c = Ctx { ops: &dev.ops, info: dev.ops.info(dev.cu)?, stream: stream.0, stream_id };
+    match op {
+        KernelOp::Fill { dst, value } => {
+            let mut bits = [0u8; 8];
+            let bytes = crate::driver::cpu::scalar_bytes(*value, dst.dtype);
+            bits[..bytes.len()].copy_from_slice(&bytes);
+            elementwise(&c, EwOp::Fill, dst, &[], u64::from_ne_bytes(bits))
+        }
+        KernelOp::Cast { src, dst } if src.dtype == dst.dtype => elementwise(&c, EwOp::Copy, dst, &[src], 0),
+        KernelOp::Cast { src, dst } => elementwise(&c, EwOp::Cast, dst, &[src], 0),
+        KernelOp::CopyStrided { src, dst } => elementwise(&c, EwOp::Copy, dst, &[src], 0),
+        KernelOp::Unary { op, src, dst } => elementwise(&c, EwOp::Unary(*op), dst, &[src], 0),
+        KernelOp::Binary { op, lhs, rhs, dst, compute } => {
+            elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, rhs], 0)
+        }
+        KernelOp::Where { cond, a, b, dst } => elementwise(&c, EwOp::Where, dst, &[cond, a, b], 0),
+        KernelOp::Reduce { op, src, dst, dims } => super::reduce::reduce(&c, *op, src, dst, dims),
+        KernelOp::Softmax { src, dst, dim, log } => super::reduce::softmax(&c, src, dst, *dim, *log),
+        KernelOp::Gemm { lhs, rhs, dst } => super::gemm::gemm(&c, lhs, rhs, dst),
+    }
+}
+
+/// Queues an elementwise kernel writing `dst` from `ins` (at most 3).
+pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
+    let raw = matches!(op, EwOp::Fill | EwOp::Copy);
+    let out_dtype = if raw { raw_dtype(dst.dtype) } else { dst.dtype };
+    let mut dtypes = [DType::Bool; 3];
+    let mut ptrs = [0u64; 3];
+    let mut strides: [Option<&[usize]>; 4] = [Some(&dst.strides), None, None, None];
+    for (i, v) in ins.iter().enumerate() {
+        dtypes[i] = if raw { out_dtype } else { v.dtype };
+        ptrs[i] = addr(v);
+        strides[i + 1] = Some(&v.strides);
+    }
+    let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
+    let dims = collapse(&dst.shape, strides, |_| true)
+        .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
+    let n = dst.numel() as u64;
+    let mut p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
+    let mut mask = 0u8;
+    if dims.n == 1 {
+        for k in 0..ins.len() {
+            if dims.st[k + 1][0] == 0 {
+                mask |= 1 << k;
+            }
+        }
+    }
+    let dense = dims.n == 0 || (dims.n == 1 && dims.st[0][0] == 1 && (1..=ins.len()).all(|k| dims.st[k][0] <= 1));
+    if dense && mask < fast_masks(op) {
+        let vec = ew_vec(op, out_dtype, dtypes) as u64;
+        let dense = std::iter::once((p.out, out_dtype))
+            .chain((0..ins.len()).filter(|k| mask & (1 << k) == 0).map(|k| (ptrs[k], dtypes[k])));
+        let aligned = vec > 1 && dense.into_iter().all(|(a, d)| a % (d.size() as u64 * vec) == 0);
+        p.vec = aligned as i32;
+        let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
+        let grid = c.grid(f, if aligned { n.div_ceil(vec) } else { n });
+        return c.run(f, grid, &mut p);
+    }
+    let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
+    s.b.vec = 0;
+    let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
+    let grid = c.grid(f, n);
+    c.run(f, grid, &mut s)
+}

@@ -1,0 +1,341 @@
+//! Compiled kernels: NVRTC compilation for the device's architecture, a process-wide cache of
+//! images, an on-disk cache shared by processes, and per-device tables of loaded functions.
+//!
+//! * An image is CUBIN for `sm_XY` when NVRTC supports the device's architecture (else PTX for
+//!   the newest `compute_XY` it supports, which the driver compiles at load). It is keyed by a
+//!   128-bit hash of the source, the NVRTC version, the target and the options, and stored as
+//!   `<hash>.cubin` / `<hash>.ptx` under `$CUDASEM_KERNEL_CACHE` (`off` disables it), else
+//!   `$XDG_CACHE_HOME/cudasem/kernels`, else `~/.cache/cudasem/kernels`; files are written to a
+//!   temporary name and renamed, so concurrent processes never read half a file.
+//! * Each device keeps a map from [`KernelId`] to its loaded `CUfunction` (with its occupancy),
+//!   read under a read lock with a cheap hasher: a launch that hits does no allocation and no
+//!   formatting. A miss compiles (outside every lock), loads the module and registers all of its
+//!   entries at once.
+
+use super::codegen::{KernelId, ModuleKey, THREADS};
+use super::{driver_error, lock, read, write, DRIVER};
+use crate::error::{Error, Result};
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+use cudarc::nvrtc::{result as nv, sys as nvsys};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+/// A multiply-rotate hasher for the small keys of the function tables.
+#[derive(Default)]
+pub(super) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// A `HashMap` with [`FxHasher`].
+pub(super) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+raw_handle!(
+    /// A loaded module of tensor kernels.
+    RawModule(sys::CUmodule)
+);
+raw_handle!(
+    /// A kernel of a loaded module.
+    RawFunction(sys::CUfunction)
+);
+
+/// A loaded kernel and how many of its blocks (of [`THREADS`] threads) fit on one SM.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Func {
+    raw: RawFunction,
+    pub blocks_per_sm: u32,
+}
+
+impl Func {
+    /// The `CUfunction`.
+    #[inline]
+    pub(super) fn handle(&self) -> sys::CUfunction {
+        self.raw.0
+    }
+}
+
+/// Images compiled in this process, by hash.
+static IMAGES: Mutex<Vec<(u128, Arc<Vec<u8>>)>> = Mutex::new(Vec::new());
+/// NVRTC compilations this process ran.
+static COMPILES: AtomicUsize = AtomicUsize::new(0);
+/// Images read from the disk cache.
+static DISK_HITS: AtomicUsize = AtomicUsize::new(0);
+
+/// `(compilations, disk-cache hits)` so far in this process (for tests).
+#[cfg(test)]
+pub(super) fn counters() -> (usize, usize) {
+    (COMPILES.load(Ordering::SeqCst), DISK_HITS.load(Ordering::SeqCst))
+}
+
+/// What NVRTC offers: its version and the `sm_XY` numbers it compiles for.
+struct Nvrtc {
+    version: (i32, i32),
+    archs: Vec<i32>,
+}
+
+fn unsupported(reason: impl Into<String>) -> Error {
+    Error::Unsupported { op: "launch", driver: DRIVER, reason: reason.into() }
+}
+
+fn nvrtc() -> Result<&'static Nvrtc> {
+    static NVRTC: OnceLock<Result<Nvrtc>> = OnceLock::new();
+    NVRTC.get_or_init(probe_nvrtc).as_ref().map_err(Clone::clone)
+}
+
+fn probe_nvrtc() -> Result<Nvrtc> {
+    // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
+    if !unsafe { nvsys::is_culib_present() } {
+        return Err(unsupported(
+            "tensor kernels are compiled with NVRTC, but libnvrtc.so was not found by the dynamic loader; \
+             install the CUDA toolkit's NVRTC or add its lib directory to LD_LIBRARY_PATH",
+        ));
+    }
+    let probed = std::panic::catch_unwind(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: both are valid out-pointers.
+        unsafe { nvsys::nvrtcVersion(&mut major, &mut minor) }.result()?;
+        let mut n = 0;
+        // SAFETY: `n` is a valid out-pointer.
+        unsafe { nvsys::nvrtcGetNumSupportedArchs(&mut n) }.result()?;
+        let mut archs = vec![0i32; n.max(0) as usize];
+        // SAFETY: `archs` has room for the `n` entries NVRTC writes.
+        unsafe { nvsys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }.result()?;
+        Ok::<_, nv::NvrtcError>(Nvrtc { version: (major, minor), archs })
+    });
+    match probed {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(unsupported(format!("NVRTC failed to report its version: {e}"))),
+        Err(_) => Err(unsupported("libnvrtc lacks a symbol the tensor kernels need (NVRTC 11.2 or newer is needed)")),
+    }
+}
+
+/// `--gpu-architecture` for a device of compute capability `major.minor`, and whether the
+/// image is CUBIN (else PTX).
+fn target(n: &Nvrtc, major: u32, minor: u32) -> Result<(String, bool)> {
+    let want = (major * 10 + minor) as i32;
+    if n.archs.contains(&want) {
+        return Ok((format!("sm_{want}"), true));
+    }
+    match n.archs.iter().copied().filter(|&a| a <= want).max() {
+        Some(a) => Ok((format!("compute_{a}"), false)),
+        None => Err(unsupported(format!(
+            "NVRTC {}.{} cannot compile for compute capability {major}.{minor} (it supports {:?})",
+            n.version.0, n.version.1, n.archs
+        ))),
+    }
+}
+
+/// FNV-1a over `bytes`, from `seed`.
+fn fnv(seed: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(seed, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// The directory of the on-disk cache, or `None` when it is disabled.
+pub(super) fn cache_dir() -> Option<PathBuf> {
+    if let Ok(v) = std::env::var("CUDASEM_KERNEL_CACHE") {
+        return match v.trim() {
+            "" => None,
+            "off" | "0" | "none" => None,
+            dir => Some(PathBuf::from(dir)),
+        };
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("cudasem").join("kernels"))
+}
+
+/// The image of `src` for a device of compute capability `major.minor`: from this process's
+/// cache, else the disk cache, else NVRTC (then stored in both).
+pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
+    let n = nvrtc()?;
+    let (arch, cubin) = target(n, major, minor)?;
+    let options = [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
+    let mut key = format!("{}.{}\n{}\n", n.version.0, n.version.1, options.join(" ")).into_bytes();
+    key.extend_from_slice(src.as_bytes());
+    let hash = (fnv(0xcbf2_9ce4_8422_2325, &key) as u128) << 64 | fnv(0x6c62_272e_07bb_0142, &key) as u128;
+    if let Some((_, img)) = lock(&IMAGES).iter().find(|(h, _)| *h == hash) {
+        return Ok(img.clone());
+    }
+    let file = cache_dir().map(|d| d.join(format!("{hash:032x}.{}", if cubin { "cubin" } else { "ptx" })));
+    let from_disk = file.as_ref().and_then(|f| std::fs::read(f).ok()).filter(|b| !b.is_empty());
+    let img = match from_disk {
+        Some(bytes) => {
+            DISK_HITS.fetch_add(1, Ordering::SeqCst);
+            bytes
+        }
+        None => {
+            let bytes = compile(src, &options, cubin)?;
+            if let Some(f) = &file {
+                store(f, &bytes);
+            }
+            bytes
+        }
+    };
+    let img = Arc::new(img);
+    lock(&IMAGES).push((hash, img.clone()));
+    Ok(img)
+}
+
+/// Forgets this process's compiled images, so the next [`image`] reads the disk (for tests).
+#[cfg(test)]
+pub(super) fn forget_images() {
+    lock(&IMAGES).clear();
+}
+
+/// Writes `bytes` to `file` through a temporary name (best effort: the cache is an optimization).
+fn store(file: &std::path::Path, bytes: &[u8]) {
+    let Some(dir) = file.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), COMPILES.load(Ordering::Relaxed)));
+    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Compiles `src` with NVRTC; CUBIN or NUL-terminated PTX.
+fn compile(src: &str, options: &[String], cubin: bool) -> Result<Vec<u8>> {
+    COMPILES.fetch_add(1, Ordering::SeqCst);
+    let csrc = CString::new(src).map_err(|_| unsupported("a generated kernel source holds a NUL byte"))?;
+    let run = || -> std::result::Result<Vec<u8>, (&'static str, nv::NvrtcError, String)> {
+        let prog =
+            nv::create_program(&csrc, Some(c"cudasem.cu")).map_err(|e| ("nvrtcCreateProgram", e, String::new()))?;
+        // SAFETY: `prog` was just created and is destroyed once, below.
+        let compiled = unsafe { nv::compile_program(prog, options) };
+        let out = match compiled {
+            Err(e) => {
+                // SAFETY: `prog` is live.
+                let log = unsafe { nv::get_program_log(prog) }.unwrap_or_default();
+                let log: Vec<u8> = log.into_iter().map(|c| c as u8).take_while(|&c| c != 0).collect();
+                Err(("nvrtcCompileProgram", e, String::from_utf8_lossy(&log).into_owned()))
+            }
+            Ok(()) if cubin => {
+                let mut size = 0usize;
+                // SAFETY: `prog` is live and compiled; `size` is a valid out-pointer.
+                unsafe { nvsys::nvrtcGetCUBINSize(prog, &mut size) }
+                    .result()
+                    .map_err(|e| ("nvrtcGetCUBINSize", e, String::new()))?;
+                let mut bytes = vec![0u8; size];
+                // SAFETY: `bytes` has the `size` bytes NVRTC writes.
+                unsafe { nvsys::nvrtcGetCUBIN(prog, bytes.as_mut_ptr().cast()) }
+                    .result()
+                    .map(|_| bytes)
+                    .map_err(|e| ("nvrtcGetCUBIN", e, String::new()))
+            }
+            Ok(()) => {
+                // SAFETY: `prog` is live and compiled.
+                unsafe { nv::get_ptx(prog) }
+                    .map(|p| {
+                        let mut v: Vec<u8> = p.into_iter().map(|c| c as u8).collect();
+                        if v.last() != Some(&0) {
+                            v.push(0);
+                        }
+                        v
+                    })
+                    .map_err(|e| ("nvrtcGetPTX", e, String::new()))
+            }
+        };
+        // SAFETY: created above and not destroyed before.
+        let _ = unsafe { nv::destroy_program(prog) };
+        out
+    };
+    match std::panic::catch_unwind(run) {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err((op, e, log))) => {
+            let head: String = src.lines().take(0).collect();
+            Err(Error::Driver { op, code: format!("{:?}", e.0), message: format!("{}{head}", log.trim()) })
+        }
+        Err(_) => Err(unsupported("NVRTC panicked while compiling a tensor kernel (is libnvrtc older than CUDA 13?)")),
+    }
+}
+
+/// One device's loaded tensor kernels.
+pub(super) struct Kernels {
+    funcs: RwLock<FxMap<KernelId, Func>>,
+    /// Loaded modules (unloaded when the driver drops), also serializing loads.
+    modules: Mutex<Vec<RawModule>>,
+}
+
+impl Kernels {
+    pub(super) fn new() -> Kernels {
+        Kernels { funcs: RwLock::new(FxMap::default()), modules: Mutex::new(Vec::new()) }
+    }
+
+    /// The kernel `id`, loaded into the current context (which must be this device's) on first use.
+    #[inline]
+    pub(super) fn get(&self, id: KernelId, major: u32, minor: u32) -> Result<Func> {
+        if let Some(f) = read(&self.funcs).get(&id) {
+            return Ok(*f);
+        }
+        self.load(id.module, major, minor)?;
+        read(&self.funcs).get(&id).copied().ok_or_else(|| unsupported(format!("no kernel {id:?} in its module")))
+    }
+
+    #[cold]
+    fn load(&self, key: ModuleKey, major: u32, minor: u32) -> Result<()> {
+        let img = image(&key.source(), major, minor)?;
+        let mut modules = lock(&self.modules);
+        let entries = key.entries();
+        if entries.iter().all(|&entry| read(&self.funcs).contains_key(&KernelId { module: key, entry })) {
+            return Ok(()); // another thread loaded it meanwhile
+        }
+        // SAFETY: `img` is a CUBIN or NUL-terminated PTX image that outlives the call, and the
+        // caller made the device's context current.
+        let module =
+            unsafe { cu::module::load_data(img.as_ptr().cast()) }.map_err(|e| driver_error("cuModuleLoadData", e))?;
+        modules.push(RawModule(module));
+        let mut found = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let name = CString::new(entry.name(&key)).map_err(|_| unsupported("a kernel name holds a NUL byte"))?;
+            // SAFETY: `module` is loaded and stays loaded until the driver drops.
+            let f = unsafe { cu::module::get_function(module, name) }
+                .map_err(|e| driver_error("cuModuleGetFunction", e))?;
+            // SAFETY: `f` is a live kernel of the current context.
+            let blocks = unsafe { cu::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, 0) }
+                .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+            found.push((
+                KernelId { module: key, entry },
+                Func { raw: RawFunction(f), blocks_per_sm: blocks.max(1) as u32 },
+            ));
+        }
+        write(&self.funcs).extend(found);
+        Ok(())
+    }
+
+    /// Unloads every module; the device's context must be current and its work done.
+    pub(super) fn unload_all(&self) {
+        write(&self.funcs).clear();
+        for m in lock(&self.modules).drain(..) {
+            // SAFETY: loaded by `load` and drained from the list, so unloaded exactly once.
+            let _ = unsafe { cu::module::unload(m.0) };
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Reductions and softmax on the CUDA driver: the choice of kernel and its parameters.
+//!
+//! The input is seen as `[outputs][reduced]`: the kept dims (collapsed for input and output
+//! together) index the outputs, the reduced dims (collapsed, in their row-major order, so an
+//! arg-reduction's index is PyTorch's) index the elements of one output. Three kernels:
+//! * **block**: a block per output (reduced elements near each other in memory), 16-byte
+//!   loads when the rows are dense and aligned; when there are fewer outputs than the GPU has
+//!   block slots, each row is split into chunks over several blocks, whose partial results go to
+//!   per-stream scratch memory and are combined, in chunk order, by the last block to finish (an
+//!   atomic counter per output), all in one launch;
+//! * **warp**: a warp per output, for rows of up to [`WARP_ROW`] elements;
+//! * **thread**: a thread per output (outputs near each other in memory: a reduction over an
+//!   outer dim is coalesced), also split into chunks when outputs are few.
+//!
+//! Floating-point values accumulate in `f64` (results within an ulp of the CPU reference, and
+//! deterministic: every combination order is fixed), integers in wrapping `i64`.
+
+use super::codegen::{Entry, KernelId, ModuleKey, MAXD};
+use super::launch::{addr, collapse, unsupported, Ctx, PARTIALS};
+use crate::driver::kernel::{BufferView, ReduceOp};
+use crate::error::Result;
+
+/// The longest rows a warp reduces alone.
+const WARP_ROW: i64 = 2048;
+/// The fewest elements a block's chunk of a split row holds.
+const BLOCK_CHUNK: i64 = 8192;
+/// The fewest elements a thread's chunk of a split column holds.
+const THREAD_CHUNK: i64 = 64;
+
+/// Parameters of the reduction kernels (`RedP` in the generated C).
+#[repr(C)]
+struct RedP {
+    src: u64,
+    dst: u64,
+    partials: u64,
+    counters: u64,
+    n_out: i64,
+    n_red: i64,
+    splits: i64,
+    chunk: i64,
+    out_ndim: i32,
+    red_ndim: i32,
+    vec: i32,
+    pad: i32,
+    out_shape: [i64; MAXD],
+    out_sst: [i64; MAXD],
+    out_dst: [i64; MAXD],
+    red_shape: [i64; MAXD],
+    red_st: [i64; MAXD],
+}
+
+/// Parameters of the softmax kernels (`SmP`).
+#[repr(C)]
+struct SmP {
+    src: u64,
+    dst: u64,
+    rows: i64,
+    n: i64,
+    sst: i64,
+    dst_st: i64,
+    out_ndim: i32,
+    pad: i32,
+    out_shape: [i64; MAXD],
+    out_sst: [i64; MAXD],
+    out_dst: [i64; MAXD],
+}
+
+/// `⌈a / b⌉` for `a ≥ 0`, `b > 0`.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+fn too_many_dims(v: &BufferView) -> crate::error::Error {
+    unsupported(format!("a view of shape {:?} whose dims do not collapse below {MAXD}", v.shape))
+}
+
+/// Queues `dst = op(src)` over `dims` (already validated; `dst` is not empty).
+pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, dims: &[usize]) -> Result<()> {
+    let kept = collapse(&src.shape, [Some(&src.strides), Some(&dst.strides)], |d| !dims.contains(&d))
+        .ok_or_else(|| too_many_dims(src))?;
+    let red = collapse(&src.shape, [Some(&src.strides)], |d| dims.contains(&d)).ok_or_else(|| too_many_dims(src))?;
+    let n_out = dst.numel() as i64;
+    let n_red: i64 = dims.iter().map(|&d| src.shape[d] as i64).product();
+    let module = ModuleKey::Reduce { op, src: src.dtype, dst: dst.dtype };
+    let red_inner = if red.n > 0 { red.st[0][0] } else { 0 };
+    let kept_inner = if kept.n > 0 { kept.st[0][0] } else { i64::MAX };
+    let rows = n_out == 1 || (red.n > 0 && red_inner < kept_inner);
+    let entry = if !rows || n_red <= 16 {
+        Entry::Thread
+    } else if n_red <= WARP_ROW && n_out > 1 {
+        Entry::Warp
+    } else {
+        Entry::Block
+    };
+    let f = c.kernel(KernelId { module, entry })?;
+    let wave = c.info.sms as i64 * f.blocks_per_sm as i64;
+    let splits = match entry {
+        Entry::Block if n_out < wave => (wave / n_out).min(n_red / BLOCK_CHUNK).min(PARTIALS as i64 / n_out),
+        Entry::Thread if n_out < wave * 64 => {
+            (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
+        }
+        _ => 1,
+    }
+    .max(1);
+    let size = src.dtype.size() as i64;
+    let vec = 16 / size;
+    let mut chunk = ceil_div(n_red, splits).max(1);
+    if entry == Entry::Block {
+        chunk = ceil_div(chunk, vec) * vec;
+    }
+    let splits = ceil_div(n_red, chunk).max(1);
+    let base = addr(src);
+    let dense_rows = red.n == 1 && red.st[0][0] == 1;
+    let aligned_rows = n_out == 1 || (0..kept.n).all(|d| kept.st[0][d] % vec == 0);
+    let vec_ok = entry != Entry::Thread && dense_rows && base.is_multiple_of(16) && aligned_rows;
+    let (partials, counters) = if splits > 1 { c.reduce_scratch()? } else { (0, 0) };
+    let mut p = RedP {
+        src: base,
+        dst: addr(dst),
+        partials,
+        counters,
+        n_out,
+        n_red,
+        splits,
+        chunk,
+        out_ndim: kept.n as i32,
+        red_ndim: red.n as i32,
+        vec: vec_ok as i32,
+        pad: 0,
+        out_shape: kept.shape,
+        out_sst: kept.st[0],
+        out_dst: kept.st[1],
+        red_shape: red.shape,
+        red_st: red.st[0],
+    };
+    let tasks = (n_out * splits) as u64;
+    let grid = match entry {
+        Entry::Block => (tasks.min(wave as u64)) as u32,
+        Entry::Warp => c.grid(f, tasks * 32),
+        _ => c.grid(f, tasks),
+    };
+    c.run(f, grid.max(1), &mut p)
+}
+
+/// Queues `dst = softmax(src)` (or its log) along `dim` (already validated; not empty).
+pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, log: bool) -> Result<()> {
+    let kept = collapse(&src.shape, [Some(&src.strides), Some(&dst.strides)], |d| d != dim)
+        .ok_or_else(|| too_many_dims(src))?;
+    let n = src.shape[dim] as i64;
+    let rows = (dst.numel() as i64) / n.max(1);
+    let (sst, dst_st) = (src.strides[dim] as i64, dst.strides[dim] as i64);
+    let kept_inner = if kept.n > 0 { kept.st[0][0] } else { i64::MAX };
+    let entry = if n <= 8 || (sst > kept_inner && rows > 1) {
+        Entry::Thread
+    } else if n <= WARP_ROW && rows > 1 {
+        Entry::Warp
+    } else {
+        Entry::Block
+    };
+    let module = ModuleKey::Softmax { src: src.dtype, dst: dst.dtype, log };
+    let f = c.kernel(KernelId { module, entry })?;
+    let mut p = SmP {
+        src: addr(src),
+        dst: addr(dst),
+        rows,
+        n,
+        sst,
+        dst_st,
+        out_ndim: kept.n as i32,
+        pad: 0,
+        out_shape: kept.shape,
+        out_sst: kept.st[0],
+        out_dst: kept.st[1],
+    };
+    let wave = c.info.sms as u64 * f.blocks_per_sm as u64;
+    let grid = match entry {
+        Entry::Block => (rows as u64).min(wave) as u32,
+        Entry::Warp => c.grid(f, rows as u64 * 32),
+        _ => c.grid(f, rows as u64),
+    };
+    c.run(f, grid.max(1), &mut p)
+}

@@ -1,0 +1,348 @@
+//! Pinned host memory: the process's [`CachingHostAllocator`] over the driver, the blocks that
+//! pinned tensors hold ([`PinnedBlock`]), and `torch.cuda`'s host-memory functions.
+//!
+//! A [`PinnedBlock`] is the only door to pinned bytes, so the rules that make non-blocking copies
+//! safe live here, in one place:
+//!
+//! * every copy queued with [`PinnedBlock::copy_to_device`] / [`PinnedBlock::copy_from_device`]
+//!   records an event on its stream right after it (a [`HostUse`]);
+//! * a host read ([`PinnedBlock::read`]) first waits for the queued copies that write the block
+//!   (device → host); a host write ([`PinnedBlock::write`]) waits for every queued copy. So a
+//!   program never sees a half-copied buffer, nor changes bytes a copy has yet to read (beyond
+//!   PyTorch, where both are the program's responsibility);
+//! * a copy queued on one stream waits (on the device, not the host) for copies on other streams
+//!   that it would race with: a device write waits for every earlier copy, a device read for
+//!   earlier device writes;
+//! * dropping the block hands its copies' events to the allocator, which reuses the block only
+//!   once they all completed (PyTorch's `CachingHostAllocator_recordEvent`).
+//!
+//! A read/write lock serializes host access with the queueing of copies: a copy that writes the
+//! block is queued under the write lock, one that reads it under the read lock, and the event is
+//! in the block's list before the lock is released, so any later host access sees it.
+//!
+//! Events come from a per-device pool (timing disabled), as PyTorch's host allocator pools them.
+
+use super::{rt, Runtime, Stream};
+use crate::alloc::{CachingHostAllocator, HostMemoryStats, HostUse, RawHostMemory};
+use crate::driver::{DevicePtr, Driver, EventId, HostPtr};
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The driver as the host allocator's [`RawHostMemory`], with a pool of copy events per device.
+pub(crate) struct DriverHostMemory {
+    driver: Arc<dyn Driver>,
+    events: Mutex<HashMap<usize, Vec<EventId>>>,
+}
+
+impl DriverHostMemory {
+    pub fn new(driver: Arc<dyn Driver>) -> DriverHostMemory {
+        DriverHostMemory { driver, events: Mutex::new(HashMap::new()) }
+    }
+
+    /// An event of `device` from the pool, or a new one.
+    fn event(&self, device: usize) -> Result<EventId> {
+        if let Some(ev) = lock(&self.events).get_mut(&device).and_then(Vec::pop) {
+            return Ok(ev);
+        }
+        self.driver.event_create(device, false, false)
+    }
+
+    /// Puts an event back in its device's pool (its recordings are complete or abandoned).
+    fn give_back(&self, device: usize, event: EventId) {
+        lock(&self.events).entry(device).or_default().push(event);
+    }
+}
+
+impl RawHostMemory for DriverHostMemory {
+    fn alloc(&self, bytes: usize) -> Result<HostPtr> {
+        self.driver.host_alloc(bytes)
+    }
+    fn free(&self, ptr: HostPtr) -> Result<()> {
+        self.driver.host_free(ptr)
+    }
+    fn use_done(&self, u: &HostUse) -> Result<bool> {
+        self.driver.event_query(u.event)
+    }
+    fn use_release(&self, u: HostUse) {
+        self.give_back(u.device, u.event);
+    }
+}
+
+/// The process's pinned memory: the driver door and the caching allocator over it.
+pub(crate) struct HostMemory {
+    raw: Arc<DriverHostMemory>,
+    pub allocator: CachingHostAllocator,
+}
+
+impl Runtime {
+    /// The pinned host allocator, made on first use.
+    pub(crate) fn host_memory(&self) -> &HostMemory {
+        self.host.get_or_init(|| {
+            let raw = Arc::new(DriverHostMemory::new(self.driver.clone()));
+            HostMemory { allocator: CachingHostAllocator::new(raw.clone()), raw }
+        })
+    }
+}
+
+/// A block of pinned host memory from the caching host allocator, with the copies that use it
+/// (see the [module docs](self)). Given back to the allocator on drop.
+pub(crate) struct PinnedBlock {
+    ptr: HostPtr,
+    len: usize,
+    /// Host access (shared: reads and queueing device reads; exclusive: writes and queueing
+    /// device writes).
+    access: RwLock<()>,
+    /// Copies queued on the block, each with the event recorded after it.
+    uses: Mutex<Vec<HostUse>>,
+}
+
+impl std::fmt::Debug for PinnedBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedBlock({:#x}, {} bytes)", self.ptr.0, self.len)
+    }
+}
+
+/// Shared access to a block's bytes; no copy that writes them is in flight.
+pub(crate) struct PinnedRead<'a> {
+    _guard: RwLockReadGuard<'a, ()>,
+    bytes: &'a [u8],
+}
+
+impl Deref for PinnedRead<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+/// Exclusive access to a block's bytes; no copy that uses them is in flight.
+pub(crate) struct PinnedWrite<'a> {
+    _guard: RwLockWriteGuard<'a, ()>,
+    bytes: &'a mut [u8],
+}
+
+impl Deref for PinnedWrite<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+impl DerefMut for PinnedWrite<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+}
+
+impl PinnedBlock {
+    /// `len` bytes of pinned memory (a cached block's old contents, or zeros for a new one).
+    pub fn new(len: usize) -> Result<PinnedBlock> {
+        let ptr = rt()?.host_memory().allocator.malloc(len)?;
+        Ok(PinnedBlock { ptr, len, access: RwLock::new(()), uses: Mutex::new(Vec::new()) })
+    }
+
+    /// The host address of byte 0.
+    pub fn addr(&self) -> u64 {
+        self.ptr.0
+    }
+
+    fn raw() -> Result<&'static DriverHostMemory> {
+        Ok(&rt()?.host_memory().raw)
+    }
+
+    /// Waits for the queued copies that `must_wait` selects, then forgets every completed copy.
+    fn wait_for(&self, must_wait: impl Fn(&HostUse) -> bool) -> Result<()> {
+        let targets: Vec<HostUse> = lock(&self.uses).iter().filter(|u| must_wait(u)).copied().collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let raw = Self::raw()?;
+        for u in &targets {
+            raw.driver.event_synchronize(u.event)?;
+        }
+        let mut uses = lock(&self.uses);
+        let mut done = Vec::new();
+        uses.retain(|u| {
+            let finished = targets.contains(u);
+            if finished {
+                done.push(*u);
+            }
+            !finished
+        });
+        drop(uses);
+        done.into_iter().for_each(|u| raw.use_release(u));
+        Ok(())
+    }
+
+    /// Forgets the copies that have completed (keeps the list short). Holds `uses` locked.
+    fn prune(raw: &DriverHostMemory, uses: &mut Vec<HostUse>) {
+        uses.retain(|u| {
+            let done = raw.driver.event_query(u.event).unwrap_or(false);
+            if done {
+                raw.use_release(*u);
+            }
+            !done
+        });
+    }
+
+    /// The bytes, for reading on the host: waits for queued copies that write them.
+    pub fn read(&self) -> Result<PinnedRead<'_>> {
+        let guard = self.access.read().unwrap_or_else(|e| e.into_inner());
+        self.wait_for(|u| u.device_writes)?;
+        let bytes: &[u8] = if self.len == 0 {
+            &[]
+        } else {
+            // SAFETY: the block owns `len` initialized bytes at `ptr` (the driver zeroes new
+            // blocks) until it drops, which the borrow of `self` outlives. The read lock keeps
+            // host writers out and keeps copies that write the block from being queued, and the
+            // ones queued before have completed (waited for above); copies that only read the
+            // block may run meanwhile, which shared reading allows.
+            unsafe { std::slice::from_raw_parts(self.ptr.0 as usize as *const u8, self.len) }
+        };
+        Ok(PinnedRead { _guard: guard, bytes })
+    }
+
+    /// The bytes, for writing on the host: waits for every queued copy.
+    pub fn write(&self) -> Result<PinnedWrite<'_>> {
+        let guard = self.access.write().unwrap_or_else(|e| e.into_inner());
+        self.wait_for(|_| true)?;
+        let bytes: &mut [u8] = if self.len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the block owns `len` initialized bytes at `ptr` until it drops, which the
+            // borrow of `self` outlives. The write lock excludes every other host access and the
+            // queueing of copies, and every copy queued before has completed (waited for above),
+            // so this is the only reference to the bytes.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.0 as usize as *mut u8, self.len) }
+        };
+        Ok(PinnedWrite { _guard: guard, bytes })
+    }
+
+    fn check_span(&self, op: &'static str, offset: usize, bytes: usize) -> Result<()> {
+        if offset.checked_add(bytes).is_none_or(|end| end > self.len) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("{bytes} bytes at offset {offset} do not fit the {}-byte pinned block", self.len),
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of `bytes` bytes at `offset` of the block to device memory at `dst` on
+    /// `stream`, and returns at once. `dst` must be live device memory of the stream's device,
+    /// kept alive in the stream's order (a caching-allocator block used on that stream).
+    pub fn copy_to_device(&self, offset: usize, bytes: usize, dst: DevicePtr, stream: &Stream) -> Result<()> {
+        self.check_span("copy_to_device", offset, bytes)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let _guard = self.access.read().unwrap_or_else(|e| e.into_inner());
+        let raw = Self::raw()?;
+        let mut uses = lock(&self.uses);
+        Self::prune(raw, &mut uses);
+        for u in uses.iter().filter(|u| u.device_writes && u.stream != stream.driver_id()) {
+            raw.driver.stream_wait_event(stream.driver_id(), u.event)?;
+        }
+        // SAFETY: the span lies inside this live block (checked above). The block stays
+        // allocated until the copy's event, pushed to `uses` below before the lock is released,
+        // has completed: dropping the block hands the event to the allocator, which reuses or
+        // frees the block only after it. Host writes wait for the event (`write`), and no copy
+        // that writes the block can be queued meanwhile without waiting for it on the device.
+        unsafe { raw.driver.memcpy_htod_async(dst, self.ptr.offset(offset), bytes, stream.driver_id()) }?;
+        self.track(raw, &mut uses, stream, false)
+    }
+
+    /// Queues a copy of `bytes` bytes of device memory at `src` into the block at `offset` on
+    /// `stream`, and returns at once. `src` must be live device memory of the stream's device,
+    /// kept alive in the stream's order.
+    pub fn copy_from_device(&self, offset: usize, bytes: usize, src: DevicePtr, stream: &Stream) -> Result<()> {
+        self.check_span("copy_from_device", offset, bytes)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let _guard = self.access.write().unwrap_or_else(|e| e.into_inner());
+        let raw = Self::raw()?;
+        let mut uses = lock(&self.uses);
+        Self::prune(raw, &mut uses);
+        for u in uses.iter().filter(|u| u.stream != stream.driver_id()) {
+            raw.driver.stream_wait_event(stream.driver_id(), u.event)?;
+        }
+        // SAFETY: the span lies inside this live block (checked above), which stays allocated
+        // until the copy's event, pushed to `uses` below before the write lock is released, has
+        // completed (the allocator reuses or frees the block only after it). Every host read or
+        // write waits for that event first, and the copies already queued on other streams are
+        // waited for on the device, so nothing else touches these bytes while the copy runs.
+        unsafe { raw.driver.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes, stream.driver_id()) }?;
+        self.track(raw, &mut uses, stream, true)
+    }
+
+    /// Records an event after the copy just queued on `stream` and keeps it as a use. If no event
+    /// can be recorded, waits for the stream instead, so the block is never left unprotected.
+    fn track(
+        &self,
+        raw: &DriverHostMemory,
+        uses: &mut Vec<HostUse>,
+        stream: &Stream,
+        device_writes: bool,
+    ) -> Result<()> {
+        let device = stream.device();
+        let recorded = raw.event(device).and_then(|event| match raw.driver.event_record(event, stream.driver_id()) {
+            Ok(()) => Ok(event),
+            Err(e) => {
+                raw.driver.event_destroy(event);
+                Err(e)
+            }
+        });
+        match recorded {
+            Ok(event) => {
+                uses.push(HostUse { device, stream: stream.driver_id(), event, device_writes });
+                Ok(())
+            }
+            Err(_) => stream.synchronize(),
+        }
+    }
+}
+
+impl Drop for PinnedBlock {
+    fn drop(&mut self) {
+        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
+        // Errors cannot be reported from drop; the allocator keeps the block out of reuse until
+        // the copies' events completed.
+        if let Ok(rt) = rt() {
+            let _ = rt.host_memory().allocator.free(self.ptr, uses);
+        }
+    }
+}
+
+/// Statistics of the pinned host allocator, with PyTorch's keys (`allocations.current`,
+/// `allocated_bytes.peak`, `num_host_alloc`, …) (`torch.cuda.host_memory_stats()`).
+pub fn host_memory_stats() -> Result<HostMemoryStats> {
+    Ok(rt()?.host_memory().allocator.stats())
+}
+
+/// Gives every cached pinned block that no copy uses any more back to the driver (PyTorch's
+/// `torch._C._host_emptyCache()`). Blocks in use, and freed blocks whose copies are still in
+/// flight, stay.
+pub fn host_empty_cache() -> Result<()> {
+    rt()?.host_memory().allocator.empty_cache()
+}
+
+/// Resets the `peak` of every host allocator statistic to its current value
+/// (`torch.cuda.reset_peak_host_memory_stats()`).
+pub fn reset_peak_host_memory_stats() -> Result<()> {
+    rt()?.host_memory().allocator.reset_peak_stats();
+    Ok(())
+}
+
+/// Resets the `allocated` / `freed` totals and the counters of the host allocator
+/// (`torch.cuda.reset_accumulated_host_memory_stats()`).
+pub fn reset_accumulated_host_memory_stats() -> Result<()> {
+    rt()?.host_memory().allocator.reset_accumulated_stats();
+    Ok(())
+}

@@ -2,7 +2,7 @@
 //! (`bench/pytorch_tensor_ops.py` prints the same figures, same sizes, same timing).
 //!
 //! With `CUDASEM_DRIVER=cuda` it measures, timing the device with events (warm-up, then the
-//! median of [`RUNS`] runs):
+//! median of [`RUNS`] runs of [`REPS`] calls each):
 //! * `add_f32_2^28`: `a.add(&b)`, TB/s counting 3 × 4 × 2^28 bytes;
 //! * `sum_f32_1GiB`: `a.sum_all()` of 2^28 `f32`, TB/s counting 4 × 2^28 bytes;
 //! * `matmul_8192_{fp32,tf32,bf16}`: `a.matmul(&b)` of 8192×8192 matrices, TFLOP/s counting
@@ -15,6 +15,10 @@
 //!
 //! A table goes to stdout, then one JSON object per figure and line. On the sim driver the sizes
 //! shrink (2^16 elements, 128³ products) so that the bench only shows it runs.
+//!
+//! `TENSOR_OPS_SWEEP=1` adds the add and sum figures for other grid shapes, for tuning (`add@w1`:
+//! one wave of grid-stride blocks; `add@vN`: one pass, N vectors per thread; `sum@wN`: a row
+//! split over N waves of blocks).
 
 use cudasem::cuda::{self, backends, Event, EventFlags};
 use cudasem::driver::kernel::{BinaryOp, BufferView, KernelOp};
@@ -24,6 +28,8 @@ use std::time::Instant;
 
 /// Timed runs per device figure.
 const RUNS: usize = 15;
+/// Calls per timed run (so that the host's work between calls hides behind the device's).
+const REPS: usize = 10;
 /// Runs of the host-cost figures.
 const HOST_RUNS: usize = 25;
 /// Launches per host-cost run (well below the launch queue's depth).
@@ -34,7 +40,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median device milliseconds of `f`, timed with events on the current stream.
+/// Median device milliseconds per call of `f`, timed with events on the current stream around
+/// [`REPS`] calls.
 fn device_ms(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     for _ in 0..3 {
         f()?;
@@ -44,10 +51,12 @@ fn device_ms(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     for _ in 0..RUNS {
         let (start, end) = (Event::new(EventFlags::timing())?, Event::new(EventFlags::timing())?);
         start.record(None)?;
-        f()?;
+        for _ in 0..REPS {
+            f()?;
+        }
         end.record(None)?;
         end.synchronize()?;
-        times.push(start.elapsed_time(&end)? as f64);
+        times.push(start.elapsed_time(&end)? as f64 / REPS as f64);
     }
     Ok(median(times))
 }
@@ -126,6 +135,21 @@ fn main() -> Result<()> {
     figures.push(Figure { name: "add_f32_2^28", unit: "TB/s", value: 3.0 * 4.0 * n as f64 / (ms * 1e-3) / 1e12 });
     let ms = device_ms(|| a.sum_all().map(drop))?;
     figures.push(Figure { name: "sum_f32_1GiB", unit: "TB/s", value: 4.0 * n as f64 / (ms * 1e-3) / 1e12 });
+    if on_gpu && std::env::var("TENSOR_OPS_SWEEP").is_ok_and(|v| v == "1") {
+        // (elementwise waves, vectors per thread, reduce waves): the default is (256, 1, 1).
+        for (tuning, add_name, sum_name) in [
+            ((1, 2, 2), "add_f32_2^28@w1", "sum_f32_1GiB@w2"),
+            ((0, 2, 4), "add_f32_2^28@v2", "sum_f32_1GiB@w4"),
+            ((0, 4, 1), "add_f32_2^28@v4", "sum_f32_1GiB@w1"),
+        ] {
+            cudasem::driver::cuda::set_tuning(tuning.0, tuning.1, tuning.2);
+            let ms = device_ms(|| a.add(&b).map(drop))?;
+            figures.push(Figure { name: add_name, unit: "TB/s", value: 3.0 * 4.0 * n as f64 / (ms * 1e-3) / 1e12 });
+            let ms = device_ms(|| a.sum_all().map(drop))?;
+            figures.push(Figure { name: sum_name, unit: "TB/s", value: 4.0 * n as f64 / (ms * 1e-3) / 1e12 });
+        }
+        cudasem::driver::cuda::set_tuning(256, 1, 1);
+    }
     drop((a, b));
 
     let flops = 2.0 * (mm as f64).powi(3);

@@ -85,14 +85,27 @@ fn ops_are_ordered_on_the_devices_current_stream() -> Result<()> {
     cuda::synchronize(Some(d))?;
     let _sg = StreamGuard::new(&s)?;
     let _dg = DeviceGuard::new(0)?; // the current device is now 0; cuda:d's current stream is still `s`
-    testing::delay(&s, ms(150))?;
+                                    // Run the op once first: a kernel's first launch loads its module, which on CUDA waits for
+                                    // every running kernel of the context — it would wait out the delay below.
+    if supported(x.add(4u8), "add on the current stream").is_some() {
+        s.synchronize()?;
+    }
+    // A pending state is observable only while less host time than the delay has passed (another
+    // test thread's synchronous driver call can stall this one past it on real GPUs).
+    let busy = |what: &str, queued: std::time::Instant| -> Result<()> {
+        let idle = s.query()?;
+        assert!(!idle || queued.elapsed() >= ms(300), "{what}");
+        Ok(())
+    };
+    let queued = std::time::Instant::now();
+    testing::delay(&s, ms(300))?;
     x.fill_(3u8)?; // a byte pattern: an asynchronous memset, queued after the delay
-    assert!(!s.query()?, "the delay and the fill are queued, not done");
+    busy("the delay and the fill are queued, not done", queued)?;
     let Some(y) = supported(x.add(4u8), "add on the current stream") else {
         assert_eq!(x.to_vec::<u8>()?, vec![3u8; 64], "to_vec waits for the queued fill");
         return Ok(());
     };
-    assert!(!s.query()?, "the op is queued behind the delay");
+    busy("the op is queued behind the delay", queued)?;
     assert_eq!(y.to_vec::<u8>()?, vec![7u8; 64], "the op saw the fill, and to_vec waited for the op");
     Ok(())
 }

@@ -234,8 +234,11 @@ fn product(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Res
     }
     let handle = slot.map(|h| h.0).unwrap_or(std::ptr::null_mut());
     let mut descs = Descs::default();
-    // SAFETY (whole block): every descriptor is created here, used only while `descs` lives and
-    // destroyed by its `Drop`; attribute buffers are live locals of the size passed.
+    // SAFETY: every descriptor is created in this block, used only while `descs` lives and
+    // destroyed by its `Drop`; attribute buffers are live locals of the size passed; the handle
+    // is live and locked; the matrices are live device memory of the stream's device (the
+    // launch contract) described by the layouts, the workspace is this stream's, and the
+    // device's context is current.
     unsafe {
         let mut desc = std::ptr::null_mut();
         check("cublasLtMatmulDescCreate", lt::cublasLtMatmulDescCreate(&mut desc, compute, scale))?;

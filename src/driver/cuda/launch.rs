@@ -9,7 +9,9 @@
 //! collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are `#[repr(C)]`
 //! structs on the stack, functions come from a read-locked table, so a launch allocates nothing
 //! beyond what [`KernelOp::validate`] does. Grids are sized from the SM count and the kernel's
-//! occupancy (one full wave).
+//! occupancy: a wave is the blocks that fit on the GPU at once; elementwise grids cover the work
+//! in one pass up to 256 waves (measured fastest, see [`EW_WAVES`]), reductions split a row over
+//! one wave.
 
 use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD, PARTIAL_BYTES, THREADS};
 use super::module_cache::{Func, FxMap, Kernels};
@@ -20,7 +22,28 @@ use crate::error::{Error, Result};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
+
+/// Waves of blocks (one wave: as many as fit on the GPU at once) an elementwise kernel's grid
+/// holds at most (0: no cap). Measured on an H200 (f32 add of 2^28 elements, same run as
+/// PyTorch's 4.35 TB/s): one wave of grid-stride blocks 4.05 TB/s, 8 waves 4.17, a single pass
+/// with 4 / 2 / 1 vectors per thread 4.32 / 4.34 / 4.36; so the cap only bounds huge grids.
+pub(super) static EW_WAVES: AtomicU32 = AtomicU32::new(256);
+/// 16-byte vectors each thread of a fast elementwise kernel handles in a single pass.
+pub(super) static EW_VECTORS: AtomicU32 = AtomicU32::new(1);
+/// Waves of blocks a reduction split over blocks uses.
+pub(super) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
+
+/// Tuning for benchmarks, not an API: the most waves of blocks elementwise grids hold (0: no
+/// cap), the vectors per thread of a fast elementwise pass, and the waves of blocks a reduction
+/// split over blocks uses. The defaults are `(256, 1, 1)`.
+#[doc(hidden)]
+pub fn set_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
+    EW_WAVES.store(elementwise_waves, Ordering::Relaxed);
+    EW_VECTORS.store(vectors_per_thread.max(1), Ordering::Relaxed);
+    REDUCE_WAVES.store(reduce_waves.max(1), Ordering::Relaxed);
+}
 
 /// Partial results a reduction may keep per stream (and outputs it may split).
 pub(super) const PARTIALS: usize = 1 << 16;
@@ -116,11 +139,21 @@ impl Ctx<'_> {
         self.ops.kernels.get(id, self.info.major, self.info.minor)
     }
 
-    /// Blocks for `work` items of [`THREADS`] per block, at most one full wave of `f`.
+    /// Blocks of `f` that run at once on the whole GPU (one wave), times `waves` (0: no cap
+    /// but the grid's).
+    #[inline]
+    pub(super) fn wave(&self, f: Func, waves: &AtomicU32) -> u64 {
+        let wave = (self.info.sms as u64) * (f.blocks_per_sm as u64);
+        match waves.load(Ordering::Relaxed) {
+            0 => i32::MAX as u64,
+            w => wave * w as u64,
+        }
+    }
+
+    /// Blocks for `work` items of [`THREADS`] per block, at most [`Ctx::wave`] of them.
     #[inline]
     pub(super) fn grid(&self, f: Func, work: u64) -> u32 {
-        let wave = (self.info.sms as u64) * (f.blocks_per_sm as u64);
-        work.div_ceil(THREADS as u64).clamp(1, wave.max(1)) as u32
+        work.div_ceil(THREADS as u64).clamp(1, self.wave(f, &EW_WAVES).max(1)) as u32
     }
 
     /// Queues `f` with the one by-value parameter `p`.
@@ -290,7 +323,8 @@ pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferVie
         let aligned = vec > 1 && dense.into_iter().all(|(a, d)| a % (d.size() as u64 * vec) == 0);
         p.vec = aligned as i32;
         let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
-        let grid = c.grid(f, if aligned { n.div_ceil(vec) } else { n });
+        let per_thread = EW_VECTORS.load(Ordering::Relaxed) as u64;
+        let grid = c.grid(f, if aligned { n.div_ceil(vec).div_ceil(per_thread) } else { n });
         return c.run(f, grid, &mut p);
     }
     let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 use kernels::SpinKernel;
-use std::collections::HashMap;
+use module_cache::FxMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -68,9 +68,13 @@ mod kernels;
 mod launch;
 mod module_cache;
 mod reduce;
+mod templates;
 #[cfg(test)]
 mod tests;
 mod vmm;
+
+#[doc(hidden)]
+pub use launch::set_tuning;
 
 raw_handle!(
     /// A retained primary context (`CUcontext`).
@@ -122,8 +126,9 @@ pub struct CudaDriver {
     /// Why `devices` is empty, when it is.
     unavailable: Option<String>,
     next_id: AtomicU64,
-    streams: RwLock<HashMap<u64, StreamEntry>>,
-    events: RwLock<HashMap<u64, EventEntry>>,
+    /// Stream and event tables, with a cheap hasher: every launch looks its stream up.
+    streams: RwLock<FxMap<u64, StreamEntry>>,
+    events: RwLock<FxMap<u64, EventEntry>>,
     /// Reserved and mapped ranges of expandable segments, and peer pairs.
     vmm: vmm::Vmm,
 }
@@ -158,7 +163,7 @@ impl CudaDriver {
             Ok(found) => (found, None),
             Err(reason) => (Vec::new(), Some(reason)),
         };
-        let mut streams = HashMap::new();
+        let mut streams = FxMap::default();
         let mut devices = Vec::with_capacity(found.len());
         for (index, (cu, ctx)) in found.into_iter().enumerate() {
             let id = index as u64 + 1;
@@ -179,7 +184,7 @@ impl CudaDriver {
             devices,
             unavailable,
             streams: RwLock::new(streams),
-            events: RwLock::new(HashMap::new()),
+            events: RwLock::new(FxMap::default()),
         }
     }
 

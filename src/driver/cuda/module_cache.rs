@@ -5,8 +5,9 @@
 //!   the newest `compute_XY` it supports, which the driver compiles at load). It is keyed by a
 //!   128-bit hash of the source, the NVRTC version, the target and the options, and stored as
 //!   `<hash>.cubin` / `<hash>.ptx` under `$CUDASEM_KERNEL_CACHE` (`off` disables it), else
-//!   `$XDG_CACHE_HOME/cudasem/kernels`, else `~/.cache/cudasem/kernels`; files are written to a
-//!   temporary name and renamed, so concurrent processes never read half a file.
+//!   `$XDG_CACHE_HOME/cudasem/kernels`, else `~/.cache/cudasem/kernels`. Each file starts with a
+//!   header naming its hash and length (a file that does not match is recompiled) and is written
+//!   to a temporary file of its own and renamed, so concurrent writers never mix their images.
 //! * Each device keeps a map from [`KernelId`] to its loaded `CUfunction` (with its occupancy),
 //!   read under a read lock with a cheap hasher: a launch that hits does no allocation and no
 //!   formatting. A miss compiles (outside every lock), loads the module and registers all of its
@@ -184,7 +185,7 @@ pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
         return Ok(img.clone());
     }
     let file = cache_dir().map(|d| d.join(format!("{hash:032x}.{}", if cubin { "cubin" } else { "ptx" })));
-    let from_disk = file.as_ref().and_then(|f| std::fs::read(f).ok()).filter(|b| !b.is_empty());
+    let from_disk = file.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|b| unwrap_cached(b, hash));
     let img = match from_disk {
         Some(bytes) => {
             DISK_HITS.fetch_add(1, Ordering::SeqCst);
@@ -193,7 +194,7 @@ pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
         None => {
             let bytes = compile(src, &options, cubin)?;
             if let Some(f) = &file {
-                store(f, &bytes);
+                store(f, hash, &bytes);
             }
             bytes
         }
@@ -209,14 +210,50 @@ pub(super) fn forget_images() {
     lock(&IMAGES).clear();
 }
 
-/// Writes `bytes` to `file` through a temporary name (best effort: the cache is an optimization).
-fn store(file: &std::path::Path, bytes: &[u8]) {
+/// The header of a cached image: a magic, the key's hash, the image's length.
+const MAGIC: &[u8; 8] = b"CSEMKRN1";
+const HEADER: usize = 8 + 16 + 8;
+
+/// The image in a cache file, when its header names `hash` and its length is right.
+fn unwrap_cached(mut bytes: Vec<u8>, hash: u128) -> Option<Vec<u8>> {
+    let header = bytes.get(..HEADER)?;
+    let len = u64::from_le_bytes(header[24..32].try_into().ok()?) as usize;
+    let ok = &header[..8] == MAGIC && header[8..24] == hash.to_le_bytes() && bytes.len() == HEADER + len && len > 0;
+    ok.then(|| bytes.split_off(HEADER))
+}
+
+/// `bytes` framed as [`store`] writes them (for tests).
+#[cfg(test)]
+pub(super) fn store_for_test(hash: u128, bytes: &[u8]) -> Vec<u8> {
+    let mut data = MAGIC.to_vec();
+    data.extend_from_slice(&hash.to_le_bytes());
+    data.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    data.extend_from_slice(bytes);
+    data
+}
+
+/// [`unwrap_cached`] (for tests).
+#[cfg(test)]
+pub(super) fn unwrap_for_test(bytes: Vec<u8>, hash: u128) -> Option<Vec<u8>> {
+    unwrap_cached(bytes, hash)
+}
+
+/// Writes `bytes` with its header to `file` through a temporary file of its own, then renames it
+/// (best effort: the cache is an optimization). Readers see a whole file or none.
+fn store(file: &std::path::Path, hash: u128, bytes: &[u8]) {
+    static TMP: AtomicUsize = AtomicUsize::new(0);
     let Some(dir) = file.parent() else { return };
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), COMPILES.load(Ordering::Relaxed)));
-    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
+    let unique = TMP.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{hash:032x}.{}.{unique}.tmp", std::process::id()));
+    let mut data = Vec::with_capacity(HEADER + bytes.len());
+    data.extend_from_slice(MAGIC);
+    data.extend_from_slice(&hash.to_le_bytes());
+    data.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    data.extend_from_slice(bytes);
+    if std::fs::write(&tmp, &data).is_err() || std::fs::rename(&tmp, file).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
 }
@@ -269,10 +306,7 @@ fn compile(src: &str, options: &[String], cubin: bool) -> Result<Vec<u8>> {
     };
     match std::panic::catch_unwind(run) {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err((op, e, log))) => {
-            let head: String = src.lines().take(0).collect();
-            Err(Error::Driver { op, code: format!("{:?}", e.0), message: format!("{}{head}", log.trim()) })
-        }
+        Ok(Err((op, e, log))) => Err(Error::Driver { op, code: format!("{:?}", e.0), message: log.trim().to_owned() }),
         Err(_) => Err(unsupported("NVRTC panicked while compiling a tensor kernel (is libnvrtc older than CUDA 13?)")),
     }
 }

@@ -5,9 +5,10 @@
 //! arg-reduction's index is PyTorch's) index the elements of one output. Three kernels:
 //! * **block**: a block per output (reduced elements near each other in memory), 16-byte
 //!   loads when the rows are dense and aligned; when there are fewer outputs than the GPU has
-//!   block slots, each row is split into chunks over several blocks, whose partial results go to
-//!   per-stream scratch memory and are combined, in chunk order, by the last block to finish (an
-//!   atomic counter per output), all in one launch;
+//!   block slots, each row is split over several blocks (interleaved: together they stream
+//!   through one window of the row at a time), whose partial results go to per-stream scratch
+//!   memory and are combined, in a fixed order, by the last block to finish (an atomic counter
+//!   per output), all in one launch;
 //! * **warp**: a warp per output, for rows of up to [`WARP_ROW`] elements;
 //! * **thread**: a thread per output (outputs near each other in memory: a reduction over an
 //!   outer dim is coalesced), also split into chunks when outputs are few.
@@ -16,13 +17,13 @@
 //! deterministic: every combination order is fixed), integers in wrapping `i64`.
 
 use super::codegen::{Entry, KernelId, ModuleKey, MAXD};
-use super::launch::{addr, collapse, unsupported, Ctx, PARTIALS};
+use super::launch::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::driver::kernel::{BufferView, ReduceOp};
 use crate::error::Result;
 
 /// The longest rows a warp reduces alone.
 const WARP_ROW: i64 = 2048;
-/// The fewest elements a block's chunk of a split row holds.
+/// The fewest elements per block of a row split over blocks.
 const BLOCK_CHUNK: i64 = 8192;
 /// The fewest elements a thread's chunk of a split column holds.
 const THREAD_CHUNK: i64 = 64;
@@ -93,7 +94,7 @@ pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, 
         Entry::Block
     };
     let f = c.kernel(KernelId { module, entry })?;
-    let wave = c.info.sms as i64 * f.blocks_per_sm as i64;
+    let wave = c.wave(f, &REDUCE_WAVES) as i64;
     let splits = match entry {
         Entry::Block if n_out < wave => (wave / n_out).min(n_red / BLOCK_CHUNK).min(PARTIALS as i64 / n_out),
         Entry::Thread if n_out < wave * 64 => {
@@ -104,11 +105,9 @@ pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, 
     .max(1);
     let size = src.dtype.size() as i64;
     let vec = 16 / size;
-    let mut chunk = ceil_div(n_red, splits).max(1);
-    if entry == Entry::Block {
-        chunk = ceil_div(chunk, vec) * vec;
-    }
-    let splits = ceil_div(n_red, chunk).max(1);
+    // Thread tasks take contiguous chunks of their column; block tasks interleave (`chunk` unused).
+    let chunk = ceil_div(n_red, splits).max(1);
+    let splits = if entry == Entry::Block { splits } else { ceil_div(n_red, chunk).max(1) };
     let base = addr(src);
     let dense_rows = red.n == 1 && red.st[0][0] == 1;
     let aligned_rows = n_out == 1 || (0..kept.n).all(|d| kept.st[0][d] % vec == 0);

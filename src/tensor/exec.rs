@@ -66,8 +66,17 @@ impl Tensor {
 
     /// A kernel operand of the tensor broadcast to `shape`.
     pub(crate) fn broadcast_view(&self, op: &'static str, shape: &[usize]) -> Result<BufferView> {
+        if self.layout.shape == shape {
+            return Ok(self.buffer_view());
+        }
         let l = self.layout.broadcast_to(op, shape)?;
-        Ok(BufferView { shape: l.shape, strides: l.strides, offset: l.offset, ..self.buffer_view() })
+        Ok(BufferView {
+            ptr: self.storage.ptr(),
+            dtype: self.dtype,
+            shape: l.shape,
+            strides: l.strides,
+            offset: l.offset,
+        })
     }
 
     /// Refuses a write into a tensor whose elements share addresses (an expanded view).

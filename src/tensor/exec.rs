@@ -11,6 +11,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::runtime::{current_stream, is_peer_access_enabled, rt, Stream};
 use crate::scalar::Scalar;
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 /// Where a tensor lives, with the CUDA index resolved.
@@ -97,16 +99,29 @@ impl Tensor {
 }
 
 /// Where one op runs, and the other devices whose memory it reads over peer links.
+///
+/// The device's current stream is looked up once per op (on first use) and shared by the
+/// op's allocations and its launch: nothing between them can change it.
 #[derive(Debug, Clone)]
 pub(crate) struct Exec {
     pub place: Place,
     peers: Vec<usize>,
+    stream: OnceCell<Stream>,
 }
 
 impl Exec {
     /// Runs on `place`, reading nothing from other devices.
     pub fn on(place: Place) -> Exec {
-        Exec { place, peers: Vec::new() }
+        Exec { place, peers: Vec::new(), stream: OnceCell::new() }
+    }
+
+    /// The current stream of CUDA device `d` (the op's device), looked up once.
+    fn stream(&self, d: usize) -> Result<&Stream> {
+        if let Some(s) = self.stream.get() {
+            return Ok(s);
+        }
+        let s = current_stream(Some(d))?;
+        Ok(self.stream.get_or_init(|| s))
     }
 
     /// Where an op over `tensors` (in operand order) runs: the device of the first tensor that is
@@ -119,7 +134,7 @@ impl Exec {
         };
         let place = main.place();
         let mut exec = Exec::on(place);
-        for t in tensors {
+        for &t in tensors {
             match (place, t.place()) {
                 (a, b) if a == b => {}
                 (Place::Cuda(_), Place::Cpu) if cpu_scalar(t) => {}
@@ -134,17 +149,24 @@ impl Exec {
         Ok(exec)
     }
 
-    /// The operand as the op reads it: a 0-dim CPU tensor of a device op is copied to the device.
-    pub fn admit(&self, t: &Tensor) -> Result<Tensor> {
+    /// The operand as the op reads it: a 0-dim CPU tensor of a device op is copied to the device;
+    /// any other tensor is borrowed as it is.
+    pub fn admit<'t>(&self, t: &'t Tensor) -> Result<Cow<'t, Tensor>> {
         match (self.place, t.place()) {
-            (Place::Cuda(d), Place::Cpu) => t.to(Device::cuda(d), false),
-            _ => Ok(t.clone()),
+            (Place::Cuda(d), Place::Cpu) => t.to(Device::cuda(d), false).map(Cow::Owned),
+            _ => Ok(Cow::Borrowed(t)),
         }
     }
 
     /// A new, uninitialized contiguous tensor where the op runs.
     pub fn empty(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::empty_at(shape, dtype, self.place)
+        // As `Tensor::empty_at`, with the op's stream.
+        let bytes = byte_size("empty", shape, dtype)?;
+        let storage = match self.place {
+            Place::Cpu => Storage::host_zeroed(bytes)?,
+            Place::Cuda(d) => Storage::device_block(d, bytes, self.stream(d)?)?,
+        };
+        Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
     }
 
     /// A 0-dim tensor holding `value` as `dtype`, where the op runs.
@@ -163,14 +185,17 @@ impl Exec {
                 cpu::execute(op, &HostMemory { buffers })
             }
             Place::Cuda(d) => {
-                let stream = current_stream(Some(d))?;
+                let stream = self.stream(d)?;
+                if self.peers.is_empty() {
+                    return rt()?.driver.launch(stream.driver_id(), op);
+                }
                 let peer_streams = self.peers.iter().map(|&p| current_stream(Some(p))).collect::<Result<Vec<_>>>()?;
                 for p in &peer_streams {
                     stream.wait_stream(p)?;
                 }
                 rt()?.driver.launch(stream.driver_id(), op)?;
                 for p in &peer_streams {
-                    p.wait_stream(&stream)?;
+                    p.wait_stream(stream)?;
                 }
                 Ok(())
             }

@@ -2,6 +2,7 @@
 //! pure shape logic of views: dims, broadcasting, reshape-as-view (PyTorch's `computeStride`).
 
 use crate::error::{Error, Result};
+use std::borrow::Cow;
 
 /// Shape, strides and storage offset, all in elements.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +85,15 @@ pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Re
         };
     }
     Ok(out)
+}
+
+/// [`broadcast_shapes`], borrowing `a` when the shapes are equal (the common case).
+pub(crate) fn broadcast_shapes_cow<'a>(op: &'static str, a: &'a [usize], b: &[usize]) -> Result<Cow<'a, [usize]>> {
+    if a == b {
+        Ok(Cow::Borrowed(a))
+    } else {
+        broadcast_shapes(op, a, b).map(Cow::Owned)
+    }
 }
 
 /// A shape with at most one `-1`, resolved against `numel` elements.

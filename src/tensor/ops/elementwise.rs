@@ -6,8 +6,9 @@ use crate::driver::kernel::{BinaryOp, KernelOp, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::exec::Exec;
-use crate::tensor::layout::broadcast_shapes;
+use crate::tensor::layout::broadcast_shapes_cow;
 use crate::tensor::Tensor;
+use std::borrow::Cow;
 
 /// `(compute dtype, output dtype)` of a binary op whose operands promote to `common`.
 fn binary_dtypes(op: BinaryOp, common: DType) -> Result<(DType, DType)> {
@@ -26,10 +27,18 @@ fn binary_dtypes(op: BinaryOp, common: DType) -> Result<(DType, DType)> {
 
 /// The operand where `exec` runs: tensors admitted (0-dim CPU tensors copied to the device),
 /// numbers as 0-dim tensors of `dtype`.
-fn materialize(exec: &Exec, operand: Operand<'_>, dtype: DType) -> Result<Tensor> {
+fn materialize<'a>(exec: &Exec, operand: Operand<'a>, dtype: DType) -> Result<Cow<'a, Tensor>> {
     match operand {
         Operand::Tensor(t) => exec.admit(t),
-        Operand::Scalar(s) => exec.scalar(s, dtype),
+        Operand::Scalar(s) => exec.scalar(s, dtype).map(Cow::Owned),
+    }
+}
+
+/// Where a binary op over `t` and `other` runs ([`Exec::for_operands`] of the tensors among them).
+fn exec_for(name: &'static str, t: &Tensor, other: Operand<'_>) -> Result<Exec> {
+    match other.tensor() {
+        Some(o) => Exec::for_operands(name, &[t, o]),
+        None => Exec::for_operands(name, &[t]),
     }
 }
 
@@ -38,9 +47,8 @@ impl Tensor {
         let name = op.name();
         let common = result_type(&[Operand::Tensor(self), other]);
         let (compute, out_dtype) = binary_dtypes(op, common)?;
-        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
-        let tensors: Vec<&Tensor> = [Some(self), other.tensor()].into_iter().flatten().collect();
-        let exec = Exec::for_operands(name, &tensors)?;
+        let shape = broadcast_shapes_cow(name, self.shape(), other.shape())?;
+        let exec = exec_for(name, self, other)?;
         let (a, b) = (exec.admit(self)?, materialize(&exec, other, common)?);
         let out = exec.empty(&shape, out_dtype)?;
         let k = KernelOp::Binary {
@@ -61,11 +69,10 @@ impl Tensor {
         if !DType::can_cast(out_dtype, self.dtype()) {
             return Err(Error::CannotCast { op: name, from: out_dtype, to: self.dtype() });
         }
-        if broadcast_shapes(name, self.shape(), other.shape())? != self.shape() {
+        if *broadcast_shapes_cow(name, self.shape(), other.shape())? != *self.shape() {
             return Err(Error::ShapeMismatch { op: name, lhs: other.shape().to_vec(), rhs: self.shape().to_vec() });
         }
-        let tensors: Vec<&Tensor> = [Some(self), other.tensor()].into_iter().flatten().collect();
-        let exec = Exec::for_operands(name, &tensors)?;
+        let exec = exec_for(name, self, other)?;
         if exec.place != self.place() {
             // Only possible for a 0-dim CPU `self` and a device operand: the output cannot move.
             return Err(Error::DeviceMismatch { op: name, lhs: self.device(), rhs: exec.place.device() });
@@ -255,9 +262,15 @@ impl Tensor {
             return Err(Error::DTypeMismatch { op: "where", expected: DType::Bool, found: cond.dtype() });
         }
         let dtype = result_type(&[a, b]);
-        let shape = broadcast_shapes("where", &broadcast_shapes("where", cond.shape(), a.shape())?, b.shape())?;
-        let tensors: Vec<&Tensor> = [Some(cond), a.tensor(), b.tensor()].into_iter().flatten().collect();
-        let exec = Exec::for_operands("where", &tensors)?;
+        let cond_a = broadcast_shapes_cow("where", cond.shape(), a.shape())?;
+        let shape = broadcast_shapes_cow("where", &cond_a, b.shape())?;
+        let mut tensors = [cond; 3];
+        let mut n = 1;
+        for t in [a.tensor(), b.tensor()].into_iter().flatten() {
+            tensors[n] = t;
+            n += 1;
+        }
+        let exec = Exec::for_operands("where", &tensors[..n])?;
         let c = exec.admit(cond)?;
         let (x, y) = (materialize(&exec, a, dtype)?, materialize(&exec, b, dtype)?);
         let out = exec.empty(&shape, dtype)?;

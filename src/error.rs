@@ -73,10 +73,8 @@ pub enum Error {
         what: &'static str,
     },
     /// A stream handle that this process's runtime does not know.
-    #[error("unknown stream {stream} on cuda:{device}; use streams made by cudasem::cuda::Stream::new or current_stream/default_stream")]
+    #[error("unknown stream handle {stream}; use streams made by cudasem::cuda::Stream::new or current_stream/default_stream")]
     UnknownStream {
-        /// Device of the stream.
-        device: usize,
         /// Driver handle of the stream.
         stream: u64,
     },

@@ -120,7 +120,7 @@ impl SimDriver {
             }
             return self.register_stream(id, device);
         }
-        Err(Error::UnknownStream { device: usize::MAX, stream: id.0 })
+        Err(Error::UnknownStream { stream: id.0 })
     }
 
     fn event(&self, id: EventId) -> Result<Arc<SimEvent>> {

@@ -172,8 +172,8 @@ fn main() -> Result<()> {
     let view = |t: &Tensor| BufferView {
         ptr: DevicePtr(t.data_ptr()),
         dtype: DType::F32,
-        shape: vec![16],
-        strides: vec![1],
+        shape: [16].into(),
+        strides: [1].into(),
         offset: 0,
     };
     let op = KernelOp::Binary { op: BinaryOp::Add, lhs: view(&x), rhs: view(&y), dst: view(&z), compute: DType::F32 };

@@ -15,6 +15,7 @@
 //! * Floating-point math may be carried out in a wider type than the compute dtype (the CPU
 //!   kernels use `f64`); results are rounded once into the output dtype.
 
+pub use super::dims::Dims;
 use super::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -28,9 +29,9 @@ pub struct BufferView {
     /// Element type.
     pub dtype: DType,
     /// Size of each dimension.
-    pub shape: Vec<usize>,
+    pub shape: Dims,
     /// Step of each dimension, in elements (0 for a broadcast dimension).
-    pub strides: Vec<usize>,
+    pub strides: Dims,
     /// Elements from `ptr` to the view's first element.
     pub offset: usize,
 }

@@ -14,6 +14,7 @@
 
 pub(crate) mod cpu;
 pub mod cuda;
+pub mod dims;
 pub mod kernel;
 pub mod sim;
 

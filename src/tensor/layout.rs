@@ -1,20 +1,21 @@
 //! [`Layout`]: shape, strides (in elements) and offset of a tensor over its storage, with the
 //! pure shape logic of views: dims, broadcasting, reshape-as-view (PyTorch's `computeStride`).
 
+use crate::driver::dims::Dims;
 use crate::error::{Error, Result};
 use std::borrow::Cow;
 
 /// Shape, strides and storage offset, all in elements.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
-    pub shape: Vec<usize>,
-    pub strides: Vec<usize>,
+    pub shape: Dims,
+    pub strides: Dims,
     pub offset: usize,
 }
 
 /// Row-major strides of a dense tensor of `shape`.
-pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![0; shape.len()];
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Dims {
+    let mut strides = Dims::from_elem(0, shape.len());
     let mut acc = 1usize;
     for (s, &n) in strides.iter_mut().zip(shape).rev() {
         *s = acc;
@@ -125,7 +126,7 @@ pub(crate) fn infer_shape(op: &'static str, shape: &[isize], numel: usize) -> Re
 impl Layout {
     /// A dense row-major layout of `shape` from offset 0.
     pub fn contiguous(shape: &[usize]) -> Layout {
-        Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0 }
+        Layout { shape: shape.into(), strides: contiguous_strides(shape), offset: 0 }
     }
 
     pub fn numel(&self) -> usize {
@@ -157,12 +158,12 @@ impl Layout {
 
     /// The strides that view this layout's elements as `shape` without copying, if any
     /// (PyTorch's `computeStride`).
-    pub fn view_strides(&self, shape: &[usize]) -> Option<Vec<usize>> {
+    pub fn view_strides(&self, shape: &[usize]) -> Option<Dims> {
         if self.numel() == 0 || self.shape.is_empty() {
             return Some(contiguous_strides(shape));
         }
         let (old_shape, old_strides) = (&self.shape, &self.strides);
-        let mut new_strides = vec![0usize; shape.len()];
+        let mut new_strides = Dims::from_elem(0, shape.len());
         let mut view_d = shape.len() as isize - 1;
         let mut chunk_base = *old_strides.last()?;
         let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
@@ -193,13 +194,13 @@ impl Layout {
     /// The layout broadcast to `shape` (stride 0 for new or size-1 dimensions), or
     /// [`Error::ShapeMismatch`] naming `op`.
     pub fn broadcast_to(&self, op: &'static str, shape: &[usize]) -> Result<Layout> {
-        let mismatch = || Error::ShapeMismatch { op, lhs: self.shape.clone(), rhs: shape.to_vec() };
+        let mismatch = || Error::ShapeMismatch { op, lhs: self.shape.to_vec(), rhs: shape.to_vec() };
         if shape.len() < self.ndim() {
             return Err(mismatch());
         }
         checked_numel(op, shape)?;
         let lead = shape.len() - self.ndim();
-        let mut strides = vec![0; shape.len()];
+        let mut strides = Dims::from_elem(0, shape.len());
         for (i, &n) in shape.iter().enumerate() {
             if i < lead {
                 continue;
@@ -211,7 +212,7 @@ impl Layout {
                 _ => return Err(mismatch()),
             };
         }
-        Ok(Layout { shape: shape.to_vec(), strides, offset: self.offset })
+        Ok(Layout { shape: shape.into(), strides, offset: self.offset })
     }
 
     /// Dimensions `a` and `b` swapped (already normalized).
@@ -291,18 +292,18 @@ mod tests {
         assert!(infer_shape("reshape", &[-1, -1], 12).is_err());
         assert!(infer_shape("reshape", &[3, 5], 12).is_err());
         let t = Layout::contiguous(&[2, 3, 4]);
-        assert_eq!(t.view_strides(&[6, 4]), Some(vec![4, 1]));
+        assert_eq!(t.view_strides(&[6, 4]), Some([4, 1].into()));
         let tr = t.transposed(0, 1); // [3, 2, 4], strides [4, 12, 1]
         assert_eq!(tr.view_strides(&[3, 8]), None, "a transposed pair of dims cannot merge");
-        assert_eq!(tr.view_strides(&[3, 2, 2, 2]), Some(vec![4, 12, 2, 1]));
-        assert_eq!(Layout::contiguous(&[]).view_strides(&[1, 1]), Some(vec![1, 1]));
+        assert_eq!(tr.view_strides(&[3, 2, 2, 2]), Some([4, 12, 2, 1].into()));
+        assert_eq!(Layout::contiguous(&[]).view_strides(&[1, 1]), Some([1, 1].into()));
     }
 
     #[test]
     fn slices_and_dims() {
         let t = Layout::contiguous(&[4, 6]);
         let s = t.sliced(1, 1, 6, 2);
-        assert_eq!((s.shape.clone(), s.strides.clone(), s.offset), (vec![4, 3], vec![6, 2], 1));
+        assert_eq!((s.shape.to_vec(), s.strides.to_vec(), s.offset), (vec![4, 3], vec![6, 2], 1));
         assert!(!s.is_contiguous());
         assert_eq!(t.with_dim(2).shape, [4, 6, 1]);
         assert_eq!(t.with_dim(0).strides, [24, 6, 1]);

@@ -11,7 +11,7 @@ impl Tensor {
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         let shape = infer_shape("reshape", shape, self.numel())?;
         match self.layout.view_strides(&shape) {
-            Some(strides) => Ok(self.with_layout(Layout { shape, strides, offset: self.layout.offset })),
+            Some(strides) => Ok(self.with_layout(Layout { shape: shape.into(), strides, offset: self.layout.offset })),
             None => {
                 let c = self.contiguous()?;
                 Ok(c.with_layout(Layout::contiguous(&shape)))
@@ -34,7 +34,7 @@ impl Tensor {
                 self.stride()
             ),
         })?;
-        Ok(self.with_layout(Layout { shape, strides, offset: self.layout.offset }))
+        Ok(self.with_layout(Layout { shape: shape.into(), strides, offset: self.layout.offset }))
     }
 
     /// All elements in one dimension (`t.flatten()`).

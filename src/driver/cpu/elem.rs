@@ -311,7 +311,13 @@ mod tests {
     #[test]
     fn gather_and_scatter_round_trip() {
         let src: Vec<u8> = [1i32, 2, 3, 4, 5, 6].iter().flat_map(|x| x.to_ne_bytes()).collect();
-        let t = BufferView { ptr: DevicePtr(0), dtype: DType::I32, shape: vec![3, 2], strides: vec![1, 3], offset: 0 };
+        let t = BufferView {
+            ptr: DevicePtr(0),
+            dtype: DType::I32,
+            shape: [3, 2].into(),
+            strides: [1, 3].into(),
+            offset: 0,
+        };
         assert_eq!(gather::<f64>(&src, &t), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
         let mut out = vec![0u8; 24];
         scatter(&[1.5f64, 4.0, 2.0, 5.0, 3.0, 6.0], &mut out, &t);

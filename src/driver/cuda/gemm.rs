@@ -17,7 +17,7 @@
 use super::codegen::{EwOp, MAXD};
 use super::launch::{addr, collapse, elementwise, unsupported, Ctx};
 use super::{driver_error, lock};
-use crate::driver::kernel::BufferView;
+use crate::driver::kernel::{BufferView, Dims};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -116,7 +116,7 @@ impl<'a> Temp<'a> {
         // SAFETY: the device's context is current and the stream live; the memory is used only
         // by work queued on this stream before the matching `cuMemFreeAsync`.
         let ptr = unsafe { cu::malloc_async(c.stream, bytes) }.map_err(|e| driver_error("cuMemAllocAsync", e))?;
-        let mut strides = vec![0; like.shape.len()];
+        let mut strides = Dims::from_elem(0, like.shape.len());
         let mut step = 1;
         for (s, &n) in strides.iter_mut().zip(&like.shape).rev() {
             *s = step;

@@ -281,17 +281,17 @@ fn elementwise_paths_contiguous_unaligned_broadcast_strided_and_large() {
         );
         // Unaligned: one element in.
         let m = n - 1;
-        let sh = |v: &BufferView| BufferView { shape: vec![m], offset: 1, ..v.clone() };
+        let sh = |v: &BufferView| BufferView { shape: [m].into(), offset: 1, ..v.clone() };
         let op = KernelOp::Binary {
             op: BinaryOp::Mul,
             lhs: sh(&x),
-            rhs: BufferView { shape: vec![m], ..y.clone() },
+            rhs: BufferView { shape: [m].into(), ..y.clone() },
             dst: sh(&z),
             compute: f,
         };
         b.check(&op, 0.0);
         // A broadcast scalar, in place.
-        let s = BufferView { shape: vec![n], strides: vec![0], ..y.clone() };
+        let s = BufferView { shape: [n].into(), strides: [0].into(), ..y.clone() };
         b.check(&KernelOp::Binary { op: BinaryOp::Sub, lhs: x.clone(), rhs: s, dst: x.clone(), compute: f }, 0.0);
     }
     // A broadcast row, a transposed operand and a strided output (every other element).
@@ -448,7 +448,7 @@ fn reductions_over_every_path() {
         }
     }
     let ints = b.dense(DType::U8, &[1 << 20]);
-    let ties = BufferView { strides: vec![0], ..ints.clone() };
+    let ties = BufferView { strides: [0].into(), ..ints.clone() };
     let dst = b.dense(DType::I64, &[1]);
     b.check(&KernelOp::Reduce { op: ReduceOp::ArgMax, src: ties, dst: dst.clone(), dims: vec![0] }, 0.0);
     b.check(&KernelOp::Reduce { op: ReduceOp::Sum, src: ints, dst, dims: vec![0] }, 0.0);

@@ -8,7 +8,9 @@
 //! Design:
 //! * One **primary context** per device, retained in [`CudaDriver::new`] and released on drop.
 //!   Every driver call for a device first makes that context current on the calling thread
-//!   (`cuCtxSetCurrent` is a cheap thread-local store), so any thread may call any method.
+//!   so any thread may call any method. `enter` asks the driver for the thread's current context
+//!   (`cuCtxGetCurrent`, a thread-local read) and sets it only when it differs — always right, even
+//!   when other code on the thread (another CUDA library) changed the current context.
 //! * Streams and events are opaque numbers from one counter, mapped to raw handles in two
 //!   tables. Entries are copied out before the driver call, so no lock is held while a call
 //!   blocks (`cuStreamSynchronize`, `cuEventSynchronize`). The runtime guarantees a handle is not
@@ -39,6 +41,15 @@ use std::time::Duration;
 
 /// This backend's name, as [`Driver::name`] reports it.
 const DRIVER: &str = "cuda";
+
+/// Makes `ctx` current on this thread, unless it already is.
+fn make_current(ctx: sys::CUcontext) -> std::result::Result<(), DriverError> {
+    if matches!(cu::ctx::get_current(), Ok(Some(c)) if c == ctx) {
+        return Ok(());
+    }
+    // SAFETY: the caller passes a live, retained context.
+    unsafe { cu::ctx::set_current(ctx) }
+}
 
 /// Declares a `Copy` newtype around a raw driver handle that may cross threads.
 macro_rules! raw_handle {
@@ -206,8 +217,8 @@ impl CudaDriver {
     /// Makes `device`'s primary context current on this thread and returns the device.
     fn enter(&self, device: usize) -> Result<&Device> {
         let dev = self.device(device)?;
-        // SAFETY: `dev.ctx` was retained in `new` and is released only in `Drop`, so it is live.
-        unsafe { cu::ctx::set_current(dev.ctx.0) }.map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        // `dev.ctx` was retained in `new` and is released only in `Drop`, so it is live.
+        make_current(dev.ctx.0).map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         Ok(dev)
     }
 
@@ -730,6 +741,7 @@ impl Drop for CudaDriver {
                 dev.ops.release();
             }
         }
+        // Every thread's cache may name a context released below.
         for dev in &self.devices {
             // SAFETY: retained exactly once in `new`; released exactly once here.
             let _ = unsafe { cu::primary_ctx::release(dev.cu) };

@@ -1,18 +1,12 @@
 //! `cudasem replay`: the command a user runs on a PyTorch allocator trace.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn binary() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_cudasem"));
-    if built.exists() {
-        return built;
-    }
-    std::env::var_os("CUDASEM_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".gpu/bin/bin-cudasem"))
-}
-
 fn replay(path: &std::path::Path, conf: &str, json: bool) -> Output {
-    let mut cmd = Command::new(binary());
+    let mut cmd = Command::new(common::cudasem_binary());
     cmd.arg("replay").arg(path).env("CUDASEM_ALLOC_CONF", conf);
     if json {
         cmd.arg("--json");

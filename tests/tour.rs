@@ -2,21 +2,12 @@
 //! without peer access, `info` shows the topology, and bad settings are reported, not panicked on.
 //! These start the binary with `CUDASEM_DRIVER=sim`, so they run on any machine.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::{Command, Output};
 
-/// The binary: Cargo's path on the build machine, or `.gpu/bin/bin-cudasem` where test
-/// executables were carried to another machine.
-fn binary() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_cudasem"));
-    if built.exists() {
-        return built;
-    }
-    std::env::var_os("CUDASEM_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".gpu/bin/bin-cudasem"))
-}
-
 fn run_sim(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(binary());
+    let mut cmd = Command::new(common::cudasem_binary());
     cmd.args(args).env("CUDASEM_DRIVER", "sim");
     for k in ["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_PEER", "CUDASEM_SIM_MEMORY"] {
         cmd.env_remove(k);

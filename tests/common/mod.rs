@@ -232,3 +232,15 @@ pub fn assert_stats_match_snapshot(device: usize) {
     let mismatches = snap.mismatches(&stats);
     assert!(mismatches.is_empty(), "cuda:{device}: stats and snapshot disagree: {mismatches:#?}");
 }
+
+/// The `cudasem` binary: Cargo's path on the build machine, or `.gpu/bin/bin-cudasem` (or
+/// `$CUDASEM_BIN`) where test executables were carried to another machine.
+pub fn cudasem_binary() -> std::path::PathBuf {
+    let built = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cudasem"));
+    if built.exists() {
+        return built;
+    }
+    std::env::var_os("CUDASEM_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(".gpu/bin/bin-cudasem"))
+}

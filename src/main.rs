@@ -1,5 +1,6 @@
-//! The `cudasem` command: `info` (the machine) and `tour` (a self-checking walk through the CUDA
-//! semantics on whatever machine it runs on).
+//! The `cudasem` command: `info` (the machine), `tour` (a self-checking walk through the CUDA
+//! semantics on whatever machine it runs on), `replay` (an allocator trace) and `bench` (cudasem's
+//! figures beside PyTorch's, BENCHMARKS.md).
 
 mod cli;
 
@@ -32,6 +33,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// cudasem's figures, then PyTorch's (bench/pytorch_bench.py) measured the same way, as one
+    /// table and a JSON file (BENCHMARKS.md). Exit code 1 if a cudasem figure fails, 2 on bad options;
+    /// a missing or failing PyTorch leaves its column empty and says why.
+    Bench {
+        /// Where to write the JSON [default: bench/results/latest.json; with --quick: nowhere].
+        #[arg(long, value_name = "PATH")]
+        json: Option<std::path::PathBuf>,
+        /// Measure cudasem only.
+        #[arg(long)]
+        no_pytorch: bool,
+        /// The Python interpreter that runs the PyTorch script.
+        #[arg(long, value_name = "PATH", default_value = "python3")]
+        python: std::path::PathBuf,
+        /// PyTorch's side of the bench.
+        #[arg(long, value_name = "PATH", default_value = "bench/pytorch_bench.py")]
+        script: std::path::PathBuf,
+        /// Only these figures, comma-separated (e.g. small_op,add_f32_256m).
+        #[arg(long, value_name = "NAME,NAME")]
+        only: Option<String>,
+        /// Tiny sizes and few repeats (seconds on the sim driver, for CI); writes no JSON unless
+        /// --json is given.
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -40,5 +65,8 @@ fn main() -> ExitCode {
         Command::Info => cli::info::run(),
         Command::Tour => cli::tour::run(),
         Command::Replay { trace, json } => cli::replay::run(&trace, json),
+        Command::Bench { json, no_pytorch, python, script, only, quick } => {
+            cli::bench::run(cli::bench::Options { json, no_pytorch, python, script, only, quick })
+        }
     }
 }

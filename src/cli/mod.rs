@@ -1,5 +1,6 @@
 //! The command-line tool's commands.
 
+pub mod bench;
 pub mod info;
 pub mod replay;
 pub mod tour;

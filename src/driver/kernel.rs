@@ -308,6 +308,21 @@ fn bad(reason: String) -> Error {
     Error::InvalidArgument { op: "launch", reason }
 }
 
+/// Whether the view's element count, last element and byte extent are all representable (one
+/// pass; [`BufferView::byte_span`] when the view holds elements).
+fn extent_fits(v: &BufferView) -> bool {
+    let (mut numel, mut last) = (1usize, Some(v.offset));
+    for (&n, &s) in v.shape.iter().zip(v.strides.iter()) {
+        let Some(m) = numel.checked_mul(n) else { return false };
+        numel = m;
+        if n > 0 {
+            last = last.and_then(|l| l.checked_add((n - 1).checked_mul(s)?));
+        }
+    }
+    let bytes = last.and_then(|l| l.checked_add(1)?.checked_mul(v.dtype.size()));
+    numel == 0 || bytes.is_some_and(|b| v.ptr.0.checked_add(b as u64).is_some())
+}
+
 fn same_shape(what: &str, a: &BufferView, b: &BufferView) -> Result<()> {
     if a.shape != b.shape {
         return Err(bad(format!("{what}: shape {:?} differs from the output's {:?}", a.shape, b.shape)));
@@ -346,6 +361,22 @@ impl KernelOp {
         }
     }
 
+    /// Every view of the op, inputs then the output (`None` past the op's operands), without
+    /// allocating: what [`KernelOp::validate`] walks on each launch.
+    fn views(&self) -> [Option<&BufferView>; 4] {
+        let dst = Some(self.output());
+        match self {
+            KernelOp::Fill { .. } => [dst, None, None, None],
+            KernelOp::Cast { src, .. }
+            | KernelOp::CopyStrided { src, .. }
+            | KernelOp::Unary { src, .. }
+            | KernelOp::Reduce { src, .. }
+            | KernelOp::Softmax { src, .. } => [Some(src), dst, None, None],
+            KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => [Some(lhs), Some(rhs), dst, None],
+            KernelOp::Where { cond, a, b, .. } => [Some(cond), Some(a), Some(b), dst],
+        }
+    }
+
     /// The view the op writes.
     pub fn output(&self) -> &BufferView {
         match self {
@@ -364,12 +395,11 @@ impl KernelOp {
     /// Checks that the op is well formed (shapes agree, ranks and dims are in range, extents do
     /// not overflow). Drivers call it before queuing, so kernels never see a malformed op.
     pub fn validate(&self) -> Result<()> {
-        for v in self.inputs().into_iter().chain([self.output()]) {
+        for v in self.views().into_iter().flatten() {
             if v.shape.len() != v.strides.len() {
                 return Err(bad(format!("a view has {} sizes but {} strides", v.shape.len(), v.strides.len())));
             }
-            let exact = v.shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
-            if exact.is_none() || (v.numel() > 0 && v.byte_span().is_none()) {
+            if !extent_fits(v) {
                 return Err(bad(format!("the extent of a view of shape {:?} overflows", v.shape)));
             }
         }

@@ -2,6 +2,7 @@
 //! host allocator), or a block of a device's caching allocator; blocks go back to their allocator
 //! when the last tensor using them drops.
 
+use crate::alloc::CachingAllocator;
 use crate::device::Device;
 use crate::driver::cpu::Memory;
 use crate::driver::DevicePtr;
@@ -96,15 +97,16 @@ impl HostBytes {
 pub(crate) struct DeviceBlock {
     pub device: usize,
     pub ptr: DevicePtr,
+    /// The device's allocator (the runtime lives for the whole process), kept so that dropping
+    /// the block looks nothing up.
+    alloc: &'static CachingAllocator,
 }
 
 impl Drop for DeviceBlock {
     fn drop(&mut self) {
         // Back to the cache of the stream it was allocated on: reused only by work queued there
         // later (stream order), as PyTorch does. Errors cannot be reported from drop.
-        if let Ok(alloc) = rt().and_then(|rt| rt.allocator(self.device)) {
-            let _ = alloc.free(self.ptr);
-        }
+        let _ = self.alloc.free(self.ptr);
     }
 }
 
@@ -136,8 +138,9 @@ impl Storage {
 
     /// `bytes` bytes from `device`'s caching allocator, for use on `stream` (uninitialized).
     pub fn device_block(device: usize, bytes: usize, stream: &Stream) -> Result<Storage> {
-        let ptr = rt()?.allocator(device)?.malloc(bytes, stream.driver_id())?;
-        Ok(Storage::Device(DeviceBlock { device, ptr }))
+        let alloc = rt()?.allocator(device)?;
+        let ptr = alloc.malloc(bytes, stream.driver_id())?;
+        Ok(Storage::Device(DeviceBlock { device, ptr, alloc }))
     }
 
     /// The address of byte 0 (a device address, or the host address of the bytes).
@@ -190,7 +193,7 @@ impl Storage {
         if block.ptr.0 == 0 {
             return Ok(()); // an empty tensor holds no block
         }
-        rt()?.allocator(block.device)?.record_stream(block.ptr, stream.driver_id())
+        block.alloc.record_stream(block.ptr, stream.driver_id())
     }
 }
 

@@ -240,7 +240,9 @@ pub fn cudasem_binary() -> std::path::PathBuf {
     if built.exists() {
         return built;
     }
-    std::env::var_os("CUDASEM_BIN")
+    let path = std::env::var_os("CUDASEM_BIN")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(".gpu/bin/bin-cudasem"))
+        .unwrap_or_else(|| std::path::PathBuf::from(".gpu/bin/bin-cudasem"));
+    // Absolute, so that a test may run the binary in another working directory.
+    std::fs::canonicalize(&path).unwrap_or(path)
 }

@@ -303,19 +303,35 @@ pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferVie
         strides[i + 1] = Some(&v.strides);
     }
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
-    let dims = collapse(&dst.shape, strides, |_| true)
-        .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
     let n = dst.numel() as u64;
     let mut p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
+    // The common case, decided without collapsing: a contiguous output and inputs that are
+    // contiguous too (same shape, validated) or one broadcast element (every stride 0).
     let mut mask = 0u8;
-    if dims.n == 1 {
-        for k in 0..ins.len() {
-            if dims.st[k + 1][0] == 0 {
-                mask |= 1 << k;
+    let mut dims = None;
+    let dense = if dst.is_contiguous() && ins.iter().all(|v| v.is_contiguous() || v.strides.iter().all(|&s| s == 0)) {
+        if n > 1 {
+            for (k, v) in ins.iter().enumerate() {
+                if !v.is_contiguous() {
+                    mask |= 1 << k;
+                }
             }
         }
-    }
-    let dense = dims.n == 0 || (dims.n == 1 && dims.st[0][0] == 1 && (1..=ins.len()).all(|k| dims.st[k][0] <= 1));
+        true
+    } else {
+        let d = collapse(&dst.shape, strides, |_| true)
+            .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
+        if d.n == 1 {
+            for k in 0..ins.len() {
+                if d.st[k + 1][0] == 0 {
+                    mask |= 1 << k;
+                }
+            }
+        }
+        let dense = d.n == 0 || (d.n == 1 && d.st[0][0] == 1 && (1..=ins.len()).all(|k| d.st[k][0] <= 1));
+        dims = Some(d);
+        dense
+    };
     if dense && mask < fast_masks(op) {
         let vec = ew_vec(op, out_dtype, dtypes) as u64;
         let dense = std::iter::once((p.out, out_dtype))
@@ -327,6 +343,11 @@ pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferVie
         let grid = c.grid(f, if aligned { n.div_ceil(vec).div_ceil(per_thread) } else { n });
         return c.run(f, grid, &mut p);
     }
+    let dims = match dims {
+        Some(d) => d,
+        None => collapse(&dst.shape, strides, |_| true)
+            .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?,
+    };
     let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
     s.b.vec = 0;
     let f = c.kernel(KernelId { module, entry: Entry::Strided })?;

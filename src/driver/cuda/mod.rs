@@ -123,6 +123,14 @@ struct StreamEntry {
     raw: RawStream,
 }
 
+/// CUDA drivers made so far in the process.
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's last stream lookup: `(driver instance, stream handle, entry)`.
+    static LAST_STREAM: std::cell::Cell<Option<(u64, u64, StreamEntry)>> = const { std::cell::Cell::new(None) };
+}
+
 /// What an [`EventId`] stands for.
 #[derive(Debug, Clone, Copy)]
 struct EventEntry {
@@ -137,6 +145,8 @@ pub struct CudaDriver {
     /// Why `devices` is empty, when it is.
     unavailable: Option<String>,
     next_id: AtomicU64,
+    /// This driver's number in the process (the key of the threads' last stream lookups).
+    instance: u64,
     /// Stream and event tables, with a cheap hasher: every launch looks its stream up.
     streams: RwLock<FxMap<u64, StreamEntry>>,
     events: RwLock<FxMap<u64, EventEntry>>,
@@ -191,6 +201,7 @@ impl CudaDriver {
         }
         CudaDriver {
             next_id: AtomicU64::new(devices.len() as u64 + 1),
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
             vmm: vmm::Vmm::new(devices.len()),
             devices,
             unavailable,
@@ -223,13 +234,22 @@ impl CudaDriver {
     }
 
     fn stream(&self, stream: StreamId, op: &'static str) -> Result<StreamEntry> {
+        // Streams are never removed from the table while the driver lives, so the thread's last
+        // lookup of this driver stays true (a loop of launches on one stream skips the lock).
+        if let Some((instance, id, entry)) = LAST_STREAM.get() {
+            if instance == self.instance && id == stream.0 {
+                return Ok(entry);
+            }
+        }
         if self.devices.is_empty() {
             return Err(self.no_device());
         }
-        read(&self.streams).get(&stream.0).copied().ok_or_else(|| Error::InvalidArgument {
+        let entry = read(&self.streams).get(&stream.0).copied().ok_or_else(|| Error::InvalidArgument {
             op,
             reason: format!("stream handle {} was not made by this CUDA driver", stream.0),
-        })
+        })?;
+        LAST_STREAM.set(Some((self.instance, stream.0, entry)));
+        Ok(entry)
     }
 
     fn event(&self, event: EventId, op: &'static str) -> Result<EventEntry> {

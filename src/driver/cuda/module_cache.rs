@@ -19,11 +19,12 @@ use crate::error::{Error, Result};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use cudarc::nvrtc::{result as nv, sys as nvsys};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// A multiply-rotate hasher for the small keys of the function tables.
@@ -316,21 +317,52 @@ pub(super) struct Kernels {
     funcs: RwLock<FxMap<KernelId, Func>>,
     /// Loaded modules (unloaded when the driver drops), also serializing loads.
     modules: Mutex<Vec<RawModule>>,
+    /// This table's current generation (unique in the process): the key of the threads' last
+    /// lookups, renewed when the modules are unloaded.
+    generation: AtomicU64,
+}
+
+/// Generations of kernel tables, process-wide.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's last kernel lookup: `(generation, id, kernel)`. A thread launching the same
+    /// kernel again (the common case of a loop of small ops) skips the table's lock.
+    static LAST: Cell<Option<(u64, KernelId, Func)>> = const { Cell::new(None) };
 }
 
 impl Kernels {
     pub(super) fn new() -> Kernels {
-        Kernels { funcs: RwLock::new(FxMap::default()), modules: Mutex::new(Vec::new()) }
+        Kernels {
+            funcs: RwLock::new(FxMap::default()),
+            modules: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(GENERATIONS.fetch_add(1, Ordering::Relaxed)),
+        }
     }
 
     /// The kernel `id`, loaded into the current context (which must be this device's) on first use.
     #[inline]
     pub(super) fn get(&self, id: KernelId, major: u32, minor: u32) -> Result<Func> {
-        if let Some(f) = read(&self.funcs).get(&id) {
-            return Ok(*f);
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some((g, i, f)) = LAST.get() {
+            if g == generation && i == id {
+                return Ok(f);
+            }
         }
-        self.load(id.module, major, minor)?;
-        read(&self.funcs).get(&id).copied().ok_or_else(|| unsupported(format!("no kernel {id:?} in its module")))
+        // (The read guard must be gone before `load`, which takes the write lock.)
+        let cached = read(&self.funcs).get(&id).copied();
+        let f = match cached {
+            Some(f) => f,
+            None => {
+                self.load(id.module, major, minor)?;
+                read(&self.funcs)
+                    .get(&id)
+                    .copied()
+                    .ok_or_else(|| unsupported(format!("no kernel {id:?} in its module")))?
+            }
+        };
+        LAST.set(Some((generation, id, f)));
+        Ok(f)
     }
 
     #[cold]
@@ -366,6 +398,7 @@ impl Kernels {
 
     /// Unloads every module; the device's context must be current and its work done.
     pub(super) fn unload_all(&self) {
+        self.generation.store(GENERATIONS.fetch_add(1, Ordering::Relaxed), Ordering::Release);
         write(&self.funcs).clear();
         for m in lock(&self.modules).drain(..) {
             // SAFETY: loaded by `load` and drained from the list, so unloaded exactly once.

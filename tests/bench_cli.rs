@@ -1,0 +1,401 @@
+//! `cudasem bench` on the sim driver: the quick run reports every figure in well-formed JSON, the
+//! PyTorch side's output is parsed and compared (a fake script stands in for PyTorch), a failing or
+//! missing PyTorch leaves its column null with the reason, and bad options are typed errors.
+//! No timing is asserted: on the sim the figures only show that the bench runs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const ROWS: [&str; 16] = [
+    "alloc_free_pair",
+    "alloc_free_pair_512b",
+    "alloc_free_pair_64mib",
+    "empty_tensor",
+    "small_op",
+    "small_op_cpp",
+    "add_f32_256m",
+    "sum_f32_1gib",
+    "matmul_fp32_8192",
+    "matmul_tf32_8192",
+    "matmul_bf16_8192",
+    "h2d_pinned_1gib",
+    "d2h_pinned_1gib",
+    "h2d_pageable_1gib",
+    "p2p_copy_1gib",
+    "replay_resnet50",
+];
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("cudasem-bench-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn bench(args: &[&str], env: &[(&str, &str)], cwd: Option<&Path>) -> Output {
+    let mut cmd = Command::new(common::cudasem_binary());
+    cmd.arg("bench").args(args).env("CUDASEM_DRIVER", "sim");
+    for k in ["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_PEER", "CUDASEM_SIM_MEMORY", "CUDASEM_ALLOC_CONF"] {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
+    cmd.output().expect("the cudasem binary starts")
+}
+
+fn text(o: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A JSON value, parsed by hand (the crate has no serde): enough to check the bench's file.
+#[derive(Debug, Clone, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(BTreeMap<String, Json>),
+}
+
+impl Json {
+    fn parse(s: &str) -> Json {
+        let mut p = Parser { b: s.as_bytes(), i: 0 };
+        let v = p.value();
+        p.ws();
+        assert_eq!(p.i, p.b.len(), "trailing text after the JSON value");
+        v
+    }
+    fn get(&self, key: &str) -> &Json {
+        match self {
+            Json::Obj(m) => m.get(key).unwrap_or_else(|| panic!("no key {key} in {self:?}")),
+            _ => panic!("{self:?} is not an object"),
+        }
+    }
+    fn num(&self) -> Option<f64> {
+        match self {
+            Json::Num(v) => Some(*v),
+            Json::Null => None,
+            other => panic!("{other:?} is neither a number nor null"),
+        }
+    }
+    fn str(&self) -> Option<&str> {
+        match self {
+            Json::Str(s) => Some(s),
+            Json::Null => None,
+            other => panic!("{other:?} is neither a string nor null"),
+        }
+    }
+}
+
+struct Parser<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn ws(&mut self) {
+        while self.i < self.b.len() && self.b[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8) {
+        self.ws();
+        assert_eq!(self.b.get(self.i), Some(&c), "expected `{}` at byte {}", c as char, self.i);
+        self.i += 1;
+    }
+    fn lit(&mut self, word: &str, v: Json) -> Json {
+        assert!(self.b[self.i..].starts_with(word.as_bytes()), "bad literal at byte {}", self.i);
+        self.i += word.len();
+        v
+    }
+    fn string(&mut self) -> String {
+        self.eat(b'"');
+        let mut out = Vec::new();
+        loop {
+            match self.b[self.i] {
+                b'"' => break,
+                b'\\' => {
+                    self.i += 1;
+                    match self.b[self.i] {
+                        b'n' => out.push(b'\n'),
+                        b't' => out.push(b'\t'),
+                        b'r' => out.push(b'\r'),
+                        b'u' => {
+                            let hex = std::str::from_utf8(&self.b[self.i + 1..self.i + 5]).unwrap();
+                            let c = char::from_u32(u32::from_str_radix(hex, 16).unwrap()).unwrap();
+                            out.extend(c.to_string().as_bytes());
+                            self.i += 4;
+                        }
+                        c => out.push(c),
+                    }
+                }
+                c => out.push(c),
+            }
+            self.i += 1;
+        }
+        self.i += 1;
+        String::from_utf8(out).expect("UTF-8 string")
+    }
+    fn value(&mut self) -> Json {
+        self.ws();
+        match self.b[self.i] {
+            b'{' => {
+                self.i += 1;
+                let mut m = BTreeMap::new();
+                self.ws();
+                if self.b[self.i] == b'}' {
+                    self.i += 1;
+                    return Json::Obj(m);
+                }
+                loop {
+                    let k = self.string();
+                    self.eat(b':');
+                    assert!(m.insert(k, self.value()).is_none(), "duplicate key");
+                    self.ws();
+                    self.i += 1;
+                    match self.b[self.i - 1] {
+                        b',' => continue,
+                        b'}' => return Json::Obj(m),
+                        c => panic!("unexpected `{}` in an object", c as char),
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                let mut v = Vec::new();
+                self.ws();
+                if self.b[self.i] == b']' {
+                    self.i += 1;
+                    return Json::Arr(v);
+                }
+                loop {
+                    v.push(self.value());
+                    self.ws();
+                    self.i += 1;
+                    match self.b[self.i - 1] {
+                        b',' => continue,
+                        b']' => return Json::Arr(v),
+                        c => panic!("unexpected `{}` in an array", c as char),
+                    }
+                }
+            }
+            b'"' => Json::Str(self.string()),
+            b'n' => self.lit("null", Json::Null),
+            b't' => self.lit("true", Json::Bool(true)),
+            b'f' => self.lit("false", Json::Bool(false)),
+            _ => {
+                let start = self.i;
+                while self.i < self.b.len() && matches!(self.b[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    self.i += 1;
+                }
+                let t = std::str::from_utf8(&self.b[start..self.i]).unwrap();
+                Json::Num(t.parse().unwrap_or_else(|_| panic!("bad number `{t}`")))
+            }
+        }
+    }
+}
+
+/// The JSON file, and its results by name.
+fn read_json(path: &Path) -> (Json, BTreeMap<String, Json>) {
+    let json = Json::parse(&std::fs::read_to_string(path).expect("the bench wrote its JSON"));
+    let Json::Arr(results) = json.get("results").clone() else { panic!("results is not an array") };
+    let by_name = results.into_iter().map(|r| (r.get("name").str().unwrap().to_string(), r)).collect();
+    (json, by_name)
+}
+
+#[test]
+fn a_quick_run_reports_every_figure_on_the_sim() {
+    let dir = temp_dir("quick");
+    let path = dir.join("out.json");
+    let o = bench(&["--quick", "--no-pytorch", "--json", path.to_str().unwrap()], &[], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let (json, rows) = read_json(&path);
+    assert_eq!(json.get("driver").str(), Some("sim"));
+    assert_eq!(json.get("quick"), &Json::Bool(true));
+    assert!(json.get("machine").str().unwrap().contains("2 ×"), "the default sim has 2 GPUs: {json:?}");
+    assert!(json.get("date").str().unwrap().ends_with('Z'));
+    assert_eq!(json.get("torch"), &Json::Null);
+    assert_eq!(json.get("cuda"), &Json::Null);
+    assert!(json.get("pytorch_error").str().unwrap().contains("--no-pytorch"));
+    assert_eq!(rows.keys().collect::<Vec<_>>().len(), ROWS.len(), "{:?}", rows.keys());
+    for name in ROWS {
+        let r = rows.get(name).unwrap_or_else(|| panic!("no row {name}"));
+        let v = r.get("cudasem").num().unwrap_or_else(|| panic!("{name}: no cudasem figure: {r:?}"));
+        assert!(v.is_finite() && v > 0.0, "{name}: {v}");
+        assert_eq!(r.get("pytorch"), &Json::Null, "{name}");
+        assert_eq!(r.get("speedup"), &Json::Null, "{name}");
+        assert!(r.get("unit").str().is_some());
+    }
+    assert_eq!(rows["replay_resnet50"].get("unit").str(), Some("bytes"));
+    // The policy's figure is deterministic: below PyTorch's recorded 7,033,847,808 bytes.
+    let replay = rows["replay_resnet50"].get("cudasem").num().unwrap();
+    assert!((5_762_142_352.0..7_033_847_808.0).contains(&replay), "{replay}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bench [") && err.contains("13/13"), "a progress line per step: {err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_peer_copy_is_skipped_with_a_reason_on_one_gpu_and_quick_writes_no_default_file() {
+    let dir = temp_dir("one-gpu");
+    let o = bench(&["--quick", "--no-pytorch", "--only", "p2p_copy_1gib"], &[("CUDASEM_SIM_DEVICES", "1")], Some(&dir));
+    assert!(o.status.success(), "a skipped figure is not a failure: {}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("p2p_copy_1gib") && out.contains("skipped: needs 2 devices"), "{out}");
+    assert!(out.contains("no JSON written"), "{out}");
+    assert!(!dir.join("bench").exists(), "--quick without --json writes nothing");
+    // On the sim driver a run is always a quick one: it never writes the committed figures' file.
+    let o = bench(&["--no-pytorch", "--only", "replay_resnet50"], &[], Some(&dir));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the sim driver runs --quick sizes"), "{}", text(&o));
+    assert!(!dir.join("bench").exists(), "a sim run without --json writes nothing");
+
+    let path = dir.join("p2p.json");
+    let o = bench(
+        &["--quick", "--no-pytorch", "--only", "p2p_copy_1gib", "--json", path.to_str().unwrap()],
+        &[("CUDASEM_SIM_PEER", "none")],
+        None,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let (_, rows) = read_json(&path);
+    assert_eq!(rows.len(), 1);
+    let r = &rows["p2p_copy_1gib"];
+    assert_eq!(r.get("cudasem"), &Json::Null);
+    assert!(r.get("cudasem_note").str().unwrap().contains("no peer access"), "{r:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A stand-in for `python3 bench/pytorch_bench.py`: run as `sh SCRIPT --only … --trace … --quick`.
+fn fake_script(dir: &Path, body: &str) -> PathBuf {
+    let p = dir.join("fake_pytorch.sh");
+    std::fs::write(&p, body).expect("fake script");
+    p
+}
+
+#[test]
+fn pytorch_results_are_parsed_and_compared() {
+    let dir = temp_dir("fake");
+    let script = fake_script(
+        &dir,
+        r#"case "$*" in *"--only small_op,add_f32_256m,replay_resnet50 --trace "*"--quick"*) ;; *) echo "FATAL bad args: $*"; exit 3;; esac
+head -1 "$4" | grep -q '^action,addr,size,stream' || { echo "FATAL no trace"; exit 3; }
+echo "INFO torch 9.9.9+fake"
+echo "INFO cuda 13.0"
+echo "compiler chatter that is not a message"
+echo "PROGRESS small_op"
+echo "RESULT small_op_cpp 2e12 ns"
+echo "RESULT small_op 1e12 ns"
+echo "PROGRESS add_f32_256m"
+echo "RESULT add_f32_256m 1e9 GB/s"
+echo "PROGRESS replay_resnet50"
+echo "RESULT replay_resnet50 7033847808 bytes"
+"#,
+    );
+    let path = dir.join("fake.json");
+    let o = bench(
+        &[
+            "--quick",
+            "--python",
+            "sh",
+            "--script",
+            script.to_str().unwrap(),
+            "--only",
+            "replay_resnet50,small_op,add_f32_256m",
+            "--json",
+            path.to_str().unwrap(),
+        ],
+        &[],
+        None,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let (json, rows) = read_json(&path);
+    assert_eq!(json.get("torch").str(), Some("9.9.9+fake"));
+    assert_eq!(json.get("cuda").str(), Some("13.0"));
+    assert_eq!(json.get("pytorch_error"), &Json::Null);
+    assert_eq!(rows.len(), 4, "{:?}", rows.keys());
+    for (name, pytorch, met) in [
+        ("small_op", 1e12, Some(true)),
+        ("small_op_cpp", 2e12, None),
+        ("add_f32_256m", 1e9, Some(false)),
+        ("replay_resnet50", 7033847808.0, Some(true)),
+    ] {
+        let r = &rows[name];
+        let ours = r.get("cudasem").num().unwrap();
+        assert_eq!(r.get("pytorch").num(), Some(pytorch), "{name}");
+        let want = if r.get("lower_is_better") == &Json::Bool(true) { pytorch / ours } else { ours / pytorch };
+        let got = r.get("speedup").num().unwrap();
+        assert!((got - want).abs() <= 1e-4 * want.max(1.0), "{name}: speedup {got}, expected {want}");
+        assert_eq!(r.get("met"), &met.map_or(Json::Null, Json::Bool), "{name}");
+        assert_eq!(r.get("pytorch_note"), &Json::Null, "{name}");
+    }
+    let replay = &rows["replay_resnet50"];
+    assert!(replay.get("speedup").num().unwrap() > 1.0, "cudasem's peak is below PyTorch's recorded one");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("PyTorch 9.9.9+fake") && out.contains(" yes") && out.contains(" NO"), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("pytorch small_op") && err.contains("6/6"), "one bar over both sides: {err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_failing_or_missing_pytorch_leaves_its_column_null_with_the_reason() {
+    let dir = temp_dir("failing");
+    let script = fake_script(
+        &dir,
+        "echo 'PROGRESS small_op'\necho 'RESULT small_op_cpp 5000 ns'\necho 'Traceback: boom' >&2\nexit 1\n",
+    );
+    let path = dir.join("failing.json");
+    let args = |script: &str, python: &str| {
+        vec![
+            "--quick".to_string(),
+            "--python".into(),
+            python.into(),
+            "--script".into(),
+            script.into(),
+            "--only".into(),
+            "small_op".into(),
+            "--json".into(),
+            path.to_str().unwrap().into(),
+        ]
+    };
+    let run = |a: Vec<String>| bench(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[], None);
+
+    let o = run(args(script.to_str().unwrap(), "sh"));
+    assert!(o.status.success(), "PyTorch's failure is not the bench's: {}", text(&o));
+    let (json, rows) = read_json(&path);
+    let why = json.get("pytorch_error").str().expect("the reason is written");
+    assert!(why.contains("failed") && why.contains("boom"), "{why}");
+    assert_eq!(rows["small_op"].get("pytorch"), &Json::Null);
+    assert!(rows["small_op"].get("pytorch_note").str().unwrap().contains("boom"));
+    assert!(rows["small_op"].get("cudasem").num().is_some());
+    assert_eq!(rows["small_op_cpp"].get("pytorch").num(), Some(5000.0), "what came before the failure stays");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("boom"), "the table says why");
+
+    let o = run(args(script.to_str().unwrap(), "/nonexistent/python3"));
+    assert!(o.status.success(), "{}", text(&o));
+    let (json, _) = read_json(&path);
+    assert!(json.get("pytorch_error").str().unwrap().contains("could not start /nonexistent/python3"));
+
+    let o = run(args("/nonexistent/bench.py", "sh"));
+    assert!(o.status.success(), "{}", text(&o));
+    let (json, _) = read_json(&path);
+    assert!(json.get("pytorch_error").str().unwrap().contains("does not exist"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_unknown_figure_is_a_clear_error() {
+    let o = bench(&["--quick", "--no-pytorch", "--only", "small_op,warp_speed"], &[], None);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown figure `warp_speed`") && err.contains("alloc_free_pair"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

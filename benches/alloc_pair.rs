@@ -1,5 +1,5 @@
-//! Host time of a cached alloc + free pair of the caching allocator, to put beside PyTorch's
-//! (`bench/pytorch_alloc.py` prints PyTorch's C++ `raw_alloc` + `raw_delete` pair).
+//! Host time of a cached alloc + free pair of the caching allocator (`cudasem bench` puts the
+//! 1 MiB pair beside PyTorch's C++ `raw_alloc` + `raw_delete`, from `bench/pytorch_bench.py`).
 //!
 //! For 512 B, 1 MiB and 64 MiB it measures:
 //! * `cudasem_pair_ns`: `cuda::caching_allocator_alloc(size, None, None)` +

@@ -15,7 +15,8 @@
 //!   leaves them (X alone runs hot): X = `empty_tensor`, `validate` (`KernelOp::validate`),
 //!   `current_stream`.
 //!
-//! `small_op loop SECONDS` runs `x.add(&y)` for that long (for a profiler). Needs
+//! `small_op loop SECONDS` runs `x.add(&y)` for that long, `small_op empty N` makes and drops N small
+//! tensors (for profilers). Needs
 //! `CUDASEM_DRIVER=cuda` for the kernel figures; on the sim driver only the tensor figures run.
 
 use cudasem::cuda::{self, Stream, StreamGuard};
@@ -105,6 +106,15 @@ fn main() -> Result<()> {
     let x = Tensor::rand(&[16], DType::F32, "cuda")?;
     let y = Tensor::rand(&[16], DType::F32, "cuda")?;
     let z = Tensor::empty(&[16], DType::F32, "cuda")?;
+    if let Some(i) = args.iter().position(|a| a == "empty") {
+        // `small_op empty N`: N creations and drops of a small tensor (for an instruction profiler).
+        let n: usize = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+        for _ in 0..n {
+            drop(Tensor::empty(&[16], DType::F32, "cuda")?);
+        }
+        println!("{n} empty tensors");
+        return Ok(());
+    }
     if let Some(i) = args.iter().position(|a| a == "loop") {
         let secs: f64 = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
         let t = Instant::now();

@@ -1,17 +1,14 @@
-//! Throughput of tensor ops and the host cost of a small op, to put beside PyTorch's
-//! (`bench/pytorch_tensor_ops.py` prints the same figures, same sizes, same timing).
+//! Throughput of tensor ops (`cudasem bench` and `bench/pytorch_bench.py` measure the same figures
+//! beside PyTorch).
 //!
 //! With `CUDASEM_DRIVER=cuda` it measures, timing the device with events (warm-up, then the
 //! median of [`RUNS`] runs of [`REPS`] calls each):
 //! * `add_f32_2^28`: `a.add(&b)`, TB/s counting 3 × 4 × 2^28 bytes;
 //! * `sum_f32_1GiB`: `a.sum_all()` of 2^28 `f32`, TB/s counting 4 × 2^28 bytes;
 //! * `matmul_8192_{fp32,tf32,bf16}`: `a.matmul(&b)` of 8192×8192 matrices, TFLOP/s counting
-//!   2 × 8192³ (`tf32`: with `cuda::backends::matmul::set_allow_tf32(true)`);
-//! * `small_add_host_us`: host µs per `x.add(&y)` of 16 `f32` through the tensor API,
-//!   `small_add_launch_host_us` the same op as a prebuilt `KernelOp` through
-//!   `Driver::launch` (the driver's own cost), and `empty_kernel_host_us` a bare
-//!   `cuLaunchKernel` of an empty kernel on the same (default) stream, measured in the same run;
-//!   each the median over [`HOST_RUNS`] runs of [`HOST_OPS`] launches.
+//!   2 × 8192³ (`tf32`: with `cuda::backends::matmul::set_allow_tf32(true)`).
+//!
+//! (The host cost of a small op, beside a bare launch, is `benches/small_op.rs`.)
 //!
 //! A table goes to stdout, then one JSON object per figure and line. On the sim driver the sizes
 //! shrink (2^16 elements, 128³ products) so that the bench only shows it runs.
@@ -21,19 +18,12 @@
 //! split over N waves of blocks).
 
 use cudasem::cuda::{self, backends, Event, EventFlags};
-use cudasem::driver::kernel::{BinaryOp, BufferView, KernelOp};
-use cudasem::driver::{self, DevicePtr, StreamId};
 use cudasem::{DType, Result, Tensor};
-use std::time::Instant;
 
 /// Timed runs per device figure.
 const RUNS: usize = 15;
 /// Calls per timed run (so that the host's work between calls hides behind the device's).
 const REPS: usize = 10;
-/// Runs of the host-cost figures.
-const HOST_RUNS: usize = 25;
-/// Launches per host-cost run (well below the launch queue's depth).
-const HOST_OPS: usize = 200;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -59,63 +49,6 @@ fn device_ms(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
         times.push(start.elapsed_time(&end)? as f64 / REPS as f64);
     }
     Ok(median(times))
-}
-
-/// Median host µs per call of `f`, over [`HOST_RUNS`] runs of [`HOST_OPS`] calls each.
-fn host_us(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    let mut times = Vec::with_capacity(HOST_RUNS);
-    for run in 0..HOST_RUNS + 2 {
-        cuda::synchronize(None)?;
-        let t = Instant::now();
-        for _ in 0..HOST_OPS {
-            f()?;
-        }
-        let us = t.elapsed().as_secs_f64() * 1e6 / HOST_OPS as f64;
-        if run >= 2 {
-            times.push(us);
-        }
-    }
-    cuda::synchronize(None)?;
-    Ok(median(times))
-}
-
-/// A bare launch of an empty kernel on the legacy default stream of device 0's primary context
-/// (the stream cudasem's default stream is), through `cudarc` directly.
-struct EmptyKernel {
-    function: cudarc::driver::sys::CUfunction,
-}
-
-impl EmptyKernel {
-    fn new() -> Option<EmptyKernel> {
-        use cudarc::driver::result as cu;
-        let ptx = cudarc::nvrtc::compile_ptx("extern \"C\" __global__ void empty() {}").ok()?;
-        let mut image = ptx.as_bytes()?.to_vec();
-        image.push(0);
-        let dev = cu::device::get(0).ok()?;
-        // SAFETY: `dev` came from `cuDeviceGet`; the retain is never released (the process ends).
-        let ctx = unsafe { cu::primary_ctx::retain(dev) }.ok()?;
-        // SAFETY: `ctx` is a live primary context; `image` is NUL-terminated PTX that outlives the call.
-        let module = unsafe {
-            cu::ctx::set_current(ctx).ok()?;
-            cu::module::load_data(image.as_ptr().cast()).ok()?
-        };
-        // SAFETY: `module` is loaded and never unloaded.
-        let function = unsafe { cu::module::get_function(module, std::ffi::CString::new("empty").ok()?) }.ok()?;
-        Some(EmptyKernel { function })
-    }
-
-    fn launch(&self) -> Result<()> {
-        // SAFETY: the kernel takes no parameters; the null stream of the current (primary)
-        // context is always valid. cudasem's calls make the same context current.
-        unsafe {
-            cudarc::driver::result::launch_kernel(self.function, (1, 1, 1), (1, 1, 1), 0, std::ptr::null_mut(), &mut [])
-        }
-        .map_err(|e| cudasem::Error::Driver {
-            op: "cuLaunchKernel",
-            code: format!("{e:?}"),
-            message: String::new(),
-        })
-    }
 }
 
 struct Figure {
@@ -165,35 +98,6 @@ fn main() -> Result<()> {
         figures.push(Figure { name, unit: "TFLOP/s", value: flops / (ms * 1e-3) / 1e12 });
     }
     backends::matmul::set_allow_tf32(false);
-
-    let x = Tensor::full(&[16], 1.0, DType::F32, "cuda")?;
-    let y = Tensor::full(&[16], 2.0, DType::F32, "cuda")?;
-    let z = Tensor::empty(&[16], DType::F32, "cuda")?;
-    let view = |t: &Tensor| BufferView {
-        ptr: DevicePtr(t.data_ptr()),
-        dtype: DType::F32,
-        shape: [16].into(),
-        strides: [1].into(),
-        offset: 0,
-    };
-    let op = KernelOp::Binary { op: BinaryOp::Add, lhs: view(&x), rhs: view(&y), dst: view(&z), compute: DType::F32 };
-    let drv = driver::global()?;
-    let stream = StreamId(cuda::current_stream(None)?.id());
-    let empty = if on_gpu { EmptyKernel::new() } else { None };
-    // Interleaved, so that all three see the same machine state.
-    let (mut tensor_us, mut launch_us, mut empty_us) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..3 {
-        tensor_us.push(host_us(|| x.add(&y).map(drop))?);
-        launch_us.push(host_us(|| drv.launch(stream, &op))?);
-        if let Some(k) = &empty {
-            empty_us.push(host_us(|| k.launch())?);
-        }
-    }
-    figures.push(Figure { name: "small_add_host_us", unit: "us", value: median(tensor_us) });
-    figures.push(Figure { name: "small_add_launch_host_us", unit: "us", value: median(launch_us) });
-    if !empty_us.is_empty() {
-        figures.push(Figure { name: "empty_kernel_host_us", unit: "us", value: median(empty_us) });
-    }
 
     println!("tensor_ops on the {} driver ({})", cuda::driver_name(), cuda::get_device_name(None).unwrap_or_default());
     println!("{:<26} {:>12} {:<8}", "figure", "value", "unit");

@@ -130,25 +130,9 @@ fn show_outcome(o: &Outcome, unit: &str) -> String {
     }
 }
 
-/// A JSON string literal.
+/// A JSON string literal (escaped as the allocator's snapshots are).
 fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    cudasem::alloc::Value::str(s).to_json()
 }
 
 fn json_opt_str(s: Option<&str>) -> String {

@@ -95,8 +95,8 @@ impl Kernels {
         let mut p = P64([1, 2, 3, 4, 5, 6, 7, 8]);
         let mut args = [(&mut p as *mut P64).cast::<std::ffi::c_void>()];
         let args: &mut [*mut std::ffi::c_void] = if f == self.param { &mut args } else { &mut [] };
-        // SAFETY: `f` takes no parameter or one 64-byte struct, as passed; the streams are of
-        // the current primary context, which cudasem's calls also make current.
+        // The streams are of the current primary context, which cudasem's calls also make current.
+        // SAFETY: `f` takes no parameter or one 64-byte struct, as passed; the stream is live.
         unsafe { cudarc::driver::result::launch_kernel(f, (1, 1, 1), (1, 1, 1), 0, stream, args) }.map_err(err)
     }
 }

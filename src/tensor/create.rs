@@ -142,7 +142,7 @@ impl Tensor {
         if !dtype.is_float() {
             return Err(Error::UnsupportedDType { op: "rand", dtype });
         }
-        Tensor::generated(shape, dtype, place_of(device)?, |n| encode(&random::uniform(n, dtype), dtype))
+        Tensor::generated(shape, dtype, place_of(device)?, |n| random::uniform_bytes(n, dtype))
     }
 
     /// Standard normal random numbers (`torch.randn`); floating-point dtypes only.
@@ -151,7 +151,7 @@ impl Tensor {
         if !dtype.is_float() {
             return Err(Error::UnsupportedDType { op: "randn", dtype });
         }
-        Tensor::generated(shape, dtype, place_of(device)?, |n| encode(&random::normal(n), dtype))
+        Tensor::generated(shape, dtype, place_of(device)?, |n| random::normal_bytes(n, dtype))
     }
 
     /// A tensor of `shape` holding `data` (row-major), of `T`'s dtype (`torch.tensor(data)`).

@@ -16,7 +16,7 @@
 //!   `current_stream`.
 //!
 //! `small_op loop SECONDS` runs `x.add(&y)` for that long, `small_op empty N` makes and drops N small
-//! tensors (for profilers). Needs
+//! tensors, `small_op add N` runs N adds (for profilers). Needs
 //! `CUDASEM_DRIVER=cuda` for the kernel figures; on the sim driver only the tensor figures run.
 
 use cudasem::cuda::{self, Stream, StreamGuard};
@@ -106,13 +106,18 @@ fn main() -> Result<()> {
     let x = Tensor::rand(&[16], DType::F32, "cuda")?;
     let y = Tensor::rand(&[16], DType::F32, "cuda")?;
     let z = Tensor::empty(&[16], DType::F32, "cuda")?;
-    if let Some(i) = args.iter().position(|a| a == "empty") {
-        // `small_op empty N`: N creations and drops of a small tensor (for an instruction profiler).
+    if let Some(i) = args.iter().position(|a| a == "empty" || a == "add") {
+        // `small_op empty N` / `small_op add N`: N creations and drops of a small tensor, or N
+        // adds, then a synchronize (for an instruction profiler).
         let n: usize = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
         for _ in 0..n {
-            drop(Tensor::empty(&[16], DType::F32, "cuda")?);
+            match args[i].as_str() {
+                "empty" => drop(Tensor::empty(&[16], DType::F32, "cuda")?),
+                _ => drop(x.add(&y)?),
+            }
         }
-        println!("{n} empty tensors");
+        cuda::synchronize(None)?;
+        println!("{n} x {}", args[i]);
         return Ok(());
     }
     if let Some(i) = args.iter().position(|a| a == "loop") {

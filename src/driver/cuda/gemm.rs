@@ -113,8 +113,7 @@ struct Temp<'a> {
 impl<'a> Temp<'a> {
     fn new(c: &'a Ctx<'a>, like: &BufferView) -> Result<(Temp<'a>, BufferView)> {
         let bytes = (like.numel() * like.dtype.size()).max(1);
-        // SAFETY: the device's context is current and the stream live; the memory is used only
-        // by work queued on this stream before the matching `cuMemFreeAsync`.
+        // SAFETY: the device's context is current and the stream live; the memory is used only by work queued on this stream before the matching `cuMemFreeAsync`.
         let ptr = unsafe { cu::malloc_async(c.stream, bytes) }.map_err(|e| driver_error("cuMemAllocAsync", e))?;
         let mut strides = Dims::from_elem(0, like.shape.len());
         let mut step = 1;
@@ -129,8 +128,7 @@ impl<'a> Temp<'a> {
 
 impl Drop for Temp<'_> {
     fn drop(&mut self) {
-        // SAFETY: allocated by `cuMemAllocAsync` on this stream; freed once, in stream order
-        // after the work that uses it.
+        // SAFETY: allocated by `cuMemAllocAsync` on this stream; freed once, in stream order after the work that uses it.
         let _ = unsafe { cu::free_async(self.ptr, self.c.stream) };
     }
 }
@@ -234,11 +232,7 @@ fn product(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Res
     }
     let handle = slot.map(|h| h.0).unwrap_or(std::ptr::null_mut());
     let mut descs = Descs::default();
-    // SAFETY: every descriptor is created in this block, used only while `descs` lives and
-    // destroyed by its `Drop`; attribute buffers are live locals of the size passed; the handle
-    // is live and locked; the matrices are live device memory of the stream's device (the
-    // launch contract) described by the layouts, the workspace is this stream's, and the
-    // device's context is current.
+    // SAFETY: every descriptor is created in this block, used only while `descs` lives and destroyed by its `Drop`; attribute buffers are live locals of the size passed; the handle is live and locked; the matrices are live device memory of the stream's device (the launch contract) described by the layouts, the workspace is this stream's, and the device's context is current.
     unsafe {
         let mut desc = std::ptr::null_mut();
         check("cublasLtMatmulDescCreate", lt::cublasLtMatmulDescCreate(&mut desc, compute, scale))?;

@@ -21,8 +21,7 @@ pub(super) fn alloc(driver: &CudaDriver, bytes: usize) -> Result<HostPtr> {
     // Any context will do: the memory is portable. Device 0 always exists when there are devices.
     driver.enter(0)?;
     let len = bytes.max(1);
-    // SAFETY: a context is current on this thread; the returned memory is only handed out as raw
-    // bytes, and it is zeroed below before anything reads it.
+    // SAFETY: a context is current on this thread; the returned memory is only handed out as raw bytes, and it is zeroed below before anything reads it.
     let ptr = match unsafe { cu::malloc_host(len, sys::CU_MEMHOSTALLOC_PORTABLE) } {
         Ok(ptr) => ptr,
         Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
@@ -38,8 +37,7 @@ pub(super) fn alloc(driver: &CudaDriver, bytes: usize) -> Result<HostPtr> {
 /// Frees memory from [`alloc`].
 pub(super) fn free(driver: &CudaDriver, ptr: HostPtr) -> Result<()> {
     driver.enter(0)?;
-    // SAFETY: the caller passes a live pointer from `alloc` once, with no copy still using it
-    // (the contract of `Driver::host_free`).
+    // SAFETY: the caller passes a live pointer from `alloc` once, with no copy still using it (the contract of `Driver::host_free`).
     unsafe { cu::free_host(ptr.0 as usize as *mut std::ffi::c_void) }.map_err(|e| driver_error("cuMemFreeHost", e))
 }
 
@@ -60,9 +58,7 @@ pub(super) unsafe fn htod_async(
     }
     driver.enter(s.device)?;
     let host = src.0 as usize as *const std::ffi::c_void;
-    // SAFETY: the caller guarantees `[src, src + bytes)` is pinned memory that stays allocated and
-    // unwritten until the stream passes the copy, and that `dst` holds `bytes` live device bytes
-    // reachable from the stream's device; the stream is live and of the current context.
+    // SAFETY: the caller guarantees `[src, src + bytes)` is pinned memory that stays allocated and unwritten until the stream passes the copy, and that `dst` holds `bytes` live device bytes reachable from the stream's device; the stream is live and of the current context.
     unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, host, bytes, s.raw.0) }
         .result()
         .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))
@@ -85,9 +81,7 @@ pub(super) unsafe fn dtoh_async(
     }
     driver.enter(s.device)?;
     let host = dst.0 as usize as *mut std::ffi::c_void;
-    // SAFETY: the caller guarantees `[dst, dst + bytes)` is pinned memory that stays allocated and
-    // untouched by the host until the stream passes the copy, and that `src` holds `bytes` live
-    // device bytes reachable from the stream's device; the stream is live and of the current context.
+    // SAFETY: the caller guarantees `[dst, dst + bytes)` is pinned memory that stays allocated and untouched by the host until the stream passes the copy, and that `src` holds `bytes` live device bytes reachable from the stream's device; the stream is live and of the current context.
     unsafe { sys::cuMemcpyDtoHAsync_v2(host, src.0, bytes, s.raw.0) }
         .result()
         .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))
@@ -122,8 +116,7 @@ mod tests {
         }
         let dev = d.malloc(0, N).unwrap();
         let s = d.create_stream(0, 0).unwrap();
-        // SAFETY: the blocks stay allocated and untouched by the host until the stream
-        // synchronization below.
+        // SAFETY: the blocks stay allocated and untouched by the host until the stream synchronization below.
         unsafe {
             d.memcpy_htod_async(dev, a, N, s).unwrap();
             d.memcpy_dtoh_async(b, dev, N, s).unwrap();

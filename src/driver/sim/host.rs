@@ -49,8 +49,7 @@ impl HostRegion {
 
 impl Drop for HostRegion {
     fn drop(&mut self) {
-        // SAFETY: `addr` was returned by `alloc_zeroed` with exactly `layout` in `new`, and this
-        // is the region's only deallocation (it runs once, when the last `Arc` drops).
+        // SAFETY: `addr` was returned by `alloc_zeroed` with exactly `layout` in `new`, and this is the region's only deallocation (it runs once, when the last `Arc` drops).
         unsafe { std::alloc::dealloc(self.ptr(), self.layout) }
     }
 }
@@ -142,8 +141,7 @@ mod tests {
         unsafe { std::slice::from_raw_parts_mut(r.ptr(), 4096) }.fill(0x3C);
         drop(r);
         d.delay(s, Duration::from_millis(100)).unwrap();
-        // SAFETY: the blocks stay allocated (the queued jobs hold them) and the host does not
-        // touch them until the stream synchronization below.
+        // SAFETY: the blocks stay allocated (the queued jobs hold them) and the host does not touch them until the stream synchronization below.
         unsafe {
             d.memcpy_htod_async(dev, a, 4096, s).unwrap();
             d.memcpy_dtoh_async(b.offset(96), dev, 4000, s).unwrap();

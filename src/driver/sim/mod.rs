@@ -353,9 +353,7 @@ impl Driver for SimDriver {
         let region = self.host.region(src, bytes)?;
         let offset = (src.0 - region.ptr() as usize as u64) as usize;
         s.submit(Box::new(move || {
-            // SAFETY: `[src, src + bytes)` lies inside `region` (checked above), which this job
-            // keeps allocated; the caller guarantees (the method's contract) that the host does
-            // not write these bytes until the stream has passed this copy.
+            // SAFETY: `[src, src + bytes)` lies inside `region` (checked above), which this job keeps allocated; the caller guarantees (the method's contract) that the host does not write these bytes until the stream has passed this copy.
             let data = unsafe { std::slice::from_raw_parts(region.ptr().wrapping_add(offset), bytes) };
             mem.write(dst, data);
         }));
@@ -367,10 +365,7 @@ impl Driver for SimDriver {
         let region = self.host.region(dst, bytes)?;
         let offset = (dst.0 - region.ptr() as usize as u64) as usize;
         s.submit(Box::new(move || {
-            // SAFETY: `[dst, dst + bytes)` lies inside `region` (checked above), which this job
-            // keeps allocated; the caller guarantees (the method's contract) that the host neither
-            // reads nor writes these bytes until the stream has passed this copy, so this is the
-            // only reference to them.
+            // SAFETY: `[dst, dst + bytes)` lies inside `region` (checked above), which this job keeps allocated; the caller guarantees (the method's contract) that the host neither reads nor writes these bytes until the stream has passed this copy, so this is the only reference to them.
             let out = unsafe { std::slice::from_raw_parts_mut(region.ptr().wrapping_add(offset), bytes) };
             mem.read(src, out);
         }));

@@ -90,9 +90,8 @@ impl DeviceOps {
         }
         let attr = |a: sys::CUdevice_attribute| -> Result<u32> {
             // SAFETY: `dev` came from `cuDeviceGet`; `a` is a valid attribute.
-            let v =
-                unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
-            Ok(v.max(0) as u32)
+            let v = unsafe { cu::device::get_attribute(dev, a) };
+            Ok(v.map_err(|e| driver_error("cuDeviceGetAttribute", e))?.max(0) as u32)
         };
         use sys::CUdevice_attribute::*;
         let info = Info {
@@ -109,8 +108,7 @@ impl DeviceOps {
         for (_, s) in lock(&self.scratch).drain() {
             for p in [s.reduce, s.gemm] {
                 if p != 0 {
-                    // SAFETY: allocated by `cuMemAlloc` in this context, drained from the table,
-                    // so freed exactly once; the streams that used it are idle.
+                    // SAFETY: allocated by `cuMemAlloc` in this context, drained from the table, so freed exactly once; the streams that used it are idle.
                     let _ = unsafe { cu::free_sync(p) };
                 }
             }
@@ -160,9 +158,7 @@ impl Ctx<'_> {
     #[inline]
     pub(super) fn run<P>(&self, f: Func, grid: u32, p: &mut P) -> Result<()> {
         let mut args = [(p as *mut P).cast::<c_void>()];
-        // SAFETY: `f` is a live kernel of the current context taking one parameter whose C
-        // layout is `P`'s (`#[repr(C)]`, mirrored in codegen); `cuLaunchKernel` copies it before
-        // returning; the stream is live and of the current context.
+        // SAFETY: `f` is a live kernel of the current context taking one parameter whose C layout is `P`'s (`#[repr(C)]`, mirrored in codegen); `cuLaunchKernel` copies it before returning; the stream is live and of the current context.
         unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (THREADS, 1, 1), 0, self.stream, &mut args) }
             .map_err(|e| driver_error("cuLaunchKernel", e))
     }
@@ -175,8 +171,7 @@ impl Ctx<'_> {
             let bytes = PARTIALS * PARTIAL_BYTES + PARTIALS * 4;
             // SAFETY: the device's context is current; the memory is used as raw bytes.
             let p = unsafe { cu::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
-            // SAFETY: `p` holds `bytes` bytes; the counters are zeroed in stream order, before
-            // any kernel on this stream reads them.
+            // SAFETY: `p` holds `bytes` bytes; the counters are zeroed in stream order, before any kernel on this stream reads them.
             unsafe { cu::memset_d8_async(p + (PARTIALS * PARTIAL_BYTES) as u64, 0, PARTIALS * 4, self.stream) }
                 .map_err(|e| driver_error("cuMemsetD8Async", e))?;
             s.reduce = p;
@@ -290,6 +285,41 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
     }
 }
 
+/// The common case of an elementwise op, told without collapsing dimensions: with a contiguous
+/// output, and inputs that are contiguous too (same shape, validated) or one broadcast element
+/// (every stride 0), the fast kernel's mask (bit `k`: input `k` is broadcast); `None` otherwise.
+fn contiguous_mask(dst: &BufferView, ins: &[&BufferView]) -> Option<u8> {
+    if !dst.is_contiguous() {
+        return None;
+    }
+    let mut mask = 0u8;
+    for (k, v) in ins.iter().enumerate() {
+        if v.is_contiguous() {
+            continue;
+        }
+        if !v.strides.iter().all(|&s| s == 0) {
+            return None;
+        }
+        mask |= 1 << k;
+    }
+    Some(mask)
+}
+
+/// Whether collapsed dims (output first, then `ins` inputs) are one dense run whose inputs are
+/// dense or one broadcast element, and the mask of the broadcast inputs.
+fn collapsed_mask<const K: usize>(d: &Dims<K>, ins: usize) -> (bool, u8) {
+    let mut mask = 0u8;
+    if d.n == 1 {
+        for k in 0..ins {
+            if d.st[k + 1][0] == 0 {
+                mask |= 1 << k;
+            }
+        }
+    }
+    let dense = d.n == 0 || (d.n == 1 && d.st[0][0] == 1 && (1..=ins).all(|k| d.st[k][0] <= 1));
+    (dense, mask)
+}
+
 /// Queues an elementwise kernel writing `dst` from `ins` (at most 3).
 pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
     let raw = matches!(op, EwOp::Fill | EwOp::Copy);
@@ -305,32 +335,17 @@ pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferVie
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     let n = dst.numel() as u64;
     let mut p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
-    // The common case, decided without collapsing: a contiguous output and inputs that are
-    // contiguous too (same shape, validated) or one broadcast element (every stride 0).
-    let mut mask = 0u8;
-    let mut dims = None;
-    let dense = if dst.is_contiguous() && ins.iter().all(|v| v.is_contiguous() || v.strides.iter().all(|&s| s == 0)) {
-        if n > 1 {
-            for (k, v) in ins.iter().enumerate() {
-                if !v.is_contiguous() {
-                    mask |= 1 << k;
-                }
-            }
+    let collapsed = || {
+        collapse(&dst.shape, strides, |_| true)
+            .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))
+    };
+    let (dense, mask, dims) = match contiguous_mask(dst, ins) {
+        Some(mask) => (true, mask, None),
+        None => {
+            let d = collapsed()?;
+            let (dense, mask) = collapsed_mask(&d, ins.len());
+            (dense, mask, Some(d))
         }
-        true
-    } else {
-        let d = collapse(&dst.shape, strides, |_| true)
-            .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
-        if d.n == 1 {
-            for k in 0..ins.len() {
-                if d.st[k + 1][0] == 0 {
-                    mask |= 1 << k;
-                }
-            }
-        }
-        let dense = d.n == 0 || (d.n == 1 && d.st[0][0] == 1 && (1..=ins.len()).all(|k| d.st[k][0] <= 1));
-        dims = Some(d);
-        dense
     };
     if dense && mask < fast_masks(op) {
         let vec = ew_vec(op, out_dtype, dtypes) as u64;
@@ -345,12 +360,48 @@ pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferVie
     }
     let dims = match dims {
         Some(d) => d,
-        None => collapse(&dst.shape, strides, |_| true)
-            .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?,
+        None => collapsed()?,
     };
     let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
     s.b.vec = 0;
     let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
     let grid = c.grid(f, n);
     c.run(f, grid, &mut s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::DevicePtr;
+
+    fn view(shape: &[usize], strides: &[usize]) -> BufferView {
+        BufferView { ptr: DevicePtr(4096), dtype: DType::F32, shape: shape.into(), strides: strides.into(), offset: 0 }
+    }
+
+    /// The classification without collapsing agrees with the collapse wherever it answers, and
+    /// declines every layout that is not a dense run.
+    #[test]
+    fn the_contiguous_shortcut_agrees_with_the_collapse() {
+        let shape = [4usize, 1, 6];
+        let layouts: [&[usize]; 6] = [&[6, 6, 1], &[6, 99, 1], &[0, 0, 0], &[0, 0, 1], &[1, 6, 4], &[12, 6, 2]];
+        for out in layouts {
+            for a in layouts {
+                for b in layouts {
+                    let (dst, x, y) = (view(&shape, out), view(&shape, a), view(&shape, b));
+                    let ins = [&x, &y];
+                    let st = [Some(&dst.strides[..]), Some(&x.strides[..]), Some(&y.strides[..])];
+                    let d = collapse(&shape, st, |_| true).expect("3 dims collapse");
+                    let (dense, mask) = collapsed_mask(&d, 2);
+                    match contiguous_mask(&dst, &ins) {
+                        Some(m) => assert!(dense && m == mask, "{out:?} {a:?} {b:?}: shortcut {m}, collapse {mask}"),
+                        None => assert!(
+                            !dense || !dst.is_contiguous() || ins.iter().any(|v| !v.is_contiguous()),
+                            "{out:?} {a:?} {b:?}: the shortcut declined a plain dense op"
+                        ),
+                    }
+                }
+            }
+        }
+        assert_eq!(contiguous_mask(&view(&[1, 1], &[5, 7]), &[&view(&[1, 1], &[3, 3])]), Some(0), "one element");
+    }
 }

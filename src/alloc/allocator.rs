@@ -52,9 +52,24 @@ impl CachingAllocator {
         CachingAllocator { state: Mutex::new(State::new(device, settings, granularity)), memory }
     }
 
+    /// The state, as PyTorch's would be (a deferred merge completed).
     fn lock(&self) -> MutexGuard<'_, State> {
+        let mut s = self.lock_raw();
+        s.settle();
+        s
+    }
+
+    /// The state, possibly with a deferred merge (for malloc and free, which handle it).
+    fn lock_raw(&self) -> MutexGuard<'_, State> {
         // The state is consistent between calls, whatever a panicking thread was doing.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Turns deferred merges off or on (for tests comparing both; on by default).
+    #[doc(hidden)]
+    pub fn set_defer_merges(&self, on: bool) {
+        let mut s = self.lock();
+        s.defer_merges = on;
     }
 
     /// The device index.
@@ -86,7 +101,7 @@ impl CachingAllocator {
         if size == 0 {
             return Ok(DevicePtr(0));
         }
-        self.lock().malloc(&*self.memory, size, stream)
+        self.lock_raw().malloc(&*self.memory, size, stream)
     }
 
     /// Frees a block from [`malloc`](Self::malloc): it is cached for reuse on its stream (after
@@ -96,7 +111,7 @@ impl CachingAllocator {
         if ptr.0 == 0 {
             return Ok(());
         }
-        self.lock().free(&*self.memory, ptr)
+        self.lock_raw().free(&*self.memory, ptr)
     }
 
     /// `caching_allocator_alloc(size, device, stream)`: a raw block for the caller's own kernels

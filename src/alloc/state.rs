@@ -2,6 +2,7 @@
 //! `DeviceCachingAllocator`): best fit, split, merge, stream reuse, events, the OOM path.
 
 use super::block::{Block, BlockId, BlockPool, LiveMap, PoolKind, Slab, NIL};
+use super::deferred::Deferred;
 use super::expandable::ExpandableSegment;
 use super::history::{History, TraceAction};
 use super::settings::{allocation_size, AllocatorSettings, MIN_BLOCK_SIZE, SMALL_SIZE};
@@ -34,6 +35,11 @@ pub(crate) struct State {
     pub history: History,
     /// Cache lookups so far: the garbage collector's clock.
     pub clock: u64,
+    /// A freed block whose merge into the free block after it waits for the next call (see
+    /// `deferred.rs`); every call but a malloc that reuses it completes the merge first.
+    pub deferred: Option<Deferred>,
+    /// Whether frees may defer their merge (always, except in the tests that compare both ways).
+    pub defer_merges: bool,
 }
 
 impl State {
@@ -55,6 +61,8 @@ impl State {
             expandable: Vec::new(),
             history: History::default(),
             clock: 0,
+            deferred: None,
+            defer_merges: true,
         }
     }
 
@@ -95,10 +103,18 @@ impl State {
     // ---------------------------------------------------------------- malloc
 
     pub fn malloc(&mut self, mem: &dyn RawMemory, orig: usize, stream: StreamId) -> Result<DevicePtr> {
+        let size = self.settings.round_size(orig);
+        if let Some(d) = self.deferred {
+            if self.pending_events == 0 {
+                if let Some(ptr) = self.reuse_deferred(d, size, orig, stream) {
+                    return Ok(ptr);
+                }
+            }
+            self.settle();
+        }
         if self.pending_events > 0 {
             self.process_events(mem)?;
         }
-        let size = self.settings.round_size(orig);
         let pool = PoolKind::of(size);
         let alloc_size = allocation_size(size);
         let mut found = self.get_free_block(pool, stream, size);
@@ -271,6 +287,11 @@ impl State {
             }
             id
         };
+        self.hand_out(id, pool, orig)
+    }
+
+    /// Marks `id` (out of its pool, split already) allocated for a request of `orig` bytes.
+    pub(super) fn hand_out(&mut self, id: BlockId, pool: PoolKind, orig: usize) -> DevicePtr {
         let b = &mut self.blocks[id];
         b.allocated = true;
         b.requested = orig;
@@ -308,6 +329,7 @@ impl State {
     // ---------------------------------------------------------------- free
 
     pub fn free(&mut self, mem: &dyn RawMemory, ptr: DevicePtr) -> Result<()> {
+        self.settle();
         let Some(id) = self.live.remove(&ptr.0) else {
             return Err(self.invalid_pointer(ptr));
         };
@@ -323,6 +345,9 @@ impl State {
         self.history.record(TraceAction::FreeRequested, ptr.0, requested, stream);
         if has_uses {
             self.insert_events(mem, id)
+        } else if self.can_defer(id) {
+            self.defer(id);
+            Ok(())
         } else {
             self.free_block(id);
             Ok(())
@@ -433,14 +458,27 @@ impl State {
             net_blocks += 1;
             net_bytes += size as i64;
         }
+        self.freed_stats(pool, expandable, (net_blocks, net_bytes), orig_size, requested);
+    }
+
+    /// The statistics of a block of `size` bytes (`requested` asked for) going back to its pool,
+    /// its merges changing the inactive split blocks and bytes by `net`.
+    pub(super) fn freed_stats(
+        &mut self,
+        pool: PoolKind,
+        expandable: bool,
+        net: (i64, i64),
+        size: usize,
+        requested: usize,
+    ) {
         let s = &mut self.stats;
         if !expandable {
             // Expandable segments' free pieces can always be unmapped: not "non-releasable".
-            apply(s, Metric::InactiveSplit, pool, net_blocks);
-            apply(s, Metric::InactiveSplitBytes, pool, net_bytes);
+            apply(s, Metric::InactiveSplit, pool, net.0);
+            apply(s, Metric::InactiveSplitBytes, pool, net.1);
         }
         s.decrease(Metric::Active, pool, 1);
-        s.decrease(Metric::ActiveBytes, pool, orig_size);
+        s.decrease(Metric::ActiveBytes, pool, size);
         s.decrease(Metric::RequestedBytes, pool, requested);
     }
 

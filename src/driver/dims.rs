@@ -7,7 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 
 /// Ranks up to this many dimensions are stored inline.
-pub const INLINE_DIMS: usize = 8;
+pub const INLINE_DIMS: usize = 6;
 
 /// Sizes or strides of a tensor's dimensions: a `[usize]` that lives inline up to rank
 /// [`INLINE_DIMS`] and on the heap beyond. Derefs to `[usize]`.
@@ -16,7 +16,7 @@ pub struct Dims(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: usize, buf: [usize; INLINE_DIMS] },
+    Inline { len: u32, buf: [usize; INLINE_DIMS] },
     Heap(Vec<usize>),
 }
 
@@ -29,7 +29,7 @@ impl Dims {
     /// `len` copies of `value`.
     pub fn from_elem(value: usize, len: usize) -> Dims {
         if len <= INLINE_DIMS {
-            Dims(Repr::Inline { len, buf: [value; INLINE_DIMS] })
+            Dims(Repr::Inline { len: len as u32, buf: [value; INLINE_DIMS] })
         } else {
             Dims(Repr::Heap(vec![value; len]))
         }
@@ -38,7 +38,7 @@ impl Dims {
     /// The dimensions as a slice.
     pub fn as_slice(&self) -> &[usize] {
         match &self.0 {
-            Repr::Inline { len, buf } => &buf[..*len],
+            Repr::Inline { len, buf } => &buf[..*len as usize],
             Repr::Heap(v) => v,
         }
     }
@@ -46,7 +46,7 @@ impl Dims {
     /// The dimensions as a mutable slice.
     pub fn as_mut_slice(&mut self) -> &mut [usize] {
         match &mut self.0 {
-            Repr::Inline { len, buf } => &mut buf[..*len],
+            Repr::Inline { len, buf } => &mut buf[..*len as usize],
             Repr::Heap(v) => v,
         }
     }
@@ -54,7 +54,7 @@ impl Dims {
     /// The dimensions as a `Vec`.
     pub fn into_vec(self) -> Vec<usize> {
         match self.0 {
-            Repr::Inline { len, buf } => buf[..len].to_vec(),
+            Repr::Inline { len, buf } => buf[..len as usize].to_vec(),
             Repr::Heap(v) => v,
         }
     }
@@ -62,8 +62,8 @@ impl Dims {
     /// Moves inline storage to the heap (before growing past [`INLINE_DIMS`]).
     fn spill(&mut self) -> &mut Vec<usize> {
         if let Repr::Inline { len, buf } = &self.0 {
-            let mut v = Vec::with_capacity(*len + 1);
-            v.extend_from_slice(&buf[..*len]);
+            let mut v = Vec::with_capacity(*len as usize + 1);
+            v.extend_from_slice(&buf[..*len as usize]);
             self.0 = Repr::Heap(v);
         }
         match &mut self.0 {
@@ -75,8 +75,8 @@ impl Dims {
     /// Appends `value`.
     pub fn push(&mut self, value: usize) {
         match &mut self.0 {
-            Repr::Inline { len, buf } if *len < INLINE_DIMS => {
-                buf[*len] = value;
+            Repr::Inline { len, buf } if (*len as usize) < INLINE_DIMS => {
+                buf[*len as usize] = value;
                 *len += 1;
             }
             _ => self.spill().push(value),
@@ -89,7 +89,7 @@ impl Dims {
             Repr::Inline { len: 0, .. } => None,
             Repr::Inline { len, buf } => {
                 *len -= 1;
-                Some(buf[*len])
+                Some(buf[*len as usize])
             }
             Repr::Heap(v) => v.pop(),
         }
@@ -98,9 +98,9 @@ impl Dims {
     /// Inserts `value` at `index` (`0..=len`), shifting later dimensions up.
     pub fn insert(&mut self, index: usize, value: usize) {
         match &mut self.0 {
-            Repr::Inline { len, buf } if *len < INLINE_DIMS => {
-                assert!(index <= *len, "insertion index (is {index}) should be <= len (is {len})");
-                buf.copy_within(index..*len, index + 1);
+            Repr::Inline { len, buf } if (*len as usize) < INLINE_DIMS => {
+                assert!(index <= *len as usize, "insertion index (is {index}) should be <= len (is {len})");
+                buf.copy_within(index..*len as usize, index + 1);
                 buf[index] = value;
                 *len += 1;
             }
@@ -112,9 +112,9 @@ impl Dims {
     pub fn remove(&mut self, index: usize) -> usize {
         match &mut self.0 {
             Repr::Inline { len, buf } => {
-                assert!(index < *len, "removal index (is {index}) should be < len (is {len})");
+                assert!(index < *len as usize, "removal index (is {index}) should be < len (is {len})");
                 let value = buf[index];
-                buf.copy_within(index + 1..*len, index);
+                buf.copy_within(index + 1..*len as usize, index);
                 *len -= 1;
                 value
             }
@@ -125,7 +125,7 @@ impl Dims {
     /// Keeps the first `new_len` dimensions.
     pub fn truncate(&mut self, new_len: usize) {
         match &mut self.0 {
-            Repr::Inline { len, .. } => *len = (*len).min(new_len),
+            Repr::Inline { len, .. } => *len = (*len).min(new_len.min(INLINE_DIMS) as u32),
             Repr::Heap(v) => v.truncate(new_len),
         }
     }
@@ -138,9 +138,10 @@ impl Dims {
     /// Appends every value of `values`.
     pub fn extend_from_slice(&mut self, values: &[usize]) {
         match &mut self.0 {
-            Repr::Inline { len, buf } if *len + values.len() <= INLINE_DIMS => {
-                buf[*len..*len + values.len()].copy_from_slice(values);
-                *len += values.len();
+            Repr::Inline { len, buf } if *len as usize + values.len() <= INLINE_DIMS => {
+                let at = *len as usize;
+                buf[at..at + values.len()].copy_from_slice(values);
+                *len += values.len() as u32;
             }
             _ => self.spill().extend_from_slice(values),
         }
@@ -245,7 +246,7 @@ impl From<&[usize]> for Dims {
         if values.len() <= INLINE_DIMS {
             let mut buf = [0; INLINE_DIMS];
             buf[..values.len()].copy_from_slice(values);
-            Dims(Repr::Inline { len: values.len(), buf })
+            Dims(Repr::Inline { len: values.len() as u32, buf })
         } else {
             Dims(Repr::Heap(values.to_vec()))
         }

@@ -212,6 +212,59 @@ impl ReduceOp {
     }
 }
 
+/// A binary elementwise op over dense operands: `n` contiguous elements at each address. The
+/// short form of the [`KernelOp::Binary`] that [`to_kernel_op`](Self::to_kernel_op) makes (every
+/// view one run of `n`), for the most common small op: drivers may launch it without building,
+/// validating or classifying views ([`Driver::launch_dense_binary`](super::Driver::launch_dense_binary)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DenseBinary {
+    /// The function.
+    pub op: BinaryOp,
+    /// The dtype it is computed in.
+    pub compute: DType,
+    /// Elements of each operand.
+    pub n: usize,
+    /// Output: the address of its first element, and its dtype.
+    pub dst: (DevicePtr, DType),
+    /// Left input: the address of its first element, and its dtype.
+    pub lhs: (DevicePtr, DType),
+    /// Right input: the address of its first element, and its dtype.
+    pub rhs: (DevicePtr, DType),
+}
+
+impl DenseBinary {
+    /// The same op as a [`KernelOp::Binary`] over one-dimensional views of `n` elements.
+    pub fn to_kernel_op(&self) -> KernelOp {
+        let view = |(ptr, dtype): (DevicePtr, DType)| BufferView {
+            ptr,
+            dtype,
+            shape: Dims::from(&[self.n][..]),
+            strides: Dims::from(&[1][..]),
+            offset: 0,
+        };
+        KernelOp::Binary {
+            op: self.op,
+            lhs: view(self.lhs),
+            rhs: view(self.rhs),
+            dst: view(self.dst),
+            compute: self.compute,
+        }
+    }
+
+    /// Refuses an `n` whose byte extent overflows for some operand (as [`KernelOp::validate`]
+    /// refuses such a view).
+    #[inline]
+    pub fn validate(&self) -> Result<()> {
+        let fits = |(ptr, dtype): (DevicePtr, DType)| {
+            self.n.checked_mul(dtype.size()).is_some_and(|b| ptr.0.checked_add(b as u64).is_some())
+        };
+        if self.n > 0 && !(fits(self.dst) && fits(self.lhs) && fits(self.rhs)) {
+            return Err(bad(format!("the extent of a dense binary op over {} elements overflows", self.n)));
+        }
+        Ok(())
+    }
+}
+
 /// One unit of device work. Inputs are read and the output written in the launching stream's
 /// order; an input may alias the output only elementwise (same view), as in `a.add_(b)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -483,6 +536,31 @@ mod tests {
 
     fn view(shape: &[usize], strides: &[usize], offset: usize) -> BufferView {
         BufferView { ptr: DevicePtr(1000), dtype: DType::F32, shape: shape.into(), strides: strides.into(), offset }
+    }
+
+    #[test]
+    fn a_dense_binary_op_is_the_binary_op_over_one_dimensional_views() {
+        let d = DenseBinary {
+            op: BinaryOp::Lt,
+            compute: DType::F64,
+            n: 7,
+            dst: (DevicePtr(64), DType::Bool),
+            lhs: (DevicePtr(128), DType::F32),
+            rhs: (DevicePtr(256), DType::F64),
+        };
+        let KernelOp::Binary { op, lhs, rhs, dst, compute } = d.to_kernel_op() else { panic!("a binary op") };
+        assert_eq!((op, compute), (BinaryOp::Lt, DType::F64));
+        for (v, ptr, dtype) in [(&dst, 64, DType::Bool), (&lhs, 128, DType::F32), (&rhs, 256, DType::F64)] {
+            assert_eq!(
+                (v.ptr, v.dtype, &v.shape[..], &v.strides[..], v.offset),
+                (DevicePtr(ptr), dtype, &[7][..], &[1][..], 0)
+            );
+        }
+        assert!(d.validate().is_ok() && d.to_kernel_op().validate().is_ok());
+        let huge = DenseBinary { n: usize::MAX / 4, ..d };
+        assert!(huge.validate().is_err(), "8-byte elements overflow the address space");
+        assert!(huge.to_kernel_op().validate().is_err(), "as the views do");
+        assert!(DenseBinary { n: 0, ..huge }.validate().is_ok(), "nothing to touch");
     }
 
     #[test]

@@ -187,6 +187,15 @@ pub trait Driver: Send + Sync + 'static {
     /// until the work completes. [`Error::Unsupported`] where the driver has no kernel for it.
     fn launch(&self, stream: StreamId, op: &kernel::KernelOp) -> Result<()>;
 
+    /// Queues a binary elementwise op over dense operands on `stream`: the same as
+    /// [`launch`](Driver::launch) of [`op.to_kernel_op()`](kernel::DenseBinary::to_kernel_op),
+    /// which is what it does unless a driver has a shorter path (the CUDA driver launches the
+    /// fast kernel at once: the host cost of a small op is mostly this call).
+    fn launch_dense_binary(&self, stream: StreamId, op: &kernel::DenseBinary) -> Result<()> {
+        op.validate()?;
+        self.launch(stream, &op.to_kernel_op())
+    }
+
     /// Test hook: queues work that keeps `stream` busy for `duration` (a spin kernel on CUDA).
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()>;
     /// Test hook: the next [`Driver::malloc`] on `device` fails with [`Error::Injected`].

@@ -9,6 +9,10 @@ use std::sync::Arc;
 impl Runtime {
     /// The device's caching allocator, made on first use with `CUDASEM_ALLOC_CONF`'s settings.
     pub(crate) fn allocator(&self, device: usize) -> Result<&CachingAllocator> {
+        // Made already: its settings were valid.
+        if let Some(a) = self.devices.get(device).and_then(|d| d.allocator.get()) {
+            return Ok(a);
+        }
         let device = self.check(device)?;
         let settings = self.alloc_settings.as_ref().map_err(Clone::clone)?;
         Ok(self.devices[device].allocator.get_or_init(|| {

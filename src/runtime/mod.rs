@@ -22,7 +22,7 @@ pub use memory::*;
 pub use stream::{current_stream, default_stream, set_stream, with_stream, Stream, StreamGuard};
 
 use crate::alloc::{AllocatorSettings, CachingAllocator};
-use crate::driver::{self, Driver};
+use crate::driver::{self, Driver, StreamId};
 use crate::error::{Error, Result};
 use pool::Pool;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -34,6 +34,9 @@ pub(crate) struct DeviceState {
     pub peer_enabled: Mutex<Vec<bool>>,
     /// The device's caching allocator, made on first use.
     pub allocator: OnceLock<CachingAllocator>,
+    /// The device's default stream, asked of the driver once (`None` if it could not say; then
+    /// every lookup asks it and reports its error).
+    pub default_stream: Option<StreamId>,
 }
 
 /// The process-wide runtime.
@@ -50,24 +53,33 @@ impl Runtime {
     fn new(driver: Arc<dyn Driver>) -> Runtime {
         let n = driver.device_count();
         let devices = (0..n)
-            .map(|_| DeviceState {
+            .map(|d| DeviceState {
                 pool: Pool::default(),
                 peer_enabled: Mutex::new(vec![false; n]),
                 allocator: OnceLock::new(),
+                default_stream: driver.default_stream(d).ok(),
             })
             .collect();
         Runtime { driver, devices, alloc_settings: AllocatorSettings::from_env(), host: OnceLock::new() }
     }
 
     /// Checks a device index against the device count.
+    #[inline]
     pub fn check(&self, index: usize) -> Result<usize> {
-        if self.devices.is_empty() {
-            return Err(self.no_device());
-        }
         if index >= self.devices.len() {
-            return Err(Error::InvalidDevice { index, count: self.devices.len(), driver: self.driver.name() });
+            return Err(self.bad_index(index));
         }
         Ok(index)
+    }
+
+    /// Why `index` is not a device: there are none, or it is past the count.
+    #[cold]
+    #[inline(never)]
+    fn bad_index(&self, index: usize) -> Error {
+        if self.devices.is_empty() {
+            return self.no_device();
+        }
+        Error::InvalidDevice { index, count: self.devices.len(), driver: self.driver.name() }
     }
 
     pub fn no_device(&self) -> Error {
@@ -78,6 +90,7 @@ impl Runtime {
     }
 
     /// Resolves `None` to the thread's current device and checks the index.
+    #[inline]
     pub fn resolve(&self, device: Option<usize>) -> Result<usize> {
         match device {
             Some(i) => self.check(i),

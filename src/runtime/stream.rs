@@ -3,7 +3,7 @@
 
 use super::context;
 use super::event::{Event, EventFlags};
-use super::rt;
+use super::{rt, Runtime};
 use crate::driver::StreamId;
 use crate::error::Result;
 use std::fmt;
@@ -100,17 +100,27 @@ impl Stream {
 /// The device's default stream (`torch.cuda.default_stream`).
 pub fn default_stream(device: Option<usize>) -> Result<Stream> {
     let rt = rt()?;
-    let device = rt.resolve(device)?;
-    Ok(Stream { device, id: rt.driver.default_stream(device)?, priority: 0, default: true })
+    default_of(rt, rt.resolve(device)?)
+}
+
+/// The default stream of `device` (a checked index).
+#[inline]
+fn default_of(rt: &Runtime, device: usize) -> Result<Stream> {
+    let id = match rt.devices[device].default_stream {
+        Some(id) => id,
+        None => rt.driver.default_stream(device)?,
+    };
+    Ok(Stream { device, id, priority: 0, default: true })
 }
 
 /// This thread's current stream on `device` (`None`: the current device); the default stream
 /// until [`set_stream`] or a [`StreamGuard`] changes it.
 pub fn current_stream(device: Option<usize>) -> Result<Stream> {
-    let device = rt()?.resolve(device)?;
+    let rt = rt()?;
+    let device = rt.resolve(device)?;
     match context::stream_for(device) {
         Some(s) => Ok(s),
-        None => default_stream(Some(device)),
+        None => default_of(rt, device),
     }
 }
 

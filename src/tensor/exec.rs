@@ -204,18 +204,25 @@ impl Exec {
 }
 
 impl Tensor {
+    /// A new, uninitialized contiguous tensor on CUDA device `d`, allocated for use on `stream`
+    /// (one of `d`'s streams).
+    #[inline]
+    pub(crate) fn empty_on(shape: &[usize], dtype: DType, d: usize, stream: &Stream) -> Result<Tensor> {
+        let bytes = byte_size("empty", shape, dtype)?;
+        let storage = Storage::device_block(d, bytes, stream)?;
+        Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
+    }
+
     /// A new, uninitialized (host: zeroed) contiguous tensor on `place`; device memory comes
     /// from the caching allocator on the device's current stream.
     pub(crate) fn empty_at(shape: &[usize], dtype: DType, place: Place) -> Result<Tensor> {
-        let bytes = byte_size("empty", shape, dtype)?;
-        let storage = match place {
-            Place::Cpu => Storage::host_zeroed(bytes)?,
-            Place::Cuda(d) => {
-                let stream = current_stream(Some(d))?;
-                Storage::device_block(d, bytes, &stream)?
+        match place {
+            Place::Cpu => {
+                let storage = Storage::host_zeroed(byte_size("empty", shape, dtype)?)?;
+                Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
             }
-        };
-        Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
+            Place::Cuda(d) => Tensor::empty_on(shape, dtype, d, &current_stream(Some(d))?),
+        }
     }
 }
 

@@ -323,9 +323,14 @@ pub(super) fn raw_dtype(d: DType) -> DType {
 }
 
 /// Elements per vector access of an elementwise kernel: 16 bytes of its widest operand.
+#[inline]
 pub(super) fn ew_vec(op: EwOp, out: DType, ins: [DType; 3]) -> usize {
-    let widest = ins[..op.inputs()].iter().map(|d| d.size()).chain([out.size()]).max().unwrap_or(1);
-    16 / widest
+    let mut widest = out.size();
+    for d in &ins[..op.inputs()] {
+        widest = widest.max(d.size());
+    }
+    // Sizes are powers of two: a shift, not a division.
+    16 >> widest.trailing_zeros()
 }
 
 fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {

@@ -11,7 +11,7 @@ use super::codegen::{EwOp, ModuleKey};
 use super::module_cache::{counters, forget_images, image};
 use super::*;
 use crate::driver::cpu::{self, Memory};
-use crate::driver::kernel::{BinaryOp, BufferView, ReduceOp, UnaryOp};
+use crate::driver::kernel::{BinaryOp, BufferView, DenseBinary, ReduceOp, UnaryOp};
 use crate::dtype::DType;
 use crate::scalar::Scalar;
 use half::{bf16, f16};
@@ -242,6 +242,20 @@ impl Bench {
     #[track_caller]
     fn check_abs(&mut self, op: &KernelOp, tol: f64, abs: f64) {
         self.d.launch(self.s, op).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        self.compare(op, tol, abs);
+    }
+
+    /// Runs a dense binary op through the driver's short path and compares it with the CPU
+    /// kernels' run of the same op as a [`KernelOp`].
+    #[track_caller]
+    fn check_dense(&mut self, op: &DenseBinary, tol: f64) {
+        self.d.launch_dense_binary(self.s, op).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        self.compare(&op.to_kernel_op(), tol, 0.0);
+    }
+
+    /// Runs `op` (already launched on the GPU) on the CPU and compares the output buffers.
+    #[track_caller]
+    fn compare(&mut self, op: &KernelOp, tol: f64, abs: f64) {
         cpu::execute(op, &self.mirror).unwrap();
         let out = op.output();
         let (i, _) = self.mirror.find(out.ptr, 0);
@@ -310,6 +324,47 @@ fn elementwise_paths_contiguous_unaligned_broadcast_strided_and_large() {
     );
     b.check(&KernelOp::CopyStrided { src: t_v, dst: out.clone() }, 0.0);
     b.check(&KernelOp::Fill { dst: out, value: Scalar::Float(2.5) }, 0.0);
+}
+
+/// The short path for dense binary ops (what `Tensor::add` of two contiguous tensors takes)
+/// agrees with the CPU: aligned and unaligned operands, mixed input dtypes, comparisons.
+#[test]
+fn dense_binary_ops_take_the_short_path_and_agree_with_the_cpu() {
+    let Some(mut b) = Bench::new() else { return };
+    use DType::*;
+    for n in [1usize, 16, 1001, 1 << 20] {
+        for (op, lhs, rhs, compute, out) in [
+            (BinaryOp::Add, F32, F32, F32, F32),
+            (BinaryOp::Mul, F16, F16, F16, F16),
+            (BinaryOp::Sub, BF16, BF16, BF16, BF16),
+            (BinaryOp::Div, F64, F64, F64, F64),
+            (BinaryOp::Add, I32, I64, I64, I64),
+            (BinaryOp::Maximum, U8, U8, U8, U8),
+            (BinaryOp::Lt, F32, F32, F32, Bool),
+        ] {
+            let (x, y, z) = (b.buffer(lhs, n + 1, false), b.buffer(rhs, n + 1, false), b.buffer(out, n + 1, false));
+            let dense = |shift: u64| DenseBinary {
+                op,
+                compute,
+                n,
+                dst: (DevicePtr(z.0 + shift * out.size() as u64), out),
+                lhs: (DevicePtr(x.0 + shift * lhs.size() as u64), lhs),
+                rhs: (DevicePtr(y.0 + shift * rhs.size() as u64), rhs),
+            };
+            // Aligned (16-byte vectors), then one element in (one element at a time).
+            b.check_dense(&dense(0), tol(compute));
+            b.check_dense(&dense(1), tol(compute));
+        }
+    }
+    let overflowing = DenseBinary {
+        op: BinaryOp::Add,
+        compute: F32,
+        n: usize::MAX / 2,
+        dst: (DevicePtr(1 << 40), F32),
+        lhs: (DevicePtr(1 << 40), F32),
+        rhs: (DevicePtr(1 << 40), F32),
+    };
+    assert!(b.d.launch_dense_binary(b.s, &overflowing).is_err(), "an extent that overflows is refused");
 }
 
 #[test]

@@ -16,7 +16,7 @@
 use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD, PARTIAL_BYTES, THREADS};
 use super::module_cache::{Func, FxMap, Kernels};
 use super::{driver_error, lock, Device, RawStream, DRIVER};
-use crate::driver::kernel::{BufferView, KernelOp};
+use crate::driver::kernel::{BufferView, DenseBinary, KernelOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use cudarc::driver::result as cu;
@@ -285,6 +285,18 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
     }
 }
 
+/// Runs a dense binary op (already validated) on the stream of `dev`, whose context is current:
+/// the fast kernel at once, with no views to classify.
+pub(super) fn dense_binary(dev: &Device, stream: RawStream, stream_id: u64, op: &DenseBinary) -> Result<()> {
+    if op.n == 0 {
+        return Ok(());
+    }
+    let c = Ctx { ops: &dev.ops, info: dev.ops.info(dev.cu)?, stream: stream.0, stream_id };
+    let p = EwFast { out: op.dst.0 .0, ins: [op.lhs.0 .0, op.rhs.0 .0, 0], n: op.n as u64, value: 0, vec: 0, pad: 0 };
+    let dtypes = [op.lhs.1, op.rhs.1, DType::Bool];
+    ew_fast(&c, EwOp::Binary(op.op, op.compute), op.dst.1, dtypes, 2, 0, p)
+}
+
 /// The common case of an elementwise op, told without collapsing dimensions: with a contiguous
 /// output, and inputs that are contiguous too (same shape, validated) or one broadcast element
 /// (every stride 0), the fast kernel's mask (bit `k`: input `k` is broadcast); `None` otherwise.
@@ -320,50 +332,81 @@ fn collapsed_mask<const K: usize>(d: &Dims<K>, ins: usize) -> (bool, u8) {
     (dense, mask)
 }
 
-/// Queues an elementwise kernel writing `dst` from `ins` (at most 3).
-pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
+/// The dtypes an elementwise kernel is built for and the address of each input's first element:
+/// `(output dtype, input dtypes, input addresses)` (raw types for fills and copies).
+#[inline]
+fn ew_operands(op: EwOp, dst: &BufferView, ins: &[&BufferView]) -> (DType, [DType; 3], [u64; 3]) {
     let raw = matches!(op, EwOp::Fill | EwOp::Copy);
     let out_dtype = if raw { raw_dtype(dst.dtype) } else { dst.dtype };
     let mut dtypes = [DType::Bool; 3];
     let mut ptrs = [0u64; 3];
-    let mut strides: [Option<&[usize]>; 4] = [Some(&dst.strides), None, None, None];
     for (i, v) in ins.iter().enumerate() {
         dtypes[i] = if raw { out_dtype } else { v.dtype };
         ptrs[i] = addr(v);
+    }
+    (out_dtype, dtypes, ptrs)
+}
+
+/// Queues an elementwise kernel writing `dst` from `ins` (at most 3).
+///
+/// The common case (a dense output whose inputs are dense or one broadcast element, told
+/// without collapsing dimensions) takes a short path; everything else is out of line.
+#[inline]
+pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
+    match contiguous_mask(dst, ins) {
+        Some(mask) if mask < fast_masks(op) => {
+            let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
+            let p = EwFast { out: addr(dst), ins: ptrs, n: dst.numel() as u64, value, vec: 0, pad: 0 };
+            ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p)
+        }
+        _ => elementwise_strided(c, op, dst, ins, value),
+    }
+}
+
+/// Queues the fast kernel of `op` over `p` (its `vec` set here), `mask` of the `nin` inputs
+/// being one broadcast element.
+fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, mask: u8, mut p: EwFast) -> Result<()> {
+    // Vectors are 16 bytes: a power of two of elements, so a vector of a dtype is a power of
+    // two of bytes (alignment by mask, no division).
+    let vec = ew_vec(op, out_dtype, dtypes) as u64;
+    let fits = |a: u64, d: DType| a & (d.size() as u64 * vec - 1) == 0;
+    let mut aligned = vec > 1 && fits(p.out, out_dtype);
+    for (k, (&a, &d)) in p.ins.iter().zip(&dtypes).enumerate().take(nin) {
+        if mask & (1 << k) == 0 {
+            aligned &= fits(a, d);
+        }
+    }
+    p.vec = aligned as i32;
+    let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
+    let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
+    let mut work = if aligned { p.n.div_ceil(vec) } else { p.n };
+    let per_thread = EW_VECTORS.load(Ordering::Relaxed) as u64;
+    if aligned && per_thread > 1 {
+        work = work.div_ceil(per_thread);
+    }
+    let grid = c.grid(f, work);
+    c.run(f, grid, &mut p)
+}
+
+/// [`elementwise`] for every layout the short path does not take: the dimensions collapsed,
+/// then the fast kernel when they make one dense run, the strided kernel otherwise.
+#[inline(never)]
+fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
+    let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
+    let mut strides: [Option<&[usize]>; 4] = [Some(&dst.strides), None, None, None];
+    for (i, v) in ins.iter().enumerate() {
         strides[i + 1] = Some(&v.strides);
     }
-    let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     let n = dst.numel() as u64;
-    let mut p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
-    let collapsed = || {
-        collapse(&dst.shape, strides, |_| true)
-            .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))
-    };
-    let (dense, mask, dims) = match contiguous_mask(dst, ins) {
-        Some(mask) => (true, mask, None),
-        None => {
-            let d = collapsed()?;
-            let (dense, mask) = collapsed_mask(&d, ins.len());
-            (dense, mask, Some(d))
-        }
-    };
+    let p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
+    let dims = collapse(&dst.shape, strides, |_| true)
+        .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
+    let (dense, mask) = collapsed_mask(&dims, ins.len());
     if dense && mask < fast_masks(op) {
-        let vec = ew_vec(op, out_dtype, dtypes) as u64;
-        let dense = std::iter::once((p.out, out_dtype))
-            .chain((0..ins.len()).filter(|k| mask & (1 << k) == 0).map(|k| (ptrs[k], dtypes[k])));
-        let aligned = vec > 1 && dense.into_iter().all(|(a, d)| a % (d.size() as u64 * vec) == 0);
-        p.vec = aligned as i32;
-        let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
-        let per_thread = EW_VECTORS.load(Ordering::Relaxed) as u64;
-        let grid = c.grid(f, if aligned { n.div_ceil(vec).div_ceil(per_thread) } else { n });
-        return c.run(f, grid, &mut p);
+        return ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p);
     }
-    let dims = match dims {
-        Some(d) => d,
-        None => collapsed()?,
-    };
+    let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
-    s.b.vec = 0;
     let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
     let grid = c.grid(f, n);
     c.run(f, grid, &mut s)

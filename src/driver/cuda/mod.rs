@@ -673,6 +673,13 @@ impl Driver for CudaDriver {
         launch::launch(dev, s.raw, stream.0, op)
     }
 
+    fn launch_dense_binary(&self, stream: StreamId, op: &super::kernel::DenseBinary) -> Result<()> {
+        op.validate()?;
+        let s = self.stream(stream, "launch")?;
+        let dev = self.enter(s.device)?;
+        launch::dense_binary(dev, s.raw, stream.0, op)
+    }
+
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
         let s = self.stream(stream, "delay")?;
         if lock(&self.device(s.device)?.spin).is_none() {

@@ -2,10 +2,12 @@
 //! unary functions, and `where_`.
 
 use super::operand::{result_type, Operand};
-use crate::driver::kernel::{BinaryOp, KernelOp, UnaryOp};
+use crate::driver::kernel::{BinaryOp, DenseBinary, KernelOp, UnaryOp};
+use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::exec::Exec;
+use crate::runtime::{current_stream, rt, Stream};
+use crate::tensor::exec::{Exec, Place};
 use crate::tensor::layout::broadcast_shapes_cow;
 use crate::tensor::Tensor;
 use std::borrow::Cow;
@@ -44,6 +46,55 @@ fn exec_for(name: &'static str, t: &Tensor, other: Operand<'_>) -> Result<Exec> 
 
 impl Tensor {
     fn binary(&self, op: BinaryOp, other: Operand<'_>) -> Result<Tensor> {
+        if let Operand::Tensor(o) = other {
+            if o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place() {
+                return self.binary_same(op, o);
+            }
+        }
+        self.binary_general(op, other)
+    }
+
+    /// The common case of [`binary`](Self::binary): a tensor of the same dtype and shape on the
+    /// same device. Nothing promotes or broadcasts and both operands are where the op runs, so the
+    /// general path's answers are known: the dtype is `self`'s, the shape too, and no operand moves.
+    fn binary_same(&self, op: BinaryOp, o: &Tensor) -> Result<Tensor> {
+        let (compute, out_dtype) = binary_dtypes(op, self.dtype())?;
+        if let Some(d) = self.dense_with(o) {
+            let stream = current_stream(Some(d))?;
+            let out = Tensor::empty_on(self.shape(), out_dtype, d, &stream)?;
+            self.launch_dense(&stream, op, compute, &out, o)?;
+            return Ok(out);
+        }
+        let exec = Exec::on(self.place());
+        let out = exec.empty(self.shape(), out_dtype)?;
+        let k = KernelOp::Binary { op, lhs: self.buffer_view(), rhs: o.buffer_view(), dst: out.buffer_view(), compute };
+        exec.run(&k, &[self, o, &out])?;
+        Ok(out)
+    }
+
+    /// The CUDA device of `self` and `o` when both are one dense run there (same dtype and
+    /// shape, checked by the caller): the driver's short path takes them, no views.
+    fn dense_with(&self, o: &Tensor) -> Option<usize> {
+        match self.place() {
+            Place::Cuda(d) if self.is_contiguous() && o.is_contiguous() => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Queues `dst = self op o` over dense operands of one CUDA device on its current `stream`.
+    fn launch_dense(&self, stream: &Stream, op: BinaryOp, compute: DType, dst: &Tensor, o: &Tensor) -> Result<()> {
+        let k = DenseBinary {
+            op,
+            compute,
+            n: self.numel(),
+            dst: (DevicePtr(dst.data_ptr()), dst.dtype()),
+            lhs: (DevicePtr(self.data_ptr()), self.dtype()),
+            rhs: (DevicePtr(o.data_ptr()), o.dtype()),
+        };
+        rt()?.driver.launch_dense_binary(stream.driver_id(), &k)
+    }
+
+    fn binary_general(&self, op: BinaryOp, other: Operand<'_>) -> Result<Tensor> {
         let name = op.name();
         let common = result_type(&[Operand::Tensor(self), other]);
         let (compute, out_dtype) = binary_dtypes(op, common)?;
@@ -68,6 +119,13 @@ impl Tensor {
         let (compute, out_dtype) = binary_dtypes(op, common)?;
         if !DType::can_cast(out_dtype, self.dtype()) {
             return Err(Error::CannotCast { op: name, from: out_dtype, to: self.dtype() });
+        }
+        if let Operand::Tensor(o) = other {
+            if o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place() {
+                if let Some(d) = self.dense_with(o) {
+                    return self.launch_dense(&current_stream(Some(d))?, op, compute, self, o);
+                }
+            }
         }
         if *broadcast_shapes_cow(name, self.shape(), other.shape())? != *self.shape() {
             return Err(Error::ShapeMismatch { op: name, lhs: other.shape().to_vec(), rhs: self.shape().to_vec() });

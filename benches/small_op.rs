@@ -19,6 +19,10 @@
 //!   leaves them (X alone runs hot): X = `empty_tensor`, `validate` (`KernelOp::validate`),
 //!   `current_stream`, `ctx_get_current` (`cuCtxGetCurrent`).
 //!
+//! Then, paired: `tensor_add` and `tensor_add_inplace` as the median of 101 rounds' ratios to a
+//! bare launch timed right beside them (a batch of each per round, ABBA order), which is steadier
+//! than the ratio of two medians taken apart.
+//!
 //! `small_op loop SECONDS` runs `x.add(&y)` for that long, `small_op empty N` makes and drops N small
 //! tensors, `small_op add N` runs N adds, `small_op bare N` N bare launches (for profilers). Needs
 //! `CUDASEM_DRIVER=cuda` for the kernel figures; on the sim driver only the tensor figures run.
@@ -257,5 +261,47 @@ fn main() -> Result<()> {
             }
         }
     }
+    if let Some(k) = &kernels {
+        // Paired: each round times a batch of bare launches and a batch of ops back to back
+        // (in ABBA order, so drift cancels), and the figure is the median of the rounds' ratios.
+        let bare = || k.launch(k.empty, std::ptr::null_mut());
+        for (name, op) in [
+            ("tensor_add", &mut (|| x.add(&y).map(drop)) as &mut dyn FnMut() -> Result<()>),
+            ("tensor_add_inplace", &mut || z.add_(&y)),
+        ] {
+            let mut ratios = Vec::with_capacity(PAIRED_ROUNDS);
+            for round in 0..PAIRED_ROUNDS {
+                let (b, o) = if round % 2 == 0 {
+                    let b = batch_us(bare)?;
+                    (b, batch_us(&mut *op)?)
+                } else {
+                    let o = batch_us(&mut *op)?;
+                    (batch_us(bare)?, o)
+                };
+                ratios.push(o / b);
+            }
+            ratios.sort_by(f64::total_cmp);
+            let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f).round() as usize];
+            println!(
+                "paired {name:<21} {:>8.3} x empty_kernel (median of {PAIRED_ROUNDS} rounds; quartiles {:.3}-{:.3})",
+                q(0.5),
+                q(0.25),
+                q(0.75)
+            );
+        }
+    }
     Ok(())
+}
+
+/// Rounds of the paired figures.
+const PAIRED_ROUNDS: usize = 101;
+
+/// Host µs per call of [`HOST_OPS`] calls of `f`, after a synchronize.
+fn batch_us(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    cuda::synchronize(None)?;
+    let t = Instant::now();
+    for _ in 0..HOST_OPS {
+        f()?;
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e6 / HOST_OPS as f64)
 }

@@ -409,3 +409,48 @@ fn operators_return_results() -> Result<()> {
     }
     Ok(())
 }
+
+/// An in-place op whose input partly overlaps what it writes (a shifted view of the same storage,
+/// a broadcast row of it) computes as if the input were copied first — on every device, so that a
+/// GPU writing in parallel never reads elements it already overwrote. The same view as input and
+/// output (`x.add_(&x)`) is elementwise and needs no copy.
+#[test]
+fn in_place_ops_read_partly_overlapping_inputs_as_they_were() -> Result<()> {
+    // Enough elements for hundreds of blocks on a GPU (a warp or block boundary every 32 or 256).
+    let n = (1 << 16) + 3;
+    for device in devices() {
+        let what = format!("{device:?}");
+        // Writing behind the read (each element takes its left neighbour's old value) and ahead of it.
+        for (dst_start, src_start) in [(1, 0), (0, 1)] {
+            let x = Tensor::rand(&[n], DType::F32, device)?;
+            let old: Vec<f32> = x.to_vec()?;
+            let (dst, src) = (x.narrow(0, dst_start, n - 1)?, x.narrow(0, src_start, n - 1)?);
+            dst.add_(&src)?;
+            let mut want = old.clone();
+            for i in 0..n - 1 {
+                want[i + dst_start] = old[i + dst_start] + old[i + src_start];
+            }
+            assert!(x.to_vec::<f32>()? == want, "{what}: add_ from a view shifted by {src_start} - {dst_start}");
+
+            let y = Tensor::rand(&[n], DType::F32, device)?;
+            let old: Vec<f32> = y.to_vec()?;
+            y.narrow(0, dst_start, n - 1)?.copy_(&y.narrow(0, src_start, n - 1)?, false)?;
+            let mut want = old.clone();
+            want[dst_start..dst_start + n - 1].copy_from_slice(&old[src_start..src_start + n - 1]);
+            assert!(y.to_vec::<f32>()? == want, "{what}: copy_ from a view shifted by {src_start} - {dst_start}");
+        }
+        // A row broadcast over the matrix it belongs to: every row adds row 0 as it was.
+        let (r, c) = (256, 256);
+        let z = Tensor::rand(&[r, c], DType::F32, device)?;
+        let old: Vec<f32> = z.to_vec()?;
+        z.add_(&z.narrow(0, 0, 1)?)?;
+        let want: Vec<f32> = (0..r * c).map(|k| old[k] + old[k % c]).collect();
+        assert!(z.to_vec::<f32>()? == want, "{what}: add_ of its own broadcast first row");
+        // The same view in and out: no copy, and the plain elementwise result.
+        let w = Tensor::rand(&[n], DType::F32, device)?;
+        let old: Vec<f32> = w.to_vec()?;
+        w.add_(&w)?;
+        assert!(w.to_vec::<f32>()? == old.iter().map(|v| v + v).collect::<Vec<_>>(), "{what}: x.add_(&x)");
+    }
+    Ok(())
+}

@@ -97,7 +97,7 @@ impl Tensor {
             return Ok(());
         }
         match (src.place(), self.place()) {
-            (a, b) if a == b => self.copy_local(&src),
+            (a, b) if a == b => self.copy_local(&*self.unaliased(&src)?),
             (Place::Cpu, Place::Cuda(d)) if non_blocking && src.is_pinned() => self.copy_from_pinned(&src, d),
             (Place::Cpu, Place::Cuda(_)) => self.copy_from_host(&src),
             (Place::Cuda(d), Place::Cpu) if non_blocking && self.is_pinned() => self.copy_into_pinned(&src, d),

@@ -81,6 +81,31 @@ impl Tensor {
         })
     }
 
+    /// Whether `input` shares memory with `self` (a tensor an op writes) other than element for
+    /// element: the same storage, not the same view, and byte ranges that meet. A device writing
+    /// `self` in parallel could then read elements of `input` it already overwrote.
+    pub(crate) fn partly_overlaps(&self, input: &Tensor) -> bool {
+        if !Arc::ptr_eq(&self.storage, &input.storage) || (self.layout == input.layout && self.dtype == input.dtype) {
+            return false;
+        }
+        match (self.buffer_view().byte_span(), input.buffer_view().byte_span()) {
+            (Some((a, la)), Some((b, lb))) => a.0 < b.0 + lb as u64 && b.0 < a.0 + la as u64,
+            _ => false,
+        }
+    }
+
+    /// `input` as an op writing `self` on a device should read it: a dense copy when the two
+    /// partly overlap (so the op computes as if its input were copied first, as the CPU kernels
+    /// do), else `input` itself.
+    pub(crate) fn unaliased<'t>(&self, input: &'t Tensor) -> Result<Cow<'t, Tensor>> {
+        if self.place() == Place::Cpu || !self.partly_overlaps(input) {
+            return Ok(Cow::Borrowed(input));
+        }
+        let copy = Tensor::empty_at(input.shape(), input.dtype, input.place())?;
+        copy.copy_local(input)?;
+        Ok(Cow::Owned(copy))
+    }
+
     /// Refuses a write into a tensor whose elements share addresses (an expanded view).
     pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
         if self.layout.has_internal_overlap() {

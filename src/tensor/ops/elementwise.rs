@@ -120,6 +120,12 @@ impl Tensor {
         if !DType::can_cast(out_dtype, self.dtype()) {
             return Err(Error::CannotCast { op: name, from: out_dtype, to: self.dtype() });
         }
+        // An input sharing memory with `self` other than element for element is read as it was.
+        let other_copy = match other {
+            Operand::Tensor(o) => Some(self.unaliased(o)?),
+            Operand::Scalar(_) => None,
+        };
+        let other = other_copy.as_deref().map_or(other, Operand::Tensor);
         if let Operand::Tensor(o) = other {
             if o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place() {
                 if let Some(d) = self.dense_with(o) {

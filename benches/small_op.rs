@@ -14,6 +14,7 @@
 //! * `tensor_add`: `x.add(&y)` (allocates its output from the caching allocator);
 //! * `tensor_add_pool_stream`: the same under a `StreamGuard` of a pool stream;
 //! * `tensor_add_inplace`: `z.add_(&y)` (no allocation);
+//! * `tensor_add_scalar`: `x.add(2.0)` (the number travels with the launch);
 //! * `empty_tensor`: `Tensor::empty(&[16])` create + drop (no launch);
 //! * `launch+X`: the bare launch followed by X, so that X runs with the caches as a launch
 //!   leaves them (X alone runs hot): X = `empty_tensor`, `validate` (`KernelOp::validate`),
@@ -211,6 +212,7 @@ fn main() -> Result<()> {
         "tensor_add",
         "tensor_add_pool_stream",
         "tensor_add_inplace",
+        "tensor_add_scalar",
         "empty_tensor",
         "launch+empty_tensor",
         "launch+validate",
@@ -238,13 +240,14 @@ fn main() -> Result<()> {
             pool.synchronize()?;
         }
         samples[9].push(host_us(|| z.add_(&y))?);
-        samples[10].push(host_us(|| Tensor::empty(&[16], DType::F32, "cuda").map(drop))?);
+        samples[10].push(host_us(|| x.add(2.0).map(drop))?);
+        samples[11].push(host_us(|| Tensor::empty(&[16], DType::F32, "cuda").map(drop))?);
         if let Some(k) = &kernels {
             let bare = |k: &Kernels| k.launch(k.empty, std::ptr::null_mut());
-            samples[11].push(host_us(|| bare(k).and_then(|_| Tensor::empty(&[16], DType::F32, "cuda").map(drop)))?);
-            samples[12].push(host_us(|| bare(k).and_then(|_| op.validate()))?);
-            samples[13].push(host_us(|| bare(k).and_then(|_| cuda::current_stream(None).map(drop)))?);
-            samples[14].push(host_us(|| {
+            samples[12].push(host_us(|| bare(k).and_then(|_| Tensor::empty(&[16], DType::F32, "cuda").map(drop)))?);
+            samples[13].push(host_us(|| bare(k).and_then(|_| op.validate()))?);
+            samples[14].push(host_us(|| bare(k).and_then(|_| cuda::current_stream(None).map(drop)))?);
+            samples[15].push(host_us(|| {
                 bare(k)?;
                 cudarc::driver::result::ctx::get_current().map(drop).map_err(err)
             })?);
@@ -268,6 +271,7 @@ fn main() -> Result<()> {
         for (name, op) in [
             ("tensor_add", &mut (|| x.add(&y).map(drop)) as &mut dyn FnMut() -> Result<()>),
             ("tensor_add_inplace", &mut || z.add_(&y)),
+            ("tensor_add_scalar", &mut || x.add(2.0).map(drop)),
         ] {
             let mut ratios = Vec::with_capacity(PAIRED_ROUNDS);
             for round in 0..PAIRED_ROUNDS {

@@ -312,6 +312,23 @@ pub enum KernelOp {
         /// The dtype both operands are converted to before `op`.
         compute: DType,
     },
+    /// `dst = op(lhs, value)`: [`KernelOp::Binary`] whose second operand is a number (PyTorch's
+    /// wrapped scalar), given with the launch rather than read from memory — no device tensor, no
+    /// fill before the op.
+    BinaryScalar {
+        /// The function.
+        op: BinaryOp,
+        /// First operand (broadcast to `dst.shape`).
+        lhs: BufferView,
+        /// The second operand.
+        value: Scalar,
+        /// The dtype `value` is converted to first (as a 0-dim tensor of it would hold it).
+        rhs_dtype: DType,
+        /// Output.
+        dst: BufferView,
+        /// The dtype both operands are converted to before `op`.
+        compute: DType,
+    },
     /// `dst = cond ? a : b`, with `a` and `b` converted to `dst.dtype`; `cond` is bool.
     Where {
         /// Condition (bool).
@@ -392,6 +409,7 @@ impl KernelOp {
             KernelOp::CopyStrided { .. } => "copy_strided".into(),
             KernelOp::Unary { op, .. } => format!("unary {}", op.name()),
             KernelOp::Binary { op, .. } => format!("binary {}", op.name()),
+            KernelOp::BinaryScalar { op, .. } => format!("binary {} with a number", op.name()),
             KernelOp::Where { .. } => "where".into(),
             KernelOp::Reduce { op, .. } => format!("reduce {}", op.name()),
             KernelOp::Softmax { log: false, .. } => "softmax".into(),
@@ -408,7 +426,8 @@ impl KernelOp {
             | KernelOp::CopyStrided { src, .. }
             | KernelOp::Unary { src, .. }
             | KernelOp::Reduce { src, .. }
-            | KernelOp::Softmax { src, .. } => vec![src],
+            | KernelOp::Softmax { src, .. }
+            | KernelOp::BinaryScalar { lhs: src, .. } => vec![src],
             KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => vec![lhs, rhs],
             KernelOp::Where { cond, a, b, .. } => vec![cond, a, b],
         }
@@ -424,7 +443,8 @@ impl KernelOp {
             | KernelOp::CopyStrided { src, .. }
             | KernelOp::Unary { src, .. }
             | KernelOp::Reduce { src, .. }
-            | KernelOp::Softmax { src, .. } => [Some(src), dst, None, None],
+            | KernelOp::Softmax { src, .. }
+            | KernelOp::BinaryScalar { lhs: src, .. } => [Some(src), dst, None, None],
             KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => [Some(lhs), Some(rhs), dst, None],
             KernelOp::Where { cond, a, b, .. } => [Some(cond), Some(a), Some(b), dst],
         }
@@ -438,6 +458,7 @@ impl KernelOp {
             | KernelOp::CopyStrided { dst, .. }
             | KernelOp::Unary { dst, .. }
             | KernelOp::Binary { dst, .. }
+            | KernelOp::BinaryScalar { dst, .. }
             | KernelOp::Where { dst, .. }
             | KernelOp::Reduce { dst, .. }
             | KernelOp::Softmax { dst, .. }
@@ -471,6 +492,7 @@ impl KernelOp {
                 same_shape("lhs", lhs, dst)?;
                 same_shape("rhs", rhs, dst)
             }
+            KernelOp::BinaryScalar { lhs, .. } => same_shape("lhs", lhs, dst),
             KernelOp::Where { cond, a, b, .. } => {
                 same_shape("cond", cond, dst)?;
                 same_shape("a", a, dst)?;

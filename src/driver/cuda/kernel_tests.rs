@@ -368,6 +368,35 @@ fn dense_binary_ops_take_the_short_path_and_agree_with_the_cpu() {
     assert!(b.d.launch_dense_binary(b.s, &overflowing).is_err(), "an extent that overflows is refused");
 }
 
+/// A binary op with a number as its second operand (the number in the launch's parameters) agrees
+/// with the CPU for every dtype, over the fast path (dense, one element, 0-dim) and the strided
+/// path (a transposed operand).
+#[test]
+fn binary_ops_with_a_number_for_every_dtype_and_path() {
+    let Some(mut b) = Bench::new() else { return };
+    use DType::*;
+    for d in DType::ALL {
+        for (value, rhs_dtype) in [(Scalar::Float(-2.5), d), (Scalar::Int(3), F64)] {
+            for op in [BinaryOp::Add, BinaryOp::Maximum, BinaryOp::Lt] {
+                let compute = if rhs_dtype == F64 && d != F64 { F64 } else { d };
+                let out = if op == BinaryOp::Lt { Bool } else { compute };
+                let t = b.dense(d, &[37, 129]);
+                let transposed = Bench::view(t.ptr, d, &[129, 37], &[1, 129], 0);
+                for (lhs, shape) in [
+                    (b.dense(d, &[1000]), vec![1000]),
+                    (b.dense(d, &[1]), vec![1]),
+                    (b.dense(d, &[]), vec![]),
+                    (transposed, vec![129, 37]),
+                ] {
+                    let dst = b.dense(out, &shape);
+                    let k = KernelOp::BinaryScalar { op, lhs, value, rhs_dtype, dst, compute };
+                    b.check(&k, tol(compute));
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn casts_fills_and_where_for_every_dtype() {
     let Some(mut b) = Bench::new() else { return };

@@ -265,18 +265,25 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
     }
     let c = Ctx { ops: &dev.ops, info: dev.ops.info(dev.cu)?, stream: stream.0, stream_id };
     match op {
-        KernelOp::Fill { dst, value } => {
-            let mut bits = [0u8; 8];
-            let bytes = crate::driver::cpu::scalar_bytes(*value, dst.dtype);
-            bits[..bytes.len()].copy_from_slice(&bytes);
-            elementwise(&c, EwOp::Fill, dst, &[], u64::from_ne_bytes(bits))
-        }
+        KernelOp::Fill { dst, value } => elementwise(&c, EwOp::Fill, dst, &[], scalar_bits(*value, dst.dtype)),
         KernelOp::Cast { src, dst } if src.dtype == dst.dtype => elementwise(&c, EwOp::Copy, dst, &[src], 0),
         KernelOp::Cast { src, dst } => elementwise(&c, EwOp::Cast, dst, &[src], 0),
         KernelOp::CopyStrided { src, dst } => elementwise(&c, EwOp::Copy, dst, &[src], 0),
         KernelOp::Unary { op, src, dst } => elementwise(&c, EwOp::Unary(*op), dst, &[src], 0),
         KernelOp::Binary { op, lhs, rhs, dst, compute } => {
             elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, rhs], 0)
+        }
+        KernelOp::BinaryScalar { op, lhs, value, rhs_dtype, dst, compute } => {
+            // The number travels in the parameters' `value` (its bits as `rhs_dtype`); the kernels
+            // read an input whose address is 0 from there.
+            let imm = BufferView {
+                ptr: crate::driver::DevicePtr(0),
+                dtype: *rhs_dtype,
+                shape: dst.shape.clone(),
+                strides: crate::driver::dims::Dims::from_elem(0, dst.shape.len()),
+                offset: 0,
+            };
+            elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, &imm], scalar_bits(*value, *rhs_dtype))
         }
         KernelOp::Where { cond, a, b, dst } => elementwise(&c, EwOp::Where, dst, &[cond, a, b], 0),
         KernelOp::Reduce { op, src, dst, dims } => super::reduce::reduce(&c, *op, src, dst, dims),
@@ -295,6 +302,21 @@ pub(super) fn dense_binary(dev: &Device, stream: RawStream, stream_id: u64, op: 
     let p = EwFast { out: op.dst.0 .0, ins: [op.lhs.0 .0, op.rhs.0 .0, 0], n: op.n as u64, value: 0, vec: 0, pad: 0 };
     let dtypes = [op.lhs.1, op.rhs.1, DType::Bool];
     ew_fast(&c, EwOp::Binary(op.op, op.compute), op.dst.1, dtypes, 2, 0, p)
+}
+
+/// `value` as one element of `dtype`, in the low bytes of a kernel parameter.
+fn scalar_bits(value: crate::scalar::Scalar, dtype: DType) -> u64 {
+    let mut bits = [0u8; 8];
+    let bytes = crate::driver::cpu::scalar_bytes(value, dtype);
+    bits[..bytes.len()].copy_from_slice(&bytes);
+    u64::from_ne_bytes(bits)
+}
+
+/// Bit `k` set for each input given by value (address 0: a number in the parameters), which the
+/// kernels must treat as one broadcast element whatever its view says.
+#[inline]
+fn immediates(ins: &[&BufferView]) -> u8 {
+    ins.iter().enumerate().filter(|(_, v)| v.ptr.0 == 0).fold(0, |m, (k, _)| m | 1 << k)
 }
 
 /// The common case of an elementwise op, told without collapsing dimensions: with a contiguous
@@ -353,7 +375,7 @@ fn ew_operands(op: EwOp, dst: &BufferView, ins: &[&BufferView]) -> (DType, [DTyp
 /// without collapsing dimensions) takes a short path; everything else is out of line.
 #[inline]
 pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
-    match contiguous_mask(dst, ins) {
+    match contiguous_mask(dst, ins).map(|m| m | immediates(ins)) {
         Some(mask) if mask < fast_masks(op) => {
             let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
             let p = EwFast { out: addr(dst), ins: ptrs, n: dst.numel() as u64, value, vec: 0, pad: 0 };
@@ -402,6 +424,7 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
     let dims = collapse(&dst.shape, strides, |_| true)
         .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
     let (dense, mask) = collapsed_mask(&dims, ins.len());
+    let mask = mask | immediates(ins);
     if dense && mask < fast_masks(op) {
         return ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p);
     }

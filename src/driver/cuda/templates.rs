@@ -46,6 +46,12 @@ template <> struct RawT<2> { typedef u16 T; };
 template <> struct RawT<4> { typedef u32 T; };
 template <> struct RawT<8> { typedef uint2 T; };
 template <> struct RawT<16> { typedef uint4 T; };
+/* A number given with the launch: its bits as T in the low bytes of a 64-bit parameter. */
+template <typename T> __device__ __forceinline__ T imm(u64 bits) {
+    union { u64 b; T t; } u;
+    u.b = bits;
+    return u.t;
+}
 template <typename T, int V> struct Pack { T v[V]; };
 template <typename T, int V> __device__ __forceinline__ Pack<T, V> ldv(const T* p) {
     typedef typename RawT<sizeof(T) * V>::T R;
@@ -97,7 +103,7 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
     T1 sb = T1();
     T2 sc = T2();
     if (NIN > 0 && (MASK & 1)) sa = a[0];
-    if (NIN > 1 && (MASK & 2)) sb = b[0];
+    if (NIN > 1 && (MASK & 2)) sb = b ? b[0] : imm<T1>(p.value);
     if (NIN > 2 && (MASK & 4)) sc = c[0];
     u64 start = 0;
     if (VEC > 1 && p.vec) {
@@ -166,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(256) ew_s(const __grid_constant__ E
             }
         }
         const T0 x0 = NIN > 0 ? ((const T0*)p.b.in0)[o1] : T0();
-        const T1 x1 = NIN > 1 ? ((const T1*)p.b.in1)[o2] : T1();
+        const T1 x1 = NIN > 1 ? (p.b.in1 ? ((const T1*)p.b.in1)[o2] : imm<T1>(p.b.value)) : T1();
         const T2 x2 = NIN > 2 ? ((const T2*)p.b.in2)[o3] : T2();
         ((TO*)p.b.out)[o0] = apply(x0, x1, x2, p.b.value);
     }

@@ -100,15 +100,18 @@ impl Tensor {
         let (compute, out_dtype) = binary_dtypes(op, common)?;
         let shape = broadcast_shapes_cow(name, self.shape(), other.shape())?;
         let exec = exec_for(name, self, other)?;
-        let (a, b) = (exec.admit(self)?, materialize(&exec, other, common)?);
+        let a = exec.admit(self)?;
         let out = exec.empty(&shape, out_dtype)?;
-        let k = KernelOp::Binary {
-            op,
-            lhs: a.broadcast_view(name, &shape)?,
-            rhs: b.broadcast_view(name, &shape)?,
-            dst: out.buffer_view(),
-            compute,
-        };
+        let lhs = a.broadcast_view(name, &shape)?;
+        let dst = out.buffer_view();
+        if let Operand::Scalar(value) = other {
+            // The number goes with the launch: no 0-dim tensor to make and fill first.
+            let k = KernelOp::BinaryScalar { op, lhs, value, rhs_dtype: common, dst, compute };
+            exec.run(&k, &[&a, &out])?;
+            return Ok(out);
+        }
+        let b = materialize(&exec, other, common)?;
+        let k = KernelOp::Binary { op, lhs, rhs: b.broadcast_view(name, &shape)?, dst, compute };
         exec.run(&k, &[&a, &b, &out])?;
         Ok(out)
     }
@@ -140,6 +143,10 @@ impl Tensor {
         if exec.place != self.place() {
             // Only possible for a 0-dim CPU `self` and a device operand: the output cannot move.
             return Err(Error::DeviceMismatch { op: name, lhs: self.device(), rhs: exec.place.device() });
+        }
+        if let Operand::Scalar(value) = other {
+            let (lhs, dst) = (self.buffer_view(), self.buffer_view());
+            return exec.run(&KernelOp::BinaryScalar { op, lhs, value, rhs_dtype: common, dst, compute }, &[self]);
         }
         let b = materialize(&exec, other, common)?;
         let k = KernelOp::Binary {

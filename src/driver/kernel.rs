@@ -212,11 +212,12 @@ impl ReduceOp {
     }
 }
 
-/// A binary elementwise op over dense operands: `n` contiguous elements at each address. The
-/// short form of the [`KernelOp::Binary`] that [`to_kernel_op`](Self::to_kernel_op) makes (every
-/// view one run of `n`), for the most common small op: drivers may launch it without building,
+/// A binary elementwise op over dense operands: `n` contiguous elements at each address (or a
+/// number as the right operand). The short form of the [`KernelOp::Binary`] (or
+/// [`KernelOp::BinaryScalar`]) that [`to_kernel_op`](Self::to_kernel_op) makes (every view one run
+/// of `n`), for the most common small ops: drivers may launch it without building,
 /// validating or classifying views ([`Driver::launch_dense_binary`](super::Driver::launch_dense_binary)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DenseBinary {
     /// The function.
     pub op: BinaryOp,
@@ -230,6 +231,9 @@ pub struct DenseBinary {
     pub lhs: (DevicePtr, DType),
     /// Right input: the address of its first element, and its dtype.
     pub rhs: (DevicePtr, DType),
+    /// When set, the right input is this number converted to `rhs.1` (the address is unused): the
+    /// short form of [`KernelOp::BinaryScalar`].
+    pub rhs_value: Option<Scalar>,
 }
 
 impl DenseBinary {
@@ -242,12 +246,10 @@ impl DenseBinary {
             strides: Dims::from(&[1][..]),
             offset: 0,
         };
-        KernelOp::Binary {
-            op: self.op,
-            lhs: view(self.lhs),
-            rhs: view(self.rhs),
-            dst: view(self.dst),
-            compute: self.compute,
+        let (op, compute, lhs, dst) = (self.op, self.compute, view(self.lhs), view(self.dst));
+        match self.rhs_value {
+            Some(value) => KernelOp::BinaryScalar { op, lhs, value, rhs_dtype: self.rhs.1, dst, compute },
+            None => KernelOp::Binary { op, lhs, rhs: view(self.rhs), dst, compute },
         }
     }
 
@@ -258,8 +260,12 @@ impl DenseBinary {
         let fits = |(ptr, dtype): (DevicePtr, DType)| {
             self.n.checked_mul(dtype.size()).is_some_and(|b| ptr.0.checked_add(b as u64).is_some())
         };
-        if self.n > 0 && !(fits(self.dst) && fits(self.lhs) && fits(self.rhs)) {
+        if self.n > 0 && !(fits(self.dst) && fits(self.lhs) && (self.rhs_value.is_some() || fits(self.rhs))) {
             return Err(bad(format!("the extent of a dense binary op over {} elements overflows", self.n)));
+        }
+        let null = |(ptr, _): (DevicePtr, DType)| ptr.0 == 0;
+        if self.n > 0 && (null(self.dst) || null(self.lhs) || (self.rhs_value.is_none() && null(self.rhs))) {
+            return Err(bad("a dense binary op with a null address (a number operand goes in `rhs_value`)".into()));
         }
         Ok(())
     }
@@ -569,6 +575,7 @@ mod tests {
             dst: (DevicePtr(64), DType::Bool),
             lhs: (DevicePtr(128), DType::F32),
             rhs: (DevicePtr(256), DType::F64),
+            rhs_value: None,
         };
         let KernelOp::Binary { op, lhs, rhs, dst, compute } = d.to_kernel_op() else { panic!("a binary op") };
         assert_eq!((op, compute), (BinaryOp::Lt, DType::F64));
@@ -583,6 +590,14 @@ mod tests {
         assert!(huge.validate().is_err(), "8-byte elements overflow the address space");
         assert!(huge.to_kernel_op().validate().is_err(), "as the views do");
         assert!(DenseBinary { n: 0, ..huge }.validate().is_ok(), "nothing to touch");
+        let with_number = DenseBinary { rhs: (DevicePtr(0), DType::I64), rhs_value: Some(Scalar::Int(3)), ..d };
+        assert!(with_number.validate().is_ok(), "a number has no extent");
+        assert!(DenseBinary { rhs_value: None, ..with_number }.validate().is_err(), "a null right operand");
+        assert!(DenseBinary { lhs: (DevicePtr(0), DType::F32), ..d }.validate().is_err(), "a null left operand");
+        let KernelOp::BinaryScalar { lhs, value, rhs_dtype, dst, .. } = with_number.to_kernel_op() else {
+            panic!("a binary op with a number")
+        };
+        assert_eq!((lhs.ptr, value, rhs_dtype, dst.ptr), (DevicePtr(128), Scalar::Int(3), DType::I64, DevicePtr(64)));
     }
 
     #[test]

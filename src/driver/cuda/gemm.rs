@@ -138,7 +138,7 @@ pub(super) fn gemm(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     if k == 0 {
-        return elementwise(c, EwOp::Fill, dst, &[], 0); // all-zero bits are 0.0 in every float dtype
+        return elementwise(c, EwOp::Fill, dst, &[], 0, 0); // all-zero bits are 0.0 in every float dtype
     }
     let plan = |v: &BufferView, p: usize, q: usize| colmajor(p, q, v.strides[r - 2], v.strides[r - 1]);
     // Operands cuBLAS cannot read as they are go through dense copies.
@@ -148,7 +148,7 @@ pub(super) fn gemm(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView
             return Ok(v.clone());
         }
         let (t, view) = Temp::new(c, v)?;
-        elementwise(c, EwOp::Copy, &view, &[v], 0)?;
+        elementwise(c, EwOp::Copy, &view, &[v], 0, 0)?;
         temps.push(t);
         Ok(view)
     };
@@ -161,7 +161,7 @@ pub(super) fn gemm(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView
     }
     let (t, view) = Temp::new(c, dst)?;
     product(c, &a, &b, &view)?;
-    elementwise(c, EwOp::Copy, dst, &[&view], 0)?;
+    elementwise(c, EwOp::Copy, dst, &[&view], 0, 0)?;
     drop(t);
     drop(temps);
     Ok(())

@@ -351,10 +351,17 @@ fn dense_binary_ops_take_the_short_path_and_agree_with_the_cpu() {
                 dst: (DevicePtr(z.0 + shift * out.size() as u64), out),
                 lhs: (DevicePtr(x.0 + shift * lhs.size() as u64), lhs),
                 rhs: (DevicePtr(y.0 + shift * rhs.size() as u64), rhs),
+                rhs_value: None,
             };
             // Aligned (16-byte vectors), then one element in (one element at a time).
             b.check_dense(&dense(0), tol(compute));
             b.check_dense(&dense(1), tol(compute));
+            // A number as the right operand (its address unused).
+            for shift in [0, 1] {
+                let number =
+                    DenseBinary { rhs: (DevicePtr(0), rhs), rhs_value: Some(Scalar::Float(-1.25)), ..dense(shift) };
+                b.check_dense(&number, tol(compute));
+            }
         }
     }
     let overflowing = DenseBinary {
@@ -364,6 +371,7 @@ fn dense_binary_ops_take_the_short_path_and_agree_with_the_cpu() {
         dst: (DevicePtr(1 << 40), F32),
         lhs: (DevicePtr(1 << 40), F32),
         rhs: (DevicePtr(1 << 40), F32),
+        rhs_value: None,
     };
     assert!(b.d.launch_dense_binary(b.s, &overflowing).is_err(), "an extent that overflows is refused");
 }

@@ -265,13 +265,13 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
     }
     let c = Ctx { ops: &dev.ops, info: dev.ops.info(dev.cu)?, stream: stream.0, stream_id };
     match op {
-        KernelOp::Fill { dst, value } => elementwise(&c, EwOp::Fill, dst, &[], scalar_bits(*value, dst.dtype)),
-        KernelOp::Cast { src, dst } if src.dtype == dst.dtype => elementwise(&c, EwOp::Copy, dst, &[src], 0),
-        KernelOp::Cast { src, dst } => elementwise(&c, EwOp::Cast, dst, &[src], 0),
-        KernelOp::CopyStrided { src, dst } => elementwise(&c, EwOp::Copy, dst, &[src], 0),
-        KernelOp::Unary { op, src, dst } => elementwise(&c, EwOp::Unary(*op), dst, &[src], 0),
+        KernelOp::Fill { dst, value } => elementwise(&c, EwOp::Fill, dst, &[], scalar_bits(*value, dst.dtype), 0),
+        KernelOp::Cast { src, dst } if src.dtype == dst.dtype => elementwise(&c, EwOp::Copy, dst, &[src], 0, 0),
+        KernelOp::Cast { src, dst } => elementwise(&c, EwOp::Cast, dst, &[src], 0, 0),
+        KernelOp::CopyStrided { src, dst } => elementwise(&c, EwOp::Copy, dst, &[src], 0, 0),
+        KernelOp::Unary { op, src, dst } => elementwise(&c, EwOp::Unary(*op), dst, &[src], 0, 0),
         KernelOp::Binary { op, lhs, rhs, dst, compute } => {
-            elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, rhs], 0)
+            elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, rhs], 0, 0)
         }
         KernelOp::BinaryScalar { op, lhs, value, rhs_dtype, dst, compute } => {
             // The number travels in the parameters' `value` (its bits as `rhs_dtype`); the kernels
@@ -283,9 +283,9 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
                 strides: crate::driver::dims::Dims::from_elem(0, dst.shape.len()),
                 offset: 0,
             };
-            elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, &imm], scalar_bits(*value, *rhs_dtype))
+            elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, &imm], scalar_bits(*value, *rhs_dtype), 0b10)
         }
-        KernelOp::Where { cond, a, b, dst } => elementwise(&c, EwOp::Where, dst, &[cond, a, b], 0),
+        KernelOp::Where { cond, a, b, dst } => elementwise(&c, EwOp::Where, dst, &[cond, a, b], 0, 0),
         KernelOp::Reduce { op, src, dst, dims } => super::reduce::reduce(&c, *op, src, dst, dims),
         KernelOp::Softmax { src, dst, dim, log } => super::reduce::softmax(&c, src, dst, *dim, *log),
         KernelOp::Gemm { lhs, rhs, dst } => super::gemm::gemm(&c, lhs, rhs, dst),
@@ -299,9 +299,14 @@ pub(super) fn dense_binary(dev: &Device, stream: RawStream, stream_id: u64, op: 
         return Ok(());
     }
     let c = Ctx { ops: &dev.ops, info: dev.ops.info(dev.cu)?, stream: stream.0, stream_id };
-    let p = EwFast { out: op.dst.0 .0, ins: [op.lhs.0 .0, op.rhs.0 .0, 0], n: op.n as u64, value: 0, vec: 0, pad: 0 };
+    // A number goes in `value`, its input's address 0 and its mask bit set (one broadcast element).
+    let (rhs, value, mask) = match op.rhs_value {
+        Some(v) => (0, scalar_bits(v, op.rhs.1), 2),
+        None => (op.rhs.0 .0, 0, 0),
+    };
+    let p = EwFast { out: op.dst.0 .0, ins: [op.lhs.0 .0, rhs, 0], n: op.n as u64, value, vec: 0, pad: 0 };
     let dtypes = [op.lhs.1, op.rhs.1, DType::Bool];
-    ew_fast(&c, EwOp::Binary(op.op, op.compute), op.dst.1, dtypes, 2, 0, p)
+    ew_fast(&c, EwOp::Binary(op.op, op.compute), op.dst.1, dtypes, 2, mask, p)
 }
 
 /// `value` as one element of `dtype`, in the low bytes of a kernel parameter.
@@ -310,13 +315,6 @@ fn scalar_bits(value: crate::scalar::Scalar, dtype: DType) -> u64 {
     let bytes = crate::driver::cpu::scalar_bytes(value, dtype);
     bits[..bytes.len()].copy_from_slice(&bytes);
     u64::from_ne_bytes(bits)
-}
-
-/// Bit `k` set for each input given by value (address 0: a number in the parameters), which the
-/// kernels must treat as one broadcast element whatever its view says.
-#[inline]
-fn immediates(ins: &[&BufferView]) -> u8 {
-    ins.iter().enumerate().filter(|(_, v)| v.ptr.0 == 0).fold(0, |m, (k, _)| m | 1 << k)
 }
 
 /// The common case of an elementwise op, told without collapsing dimensions: with a contiguous
@@ -369,19 +367,20 @@ fn ew_operands(op: EwOp, dst: &BufferView, ins: &[&BufferView]) -> (DType, [DTyp
     (out_dtype, dtypes, ptrs)
 }
 
-/// Queues an elementwise kernel writing `dst` from `ins` (at most 3).
+/// Queues an elementwise kernel writing `dst` from `ins` (at most 3); bit `k` of `imm`: input `k`
+/// is a number given in `value` (its view has address 0), one broadcast element to the kernels.
 ///
 /// The common case (a dense output whose inputs are dense or one broadcast element, told
 /// without collapsing dimensions) takes a short path; everything else is out of line.
 #[inline]
-pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
-    match contiguous_mask(dst, ins).map(|m| m | immediates(ins)) {
+pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
+    match contiguous_mask(dst, ins).map(|m| m | imm) {
         Some(mask) if mask < fast_masks(op) => {
             let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
             let p = EwFast { out: addr(dst), ins: ptrs, n: dst.numel() as u64, value, vec: 0, pad: 0 };
             ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p)
         }
-        _ => elementwise_strided(c, op, dst, ins, value),
+        _ => elementwise_strided(c, op, dst, ins, value, imm),
     }
 }
 
@@ -413,7 +412,7 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
 /// [`elementwise`] for every layout the short path does not take: the dimensions collapsed,
 /// then the fast kernel when they make one dense run, the strided kernel otherwise.
 #[inline(never)]
-fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64) -> Result<()> {
+fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
     let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
     let mut strides: [Option<&[usize]>; 4] = [Some(&dst.strides), None, None, None];
     for (i, v) in ins.iter().enumerate() {
@@ -424,7 +423,7 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
     let dims = collapse(&dst.shape, strides, |_| true)
         .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
     let (dense, mask) = collapsed_mask(&dims, ins.len());
-    let mask = mask | immediates(ins);
+    let mask = mask | imm;
     if dense && mask < fast_masks(op) {
         return ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p);
     }

@@ -7,6 +7,7 @@ use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::runtime::{current_stream, rt, Stream};
+use crate::scalar::Scalar;
 use crate::tensor::exec::{Exec, Place};
 use crate::tensor::layout::broadcast_shapes_cow;
 use crate::tensor::Tensor;
@@ -46,12 +47,27 @@ fn exec_for(name: &'static str, t: &Tensor, other: Operand<'_>) -> Result<Exec> 
 
 impl Tensor {
     fn binary(&self, op: BinaryOp, other: Operand<'_>) -> Result<Tensor> {
-        if let Operand::Tensor(o) = other {
-            if o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place() {
-                return self.binary_same(op, o);
+        match other {
+            Operand::Tensor(o)
+                if o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place() =>
+            {
+                self.binary_same(op, o)
             }
+            Operand::Scalar(value) => match self.dense_alone() {
+                Some(d) => {
+                    // A dense device tensor and a number: the driver's short path, the number
+                    // given with the launch.
+                    let common = result_type(&[Operand::Tensor(self), other]);
+                    let (compute, out_dtype) = binary_dtypes(op, common)?;
+                    let stream = current_stream(Some(d))?;
+                    let out = Tensor::empty_on(self.shape(), out_dtype, d, &stream)?;
+                    self.launch_dense_rhs(&stream, op, compute, &out, (DevicePtr(0), common), Some(value))?;
+                    Ok(out)
+                }
+                None => self.binary_general(op, other),
+            },
+            _ => self.binary_general(op, other),
         }
-        self.binary_general(op, other)
     }
 
     /// The common case of [`binary`](Self::binary): a tensor of the same dtype and shape on the
@@ -83,15 +99,38 @@ impl Tensor {
 
     /// Queues `dst = self op o` over dense operands of one CUDA device on its current `stream`.
     fn launch_dense(&self, stream: &Stream, op: BinaryOp, compute: DType, dst: &Tensor, o: &Tensor) -> Result<()> {
+        self.launch_dense_rhs(stream, op, compute, dst, (DevicePtr(o.data_ptr()), o.dtype()), None)
+    }
+
+    /// [`launch_dense`](Self::launch_dense) with the right operand as the driver takes it: an
+    /// address and a dtype, or a number converted to that dtype.
+    fn launch_dense_rhs(
+        &self,
+        stream: &Stream,
+        op: BinaryOp,
+        compute: DType,
+        dst: &Tensor,
+        rhs: (DevicePtr, DType),
+        rhs_value: Option<Scalar>,
+    ) -> Result<()> {
         let k = DenseBinary {
             op,
             compute,
             n: self.numel(),
             dst: (DevicePtr(dst.data_ptr()), dst.dtype()),
             lhs: (DevicePtr(self.data_ptr()), self.dtype()),
-            rhs: (DevicePtr(o.data_ptr()), o.dtype()),
+            rhs,
+            rhs_value,
         };
         rt()?.driver.launch_dense_binary(stream.driver_id(), &k)
+    }
+
+    /// The CUDA device of `self` when it is one dense run there (for an op with a number).
+    fn dense_alone(&self) -> Option<usize> {
+        match self.place() {
+            Place::Cuda(d) if self.is_contiguous() => Some(d),
+            _ => None,
+        }
     }
 
     fn binary_general(&self, op: BinaryOp, other: Operand<'_>) -> Result<Tensor> {
@@ -145,6 +184,10 @@ impl Tensor {
             return Err(Error::DeviceMismatch { op: name, lhs: self.device(), rhs: exec.place.device() });
         }
         if let Operand::Scalar(value) = other {
+            if let Some(d) = self.dense_alone() {
+                let rhs = (DevicePtr(0), common);
+                return self.launch_dense_rhs(&current_stream(Some(d))?, op, compute, self, rhs, Some(value));
+            }
             let (lhs, dst) = (self.buffer_view(), self.buffer_view());
             return exec.run(&KernelOp::BinaryScalar { op, lhs, value, rhs_dtype: common, dst, compute }, &[self]);
         }

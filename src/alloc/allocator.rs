@@ -66,10 +66,22 @@ impl CachingAllocator {
     }
 
     /// Turns deferred merges off or on (for tests comparing both; on by default).
-    #[doc(hidden)]
-    pub fn set_defer_merges(&self, on: bool) {
+    #[cfg(test)]
+    pub(crate) fn set_defer_merges(&self, on: bool) {
         let mut s = self.lock();
         s.defer_merges = on;
+    }
+
+    /// Whether a free's merge is pending now (for tests of deferral).
+    #[cfg(test)]
+    pub(crate) fn has_deferred_merge(&self) -> bool {
+        self.lock_raw().deferred.is_some()
+    }
+
+    /// Mallocs served by a deferred block so far (for tests of deferral).
+    #[cfg(test)]
+    pub(crate) fn deferred_reuses(&self) -> usize {
+        self.lock_raw().deferred_reuses
     }
 
     /// The device index.

@@ -100,6 +100,10 @@ impl State {
         }
         let merged_split = b.prev != NIL || next.next != NIL;
         self.deferred = None;
+        #[cfg(test)]
+        {
+            self.deferred_reuses += 1;
+        }
         // As `get_free_block` and `alloc_found_block` would: a lookup on the clock, the
         // remainder stamped, the split accounted.
         self.clock += 1;
@@ -199,6 +203,7 @@ mod tests {
                     live.push((p, size, stream));
                 }
             };
+            let reuses_before = pair.allocs[0].deferred_reuses();
             for step in 0..3000 {
                 let r = next(&mut seed);
                 let stream = StreamId(1 + (r >> 40) % 2);
@@ -238,6 +243,12 @@ mod tests {
                     }
                 }
             }
+            let reused = pair.allocs[0].deferred_reuses() - reuses_before;
+            // Expandable segments' blocks never defer (their pieces map and unmap).
+            if granularity.is_none() {
+                assert!(reused > 20, "{conf}: the program reused deferred blocks only {reused} times");
+            }
+            assert_eq!(pair.allocs[1].deferred_reuses(), 0, "{conf}: no deferral when it is off");
         }
     }
 
@@ -251,7 +262,10 @@ mod tests {
         for i in 0..100 {
             let p = pair.both(&format!("malloc {i}"), |a| a.malloc(100, s).unwrap());
             assert_eq!(p.0, keep.0 + 512, "the block after the kept one");
+            assert_eq!(pair.allocs[0].deferred_reuses(), i, "malloc {i} took the deferred block back");
             pair.results(&format!("free {i}"), |a| a.free(p).unwrap());
+            assert!(pair.allocs[0].has_deferred_merge(), "free {i} left its merge pending");
+            assert!(!pair.allocs[1].has_deferred_merge(), "the allocator without deferral merged at once");
         }
         let p = pair.both("once more", |a| a.malloc(100, s).unwrap());
         pair.results("free", |a| a.free(p).unwrap());

@@ -40,6 +40,9 @@ pub(crate) struct State {
     pub deferred: Option<Deferred>,
     /// Whether frees may defer their merge (always, except in the tests that compare both ways).
     pub defer_merges: bool,
+    /// Mallocs served by a deferred block (tests check that the path is taken).
+    #[cfg(test)]
+    pub deferred_reuses: usize,
 }
 
 impl State {
@@ -63,6 +66,8 @@ impl State {
             clock: 0,
             deferred: None,
             defer_merges: true,
+            #[cfg(test)]
+            deferred_reuses: 0,
         }
     }
 

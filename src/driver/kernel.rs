@@ -37,6 +37,19 @@ pub struct BufferView {
 }
 
 impl BufferView {
+    /// The view a number operand stands for: one element of `dtype` broadcast to `shape` (every
+    /// stride 0) at address 0 — its bytes are not in memory but come with the op
+    /// ([`KernelOp::BinaryScalar`]).
+    pub(crate) fn number(dtype: DType, shape: &Dims) -> BufferView {
+        BufferView {
+            ptr: DevicePtr(0),
+            dtype,
+            shape: shape.clone(),
+            strides: Dims::from_elem(0, shape.len()),
+            offset: 0,
+        }
+    }
+
     /// Number of elements (saturating at `usize::MAX`; [`KernelOp::validate`] refuses such views).
     pub fn numel(&self) -> usize {
         self.shape.iter().fold(1usize, |a, &n| a.saturating_mul(n))

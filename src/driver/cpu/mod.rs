@@ -102,16 +102,9 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
         KernelOp::Unary { op, .. } => elementwise::unary(*op, arg(0), &mut out, &dst),
         KernelOp::Binary { op, compute, .. } => elementwise::binary(*op, arg(0), arg(1), *compute, &mut out, &dst),
         KernelOp::BinaryScalar { op, value, rhs_dtype, compute, .. } => {
-            // The number as one element of `rhs_dtype`, broadcast (every stride 0).
+            // The number as one element of `rhs_dtype`, broadcast.
             let bytes = scalar_bytes(*value, *rhs_dtype);
-            let shape = &dst.shape;
-            let view = BufferView {
-                ptr: DevicePtr(0),
-                dtype: *rhs_dtype,
-                shape: shape.clone(),
-                strides: super::dims::Dims::from_elem(0, shape.len()),
-                offset: 0,
-            };
+            let view = BufferView::number(*rhs_dtype, &dst.shape);
             let rhs = Operand { bytes: &bytes, view: &view };
             elementwise::binary(*op, arg(0), rhs, *compute, &mut out, &dst)
         }

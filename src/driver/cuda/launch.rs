@@ -274,15 +274,9 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
             elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, rhs], 0, 0)
         }
         KernelOp::BinaryScalar { op, lhs, value, rhs_dtype, dst, compute } => {
-            // The number travels in the parameters' `value` (its bits as `rhs_dtype`); the kernels
-            // read an input whose address is 0 from there.
-            let imm = BufferView {
-                ptr: crate::driver::DevicePtr(0),
-                dtype: *rhs_dtype,
-                shape: dst.shape.clone(),
-                strides: crate::driver::dims::Dims::from_elem(0, dst.shape.len()),
-                offset: 0,
-            };
+            // The number travels in the parameters' `value` (its bits as `rhs_dtype`), input 1 marked
+            // as given by value.
+            let imm = BufferView::number(*rhs_dtype, &dst.shape);
             elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, &imm], scalar_bits(*value, *rhs_dtype), 0b10)
         }
         KernelOp::Where { cond, a, b, dst } => elementwise(&c, EwOp::Where, dst, &[cond, a, b], 0, 0),

@@ -48,11 +48,7 @@ fn exec_for(name: &'static str, t: &Tensor, other: Operand<'_>) -> Result<Exec> 
 impl Tensor {
     fn binary(&self, op: BinaryOp, other: Operand<'_>) -> Result<Tensor> {
         match other {
-            Operand::Tensor(o)
-                if o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place() =>
-            {
-                self.binary_same(op, o)
-            }
+            Operand::Tensor(o) if self.matches(o) => self.binary_same(op, o),
             Operand::Scalar(value) => match self.dense_alone() {
                 Some(d) => {
                     // A dense device tensor and a number: the driver's short path, the number
@@ -88,13 +84,16 @@ impl Tensor {
         Ok(out)
     }
 
+    /// Whether `o` has `self`'s dtype, shape and place: an op over both needs no promotion,
+    /// broadcasting or moving.
+    fn matches(&self, o: &Tensor) -> bool {
+        o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place()
+    }
+
     /// The CUDA device of `self` and `o` when both are one dense run there (same dtype and
     /// shape, checked by the caller): the driver's short path takes them, no views.
     fn dense_with(&self, o: &Tensor) -> Option<usize> {
-        match self.place() {
-            Place::Cuda(d) if self.is_contiguous() && o.is_contiguous() => Some(d),
-            _ => None,
-        }
+        self.dense_alone().filter(|_| o.is_contiguous())
     }
 
     /// Queues `dst = self op o` over dense operands of one CUDA device on its current `stream`.
@@ -168,12 +167,20 @@ impl Tensor {
             Operand::Scalar(_) => None,
         };
         let other = other_copy.as_deref().map_or(other, Operand::Tensor);
-        if let Operand::Tensor(o) = other {
-            if o.dtype() == self.dtype() && o.shape() == self.shape() && o.place() == self.place() {
+        // The driver's short path: a dense device `self` with a matching dense tensor or a number.
+        match other {
+            Operand::Tensor(o) if self.matches(o) => {
                 if let Some(d) = self.dense_with(o) {
                     return self.launch_dense(&current_stream(Some(d))?, op, compute, self, o);
                 }
             }
+            Operand::Scalar(value) => {
+                if let Some(d) = self.dense_alone() {
+                    let rhs = (DevicePtr(0), common);
+                    return self.launch_dense_rhs(&current_stream(Some(d))?, op, compute, self, rhs, Some(value));
+                }
+            }
+            Operand::Tensor(_) => {}
         }
         if *broadcast_shapes_cow(name, self.shape(), other.shape())? != *self.shape() {
             return Err(Error::ShapeMismatch { op: name, lhs: other.shape().to_vec(), rhs: self.shape().to_vec() });
@@ -184,10 +191,6 @@ impl Tensor {
             return Err(Error::DeviceMismatch { op: name, lhs: self.device(), rhs: exec.place.device() });
         }
         if let Operand::Scalar(value) = other {
-            if let Some(d) = self.dense_alone() {
-                let rhs = (DevicePtr(0), common);
-                return self.launch_dense_rhs(&current_stream(Some(d))?, op, compute, self, rhs, Some(value));
-            }
             let (lhs, dst) = (self.buffer_view(), self.buffer_view());
             return exec.run(&KernelOp::BinaryScalar { op, lhs, value, rhs_dtype: common, dst, compute }, &[self]);
         }

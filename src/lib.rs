@@ -99,6 +99,7 @@ pub mod device;
 pub mod driver;
 mod dtype;
 pub mod error;
+mod kernels;
 mod runtime;
 mod scalar;
 mod tensor;

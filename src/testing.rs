@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// Queues work on `stream` that keeps it busy for `duration`; returns at once.
 pub fn delay(stream: &Stream, duration: Duration) -> Result<()> {
-    rt()?.driver.delay(stream.driver_id(), duration)
+    stream.delay(duration)
 }
 
 /// Makes the next driver allocation on `device` fail with [`Error::Injected`].
@@ -98,21 +98,21 @@ impl RawBuffer {
     /// Queues a fill of every byte with `value` on `stream`.
     pub fn fill(&self, value: u8, stream: &Stream) -> Result<()> {
         self.same_device(stream, "RawBuffer::fill")?;
-        rt()?.driver.memset_d8(self.ptr, value, self.len, stream.driver_id())
+        stream.memset_d8(self.ptr, value, self.len)
     }
 
     /// Copies `data` into the buffer in `stream` order; returns once `data` was consumed.
     pub fn write(&self, data: &[u8], stream: &Stream) -> Result<()> {
         self.same_device(stream, "RawBuffer::write")?;
         check_len("RawBuffer::write", self.len, data.len())?;
-        rt()?.driver.memcpy_htod(self.ptr, data, stream.driver_id())
+        stream.memcpy_htod(self.ptr, data)
     }
 
     /// Reads the buffer in `stream` order (waits for the work queued before it on `stream`).
     pub fn read(&self, stream: &Stream) -> Result<Vec<u8>> {
         self.same_device(stream, "RawBuffer::read")?;
         let mut out = vec![0u8; self.len];
-        rt()?.driver.memcpy_dtoh(&mut out, self.ptr, stream.driver_id())?;
+        stream.memcpy_dtoh(&mut out, self.ptr)?;
         Ok(out)
     }
 
@@ -120,10 +120,9 @@ impl RawBuffer {
     /// devices this is a peer copy.
     pub fn copy_from(&self, src: &RawBuffer, stream: &Stream) -> Result<()> {
         check_len("RawBuffer::copy_from", self.len, src.len)?;
-        let rt = rt()?;
         if src.device == self.device {
             self.same_device(stream, "RawBuffer::copy_from")?;
-            return rt.driver.memcpy_dtod(self.ptr, src.ptr, self.len, stream.driver_id());
+            return stream.memcpy_dtod(self.ptr, src.ptr, self.len);
         }
         if stream.device() != self.device && stream.device() != src.device {
             return Err(Error::InvalidArgument {
@@ -136,7 +135,7 @@ impl RawBuffer {
                 ),
             });
         }
-        rt.driver.memcpy_peer(self.device, self.ptr, src.device, src.ptr, self.len, stream.driver_id())
+        stream.memcpy_peer((self.device, self.ptr), (src.device, src.ptr), self.len)
     }
 }
 

@@ -12,7 +12,6 @@
 //! reports only what callers cannot foresee (out of memory, device failures, unsupported
 //! operations). Handles are opaque numbers, unique within one driver instance.
 
-pub(crate) mod cpu;
 pub mod cuda;
 pub mod dims;
 pub mod kernel;

@@ -1,7 +1,9 @@
-//! [`Event`]: a marker in a stream, for ordering streams and timing device work.
+//! [`Event`]: a marker in a stream, for ordering streams and timing device work; and the
+//! [`Stream`] methods that wait on or record events.
 
+use super::current::current_stream;
 use super::rt;
-use super::stream::{current_stream, Stream};
+use super::stream::Stream;
 use crate::driver::EventId;
 use crate::error::{Error, Result};
 use std::fmt;
@@ -106,7 +108,7 @@ impl Event {
                 id
             }
         };
-        rt.driver.event_record(id, stream.driver_id())
+        stream.record_raw(id)
     }
 
     /// Makes future work on `stream` (`None`: the current stream) wait for this event. No-op if
@@ -117,7 +119,7 @@ impl Event {
             None => current_stream(None)?,
         };
         match self.handle() {
-            Some((_, id)) => rt()?.driver.stream_wait_event(stream.driver_id(), id),
+            Some((_, id)) => stream.wait_raw(id),
             None => Ok(()),
         }
     }
@@ -151,5 +153,29 @@ impl Event {
             return Err(Error::EventDeviceMismatch { event_device: d0, other_device: d1, what: "end event" });
         }
         rt()?.driver.event_elapsed_ms(a, b)
+    }
+}
+
+impl Stream {
+    /// Makes all future work on this stream wait for `event`'s last recording
+    /// (a no-op for an event never recorded). The host does not wait.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        event.wait(Some(self))
+    }
+
+    /// Makes all future work on this stream wait for all work queued on `other` so far.
+    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+        let e = other.record_event(None)?;
+        self.wait_event(&e)
+    }
+
+    /// Records `event` (or a new event without timing, when `None`) on this stream and returns it.
+    pub fn record_event(&self, event: Option<&Event>) -> Result<Event> {
+        let e = match event {
+            Some(e) => e.clone(),
+            None => Event::new(EventFlags::default())?,
+        };
+        e.record(Some(self))?;
+        Ok(e)
     }
 }

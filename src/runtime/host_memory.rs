@@ -240,10 +240,10 @@ impl PinnedBlock {
         let mut uses = lock(&self.uses);
         Self::prune(raw, &mut uses);
         for u in uses.iter().filter(|u| u.device_writes && u.stream != stream.driver_id()) {
-            raw.driver.stream_wait_event(stream.driver_id(), u.event)?;
+            stream.wait_raw(u.event)?;
         }
         // SAFETY: the span lies inside this live block (checked above). The block stays allocated until the copy's event, pushed to `uses` below before the lock is released, has completed: dropping the block hands the event to the allocator, which reuses or frees the block only after it. Host writes wait for the event (`write`), and no copy that writes the block can be queued meanwhile without waiting for it on the device.
-        unsafe { raw.driver.memcpy_htod_async(dst, self.ptr.offset(offset), bytes, stream.driver_id()) }?;
+        unsafe { stream.memcpy_htod_async(dst, self.ptr.offset(offset), bytes) }?;
         self.track(raw, &mut uses, stream, false)
     }
 
@@ -260,10 +260,10 @@ impl PinnedBlock {
         let mut uses = lock(&self.uses);
         Self::prune(raw, &mut uses);
         for u in uses.iter().filter(|u| u.stream != stream.driver_id()) {
-            raw.driver.stream_wait_event(stream.driver_id(), u.event)?;
+            stream.wait_raw(u.event)?;
         }
         // SAFETY: the span lies inside this live block (checked above), which stays allocated until the copy's event, pushed to `uses` below before the write lock is released, has completed (the allocator reuses or frees the block only after it). Every host read or write waits for that event first, and the copies already queued on other streams are waited for on the device, so nothing else touches these bytes while the copy runs.
-        unsafe { raw.driver.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes, stream.driver_id()) }?;
+        unsafe { stream.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes) }?;
         self.track(raw, &mut uses, stream, true)
     }
 
@@ -277,7 +277,7 @@ impl PinnedBlock {
         device_writes: bool,
     ) -> Result<()> {
         let device = stream.device();
-        let recorded = raw.event(device).and_then(|event| match raw.driver.event_record(event, stream.driver_id()) {
+        let recorded = raw.event(device).and_then(|event| match stream.record_raw(event) {
             Ok(()) => Ok(event),
             Err(e) => {
                 raw.driver.event_destroy(event);

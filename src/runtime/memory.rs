@@ -27,6 +27,54 @@ impl Runtime {
     }
 }
 
+/// A block of a device's caching allocator, owned: freed (back to the cache of the stream it was
+/// allocated on) when dropped. What tensor storages hold.
+pub(crate) struct DeviceBlock {
+    device: usize,
+    ptr: DevicePtr,
+    /// The device's allocator (the runtime lives for the whole process), kept so that dropping
+    /// the block looks nothing up.
+    alloc: &'static CachingAllocator,
+}
+
+impl DeviceBlock {
+    /// `bytes` bytes (uninitialized) from the caching allocator of `stream`'s device, for use on
+    /// `stream`.
+    #[inline]
+    pub fn new(bytes: usize, stream: &Stream) -> Result<DeviceBlock> {
+        let device = stream.device();
+        let alloc = rt()?.allocator(device)?;
+        let ptr = alloc.malloc(bytes, stream.driver_id())?;
+        Ok(DeviceBlock { device, ptr, alloc })
+    }
+
+    /// The device holding the block.
+    #[inline]
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// The address of the block's first byte (null for an empty block).
+    #[inline]
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Marks the block as used on `stream` (a stream of its device, checked by the caller): once
+    /// freed, it is reused only after the work queued on `stream` until now has completed.
+    pub fn record_stream(&self, stream: &Stream) -> Result<()> {
+        self.alloc.record_stream(self.ptr, stream.driver_id())
+    }
+}
+
+impl Drop for DeviceBlock {
+    fn drop(&mut self) {
+        // Back to the cache of the stream it was allocated on: reused only by work queued there
+        // later (stream order), as PyTorch does. Errors cannot be reported from drop.
+        let _ = self.alloc.free(self.ptr);
+    }
+}
+
 /// The allocator settings in force (from `CUDASEM_ALLOC_CONF`).
 pub fn allocator_settings() -> Result<AllocatorSettings> {
     rt()?.alloc_settings.clone()
@@ -105,7 +153,7 @@ pub fn caching_allocator_alloc(size: usize, device: Option<usize>, stream: Optio
             })
         }
         Some(s) => s.clone(),
-        None => super::current_stream(Some(device))?,
+        None => super::current_of(device)?,
     };
     Ok(rt.allocator(device)?.raw_alloc(size, stream.driver_id())?.0)
 }

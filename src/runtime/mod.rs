@@ -3,6 +3,7 @@
 //! pinned host memory allocators.
 
 mod context;
+mod current;
 mod devices;
 mod event;
 mod guard;
@@ -10,7 +11,10 @@ mod host_memory;
 mod memory;
 mod pool;
 mod stream;
+mod work;
 
+pub(crate) use current::current_of;
+pub use current::{current_stream, default_stream, set_stream, with_stream, StreamGuard};
 pub use devices::*;
 pub use event::{Event, EventFlags};
 pub use guard::{with_device, DeviceGuard};
@@ -18,8 +22,9 @@ pub use host_memory::{
     host_empty_cache, host_memory_stats, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats,
 };
 pub(crate) use host_memory::{PinnedBlock, PinnedRead, PinnedWrite};
+pub(crate) use memory::DeviceBlock;
 pub use memory::*;
-pub use stream::{current_stream, default_stream, set_stream, with_stream, Stream, StreamGuard};
+pub use stream::Stream;
 
 use crate::alloc::{AllocatorSettings, CachingAllocator};
 use crate::driver::{self, Driver, StreamId};
@@ -100,6 +105,12 @@ impl Runtime {
             }
         }
     }
+}
+
+/// Resolves `None` to the thread's current device and checks the index (for the tensor layer).
+#[inline]
+pub(crate) fn resolve_device(device: Option<usize>) -> Result<usize> {
+    rt()?.resolve(device)
 }
 
 static RUNTIME: OnceLock<Result<Runtime>> = OnceLock::new();

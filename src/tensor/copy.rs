@@ -16,12 +16,12 @@ use super::exec::{Exec, Place};
 use super::storage::Storage;
 use super::{Layout, Tensor};
 use crate::device::IntoDevice;
-use crate::driver::cpu::gather_bytes;
 use crate::driver::kernel::KernelOp;
 use crate::driver::DevicePtr;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{current_stream, rt};
+use crate::kernels::cpu::gather_bytes;
+use crate::runtime::current_of;
 use std::sync::Arc;
 
 impl Tensor {
@@ -114,14 +114,9 @@ impl Tensor {
             return self.copy_host_dense(src);
         }
         if place != Place::Cpu && src.dtype == self.dtype && src.is_contiguous() && self.is_contiguous() {
-            let stream = current_stream(Some(src.device_index()))?;
+            let stream = current_of(src.device_index())?;
             let bytes = self.numel() * self.dtype.size();
-            return rt()?.driver.memcpy_dtod(
-                DevicePtr(self.data_ptr()),
-                DevicePtr(src.data_ptr()),
-                bytes,
-                stream.driver_id(),
-            );
+            return stream.memcpy_dtod(DevicePtr(self.data_ptr()), DevicePtr(src.data_ptr()), bytes);
         }
         let op = if src.dtype == self.dtype {
             KernelOp::CopyStrided { src: src.buffer_view(), dst: self.buffer_view() }
@@ -191,17 +186,10 @@ impl Tensor {
         let src = src.contiguous()?;
         let dst =
             if self.is_contiguous() { self.clone() } else { Tensor::empty_at(self.shape(), self.dtype, self.place())? };
-        let (s_from, s_to) = (current_stream(Some(from))?, current_stream(Some(to))?);
+        let (s_from, s_to) = (current_of(from)?, current_of(to)?);
         s_from.wait_stream(&s_to)?;
         let bytes = dst.numel() * dst.dtype.size();
-        rt()?.driver.memcpy_peer(
-            to,
-            DevicePtr(dst.data_ptr()),
-            from,
-            DevicePtr(src.data_ptr()),
-            bytes,
-            s_from.driver_id(),
-        )?;
+        s_from.memcpy_peer((to, DevicePtr(dst.data_ptr())), (from, DevicePtr(src.data_ptr())), bytes)?;
         s_to.wait_stream(&s_from)?;
         if !self.shares_storage(&dst) {
             self.copy_local(&dst)?;
@@ -223,9 +211,9 @@ impl Tensor {
         let Some((ptr, len)) = view.byte_span() else {
             return Tensor::empty_at(self.shape(), self.dtype, Place::Cpu);
         };
-        let stream = current_stream(Some(self.device_index()))?;
+        let stream = current_of(self.device_index())?;
         let mut bytes = super::storage::zeroed_bytes(len)?;
-        rt()?.driver.memcpy_dtoh(&mut bytes, ptr, stream.driver_id())?;
+        stream.memcpy_dtoh(&mut bytes, ptr)?;
         let first = view.span().map_or(0, |(first, _)| first);
         let layout = Layout { offset: self.layout.offset - first, ..self.layout.clone() };
         Ok(Tensor::from_parts(Arc::new(Storage::host(bytes)), layout, self.dtype))

@@ -12,11 +12,10 @@ use super::layout::checked_numel;
 use super::storage::Storage;
 use super::{random, Layout, Tensor};
 use crate::device::IntoDevice;
-use crate::driver::cpu::{encode, scalar_bytes};
 use crate::driver::kernel::KernelOp;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::runtime::rt;
+use crate::kernels::cpu::{encode, scalar_bytes};
 use crate::scalar::Scalar;
 use std::sync::Arc;
 
@@ -56,7 +55,7 @@ impl Tensor {
         }
         let stream = self.place().stream()?;
         match stream {
-            Some(s) => rt()?.driver.memcpy_htod(crate::driver::DevicePtr(self.data_ptr()), bytes, s.driver_id()),
+            Some(s) => s.memcpy_htod(crate::driver::DevicePtr(self.data_ptr()), bytes),
             None => {
                 let host = self
                     .storage
@@ -81,7 +80,7 @@ impl Tensor {
         if let Some(s) = t.place().stream()? {
             let bytes = t.numel() * dtype.size();
             if bytes > 0 {
-                rt()?.driver.memset_d8(t.storage.ptr(), 0, bytes, s.driver_id())?;
+                s.memset_d8(t.storage.ptr(), 0, bytes)?;
             }
         }
         Ok(t)
@@ -186,7 +185,7 @@ impl Tensor {
         let bytes = self.numel() * self.dtype.size();
         let ptr = crate::driver::DevicePtr(self.data_ptr());
         if self.is_contiguous() && pattern.iter().all(|&b| b == pattern[0]) {
-            return rt()?.driver.memset_d8(ptr, pattern[0], bytes, stream.driver_id());
+            return stream.memset_d8(ptr, pattern[0], bytes);
         }
         match exec.run(&op, &[self]) {
             Err(Error::Unsupported { .. }) if self.is_contiguous() => {
@@ -196,7 +195,7 @@ impl Tensor {
                 let mut done = 0;
                 while done < bytes {
                     let n = chunk.len().min(bytes - done);
-                    rt()?.driver.memcpy_htod(ptr.offset(done), &chunk[..n], stream.driver_id())?;
+                    stream.memcpy_htod(ptr.offset(done), &chunk[..n])?;
                     done += n;
                 }
                 Ok(())

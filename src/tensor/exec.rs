@@ -5,11 +5,11 @@ use super::layout::Layout;
 use super::storage::{HostMemory, Storage};
 use super::Tensor;
 use crate::device::Device;
-use crate::driver::cpu;
 use crate::driver::kernel::{BufferView, KernelOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::runtime::{current_stream, is_peer_access_enabled, rt, Stream};
+use crate::kernels::cpu;
+use crate::runtime::{current_of, is_peer_access_enabled, resolve_device, Stream};
 use crate::scalar::Scalar;
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -34,7 +34,7 @@ impl Place {
     pub fn resolve(device: Device) -> Result<Place> {
         match device {
             Device::Cpu => Ok(Place::Cpu),
-            Device::Cuda(index) => Ok(Place::Cuda(rt()?.resolve(index)?)),
+            Device::Cuda(index) => Ok(Place::Cuda(resolve_device(index)?)),
         }
     }
 
@@ -42,7 +42,7 @@ impl Place {
     pub fn stream(self) -> Result<Option<Stream>> {
         match self {
             Place::Cpu => Ok(None),
-            Place::Cuda(d) => current_stream(Some(d)).map(Some),
+            Place::Cuda(d) => current_of(d).map(Some),
         }
     }
 }
@@ -145,7 +145,7 @@ impl Exec {
         if let Some(s) = self.stream.get() {
             return Ok(s);
         }
-        let s = current_stream(Some(d))?;
+        let s = current_of(d)?;
         Ok(self.stream.get_or_init(|| s))
     }
 
@@ -189,7 +189,7 @@ impl Exec {
         let bytes = byte_size("empty", shape, dtype)?;
         let storage = match self.place {
             Place::Cpu => Storage::host_zeroed(bytes)?,
-            Place::Cuda(d) => Storage::device_block(d, bytes, self.stream(d)?)?,
+            Place::Cuda(d) => Storage::device_block(bytes, self.stream(d)?)?,
         };
         Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
     }
@@ -212,13 +212,13 @@ impl Exec {
             Place::Cuda(d) => {
                 let stream = self.stream(d)?;
                 if self.peers.is_empty() {
-                    return rt()?.driver.launch(stream.driver_id(), op);
+                    return stream.launch(op);
                 }
-                let peer_streams = self.peers.iter().map(|&p| current_stream(Some(p))).collect::<Result<Vec<_>>>()?;
+                let peer_streams = self.peers.iter().map(|&p| current_of(p)).collect::<Result<Vec<_>>>()?;
                 for p in &peer_streams {
                     stream.wait_stream(p)?;
                 }
-                rt()?.driver.launch(stream.driver_id(), op)?;
+                stream.launch(op)?;
                 for p in &peer_streams {
                     p.wait_stream(stream)?;
                 }
@@ -233,8 +233,9 @@ impl Tensor {
     /// (one of `d`'s streams).
     #[inline]
     pub(crate) fn empty_on(shape: &[usize], dtype: DType, d: usize, stream: &Stream) -> Result<Tensor> {
+        debug_assert_eq!(d, stream.device(), "empty_on: the stream is not of the device");
         let bytes = byte_size("empty", shape, dtype)?;
-        let storage = Storage::device_block(d, bytes, stream)?;
+        let storage = Storage::device_block(bytes, stream)?;
         Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
     }
 
@@ -246,7 +247,7 @@ impl Tensor {
                 let storage = Storage::host_zeroed(byte_size("empty", shape, dtype)?)?;
                 Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
             }
-            Place::Cuda(d) => Tensor::empty_on(shape, dtype, d, &current_stream(Some(d))?),
+            Place::Cuda(d) => Tensor::empty_on(shape, dtype, d, &current_of(d)?),
         }
     }
 }

@@ -20,7 +20,7 @@ use super::{Layout, Tensor};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::runtime::{current_stream, PinnedBlock, Stream};
+use crate::runtime::{current_of, PinnedBlock, Stream};
 use std::sync::Arc;
 
 impl Tensor {
@@ -102,7 +102,7 @@ impl Tensor {
             &staged
         };
         let block = src.pinned_block()?;
-        let stream = current_stream(Some(device))?;
+        let stream = current_of(device)?;
         let (offset, bytes) = (src.layout.offset * src.dtype.size(), self.numel() * self.dtype.size());
         if self.is_contiguous() {
             return block.copy_to_device(offset, bytes, DevicePtr(self.data_ptr()), &stream);
@@ -128,7 +128,7 @@ impl Tensor {
             Err(Error::Unsupported { op: "launch", .. }) => return self.copy_local(&src.read_to_host()?),
             Err(e) => return Err(e),
         };
-        let stream = current_stream(Some(device))?;
+        let stream = current_of(device)?;
         let (offset, bytes) = (self.layout.offset * self.dtype.size(), self.numel() * self.dtype.size());
         // A converted source is a temporary of this stream: the caching allocator reuses its
         // block only for work queued after this copy.

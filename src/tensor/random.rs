@@ -10,8 +10,8 @@
 //! into the tensor's dtype (a GiB of `f32` in well under a second), with the same numbers
 //! however many threads made them.
 
-use crate::driver::cpu::encode;
 use crate::dtype::DType;
+use crate::kernels::cpu::encode;
 use rayon::prelude::*;
 use std::sync::Mutex;
 

@@ -2,12 +2,11 @@
 //! host allocator), or a block of a device's caching allocator; blocks go back to their allocator
 //! when the last tensor using them drops.
 
-use crate::alloc::CachingAllocator;
 use crate::device::Device;
-use crate::driver::cpu::Memory;
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
-use crate::runtime::{rt, PinnedBlock, PinnedRead, PinnedWrite, Stream};
+use crate::kernels::cpu::Memory;
+use crate::runtime::{DeviceBlock, PinnedBlock, PinnedRead, PinnedWrite, Stream};
 use std::ops::{Deref, DerefMut};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -93,23 +92,6 @@ impl HostBytes {
     }
 }
 
-/// A block of a device's caching allocator.
-pub(crate) struct DeviceBlock {
-    pub device: usize,
-    pub ptr: DevicePtr,
-    /// The device's allocator (the runtime lives for the whole process), kept so that dropping
-    /// the block looks nothing up.
-    alloc: &'static CachingAllocator,
-}
-
-impl Drop for DeviceBlock {
-    fn drop(&mut self) {
-        // Back to the cache of the stream it was allocated on: reused only by work queued there
-        // later (stream order), as PyTorch does. Errors cannot be reported from drop.
-        let _ = self.alloc.free(self.ptr);
-    }
-}
-
 /// A tensor's memory, shared (`Arc`) by every view of it.
 pub(crate) enum Storage {
     Host(HostBytes),
@@ -136,25 +118,25 @@ impl Storage {
         Ok(Storage::host(zeroed_bytes(len)?))
     }
 
-    /// `bytes` bytes from `device`'s caching allocator, for use on `stream` (uninitialized).
-    pub fn device_block(device: usize, bytes: usize, stream: &Stream) -> Result<Storage> {
-        let alloc = rt()?.allocator(device)?;
-        let ptr = alloc.malloc(bytes, stream.driver_id())?;
-        Ok(Storage::Device(DeviceBlock { device, ptr, alloc }))
+    /// `bytes` bytes from the caching allocator of `stream`'s device, for use on `stream`
+    /// (uninitialized).
+    #[inline]
+    pub fn device_block(bytes: usize, stream: &Stream) -> Result<Storage> {
+        Ok(Storage::Device(DeviceBlock::new(bytes, stream)?))
     }
 
     /// The address of byte 0 (a device address, or the host address of the bytes).
     pub fn ptr(&self) -> DevicePtr {
         match self {
             Storage::Host(h) => DevicePtr(h.addr),
-            Storage::Device(d) => d.ptr,
+            Storage::Device(d) => d.ptr(),
         }
     }
 
     pub fn device(&self) -> Device {
         match self {
             Storage::Host(_) => Device::Cpu,
-            Storage::Device(d) => Device::cuda(d.device),
+            Storage::Device(d) => Device::cuda(d.device()),
         }
     }
 
@@ -179,21 +161,21 @@ impl Storage {
                 reason: "record_stream applies to CUDA tensors; this tensor is in host memory".into(),
             });
         };
-        if stream.device() != block.device {
+        if stream.device() != block.device() {
             return Err(Error::InvalidArgument {
                 op: "record_stream",
                 reason: format!(
                     "the tensor is on cuda:{} but the stream is on cuda:{}; record a stream of the tensor's device \
                      (make that stream wait for the other device's work with wait_stream)",
-                    block.device,
+                    block.device(),
                     stream.device()
                 ),
             });
         }
-        if block.ptr.0 == 0 {
+        if block.ptr().0 == 0 {
             return Ok(()); // an empty tensor holds no block
         }
-        block.alloc.record_stream(block.ptr, stream.driver_id())
+        block.record_stream(stream)
     }
 }
 

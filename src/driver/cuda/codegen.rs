@@ -1,7 +1,7 @@
 //! CUDA C source for the tensor kernels, generated per module key: one module per elementwise
 //! (op, dtypes) holding every launch path, one per reduction (op, dtypes), one per softmax.
 //!
-//! Every value is converted exactly as the CPU kernels convert it (`src/driver/cpu/elem.rs`):
+//! Every value is converted exactly as the CPU kernels convert it (`src/kernels/cpu/elem.rs`):
 //! float → integer truncates toward zero and saturates (`cvt.rzi`, NaN → 0) then wraps, integers
 //! wrap, anything → bool is `!= 0`, and `f64` → `f16`/`bf16` rounds once (through a round-to-odd
 //! `f32`). Half types are stored as `u16` and converted with PTX `cvt` / bit manipulation, so

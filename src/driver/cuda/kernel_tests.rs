@@ -2,7 +2,7 @@
 //!
 //! * With NVRTC but no GPU: every generated module compiles, and the on-disk cache serves a
 //!   second load.
-//! * With a GPU: every op family against the CPU kernels (`src/driver/cpu`) on random data, each
+//! * With a GPU: every op family against the CPU kernels (`src/kernels/cpu`) on random data, each
 //!   output buffer compared whole (so bytes between strided elements must be left alone), over
 //!   the dispatch paths: contiguous (aligned and not), broadcast, strided, split reductions,
 //!   batched and transposed matrix products.
@@ -10,9 +10,9 @@
 use super::codegen::{EwOp, ModuleKey};
 use super::module_cache::{counters, forget_images, image};
 use super::*;
-use crate::driver::cpu::{self, Memory};
 use crate::driver::kernel::{BinaryOp, BufferView, DenseBinary, ReduceOp, UnaryOp};
 use crate::dtype::DType;
+use crate::kernels::cpu::{self, Memory};
 use crate::scalar::Scalar;
 use half::{bf16, f16};
 use std::cell::RefCell;

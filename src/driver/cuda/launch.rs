@@ -306,7 +306,7 @@ pub(super) fn dense_binary(dev: &Device, stream: RawStream, stream_id: u64, op: 
 /// `value` as one element of `dtype`, in the low bytes of a kernel parameter.
 fn scalar_bits(value: crate::scalar::Scalar, dtype: DType) -> u64 {
     let mut bits = [0u8; 8];
-    let bytes = crate::driver::cpu::scalar_bytes(value, dtype);
+    let bytes = crate::kernels::cpu::scalar_bytes(value, dtype);
     bits[..bytes.len()].copy_from_slice(&bytes);
     u64::from_ne_bytes(bits)
 }

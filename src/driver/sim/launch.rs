@@ -4,10 +4,10 @@
 
 use super::memory::{device_of, DeviceMemory};
 use super::{lock, SimDriver};
-use crate::driver::cpu::{self, Memory};
 use crate::driver::kernel::KernelOp;
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
+use crate::kernels::cpu::{self, Memory};
 use std::sync::Arc;
 
 /// Every device's memory, addressed as one space (a pointer tells its device).

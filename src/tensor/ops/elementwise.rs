@@ -6,7 +6,7 @@ use crate::driver::kernel::{BinaryOp, DenseBinary, KernelOp, UnaryOp};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::runtime::{current_stream, rt, Stream};
+use crate::runtime::{current_of, Stream};
 use crate::scalar::Scalar;
 use crate::tensor::exec::{Exec, Place};
 use crate::tensor::layout::broadcast_shapes_cow;
@@ -55,7 +55,7 @@ impl Tensor {
                     // given with the launch.
                     let common = result_type(&[Operand::Tensor(self), other]);
                     let (compute, out_dtype) = binary_dtypes(op, common)?;
-                    let stream = current_stream(Some(d))?;
+                    let stream = current_of(d)?;
                     let out = Tensor::empty_on(self.shape(), out_dtype, d, &stream)?;
                     self.launch_dense_rhs(&stream, op, compute, &out, (DevicePtr(0), common), Some(value))?;
                     Ok(out)
@@ -72,7 +72,7 @@ impl Tensor {
     fn binary_same(&self, op: BinaryOp, o: &Tensor) -> Result<Tensor> {
         let (compute, out_dtype) = binary_dtypes(op, self.dtype())?;
         if let Some(d) = self.dense_with(o) {
-            let stream = current_stream(Some(d))?;
+            let stream = current_of(d)?;
             let out = Tensor::empty_on(self.shape(), out_dtype, d, &stream)?;
             self.launch_dense(&stream, op, compute, &out, o)?;
             return Ok(out);
@@ -121,7 +121,7 @@ impl Tensor {
             rhs,
             rhs_value,
         };
-        rt()?.driver.launch_dense_binary(stream.driver_id(), &k)
+        stream.launch_dense_binary(&k)
     }
 
     /// The CUDA device of `self` when it is one dense run there (for an op with a number).
@@ -171,13 +171,13 @@ impl Tensor {
         match other {
             Operand::Tensor(o) if self.matches(o) => {
                 if let Some(d) = self.dense_with(o) {
-                    return self.launch_dense(&current_stream(Some(d))?, op, compute, self, o);
+                    return self.launch_dense(&current_of(d)?, op, compute, self, o);
                 }
             }
             Operand::Scalar(value) => {
                 if let Some(d) = self.dense_alone() {
                     let rhs = (DevicePtr(0), common);
-                    return self.launch_dense_rhs(&current_stream(Some(d))?, op, compute, self, rhs, Some(value));
+                    return self.launch_dense_rhs(&current_of(d)?, op, compute, self, rhs, Some(value));
                 }
             }
             Operand::Tensor(_) => {}

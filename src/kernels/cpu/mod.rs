@@ -13,8 +13,8 @@ mod gemm;
 mod math;
 mod reduce;
 
-use super::kernel::{BufferView, KernelOp};
-use super::DevicePtr;
+use crate::driver::kernel::{BufferView, KernelOp};
+use crate::driver::DevicePtr;
 use crate::error::Result;
 
 pub(crate) use elem::{encode, for_each_offset, gather_bytes};

@@ -1,0 +1,85 @@
+//! The thread's current stream per device: [`current_stream`], [`default_stream`],
+//! [`set_stream`], and [`StreamGuard`] / [`with_stream`] (`with torch.cuda.stream(s):`).
+
+use super::context;
+use super::rt;
+use super::stream::Stream;
+use crate::error::Result;
+use std::marker::PhantomData;
+
+/// The device's default stream (`torch.cuda.default_stream`).
+pub fn default_stream(device: Option<usize>) -> Result<Stream> {
+    Stream::default_of(rt()?.resolve(device)?)
+}
+
+/// This thread's current stream on `device` (`None`: the current device); the default stream
+/// until [`set_stream`] or a [`StreamGuard`] changes it.
+pub fn current_stream(device: Option<usize>) -> Result<Stream> {
+    current_of(rt()?.resolve(device)?)
+}
+
+/// This thread's current stream on `device` (an index).
+#[inline]
+pub(crate) fn current_of(device: usize) -> Result<Stream> {
+    rt()?.check(device)?;
+    match context::stream_for(device) {
+        Some(s) => Ok(s),
+        None => Stream::default_of(device),
+    }
+}
+
+/// Makes `stream` this thread's current stream on its device and, as PyTorch's
+/// `torch.cuda.set_stream` does, makes that device the current device.
+pub fn set_stream(stream: &Stream) -> Result<()> {
+    rt()?.check(stream.device())?;
+    context::set_index(stream.device());
+    context::set_stream_for(stream.device(), Some(stream.clone()));
+    Ok(())
+}
+
+/// `with torch.cuda.stream(s):` — makes `s` current (and its device the current device) until
+/// dropped, then restores the previous device and the previous current streams of both devices.
+/// Not `Send`: a guard belongs to the thread whose context it changed.
+#[must_use = "the previous stream is restored when the guard is dropped; bind it with `let _g = ...`"]
+pub struct StreamGuard {
+    prev_device: usize,
+    prev_on_prev_device: Option<Stream>,
+    prev_on_stream_device: Option<Stream>,
+    stream_device: usize,
+    depth: usize,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl StreamGuard {
+    /// Switches the thread to `stream` (and its device).
+    pub fn new(stream: &Stream) -> Result<StreamGuard> {
+        rt()?.check(stream.device())?;
+        let prev_device = context::current_index();
+        let guard = StreamGuard {
+            prev_device,
+            prev_on_prev_device: context::stream_for(prev_device),
+            prev_on_stream_device: context::stream_for(stream.device()),
+            stream_device: stream.device(),
+            depth: context::push_guard(),
+            _not_send: PhantomData,
+        };
+        context::set_index(stream.device());
+        context::set_stream_for(stream.device(), Some(stream.clone()));
+        Ok(guard)
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        context::pop_guard(self.depth, "StreamGuard");
+        context::set_stream_for(self.stream_device, self.prev_on_stream_device.take());
+        context::set_stream_for(self.prev_device, self.prev_on_prev_device.take());
+        context::set_index(self.prev_device);
+    }
+}
+
+/// Runs `f` with `stream` as the current stream (and its device current), then restores both.
+pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> R) -> Result<R> {
+    let _g = StreamGuard::new(stream)?;
+    Ok(f())
+}

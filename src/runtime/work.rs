@@ -1,0 +1,110 @@
+//! The one door to device work: every operation the layers above queue on a device — kernel
+//! launches, memsets, copies (host ↔ device, within a device, between devices, pinned and
+//! asynchronous), event records and waits — is a crate-internal method of [`Stream`] here, so a
+//! later stream capture or collective hooks in one place. Each method is one driver call on the
+//! stream's handle (`#[inline]`: the small-op host cost stays one direct call).
+//!
+//! The caller validates what it passes (the driver validates nothing): addresses are live memory
+//! of the stream's device (or of a peer it may access), kept alive in the stream's order.
+
+use super::rt;
+use super::stream::Stream;
+use crate::driver::kernel::{DenseBinary, KernelOp};
+use crate::driver::{DevicePtr, EventId, HostPtr};
+use crate::error::Result;
+use std::time::Duration;
+
+impl Stream {
+    /// Queues `op` (a kernel by op and dtype); [`crate::Error::Unsupported`] where the driver
+    /// has no kernel for it.
+    #[inline]
+    pub(crate) fn launch(&self, op: &KernelOp) -> Result<()> {
+        rt()?.driver.launch(self.driver_id(), op)
+    }
+
+    /// Queues a binary elementwise op over dense operands: the small-op fast lane.
+    #[inline]
+    pub(crate) fn launch_dense_binary(&self, op: &DenseBinary) -> Result<()> {
+        rt()?.driver.launch_dense_binary(self.driver_id(), op)
+    }
+
+    /// Queues a fill of `bytes` bytes at `dst` with `value`.
+    #[inline]
+    pub(crate) fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize) -> Result<()> {
+        rt()?.driver.memset_d8(dst, value, bytes, self.driver_id())
+    }
+
+    /// Copies host bytes to `dst` in the stream's order; returns once `src` may be reused.
+    #[inline]
+    pub(crate) fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        rt()?.driver.memcpy_htod(dst, src, self.driver_id())
+    }
+
+    /// Copies device bytes at `src` to the host in the stream's order; returns once `dst`
+    /// holds them.
+    #[inline]
+    pub(crate) fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        rt()?.driver.memcpy_dtoh(dst, src, self.driver_id())
+    }
+
+    /// Queues a copy of `bytes` bytes within the stream's device.
+    #[inline]
+    pub(crate) fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()> {
+        rt()?.driver.memcpy_dtod(dst, src, bytes, self.driver_id())
+    }
+
+    /// Queues a copy of `bytes` bytes from `src` on `src_device` to `dst` on `dst_device` (the
+    /// stream is one of the two devices'); over the peer link where enabled.
+    #[inline]
+    pub(crate) fn memcpy_peer(
+        &self,
+        (dst_device, dst): (usize, DevicePtr),
+        (src_device, src): (usize, DevicePtr),
+        bytes: usize,
+    ) -> Result<()> {
+        rt()?.driver.memcpy_peer(dst_device, dst, src_device, src, bytes, self.driver_id())
+    }
+
+    /// Queues a copy of `bytes` bytes from pinned host memory at `src` to `dst` and returns at once.
+    ///
+    /// # Safety
+    /// As [`crate::driver::Driver::memcpy_htod_async`]: `[src, src + bytes)` lies inside one
+    /// live pinned allocation of this runtime's driver, which stays allocated and unwritten by
+    /// the host until the stream has passed the copy.
+    #[inline]
+    pub(super) unsafe fn memcpy_htod_async(&self, dst: DevicePtr, src: HostPtr, bytes: usize) -> Result<()> {
+        let driver = &rt()?.driver;
+        // SAFETY: the caller upholds this function's contract, which is the driver call's.
+        unsafe { driver.memcpy_htod_async(dst, src, bytes, self.driver_id()) }
+    }
+
+    /// Queues a copy of `bytes` bytes from `src` to pinned host memory at `dst` and returns at once.
+    ///
+    /// # Safety
+    /// As [`crate::driver::Driver::memcpy_dtoh_async`]: `[dst, dst + bytes)` lies inside one
+    /// live pinned allocation of this runtime's driver, which stays allocated and is neither read
+    /// nor written by the host until the stream has passed the copy.
+    #[inline]
+    pub(super) unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize) -> Result<()> {
+        let driver = &rt()?.driver;
+        // SAFETY: the caller upholds this function's contract, which is the driver call's.
+        unsafe { driver.memcpy_dtoh_async(dst, src, bytes, self.driver_id()) }
+    }
+
+    /// Records the driver event `event` (of this stream's device) after the work queued so far.
+    #[inline]
+    pub(super) fn record_raw(&self, event: EventId) -> Result<()> {
+        rt()?.driver.event_record(event, self.driver_id())
+    }
+
+    /// Makes later work on this stream wait for the driver event's last recording.
+    #[inline]
+    pub(super) fn wait_raw(&self, event: EventId) -> Result<()> {
+        rt()?.driver.stream_wait_event(self.driver_id(), event)
+    }
+
+    /// Test hook: queues work that keeps the stream busy for `duration`.
+    pub(crate) fn delay(&self, duration: Duration) -> Result<()> {
+        rt()?.driver.delay(self.driver_id(), duration)
+    }
+}

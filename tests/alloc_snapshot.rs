@@ -1,11 +1,16 @@
 //! Snapshots and their export: PyTorch's segment and block fields, the history, JSON, and a
-//! pickle that Python (and so PyTorch's `memory_viz`) loads. The Python checks are skipped when
-//! `python3` is missing.
+//! pickle that reads back (serde-pickle) with the same content as the JSON and that Python (and so
+//! PyTorch's `memory_viz`) loads. The Python checks are skipped when `python3` is missing.
 
 // In a module named `alloc` so that `cargo test alloc` selects these tests.
 mod alloc {
-    use cudasem::alloc::{AccountingMemory, AllocatorSettings, BlockState, CachingAllocator, PoolKind, Value};
+    use cudasem::alloc::{
+        AccountingMemory, AllocatorSettings, BlockInfo, BlockState, CachingAllocator, PoolKind, SegmentInfo, Snapshot,
+        TraceAction, TraceEntry,
+    };
     use cudasem::driver::StreamId;
+    use serde_json::Value as Json;
+    use serde_pickle::{DeOptions, HashableValue, Value as Py};
     use std::process::Command;
     use std::sync::Arc;
 
@@ -37,8 +42,9 @@ mod alloc {
         assert!(snap.mismatches(&a.memory_stats()).is_empty());
         assert_eq!(snap.device_traces.len(), 1);
 
-        let v = snap.to_value();
-        let Some(Value::List(segments)) = v.get("segments") else { panic!("{v:?}") };
+        let v: Json = serde_json::from_str(&snap.to_json()).unwrap();
+        let segments = v["segments"].as_array().unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(segments.len(), 3);
         for key in [
             "device",
             "address",
@@ -50,11 +56,15 @@ mod alloc {
             "segment_type",
             "segment_pool_id",
             "is_expandable",
+            "frames",
             "blocks",
         ] {
             assert!(segments[0].get(key).is_some(), "{key}");
         }
-        let Some(Value::List(blocks)) = segments[0].get("blocks") else { panic!() };
+        let large_json = segments.iter().find(|s| s["segment_type"] == "large").unwrap();
+        assert_eq!(large_json["total_size"], 20 << 20);
+        assert_eq!(large_json["address"].as_u64(), Some(large.address));
+        let blocks = segments[0]["blocks"].as_array().unwrap();
         for key in ["address", "size", "requested_size", "state", "frames"] {
             assert!(blocks[0].get(key).is_some(), "{key}");
         }
@@ -116,33 +126,111 @@ print('ok', len(actions))
         );
     }
 
-    #[test]
-    fn pickle_round_trips_edge_values() {
-        let Some(()) = python() else { return };
-        let v = Value::Dict(vec![
-            (
-                "ints".into(),
-                Value::List(
-                    [0i128, 255, 256, 65535, 65536, -1, -129, 1 << 31, -(1 << 31), -(1 << 31) - 1, u64::MAX as i128]
-                        .map(Value::Int)
-                        .to_vec(),
-                ),
+    /// A pickled value as the JSON value it stands for (tuples become arrays, as in Python's
+    /// `json.dumps`); panics on what the snapshot never holds.
+    fn as_json(v: &Py) -> Json {
+        match v {
+            Py::None => Json::Null,
+            Py::Bool(b) => Json::Bool(*b),
+            Py::I64(i) => Json::from(*i),
+            Py::Int(big) => Json::from(big.to_string().parse::<u64>().expect("a u64")),
+            Py::F64(f) => Json::from(*f),
+            Py::String(s) => Json::from(s.as_str()),
+            Py::List(items) | Py::Tuple(items) => Json::Array(items.iter().map(as_json).collect()),
+            Py::Dict(d) => Json::Object(
+                d.iter()
+                    .map(|(k, v)| match k {
+                        HashableValue::String(k) => (k.clone(), as_json(v)),
+                        other => panic!("a non-string key {other:?}"),
+                    })
+                    .collect(),
             ),
-            ("text".into(), Value::str("tab\t quote\" é 漢")),
-            ("float".into(), Value::Float(-2.5)),
-            ("flags".into(), Value::Tuple(vec![Value::Bool(true), Value::Bool(false), Value::None])),
-            ("empty".into(), Value::Tuple(vec![])),
-        ]);
+            other => panic!("unexpected {other:?} in a snapshot pickle"),
+        }
+    }
+
+    fn get<'a>(v: &'a Py, key: &str) -> &'a Py {
+        let Py::Dict(d) = v else { panic!("{v:?} is not a dict") };
+        d.get(&HashableValue::String(key.into())).unwrap_or_else(|| panic!("no key {key} in {v:?}"))
+    }
+
+    #[test]
+    fn the_pickle_reads_back_with_the_json_content() {
+        let snap = busy_allocator().snapshot();
+        let p = serde_pickle::value_from_slice(&snap.to_pickle(), DeOptions::new()).unwrap();
+        let j: Json = serde_json::from_str(&snap.to_json()).unwrap();
+        assert_eq!(as_json(&p), j);
+        // What JSON cannot show: the pool id is a tuple, frames are lists, numbers are ints.
+        let Py::List(segments) = get(&p, "segments") else { panic!() };
+        assert_eq!(segments.len(), 3);
+        assert_eq!(get(&segments[0], "segment_pool_id"), &Py::Tuple(vec![Py::I64(0), Py::I64(0)]));
+        assert_eq!(get(&segments[0], "frames"), &Py::List(vec![]));
+        let Py::List(blocks) = get(&segments[0], "blocks") else { panic!() };
+        assert_eq!(get(&blocks[0], "frames"), &Py::List(vec![]));
+        assert!(matches!(get(&blocks[0], "size"), Py::I64(n) if *n > 0));
+        let Py::List(traces) = get(&p, "device_traces") else { panic!() };
+        let Py::List(first) = &traces[0] else { panic!() };
+        assert_eq!(get(&first[0], "action"), &Py::String("segment_alloc".into()));
+    }
+
+    /// A hand-made snapshot with integers at every pickle width and an `oom` entry.
+    fn edge_snapshot() -> Snapshot {
+        let sizes = [0usize, 255, 256, 65535, 65536, (1 << 31) - 1, 1 << 31, 1 << 32];
+        let mut at = u64::MAX - (1u64 << 34);
+        let blocks = sizes
+            .iter()
+            .map(|&size| {
+                let b = BlockInfo { address: at, size, requested_size: size / 2, state: BlockState::Inactive };
+                at += size as u64;
+                b
+            })
+            .collect::<Vec<_>>();
+        let total: usize = sizes.iter().sum();
+        let seg = SegmentInfo {
+            device: 1,
+            address: blocks[0].address,
+            total_size: total,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: 0,
+            stream: StreamId(u64::MAX),
+            segment_type: PoolKind::Large,
+            is_expandable: true,
+            blocks,
+        };
+        let oom =
+            TraceEntry { action: TraceAction::Oom, addr: 1 << 40, size: 3 << 30, stream: StreamId(7), time_us: 1 };
+        Snapshot { segments: vec![seg], device_traces: vec![vec![], vec![oom]] }
+    }
+
+    #[test]
+    fn edge_values_read_back_in_rust_and_python() {
+        let snap = edge_snapshot();
+        let pickle = snap.to_pickle();
+        let p = serde_pickle::value_from_slice(&pickle, DeOptions::new()).unwrap();
+        let j: Json = serde_json::from_str(&snap.to_json()).unwrap();
+        assert_eq!(as_json(&p), j);
+        let seg = &j["segments"][0];
+        assert_eq!(seg["stream"].as_u64(), Some(u64::MAX));
+        assert_eq!(seg["blocks"][0]["address"].as_u64(), Some(u64::MAX - (1 << 34)));
+        let sizes: Vec<u64> = seg["blocks"].as_array().unwrap().iter().map(|b| b["size"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, [0, 255, 256, 65535, 65536, (1 << 31) - 1, 1 << 31, 1 << 32]);
+        let oom = &j["device_traces"][1][0];
+        assert_eq!((oom["action"].as_str(), oom["device_free"].as_u64()), (Some("oom"), Some(1 << 40)));
+        assert!(j["device_traces"][0].as_array().unwrap().is_empty());
+        assert_eq!(Snapshot::default().to_json(), r#"{"segments":[],"device_traces":[]}"#);
+
+        let Some(()) = python() else { return };
         let path = std::env::temp_dir().join(format!("cudasem-alloc-values-{}.pickle", std::process::id()));
-        let snap = cudasem::alloc::Snapshot::default();
-        assert_eq!(snap.to_json(), r#"{"segments":[],"device_traces":[]}"#);
-        std::fs::write(&path, v.to_pickle()).unwrap();
+        std::fs::write(&path, &pickle).unwrap();
         let script = r#"
 import pickle, sys
 v = pickle.load(open(sys.argv[1], 'rb'))
-assert v['ints'] == [0, 255, 256, 65535, 65536, -1, -129, 2**31, -2**31, -2**31 - 1, 2**64 - 1], v['ints']
-assert v['text'] == 'tab\t quote" é 漢' and v['float'] == -2.5
-assert v['flags'] == (True, False, None) and v['empty'] == ()
+s = v['segments'][0]
+assert s['stream'] == 2**64 - 1 and s['blocks'][0]['address'] == 2**64 - 1 - 2**34, s
+assert [b['size'] for b in s['blocks']] == [0, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 2**32]
+assert s['segment_pool_id'] == (0, 0) and s['frames'] == [] and s['is_expandable'] is True
+assert v['device_traces'][0] == [] and v['device_traces'][1][0]['device_free'] == 2**40
 "#;
         let out = Command::new("python3").arg("-c").arg(script).arg(&path).output().unwrap();
         let _ = std::fs::remove_file(&path);

@@ -53,161 +53,45 @@ fn text(o: &Output) -> String {
     format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-/// A JSON value, parsed by hand (the crate has no serde): enough to check the bench's file.
-#[derive(Debug, Clone, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(BTreeMap<String, Json>),
+type Json = serde_json::Value;
+
+/// Strict reading of the bench's JSON: a missing key or a value of another type fails the test
+/// (indexing a `serde_json::Value` would give null).
+trait Strict {
+    fn key(&self, key: &str) -> &Json;
+    fn num(&self) -> Option<f64>;
+    fn text(&self) -> Option<&str>;
 }
 
-impl Json {
-    fn parse(s: &str) -> Json {
-        let mut p = Parser { b: s.as_bytes(), i: 0 };
-        let v = p.value();
-        p.ws();
-        assert_eq!(p.i, p.b.len(), "trailing text after the JSON value");
-        v
-    }
-    fn get(&self, key: &str) -> &Json {
-        match self {
-            Json::Obj(m) => m.get(key).unwrap_or_else(|| panic!("no key {key} in {self:?}")),
-            _ => panic!("{self:?} is not an object"),
-        }
+impl Strict for Json {
+    fn key(&self, key: &str) -> &Json {
+        let obj = self.as_object().unwrap_or_else(|| panic!("{self} is not an object"));
+        obj.get(key).unwrap_or_else(|| panic!("no key {key} in {self}"))
     }
     fn num(&self) -> Option<f64> {
         match self {
-            Json::Num(v) => Some(*v),
+            Json::Number(n) => n.as_f64(),
             Json::Null => None,
-            other => panic!("{other:?} is neither a number nor null"),
+            other => panic!("{other} is neither a number nor null"),
         }
     }
-    fn str(&self) -> Option<&str> {
+    fn text(&self) -> Option<&str> {
         match self {
-            Json::Str(s) => Some(s),
+            Json::String(s) => Some(s),
             Json::Null => None,
-            other => panic!("{other:?} is neither a string nor null"),
-        }
-    }
-}
-
-struct Parser<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.b.len() && self.b[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-    fn eat(&mut self, c: u8) {
-        self.ws();
-        assert_eq!(self.b.get(self.i), Some(&c), "expected `{}` at byte {}", c as char, self.i);
-        self.i += 1;
-    }
-    fn lit(&mut self, word: &str, v: Json) -> Json {
-        assert!(self.b[self.i..].starts_with(word.as_bytes()), "bad literal at byte {}", self.i);
-        self.i += word.len();
-        v
-    }
-    fn string(&mut self) -> String {
-        self.eat(b'"');
-        let mut out = Vec::new();
-        loop {
-            match self.b[self.i] {
-                b'"' => break,
-                b'\\' => {
-                    self.i += 1;
-                    match self.b[self.i] {
-                        b'n' => out.push(b'\n'),
-                        b't' => out.push(b'\t'),
-                        b'r' => out.push(b'\r'),
-                        b'u' => {
-                            let hex = std::str::from_utf8(&self.b[self.i + 1..self.i + 5]).unwrap();
-                            let c = char::from_u32(u32::from_str_radix(hex, 16).unwrap()).unwrap();
-                            out.extend(c.to_string().as_bytes());
-                            self.i += 4;
-                        }
-                        c => out.push(c),
-                    }
-                }
-                c => out.push(c),
-            }
-            self.i += 1;
-        }
-        self.i += 1;
-        String::from_utf8(out).expect("UTF-8 string")
-    }
-    fn value(&mut self) -> Json {
-        self.ws();
-        match self.b[self.i] {
-            b'{' => {
-                self.i += 1;
-                let mut m = BTreeMap::new();
-                self.ws();
-                if self.b[self.i] == b'}' {
-                    self.i += 1;
-                    return Json::Obj(m);
-                }
-                loop {
-                    let k = self.string();
-                    self.eat(b':');
-                    assert!(m.insert(k, self.value()).is_none(), "duplicate key");
-                    self.ws();
-                    self.i += 1;
-                    match self.b[self.i - 1] {
-                        b',' => continue,
-                        b'}' => return Json::Obj(m),
-                        c => panic!("unexpected `{}` in an object", c as char),
-                    }
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                let mut v = Vec::new();
-                self.ws();
-                if self.b[self.i] == b']' {
-                    self.i += 1;
-                    return Json::Arr(v);
-                }
-                loop {
-                    v.push(self.value());
-                    self.ws();
-                    self.i += 1;
-                    match self.b[self.i - 1] {
-                        b',' => continue,
-                        b']' => return Json::Arr(v),
-                        c => panic!("unexpected `{}` in an array", c as char),
-                    }
-                }
-            }
-            b'"' => Json::Str(self.string()),
-            b'n' => self.lit("null", Json::Null),
-            b't' => self.lit("true", Json::Bool(true)),
-            b'f' => self.lit("false", Json::Bool(false)),
-            _ => {
-                let start = self.i;
-                while self.i < self.b.len() && matches!(self.b[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                {
-                    self.i += 1;
-                }
-                let t = std::str::from_utf8(&self.b[start..self.i]).unwrap();
-                Json::Num(t.parse().unwrap_or_else(|_| panic!("bad number `{t}`")))
-            }
+            other => panic!("{other} is neither a string nor null"),
         }
     }
 }
 
 /// The JSON file, and its results by name.
 fn read_json(path: &Path) -> (Json, BTreeMap<String, Json>) {
-    let json = Json::parse(&std::fs::read_to_string(path).expect("the bench wrote its JSON"));
-    let Json::Arr(results) = json.get("results").clone() else { panic!("results is not an array") };
-    let by_name = results.into_iter().map(|r| (r.get("name").str().unwrap().to_string(), r)).collect();
+    let text = std::fs::read_to_string(path).expect("the bench wrote its JSON");
+    let json: Json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    let Json::Array(results) = json.key("results").clone() else { panic!("results is not an array") };
+    let by_name: BTreeMap<String, Json> =
+        results.into_iter().map(|r| (r.key("name").text().unwrap().to_string(), r)).collect();
+    assert_eq!(by_name.len(), json.key("results").as_array().unwrap().len(), "row names are unique");
     (json, by_name)
 }
 
@@ -218,25 +102,25 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     let o = bench(&["--quick", "--no-pytorch", "--json", path.to_str().unwrap()], &[], None);
     assert!(o.status.success(), "{}", text(&o));
     let (json, rows) = read_json(&path);
-    assert_eq!(json.get("driver").str(), Some("sim"));
-    assert_eq!(json.get("quick"), &Json::Bool(true));
-    assert!(json.get("machine").str().unwrap().contains("2 ×"), "the default sim has 2 GPUs: {json:?}");
-    assert!(json.get("date").str().unwrap().ends_with('Z'));
-    assert_eq!(json.get("torch"), &Json::Null);
-    assert_eq!(json.get("cuda"), &Json::Null);
-    assert!(json.get("pytorch_error").str().unwrap().contains("--no-pytorch"));
+    assert_eq!(json.key("driver").text(), Some("sim"));
+    assert_eq!(json.key("quick"), &Json::Bool(true));
+    assert!(json.key("machine").text().unwrap().contains("2 ×"), "the default sim has 2 GPUs: {json:?}");
+    assert!(json.key("date").text().unwrap().ends_with('Z'));
+    assert_eq!(json.key("torch"), &Json::Null);
+    assert_eq!(json.key("cuda"), &Json::Null);
+    assert!(json.key("pytorch_error").text().unwrap().contains("--no-pytorch"));
     assert_eq!(rows.keys().collect::<Vec<_>>().len(), ROWS.len(), "{:?}", rows.keys());
     for name in ROWS {
         let r = rows.get(name).unwrap_or_else(|| panic!("no row {name}"));
-        let v = r.get("cudasem").num().unwrap_or_else(|| panic!("{name}: no cudasem figure: {r:?}"));
+        let v = r.key("cudasem").num().unwrap_or_else(|| panic!("{name}: no cudasem figure: {r:?}"));
         assert!(v.is_finite() && v > 0.0, "{name}: {v}");
-        assert_eq!(r.get("pytorch"), &Json::Null, "{name}");
-        assert_eq!(r.get("speedup"), &Json::Null, "{name}");
-        assert!(r.get("unit").str().is_some());
+        assert_eq!(r.key("pytorch"), &Json::Null, "{name}");
+        assert_eq!(r.key("speedup"), &Json::Null, "{name}");
+        assert!(r.key("unit").text().is_some());
     }
-    assert_eq!(rows["replay_resnet50"].get("unit").str(), Some("bytes"));
+    assert_eq!(rows["replay_resnet50"].key("unit").text(), Some("bytes"));
     // The policy's figure is deterministic: below PyTorch's recorded 7,033,847,808 bytes.
-    let replay = rows["replay_resnet50"].get("cudasem").num().unwrap();
+    let replay = rows["replay_resnet50"].key("cudasem").num().unwrap();
     assert!((5_762_142_352.0..7_033_847_808.0).contains(&replay), "{replay}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bench [") && err.contains("13/13"), "a progress line per step: {err}");
@@ -268,8 +152,8 @@ fn the_peer_copy_is_skipped_with_a_reason_on_one_gpu_and_quick_writes_no_default
     let (_, rows) = read_json(&path);
     assert_eq!(rows.len(), 1);
     let r = &rows["p2p_copy_1gib"];
-    assert_eq!(r.get("cudasem"), &Json::Null);
-    assert!(r.get("cudasem_note").str().unwrap().contains("no peer access"), "{r:?}");
+    assert_eq!(r.key("cudasem"), &Json::Null);
+    assert!(r.key("cudasem_note").text().unwrap().contains("no peer access"), "{r:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -317,9 +201,9 @@ echo "RESULT replay_resnet50 7033847808 bytes"
     );
     assert!(o.status.success(), "{}", text(&o));
     let (json, rows) = read_json(&path);
-    assert_eq!(json.get("torch").str(), Some("9.9.9+fake"));
-    assert_eq!(json.get("cuda").str(), Some("13.0"));
-    assert_eq!(json.get("pytorch_error"), &Json::Null);
+    assert_eq!(json.key("torch").text(), Some("9.9.9+fake"));
+    assert_eq!(json.key("cuda").text(), Some("13.0"));
+    assert_eq!(json.key("pytorch_error"), &Json::Null);
     assert_eq!(rows.len(), 4, "{:?}", rows.keys());
     for (name, pytorch, met) in [
         ("small_op", 1e12, Some(true)),
@@ -328,16 +212,16 @@ echo "RESULT replay_resnet50 7033847808 bytes"
         ("replay_resnet50", 7033847808.0, Some(true)),
     ] {
         let r = &rows[name];
-        let ours = r.get("cudasem").num().unwrap();
-        assert_eq!(r.get("pytorch").num(), Some(pytorch), "{name}");
-        let want = if r.get("lower_is_better") == &Json::Bool(true) { pytorch / ours } else { ours / pytorch };
-        let got = r.get("speedup").num().unwrap();
+        let ours = r.key("cudasem").num().unwrap();
+        assert_eq!(r.key("pytorch").num(), Some(pytorch), "{name}");
+        let want = if r.key("lower_is_better") == &Json::Bool(true) { pytorch / ours } else { ours / pytorch };
+        let got = r.key("speedup").num().unwrap();
         assert!((got - want).abs() <= 1e-4 * want.max(1.0), "{name}: speedup {got}, expected {want}");
-        assert_eq!(r.get("met"), &met.map_or(Json::Null, Json::Bool), "{name}");
-        assert_eq!(r.get("pytorch_note"), &Json::Null, "{name}");
+        assert_eq!(r.key("met"), &met.map_or(Json::Null, Json::Bool), "{name}");
+        assert_eq!(r.key("pytorch_note"), &Json::Null, "{name}");
     }
     let replay = &rows["replay_resnet50"];
-    assert!(replay.get("speedup").num().unwrap() > 1.0, "cudasem's peak is below PyTorch's recorded one");
+    assert!(replay.key("speedup").num().unwrap() > 1.0, "cudasem's peak is below PyTorch's recorded one");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("PyTorch 9.9.9+fake") && out.contains(" yes") && out.contains(" NO"), "{out}");
     let err = String::from_utf8_lossy(&o.stderr);
@@ -371,23 +255,23 @@ fn a_failing_or_missing_pytorch_leaves_its_column_null_with_the_reason() {
     let o = run(args(script.to_str().unwrap(), "sh"));
     assert!(o.status.success(), "PyTorch's failure is not the bench's: {}", text(&o));
     let (json, rows) = read_json(&path);
-    let why = json.get("pytorch_error").str().expect("the reason is written");
+    let why = json.key("pytorch_error").text().expect("the reason is written");
     assert!(why.contains("failed") && why.contains("boom"), "{why}");
-    assert_eq!(rows["small_op"].get("pytorch"), &Json::Null);
-    assert!(rows["small_op"].get("pytorch_note").str().unwrap().contains("boom"));
-    assert!(rows["small_op"].get("cudasem").num().is_some());
-    assert_eq!(rows["small_op_cpp"].get("pytorch").num(), Some(5000.0), "what came before the failure stays");
+    assert_eq!(rows["small_op"].key("pytorch"), &Json::Null);
+    assert!(rows["small_op"].key("pytorch_note").text().unwrap().contains("boom"));
+    assert!(rows["small_op"].key("cudasem").num().is_some());
+    assert_eq!(rows["small_op_cpp"].key("pytorch").num(), Some(5000.0), "what came before the failure stays");
     assert!(String::from_utf8_lossy(&o.stdout).contains("boom"), "the table says why");
 
     let o = run(args(script.to_str().unwrap(), "/nonexistent/python3"));
     assert!(o.status.success(), "{}", text(&o));
     let (json, _) = read_json(&path);
-    assert!(json.get("pytorch_error").str().unwrap().contains("could not start /nonexistent/python3"));
+    assert!(json.key("pytorch_error").text().unwrap().contains("could not start /nonexistent/python3"));
 
     let o = run(args("/nonexistent/bench.py", "sh"));
     assert!(o.status.success(), "{}", text(&o));
     let (json, _) = read_json(&path);
-    assert!(json.get("pytorch_error").str().unwrap().contains("does not exist"));
+    assert!(json.key("pytorch_error").text().unwrap().contains("does not exist"));
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -1,7 +1,7 @@
 //! The allocation history (`torch.cuda.memory._record_memory_history`): a bounded ring of events.
 
-use super::value::Value;
 use crate::driver::StreamId;
+use serde::{Serialize, Serializer};
 use std::collections::VecDeque;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -79,22 +79,34 @@ pub struct TraceEntry {
     pub time_us: u64,
 }
 
-impl TraceEntry {
-    /// The entry as PyTorch's trace dict (`action, addr, size, stream, time_us, frames`, and
-    /// `device_free` for `oom`).
-    pub fn to_value(&self) -> Value {
-        let mut d = vec![
-            ("action".to_string(), Value::str(self.action.name())),
-            ("addr".to_string(), Value::from(self.addr)),
-            ("size".to_string(), Value::from(self.size)),
-            ("stream".to_string(), Value::from(self.stream.0)),
-            ("time_us".to_string(), Value::from(self.time_us)),
-            ("frames".to_string(), Value::List(Vec::new())),
-        ];
-        if self.action == TraceAction::Oom {
-            d.push(("device_free".to_string(), Value::from(self.addr)));
+/// PyTorch's trace dict.
+#[derive(Serialize)]
+struct TraceDict {
+    action: &'static str,
+    addr: u64,
+    size: usize,
+    stream: u64,
+    time_us: u64,
+    /// No stack frames are recorded: an empty list.
+    frames: &'static [u8],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device_free: Option<u64>,
+}
+
+impl Serialize for TraceEntry {
+    /// As PyTorch's trace dict (`action, addr, size, stream, time_us, frames`, and `device_free`
+    /// for `oom`).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        TraceDict {
+            action: self.action.name(),
+            addr: self.addr,
+            size: self.size,
+            stream: self.stream.0,
+            time_us: self.time_us,
+            frames: &[],
+            device_free: (self.action == TraceAction::Oom).then_some(self.addr),
         }
-        Value::Dict(d)
+        .serialize(s)
     }
 }
 

@@ -18,7 +18,6 @@
 //! The policy runs over [`RawHostMemory`], so it is tested with no device at all.
 
 use super::stats::Stat;
-use super::value::Value;
 use crate::driver::{EventId, HostPtr, StreamId};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
@@ -191,10 +190,12 @@ impl HostMemoryStats {
     pub fn is_empty(&self) -> bool {
         false
     }
+}
 
-    /// The statistics as a dict value (for JSON and pickles).
-    pub fn to_value(&self) -> Value {
-        Value::Dict(self.iter().map(|(k, v)| (k, Value::Int(v as i128))).collect())
+impl serde::Serialize for HostMemoryStats {
+    /// As PyTorch's `host_memory_stats()` dict: every key, in key order.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
     }
 }
 

@@ -47,7 +47,6 @@ mod driver_memory;
 mod expandable;
 mod history;
 mod host;
-mod pickle;
 mod replay;
 mod settings;
 mod snapshot;
@@ -56,7 +55,6 @@ mod state;
 mod stats;
 mod summary;
 pub mod trace;
-mod value;
 
 pub use accounting::{AccountingMemory, MemoryCounts};
 pub use allocator::CachingAllocator;
@@ -72,7 +70,6 @@ pub use settings::{
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo, Snapshot};
 pub use stats::{MemoryStats, Stat, StatPool};
 pub use trace::Trace;
-pub use value::Value;
 
 use crate::driver::{DevicePtr, EventId, StreamId};
 use crate::error::{Error, Result};

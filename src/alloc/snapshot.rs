@@ -1,16 +1,19 @@
 //! Snapshots (`torch.cuda.memory_snapshot()` / `memory._snapshot()`): every segment and block at
 //! one moment, plus the history ring, exported as JSON or as the pickle PyTorch's `memory_viz` reads.
+//!
+//! Every type here serializes (serde) as PyTorch's dicts, so `serde_json` gives the JSON and
+//! `serde-pickle` the pickle of the same content.
 
 use super::block::{BlockId, PoolKind, NIL};
 use super::history::TraceEntry;
-use super::pickle::to_pickle;
 use super::state::State;
 use super::stats::{MemoryStats, StatPool};
-use super::value::Value;
 use crate::driver::StreamId;
+use serde::{Serialize, Serializer};
 
 /// A block's state, with PyTorch's names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BlockState {
     /// Handed out (`active_allocated`).
     ActiveAllocated,
@@ -36,7 +39,7 @@ impl BlockState {
     }
 }
 
-/// One block of a segment.
+/// One block of a segment (serializes as PyTorch's block dict).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockInfo {
     /// Device address.
@@ -169,56 +172,96 @@ impl Snapshot {
         out
     }
 
-    /// The snapshot as PyTorch's dict: `{"segments": [...], "device_traces": [[...]]}`.
-    pub fn to_value(&self) -> Value {
-        let segments = self.segments.iter().map(SegmentInfo::to_value).collect();
-        let traces =
-            self.device_traces.iter().map(|t| Value::List(t.iter().map(TraceEntry::to_value).collect())).collect();
-        Value::Dict(vec![("segments".into(), Value::List(segments)), ("device_traces".into(), Value::List(traces))])
-    }
-
-    /// JSON text of [`Snapshot::to_value`].
+    /// The snapshot as JSON text (compact): PyTorch's dict
+    /// `{"segments": [...], "device_traces": [[...]]}`.
     pub fn to_json(&self) -> String {
-        self.to_value().to_json()
+        serde_json::to_string(self).expect("a snapshot has only string keys")
     }
 
-    /// A pickle (protocol 2) of [`Snapshot::to_value`]: save it as `snapshot.pickle` and open it
-    /// with <https://pytorch.org/memory_viz> or `python -m torch.cuda._memory_viz`.
+    /// The snapshot as a pickle (protocol 2) of the same dict: save it as `snapshot.pickle` and
+    /// open it with <https://pytorch.org/memory_viz> or `python -m torch.cuda._memory_viz`.
     pub fn to_pickle(&self) -> Vec<u8> {
-        to_pickle(&self.to_value())
+        serde_pickle::to_vec(self, serde_pickle::SerOptions::new().proto_v2()).expect("a snapshot has only string keys")
     }
 }
 
-impl SegmentInfo {
-    /// PyTorch's segment dict.
-    pub fn to_value(&self) -> Value {
-        let blocks = self
-            .blocks
-            .iter()
-            .map(|b| {
-                Value::Dict(vec![
-                    ("address".into(), b.address.into()),
-                    ("size".into(), b.size.into()),
-                    ("requested_size".into(), b.requested_size.into()),
-                    ("state".into(), b.state.name().into()),
-                    ("frames".into(), Value::List(Vec::new())),
-                ])
-            })
-            .collect();
-        Value::Dict(vec![
-            ("device".into(), self.device.into()),
-            ("address".into(), self.address.into()),
-            ("total_size".into(), self.total_size.into()),
-            ("allocated_size".into(), self.allocated_size.into()),
-            ("active_size".into(), self.active_size.into()),
-            ("requested_size".into(), self.requested_size.into()),
-            ("stream".into(), self.stream.0.into()),
-            ("segment_type".into(), self.segment_type.name().into()),
-            ("segment_pool_id".into(), Value::Tuple(vec![Value::Int(0), Value::Int(0)])),
-            ("is_expandable".into(), self.is_expandable.into()),
-            ("frames".into(), Value::List(Vec::new())),
-            ("blocks".into(), Value::List(blocks)),
-        ])
+/// Stack frames: cudasem records none, PyTorch's readers expect the key (an empty list).
+const NO_FRAMES: [u8; 0] = [];
+
+/// PyTorch's snapshot dict.
+#[derive(Serialize)]
+struct SnapshotDict<'a> {
+    segments: &'a [SegmentInfo],
+    device_traces: &'a [Vec<TraceEntry>],
+}
+
+/// PyTorch's segment dict (`segment_pool_id` is `(0, 0)`: no private pools).
+#[derive(Serialize)]
+struct SegmentDict<'a> {
+    device: usize,
+    address: u64,
+    total_size: usize,
+    allocated_size: usize,
+    active_size: usize,
+    requested_size: usize,
+    stream: u64,
+    segment_type: &'static str,
+    segment_pool_id: (u64, u64),
+    is_expandable: bool,
+    frames: &'static [u8],
+    blocks: &'a [BlockInfo],
+}
+
+/// PyTorch's block dict.
+#[derive(Serialize)]
+struct BlockDict {
+    address: u64,
+    size: usize,
+    requested_size: usize,
+    state: BlockState,
+    frames: &'static [u8],
+}
+
+impl Serialize for Snapshot {
+    /// As PyTorch's dict `{"segments": [...], "device_traces": [[...]]}`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        SnapshotDict { segments: &self.segments, device_traces: &self.device_traces }.serialize(s)
+    }
+}
+
+impl Serialize for SegmentInfo {
+    /// As PyTorch's segment dict, its blocks as block dicts.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        SegmentDict {
+            device: self.device,
+            address: self.address,
+            total_size: self.total_size,
+            allocated_size: self.allocated_size,
+            active_size: self.active_size,
+            requested_size: self.requested_size,
+            stream: self.stream.0,
+            segment_type: self.segment_type.name(),
+            segment_pool_id: (0, 0),
+            is_expandable: self.is_expandable,
+            frames: &NO_FRAMES,
+            blocks: &self.blocks,
+        }
+        .serialize(s)
+    }
+}
+
+impl Serialize for BlockInfo {
+    /// As PyTorch's block dict.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let b = self;
+        BlockDict {
+            address: b.address,
+            size: b.size,
+            requested_size: b.requested_size,
+            state: b.state,
+            frames: &NO_FRAMES,
+        }
+        .serialize(s)
     }
 }
 
@@ -274,5 +317,17 @@ impl State {
             })
             .collect();
         Snapshot { segments, device_traces: vec![self.history.entries()] }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialized_state_names_are_pytorchs() {
+        for s in [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.name());
+        }
     }
 }

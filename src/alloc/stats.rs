@@ -1,7 +1,6 @@
 //! Allocator statistics: fixed arrays while running, PyTorch's exact keys only when asked.
 
 use super::block::PoolKind;
-use super::value::Value;
 
 /// One statistic, as PyTorch keeps it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -302,10 +301,12 @@ impl MemoryStats {
         v.sort_unstable_by_key(|&(k, _)| k);
         v.into_iter()
     }
+}
 
-    /// The statistics as a dict value (for JSON and pickles).
-    pub fn to_value(&self) -> Value {
-        Value::Dict(self.iter().map(|(k, v)| (k.to_string(), Value::Int(v as i128))).collect())
+impl serde::Serialize for MemoryStats {
+    /// As PyTorch's `memory_stats()` dict: every key, in key order.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
     }
 }
 

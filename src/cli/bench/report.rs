@@ -1,10 +1,12 @@
-//! The table printed at the end and the JSON file (written by hand: the crate has no serde).
+//! The table printed at the end and the JSON file (serde: [`JsonReport`] is its schema).
 
 use super::pytorch::Results;
 use super::{Outcome, RowSpec, ROWS};
 use cudasem::cuda;
+use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::io;
 use std::path::Path;
 
 /// Where and when the bench ran.
@@ -130,21 +132,126 @@ fn show_outcome(o: &Outcome, unit: &str) -> String {
     }
 }
 
-/// A JSON string literal (escaped as the allocator's snapshots are).
-fn json_str(s: &str) -> String {
-    cudasem::alloc::Value::str(s).to_json()
-}
-
-fn json_opt_str(s: Option<&str>) -> String {
-    s.map(json_str).unwrap_or_else(|| "null".into())
-}
-
-/// A JSON number (7 significant digits, never an exponent; integers for bytes), or null.
-fn json_num(v: Option<f64>, unit: &str) -> String {
+/// A figure for the JSON: an integer for bytes, else 7 significant digits; `None` (null) when
+/// missing or not finite.
+fn json_num(v: Option<f64>, unit: &str) -> Option<serde_json::Number> {
     match v {
-        Some(v) if v.is_finite() && unit == "bytes" => format!("{v:.0}"),
-        Some(v) if v.is_finite() => format!("{}", format!("{v:.6e}").parse::<f64>().unwrap_or(v)),
-        _ => "null".into(),
+        Some(v) if v.is_finite() && unit == "bytes" && v >= 0.0 => Some((v.round() as u64).into()),
+        Some(v) if v.is_finite() => serde_json::Number::from_f64(format!("{v:.6e}").parse::<f64>().unwrap_or(v)),
+        _ => None,
+    }
+}
+
+/// The JSON file `bench/results/latest.json` (its schema: BENCHMARKS.md).
+#[derive(Debug, Serialize)]
+pub struct JsonReport<'a> {
+    /// UTC, ISO 8601.
+    pub date: &'a str,
+    /// The GPUs cudasem saw.
+    pub machine: &'a str,
+    /// cudasem's driver.
+    pub driver: &'a str,
+    /// The CUDA version PyTorch reported.
+    pub cuda: Option<&'a str>,
+    /// `torch.__version__`.
+    pub torch: Option<&'a str>,
+    /// Whether the sizes were `--quick`'s.
+    pub quick: bool,
+    /// Why PyTorch's column is empty or incomplete.
+    pub pytorch_error: Option<&'a str>,
+    /// One object per row, in table order.
+    pub results: Vec<JsonRow<'a>>,
+}
+
+/// One row of the JSON file.
+#[derive(Debug, Serialize)]
+pub struct JsonRow<'a> {
+    /// The row's name.
+    pub name: &'a str,
+    /// cudasem's figure.
+    pub cudasem: Option<serde_json::Number>,
+    /// PyTorch's figure.
+    pub pytorch: Option<serde_json::Number>,
+    /// The unit of both.
+    pub unit: &'a str,
+    /// See [`Row::speedup`].
+    pub speedup: Option<serde_json::Number>,
+    /// The speedup aimed at.
+    pub goal: Option<serde_json::Number>,
+    /// See [`Row::met`].
+    pub met: Option<bool>,
+    /// Whether a smaller figure is better.
+    pub lower_is_better: bool,
+    /// Why cudasem has no figure.
+    pub cudasem_note: Option<String>,
+    /// Why PyTorch has no figure.
+    pub pytorch_note: Option<String>,
+}
+
+impl<'a> From<&'a Row> for JsonRow<'a> {
+    fn from(r: &'a Row) -> JsonRow<'a> {
+        let unit = r.spec.unit;
+        JsonRow {
+            name: r.spec.name,
+            cudasem: json_num(r.cudasem.value(), unit),
+            pytorch: json_num(r.pytorch.value(), unit),
+            unit,
+            speedup: json_num(r.speedup(), ""),
+            goal: json_num(r.spec.goal, ""),
+            met: r.met(),
+            lower_is_better: r.spec.lower_is_better,
+            cudasem_note: r.cudasem.note(),
+            pytorch_note: r.pytorch.note(),
+        }
+    }
+}
+
+/// serde_json's layout for the file: the top object and the `results` array one item per line,
+/// each row on its own line (`{"name": "…", "cudasem": …}`), so a new run's diff reads by row.
+#[derive(Default)]
+struct RowPerLine {
+    depth: usize,
+    /// Whether the open array of depth 2 has items (its `]` then goes on a line of its own).
+    items: bool,
+}
+
+impl serde_json::ser::Formatter for RowPerLine {
+    fn begin_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth += 1;
+        w.write_all(b"{")
+    }
+    fn end_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth -= 1;
+        w.write_all(if self.depth == 0 { b"\n}" } else { b"}" })
+    }
+    fn begin_object_key<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        match (self.depth, first) {
+            (1, true) => w.write_all(b"\n  "),
+            (1, false) => w.write_all(b",\n  "),
+            (_, true) => Ok(()),
+            (_, false) => w.write_all(b", "),
+        }
+    }
+    fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn begin_array<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth += 1;
+        self.items = false;
+        w.write_all(b"[")
+    }
+    fn end_array<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth -= 1;
+        w.write_all(if self.depth == 1 && self.items { b"\n  ]" } else { b"]" })
+    }
+    fn begin_array_value<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.items |= self.depth == 2;
+        match (self.depth, first) {
+            (2, true) => w.write_all(b"\n    "),
+            (2, false) => w.write_all(b",\n    "),
+            (_, true) => Ok(()),
+            (_, false) => w.write_all(b", "),
+        }
     }
 }
 
@@ -203,38 +310,28 @@ impl Report {
         t.trim_end().to_string()
     }
 
-    /// The JSON object (one result per line).
-    pub fn json(&self) -> String {
+    /// The JSON file's content.
+    pub fn to_json(&self) -> JsonReport<'_> {
         let p = &self.pytorch;
-        let mut j = String::from("{\n");
-        let _ = writeln!(j, "  \"date\": {},", json_str(&self.env.date));
-        let _ = writeln!(j, "  \"machine\": {},", json_str(&self.env.machine));
-        let _ = writeln!(j, "  \"driver\": {},", json_str(&self.env.driver));
-        let _ = writeln!(j, "  \"cuda\": {},", json_opt_str(p.cuda.as_deref()));
-        let _ = writeln!(j, "  \"torch\": {},", json_opt_str(p.torch.as_deref()));
-        let _ = writeln!(j, "  \"quick\": {},", self.quick);
-        let _ = writeln!(j, "  \"pytorch_error\": {},", json_opt_str(p.error.as_deref()));
-        j.push_str("  \"results\": [\n");
-        for (i, r) in self.rows.iter().enumerate() {
-            let unit = r.spec.unit;
-            let _ = write!(
-                j,
-                "    {{\"name\": {}, \"cudasem\": {}, \"pytorch\": {}, \"unit\": {}, \"speedup\": {}, \"goal\": {}, \"met\": {}, \"lower_is_better\": {}, \"cudasem_note\": {}, \"pytorch_note\": {}}}",
-                json_str(r.spec.name),
-                json_num(r.cudasem.value(), unit),
-                json_num(r.pytorch.value(), unit),
-                json_str(unit),
-                json_num(r.speedup(), ""),
-                json_num(r.spec.goal, ""),
-                r.met().map(|m| m.to_string()).unwrap_or_else(|| "null".into()),
-                r.spec.lower_is_better,
-                json_opt_str(r.cudasem.note().as_deref()),
-                json_opt_str(r.pytorch.note().as_deref()),
-            );
-            j.push_str(if i + 1 < self.rows.len() { ",\n" } else { "\n" });
+        JsonReport {
+            date: &self.env.date,
+            machine: &self.env.machine,
+            driver: &self.env.driver,
+            cuda: p.cuda.as_deref(),
+            torch: p.torch.as_deref(),
+            quick: self.quick,
+            pytorch_error: p.error.as_deref(),
+            results: self.rows.iter().map(JsonRow::from).collect(),
         }
-        j.push_str("  ]\n}\n");
-        j
+    }
+
+    /// The JSON text (one result per line).
+    pub fn json(&self) -> String {
+        let mut out = Vec::new();
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, RowPerLine::default());
+        self.to_json().serialize(&mut ser).expect("writing to a Vec does not fail");
+        out.extend_from_slice(b"\n");
+        String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 
     /// Writes [`Report::json`] to `path`, making its folder if needed.
@@ -251,16 +348,71 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dates_and_strings() {
+    fn dates_and_numbers() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(20_788), (2026, 12, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(json_str("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
-        assert_eq!(json_num(Some(1.23456789), ""), "1.234568");
-        assert_eq!(json_num(Some(2.345678912e-5), ""), "0.00002345679");
-        assert_eq!(json_num(Some(4310.123456), ""), "4310.123");
-        assert_eq!(json_num(Some(7033847808.0), "bytes"), "7033847808");
-        assert_eq!(json_num(Some(f64::NAN), ""), "null");
+        let num = |v, unit| json_num(Some(v), unit).map(|n| n.to_string());
+        assert_eq!(num(1.23456789, "").as_deref(), Some("1.234568"));
+        assert_eq!(json_num(Some(2.345678912e-5), "").and_then(|n| n.as_f64()), Some(2.345679e-5));
+        assert_eq!(num(4310.123456, "").as_deref(), Some("4310.123"));
+        assert_eq!(num(7033847808.0, "bytes").as_deref(), Some("7033847808"));
+        assert_eq!(json_num(Some(f64::NAN), ""), None);
+        assert_eq!(json_num(None, "ns"), None);
+    }
+
+    #[test]
+    fn the_json_has_one_row_per_line_and_reads_back() {
+        let spec = |name| *ROWS.iter().find(|r| r.name == name).unwrap();
+        let env = Environment {
+            date: "2026-12-01T10:51:00Z".into(),
+            machine: "2 × NVIDIA \"H200\"\n".into(),
+            driver: "sim".into(),
+        };
+        let rows = vec![
+            Row { spec: spec("small_op"), cudasem: Outcome::Value(4000.123456), pytorch: Outcome::Value(8000.0) },
+            Row {
+                spec: spec("replay_resnet50"),
+                cudasem: Outcome::Value(5964300288.0),
+                pytorch: Outcome::Missing("no torch".into()),
+            },
+            Row {
+                spec: spec("p2p_copy_1gib"),
+                cudasem: Outcome::Skipped("needs 2 devices".into()),
+                pytorch: Outcome::Missing("no torch".into()),
+            },
+        ];
+        let report = Report { env, quick: true, rows, pytorch: Results::missing("no torch") };
+        let text = report.json();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1 + 8 + 3 + 2, "{text}");
+        assert_eq!((lines[0], lines[1]), ("{", "  \"date\": \"2026-12-01T10:51:00Z\","));
+        assert!(
+            lines[9].starts_with("    {\"name\": \"small_op\", \"cudasem\": 4000.123, \"pytorch\": 8000.0,"),
+            "{text}"
+        );
+        assert_eq!(lines[12..], ["  ]", "}"]);
+
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["machine"], "2 × NVIDIA \"H200\"\n");
+        assert_eq!(
+            (v["quick"].as_bool(), v["torch"].is_null(), v["pytorch_error"].as_str()),
+            (Some(true), true, Some("no torch"))
+        );
+        let r = &v["results"];
+        assert_eq!(
+            (r[0]["speedup"].as_f64(), r[0]["met"].as_bool(), r[0]["goal"].as_f64()),
+            (Some(1.999938), Some(true), Some(1.6))
+        );
+        assert_eq!(r[1]["cudasem"].as_u64(), Some(5964300288));
+        assert_eq!((r[1]["pytorch"].is_null(), r[1]["pytorch_note"].as_str()), (true, Some("no torch")));
+        assert_eq!(
+            (r[2]["cudasem"].is_null(), r[2]["cudasem_note"].as_str()),
+            (true, Some("skipped: needs 2 devices"))
+        );
+        assert_eq!(r[2]["lower_is_better"].as_bool(), Some(false));
+        let empty = Report { rows: Vec::new(), ..report };
+        assert!(empty.json().contains("\"results\": []\n}"), "{}", empty.json());
     }
 
     #[test]

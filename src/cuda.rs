@@ -3,8 +3,11 @@
 //!
 //! Every name here is PyTorch's (see the crate documentation for the full map).
 
-pub use crate::alloc::{AllocatorSettings, DurationStat, HostMemoryStats, MemoryStats, Snapshot};
-pub use crate::driver::DeviceProperties;
+pub use crate::alloc::{
+    AllocatorSettings, BlockInfo, BlockState, DurationStat, HostMemoryStats, MemoryStats, PoolKind, SegmentInfo,
+    Snapshot, Stat, StatPool, TraceAction, TraceEntry,
+};
+pub use crate::driver::{DeviceProperties, StreamId};
 pub use crate::runtime::{
     allocator_settings, caching_allocator_alloc, caching_allocator_delete, caching_allocator_record_stream,
     can_device_access_peer, current_device, current_stream, default_stream, device_count, driver_name, empty_cache,

@@ -93,12 +93,31 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+// The public API is the crate root, `cuda` and `testing`. The allocator and the driver layer are
+// internal: the `Driver` trait's contract ("indices are valid, handles are this driver's") is kept by
+// the runtime, not by the type system, so safe code outside the crate must not reach it. The
+// `unstable-internals` feature (for this crate's own CLI, tests and benches) makes them reachable,
+// hidden from the docs and outside any stability promise.
+#[cfg(feature = "unstable-internals")]
+#[doc(hidden)]
 pub mod alloc;
+#[cfg(not(feature = "unstable-internals"))]
+#[allow(dead_code, unused_imports)]
+mod alloc;
 pub mod cuda;
-pub mod device;
+mod device;
+#[cfg(feature = "unstable-internals")]
+#[doc(hidden)]
 pub mod driver;
+#[cfg(not(feature = "unstable-internals"))]
+#[allow(dead_code, unused_imports)]
+mod driver;
 mod dtype;
+#[cfg(feature = "unstable-internals")]
+#[doc(hidden)]
 pub mod error;
+#[cfg(not(feature = "unstable-internals"))]
+mod error;
 mod kernels;
 mod runtime;
 mod scalar;

@@ -13,8 +13,8 @@ use common::{
     assert_invalid_argument, assert_invalid_device, assert_stats_match_snapshot, device_segments, distinct_streams,
     last_device, ms, segment_of, stat, stream_pair, two_devices, XorShift64,
 };
-use cudasem::alloc::{AllocatorSettings, BlockState, PoolKind};
 use cudasem::cuda::{self, Stream};
+use cudasem::cuda::{AllocatorSettings, BlockState, PoolKind};
 use cudasem::testing::{self, RawBuffer};
 use cudasem::{Error, Result};
 use std::collections::HashSet;

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{assert_stats_match_snapshot, device_segments, is_sim, stream_pair, XorShift64};
-use cudasem::alloc::{PoolKind, SegmentInfo, TraceAction};
 use cudasem::cuda::{self, Stream};
+use cudasem::cuda::{PoolKind, SegmentInfo, TraceAction};
 use cudasem::testing::RawBuffer;
 use cudasem::Result;
 

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{assert_invalid_device, assert_stats_match_snapshot, last_device, stat, stream_pair};
-use cudasem::alloc::{AllocatorSettings, Snapshot, TraceAction};
 use cudasem::cuda::{self, Stream};
+use cudasem::cuda::{AllocatorSettings, Snapshot, TraceAction};
 use cudasem::testing::RawBuffer;
 use cudasem::Result;
 use std::collections::HashSet;

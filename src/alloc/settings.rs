@@ -26,7 +26,7 @@ const MIB: usize = 1 << 20;
 /// The caching allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`'s keys).
 ///
 /// ```
-/// use cudasem::alloc::AllocatorSettings;
+/// use cudasem::cuda::AllocatorSettings;
 /// let s = AllocatorSettings::parse("max_split_size_mb:128,roundup_power2_divisions:4").unwrap();
 /// assert_eq!(s.max_split_size(), Some(128 << 20));
 /// assert_eq!(s.round_size(2600), 3072); // quarters of [2048, 4096)

@@ -179,9 +179,11 @@ fn check_event_order(
     s2.synchronize()?;
 
     let e = plain()?;
+    let (filled, copied) = (timing()?, timing()?);
     let (queued, delay) = (Instant::now(), ms(300));
     testing::delay(s1, delay)?;
     a.fill(1, s1)?;
+    filled.record(Some(s1))?;
     record(&e)?;
     assert_eq!(e.device(), Some(s1.device()));
     wait(&e)?;
@@ -189,6 +191,13 @@ fn check_event_order(
     assert_busy(!e.query()?, queued, delay, "the event must still be pending when s2 is told to wait");
     b.copy_from(&a, s2)?;
     assert_all(&b.read(s2)?, 1, "s2 ran after the event");
+    if s1.device() == s2.device() {
+        // By the device's clock too (events of two devices cannot be compared).
+        copied.record(Some(s2))?;
+        copied.synchronize()?;
+        let after = filled.elapsed_time(&copied)?;
+        assert!(after > 0.0, "s2's copy ended {after} ms after s1's fill: not after it");
+    }
     Ok(())
 }
 

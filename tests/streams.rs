@@ -5,10 +5,10 @@
 mod common;
 
 use common::{
-    assert_busy, assert_invalid_argument, assert_invalid_device, last_device, ms, retry_if_stalled, stream_pair,
-    two_devices, XorShift64,
+    assert_busy, assert_invalid_argument, assert_invalid_device, assert_measures_delay, last_device, ms,
+    retry_if_stalled, stream_pair, two_devices, XorShift64,
 };
-use cudasem::cuda::{self, DeviceGuard, Event, Stream};
+use cudasem::cuda::{self, DeviceGuard, Event, EventFlags, Stream};
 use cudasem::testing::{self, RawBuffer};
 use cudasem::Result;
 use std::collections::hash_map::DefaultHasher;
@@ -188,11 +188,16 @@ fn wait_stream_orders_a_stream_after_another() -> Result<()> {
     s1.synchronize()?;
     s2.synchronize()?;
 
+    let (start, copied) = (Event::new(EventFlags::timing())?, Event::new(EventFlags::timing())?);
+    start.record(Some(&s1))?;
     testing::delay(&s1, ms(300))?;
     a.fill(1, &s1)?;
     s2.wait_stream(&s1)?;
     b.copy_from(&a, &s2)?;
+    copied.record(Some(&s2))?;
     assert_all(&b.read(&s2)?, 1, "s2 waited for s1's fill");
+    // By the device's clock too: s2's copy ended after s1's 300 ms of work.
+    assert_measures_delay(start.elapsed_time(&copied)?, 300);
     Ok(())
 }
 

@@ -4,5 +4,3 @@ pub mod bench;
 pub mod info;
 pub mod replay;
 pub mod tour;
-pub mod tour_memory;
-pub mod tour_tensors;

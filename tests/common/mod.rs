@@ -7,7 +7,7 @@ use cudasem::{Error, Result};
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
-/// Upper sanity margin for event-measured delays: timing asserts are only sanity bounds.
+/// Upper margin for event-measured delays: what other tests' work on a shared pool stream may add.
 pub const TIMING_MARGIN_MS: f32 = 2000.0;
 
 /// Whether the machine has at least two devices; says why a test is skipped when not.
@@ -114,12 +114,16 @@ pub fn retry_if_stalled(delay: Duration, mut attempt: impl FnMut(Duration) -> Re
     Ok(())
 }
 
-/// Asserts that an event-measured time for a delay of `delay_ms` is plausible.
+/// Asserts that an event-measured time for a delay of `delay_ms` is plausible: on the simulated
+/// machine never less than the delay (its clock is its own, and a delay takes exactly its
+/// duration), on a GPU at least 90% of it (the spin kernel's clock); more only by what other work
+/// shared the stream meanwhile (pool streams are shared by the tests running in parallel).
 #[track_caller]
 pub fn assert_measures_delay(measured_ms: f32, delay_ms: u64) {
     let d = delay_ms as f32;
+    let least = if is_sim() { d } else { 0.9 * d };
     assert!(
-        measured_ms >= 0.9 * d && measured_ms < d + TIMING_MARGIN_MS,
+        measured_ms >= least && measured_ms < d + TIMING_MARGIN_MS,
         "a {delay_ms} ms delay was measured as {measured_ms} ms"
     );
 }

@@ -1,8 +1,11 @@
 //! [`Driver::launch`](crate::driver::Driver::launch) on the simulated machine: the op is checked
 //! now (well formed, every span live, peer access enabled for memory of other devices) and
-//! queued on the stream's worker, which runs the CPU kernels over the devices' memory by address.
+//! queued on the stream's worker, which runs the CPU kernels over the devices' memory by address
+//! and advances the stream's simulated time by the kernel's modelled cost.
 
 use super::memory::{device_of, DeviceMemory};
+use super::stream::Job;
+use super::time;
 use super::{lock, SimDriver};
 use crate::driver::kernel::KernelOp;
 use crate::driver::{DevicePtr, StreamId};
@@ -63,7 +66,7 @@ impl SimDriver {
         }
         let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
         let op = op.clone();
-        s.submit(Box::new(move || {
+        s.submit(Job::run(time::kernel(&op), move || {
             // Checked above: the op is well formed and its spans are live, so the kernels cannot
             // fail; memory freed meanwhile would be the caller's bug, as on a GPU.
             let _ = cpu::execute(&op, &mem);

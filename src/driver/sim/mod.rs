@@ -1,8 +1,10 @@
 //! The simulated multi-GPU machine.
 //!
 //! A faithful model of what the runtime relies on: every stream is a worker thread that runs its
-//! queue in order, so queued work is really asynchronous; events complete when their stream
-//! reaches them and carry timestamps; memory has a capacity (out-of-memory is real) and host
+//! queue in order, so queued work is really asynchronous; each stream keeps its own simulated time
+//! ([`time`]: copies take their bytes at modelled bandwidths, kernels their memory traffic), and
+//! events complete when their stream reaches them, stamped with that simulated time, so timings
+//! do not depend on how busy the host is; memory has a capacity (out-of-memory is real) and host
 //! bytes only for what was written; a peer matrix decides which pairs may access each other.
 //! Test hooks delay a stream or fail the next allocation, to prove ordering and error paths.
 
@@ -11,6 +13,9 @@ mod host;
 mod launch;
 mod memory;
 mod stream;
+#[cfg(test)]
+mod tests;
+mod time;
 
 pub use config::{parse_bytes, PeerSpec, SimConfig};
 
@@ -21,8 +26,8 @@ use memory::{lock, DeviceMemory, VMM_GRANULARITY};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
-use stream::{SimEvent, SimStream};
+use std::time::Duration;
+use stream::{Job, SimEvent, SimStream};
 
 /// Priorities a simulated device offers, like an H100/H200: 0 (least) to -5 (greatest).
 const PRIORITY_RANGE: (i32, i32) = (0, -5);
@@ -143,6 +148,30 @@ impl SimDriver {
         mem.check_span(ptr, bytes)?;
         Ok(mem.clone())
     }
+
+    /// Queues a copy of `bytes` from `src` to `dst` (of any devices) that takes `cost`.
+    fn queue_copy(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+        cost: time::SimTime,
+    ) -> Result<()> {
+        let (to, from, s) = (self.span(dst, bytes)?, self.span(src, bytes)?, self.stream(stream)?);
+        s.submit(Job::run(cost, move || {
+            let mut tmp = vec![0u8; bytes];
+            from.read(src, &mut tmp);
+            to.write(dst, &tmp);
+        }));
+        Ok(())
+    }
+
+    /// The simulated time of `stream`: when the work it completed so far ended (test hook).
+    #[cfg(test)]
+    fn stream_time(&self, stream: StreamId) -> Result<time::SimTime> {
+        Ok(self.stream(stream)?.now())
+    }
 }
 
 impl Driver for SimDriver {
@@ -229,7 +258,7 @@ impl Driver for SimDriver {
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
         let (s, e) = (self.stream(stream)?, self.event(event)?);
         if let Some(recording) = e.current() {
-            s.submit(Box::new(move || recording.wait()));
+            s.submit(Job::wait(recording));
         }
         Ok(())
     }
@@ -270,7 +299,7 @@ impl Driver for SimDriver {
             return Err(Error::EventNotRecorded);
         }
         match (a.completed_at(), b.completed_at()) {
-            (Some(t0), Some(t1)) => Ok(signed_ms(t0, t1)),
+            (Some(t0), Some(t1)) => Ok(time::signed_ms(t0, t1)),
             _ => Err(Error::EventNotReady),
         }
     }
@@ -291,7 +320,8 @@ impl Driver for SimDriver {
 
     fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
         let (mem, s) = (self.span(dst, bytes)?, self.stream(stream)?);
-        s.submit(Box::new(move || mem.fill(dst, bytes, value)));
+        let cost = time::transfer(bytes, time::DEVICE_BYTES_PER_S);
+        s.submit(Job::run(cost, move || mem.fill(dst, bytes, value)));
         Ok(())
     }
 
@@ -300,7 +330,8 @@ impl Driver for SimDriver {
         // The source is borrowed: stage it, queue the copy, and return once the stream has run it
         // (a pageable copy in CUDA likewise returns only when the source has been consumed).
         let staged = src.to_vec();
-        s.submit(Box::new(move || mem.write(dst, &staged)));
+        let cost = time::transfer(staged.len(), time::PAGEABLE_BYTES_PER_S);
+        s.submit(Job::run(cost, move || mem.write(dst, &staged)));
         s.synchronize();
         Ok(())
     }
@@ -309,20 +340,15 @@ impl Driver for SimDriver {
         let (mem, s) = (self.span(src, dst.len())?, self.stream(stream)?);
         let out = Arc::new(Mutex::new(vec![0u8; dst.len()]));
         let sink = out.clone();
-        s.submit(Box::new(move || mem.read(src, &mut lock(&sink))));
+        let cost = time::transfer(dst.len(), time::PAGEABLE_BYTES_PER_S);
+        s.submit(Job::run(cost, move || mem.read(src, &mut lock(&sink))));
         s.synchronize();
         dst.copy_from_slice(&lock(&out));
         Ok(())
     }
 
     fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
-        let (to, from, s) = (self.span(dst, bytes)?, self.span(src, bytes)?, self.stream(stream)?);
-        s.submit(Box::new(move || {
-            let mut tmp = vec![0u8; bytes];
-            from.read(src, &mut tmp);
-            to.write(dst, &tmp);
-        }));
-        Ok(())
+        self.queue_copy(dst, src, bytes, stream, time::device_copy(bytes))
     }
 
     fn memcpy_peer(
@@ -334,9 +360,10 @@ impl Driver for SimDriver {
         bytes: usize,
         stream: StreamId,
     ) -> Result<()> {
-        self.dev(dst_device)?;
-        self.dev(src_device)?;
-        self.memcpy_dtod(dst, src, bytes, stream)
+        let linked = lock(&self.dev(dst_device)?.peers_enabled)[src_device]
+            || lock(&self.dev(src_device)?.peers_enabled)[dst_device];
+        let cost = if dst_device == src_device { time::device_copy(bytes) } else { time::peer_copy(bytes, linked) };
+        self.queue_copy(dst, src, bytes, stream, cost)
     }
 
     fn host_alloc(&self, bytes: usize) -> Result<HostPtr> {
@@ -352,7 +379,7 @@ impl Driver for SimDriver {
         // The job holds the region, so it stays allocated until the copy ran.
         let region = self.host.region(src, bytes)?;
         let offset = (src.0 - region.ptr() as usize as u64) as usize;
-        s.submit(Box::new(move || {
+        s.submit(Job::run(time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
             // SAFETY: `[src, src + bytes)` lies inside `region` (checked above), which this job keeps allocated; the caller guarantees (the method's contract) that the host does not write these bytes until the stream has passed this copy.
             let data = unsafe { std::slice::from_raw_parts(region.ptr().wrapping_add(offset), bytes) };
             mem.write(dst, data);
@@ -364,7 +391,7 @@ impl Driver for SimDriver {
         let (mem, s) = (self.span(src, bytes)?, self.stream(stream)?);
         let region = self.host.region(dst, bytes)?;
         let offset = (dst.0 - region.ptr() as usize as u64) as usize;
-        s.submit(Box::new(move || {
+        s.submit(Job::run(time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
             // SAFETY: `[dst, dst + bytes)` lies inside `region` (checked above), which this job keeps allocated; the caller guarantees (the method's contract) that the host neither reads nor writes these bytes until the stream has passed this copy, so this is the only reference to them.
             let out = unsafe { std::slice::from_raw_parts_mut(region.ptr().wrapping_add(offset), bytes) };
             mem.read(src, out);
@@ -402,20 +429,13 @@ impl Driver for SimDriver {
     }
 
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
-        self.stream(stream)?.submit(Box::new(move || std::thread::sleep(duration)));
+        // Real time too, so that the host can see the stream busy; simulated time exactly `duration`.
+        self.stream(stream)?.submit(Job::run(time::delay(duration), move || std::thread::sleep(duration)));
         Ok(())
     }
 
     fn fail_next_malloc(&self, device: usize) -> Result<()> {
         self.dev(device)?.fail_next_malloc.store(true, Ordering::Release);
         Ok(())
-    }
-}
-
-fn signed_ms(t0: Instant, t1: Instant) -> f32 {
-    if t1 >= t0 {
-        (t1 - t0).as_secs_f64() as f32 * 1000.0
-    } else {
-        -((t0 - t1).as_secs_f64() as f32 * 1000.0)
     }
 }

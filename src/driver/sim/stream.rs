@@ -1,18 +1,52 @@
-//! Simulated streams and events: each stream is a worker thread running its queue in order;
-//! an event completes when its stream's worker reaches it, and keeps that instant for timing.
+//! Simulated streams and events: each stream is a worker thread running its queue in order and
+//! keeping the stream's simulated time ([`super::time`]); an event completes when its stream's
+//! worker reaches it, and keeps the simulated time of that moment for timing.
 
 use super::memory::lock;
+use super::time::SimTime;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
 
-/// Work queued on a simulated stream.
-pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
+/// What a queued job does when the worker reaches it.
+pub(crate) enum Work {
+    /// Runs on the worker (a copy, a fill, a kernel, a sleep).
+    Run(Box<dyn FnOnce() + Send + 'static>),
+    /// Waits until the stream of `Recording` reached it; the stream's time becomes at least that
+    /// recording's.
+    Wait(Arc<Recording>),
+    /// Completes an event's recording at the stream's time.
+    Record(Arc<Recording>),
+}
+
+/// Work queued on a simulated stream, with its modelled duration.
+pub(crate) struct Job {
+    work: Work,
+    cost: SimTime,
+}
+
+impl Job {
+    /// Work that takes `cost` of simulated time.
+    pub fn run(cost: SimTime, f: impl FnOnce() + Send + 'static) -> Job {
+        Job { work: Work::Run(Box::new(f)), cost }
+    }
+
+    /// A wait for `recording` (free in simulated time beyond the wait itself).
+    pub fn wait(recording: Arc<Recording>) -> Job {
+        Job { work: Work::Wait(recording), cost: 0 }
+    }
+
+    /// The completion of `recording`.
+    pub fn record(recording: Arc<Recording>) -> Job {
+        Job { work: Work::Record(recording), cost: 0 }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Progress {
     submitted: u64,
     completed: u64,
+    /// The simulated time at which the last completed job ended.
+    now: SimTime,
 }
 
 #[derive(Debug, Default)]
@@ -37,9 +71,18 @@ impl SimStream {
         let shared = Arc::new(Shared::default());
         let worker = shared.clone();
         std::thread::Builder::new().name(format!("cudasem-sim-d{device}-s{id}")).spawn(move || {
+            let mut now: SimTime = 0;
             while let Ok(job) = rx.recv() {
-                job();
-                lock(&worker.progress).completed += 1;
+                match job.work {
+                    Work::Run(f) => f(),
+                    Work::Wait(r) => now = now.max(r.wait()),
+                    Work::Record(r) => r.complete(now),
+                }
+                now = now.saturating_add(job.cost);
+                let mut p = lock(&worker.progress);
+                p.completed += 1;
+                p.now = now;
+                drop(p);
                 worker.done.notify_all();
             }
         })?;
@@ -68,32 +111,41 @@ impl SimStream {
             p = self.shared.done.wait(p).unwrap_or_else(|e| e.into_inner());
         }
     }
+
+    /// The stream's simulated time: when the work it has completed so far ended.
+    #[cfg(test)]
+    pub fn now(&self) -> SimTime {
+        lock(&self.shared.progress).now
+    }
 }
 
 /// One recording of an event: completes when its stream reaches it. A wait captures the recording
 /// that is current when the wait is queued, so later recordings never release it early (CUDA's rule).
 #[derive(Debug, Default)]
 pub(crate) struct Recording {
-    at: Mutex<Option<Instant>>,
+    at: Mutex<Option<SimTime>>,
     reached: Condvar,
 }
 
 impl Recording {
-    fn complete(&self) {
-        *lock(&self.at) = Some(Instant::now());
+    fn complete(&self, now: SimTime) {
+        *lock(&self.at) = Some(now);
         self.reached.notify_all();
     }
 
-    /// Waits until the stream has reached this recording.
-    pub fn wait(&self) {
+    /// Waits until the stream has reached this recording; the simulated time it did.
+    pub fn wait(&self) -> SimTime {
         let mut at = lock(&self.at);
-        while at.is_none() {
+        loop {
+            if let Some(t) = *at {
+                return t;
+            }
             at = self.reached.wait(at).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    /// When the stream reached it, if it has.
-    pub fn done_at(&self) -> Option<Instant> {
+    /// The simulated time at which the stream reached it, if it has.
+    pub fn done_at(&self) -> Option<SimTime> {
         *lock(&self.at)
     }
 }
@@ -114,7 +166,7 @@ impl SimEvent {
     pub fn record(&self, stream: &SimStream) {
         let r = Arc::new(Recording::default());
         *lock(&self.current) = Some(r.clone());
-        stream.submit(Box::new(move || r.complete()));
+        stream.submit(Job::record(r));
     }
 
     /// The latest recording (`None`: never recorded, nothing to wait for).
@@ -132,8 +184,8 @@ impl SimEvent {
         }
     }
 
-    /// When the latest recording completed, if it has.
-    pub fn completed_at(&self) -> Option<Instant> {
+    /// The simulated time at which the latest recording completed, if it has.
+    pub fn completed_at(&self) -> Option<SimTime> {
         self.current().and_then(|r| r.done_at())
     }
 

@@ -1,154 +1,13 @@
-//! `cudasem tour`: one section per rule of PyTorch's CUDA semantics. Each explains the rule in a
-//! sentence, shows it happening with real figures, and ends with `ok <section>`,
-//! `skipped <section>: <why>` or `FAILED <section>: <why>`.
+//! The tour's runtime sections: devices and their guards, streams, asynchrony, events, peer access.
 
+use super::section::{check, check_measures, e, ms_between, returns_before_done, timing_event, Failure, Outcome, Seen};
 use cudasem::cuda::{self, DeviceGuard, Event, EventFlags, Stream, StreamGuard};
 use cudasem::testing::{delay, RawBuffer};
 use cudasem::Error;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// How a section ended, besides failing.
-pub enum Outcome {
-    /// Everything shown held.
-    Ok,
-    /// The section cannot run on this machine, and why.
-    Skipped(String),
-}
-
-/// A section's failure: what did not hold.
-pub type Failure = String;
-
-type Section = fn() -> Result<Outcome, Failure>;
-
-/// Turns a cudasem error into a section failure.
-pub fn e(err: Error) -> Failure {
-    err.to_string()
-}
-
-/// Fails the section unless `cond` holds.
-pub fn check(cond: bool, what: impl FnOnce() -> String) -> Result<(), Failure> {
-    if cond {
-        Ok(())
-    } else {
-        Err(what())
-    }
-}
-
-const SECTIONS: &[(&str, &str, Section)] = &[
-    (
-        "devices",
-        "Each thread has a selected (current) device, cuda:0 until changed; device queries name any device.",
-        devices,
-    ),
-    (
-        "device-guard",
-        "A DeviceGuard selects a device for a scope and restores the previous one on exit, when nested, and on panic; other threads are unaffected.",
-        device_guard,
-    ),
-    (
-        "streams",
-        "Each device has a default stream; the current stream starts as the default, pool streams are handed out round-robin, and a StreamGuard switches device and stream together.",
-        streams,
-    ),
-    (
-        "asynchrony",
-        "Device work is queued and the call returns at once: host clocks time the queueing, events time the work.",
-        asynchrony,
-    ),
-    (
-        "events",
-        "An event marks a point in a stream: other streams can wait for it without blocking the host, and timing follows PyTorch's rules.",
-        events,
-    ),
-    (
-        "tensor-placement",
-        "A tensor made on \"cuda\" lands on the current device: cuda:0 until changed, cuda:i under DeviceGuard(i); an explicit index wins.",
-        super::tour_tensors::placement,
-    ),
-    (
-        "tensor-ops",
-        "An op runs on its tensors' device and that device's current stream, whatever device is selected; the result lives with the operands.",
-        super::tour_tensors::ops_follow_operands,
-    ),
-    (
-        "cross-device-ops",
-        "An op mixing tensors of two GPUs fails naming both devices, unless peer access between them is enabled: then it runs on the first operand's device and reads the other over the link.",
-        super::tour_tensors::cross_device,
-    ),
-    (
-        "peer-access",
-        "can_device_access_peer answers from the topology; enable_peer_access turns the link on (or says why it cannot); copies between devices work either way.",
-        peer_access,
-    ),
-    (
-        "caching-allocator",
-        "Device memory comes from a caching allocator: a freed block stays reserved, the next request reuses it without a driver call, and empty_cache() returns it.",
-        super::tour_memory::caching_allocator,
-    ),
-    (
-        "out-of-memory",
-        "When memory runs out the allocator frees its cache and retries; if the request still cannot fit it fails with PyTorch's out-of-memory message, and the device stays usable.",
-        super::tour_memory::out_of_memory,
-    ),
-    (
-        "pinned-memory",
-        "A non_blocking copy to the host lands in pinned memory and returns at once; reading it waits for the copy; pinned blocks come from a caching host allocator.",
-        super::tour_tensors::pinned_memory,
-    ),
-    (
-        "non-blocking-overlap",
-        "A non_blocking copy from pinned memory is queued on its stream and overlaps with compute on another stream: both finish in about the longer time, not the sum.",
-        super::tour_tensors::overlap,
-    ),
-    (
-        "pinned-vs-pageable",
-        "Host-to-device copies from pinned memory go straight to the copy engine; from pageable memory they are staged through a bounce buffer and block the host.",
-        super::tour_tensors::pinned_vs_pageable,
-    ),
-];
-
-/// Runs every section; the exit code is 1 if any failed.
-pub fn run() -> ExitCode {
-    println!("cudasem tour — PyTorch's CUDA semantics, checked on this machine");
-    println!(
-        "driver: {}, devices: {} (set CUDASEM_DRIVER=cuda|sim, CUDASEM_SIM_DEVICES, CUDASEM_SIM_PEER to change)\n",
-        cuda::driver_name(),
-        cuda::device_count()
-    );
-    let mut failed = Vec::new();
-    for (name, rule, section) in SECTIONS {
-        println!("== {name}");
-        println!("   rule: {rule}");
-        let outcome = std::panic::catch_unwind(section).unwrap_or_else(|p| {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into());
-            Err(format!("panicked: {msg}"))
-        });
-        // Every section starts from the same state, whatever the previous one left behind.
-        let _ = cuda::set_device(0);
-        match outcome {
-            Ok(Outcome::Ok) => println!("ok {name}\n"),
-            Ok(Outcome::Skipped(why)) => println!("skipped {name}: {why}\n"),
-            Err(why) => {
-                println!("FAILED {name}: {why}\n");
-                failed.push(*name);
-            }
-        }
-    }
-    if failed.is_empty() {
-        println!("tour passed: every section held on this machine ({} driver)", cuda::driver_name());
-        ExitCode::SUCCESS
-    } else {
-        println!("tour FAILED: {}", failed.join(", "));
-        ExitCode::FAILURE
-    }
-}
-
-fn devices() -> Result<Outcome, Failure> {
+/// Device count, properties, the current device per thread, and set_device's errors.
+pub fn devices() -> Result<Outcome, Failure> {
     let n = cuda::device_count();
     if n == 0 {
         return Err(cuda::current_device().err().map_or("no device".into(), e));
@@ -190,7 +49,8 @@ fn devices() -> Result<Outcome, Failure> {
     Ok(Outcome::Ok)
 }
 
-fn device_guard() -> Result<Outcome, Failure> {
+/// DeviceGuard restores the device on exit, when nested and on panic, for this thread only.
+pub fn device_guard() -> Result<Outcome, Failure> {
     let n = cuda::device_count();
     let last = n - 1;
     let seen = {
@@ -227,7 +87,8 @@ fn device_guard() -> Result<Outcome, Failure> {
     Ok(Outcome::Ok)
 }
 
-fn streams() -> Result<Outcome, Failure> {
+/// Default and current streams, the round-robin pool, priorities, StreamGuard.
+pub fn streams() -> Result<Outcome, Failure> {
     let n = cuda::device_count();
     for d in 0..n {
         let (cur, def) = (cuda::current_stream(Some(d)).map_err(e)?, cuda::default_stream(Some(d)).map_err(e)?);
@@ -268,41 +129,43 @@ fn streams() -> Result<Outcome, Failure> {
     Ok(Outcome::Ok)
 }
 
-fn asynchrony() -> Result<Outcome, Failure> {
+/// Queued work returns at once (the stream is still busy after the call); events time the work.
+pub fn asynchrony() -> Result<Outcome, Failure> {
     const WORK: Duration = Duration::from_millis(200);
     let s = Stream::new(None, 0).map_err(e)?;
-    let (start, end) = (Event::new(EventFlags::timing()).map_err(e)?, Event::new(EventFlags::timing()).map_err(e)?);
+    let (start, end) = (timing_event()?, timing_event()?);
     // Warm up: the first delay loads its kernel (on CUDA), which is not what we time.
     delay(&s, Duration::from_millis(1)).map_err(e)?;
     s.synchronize().map_err(e)?;
-    let t0 = Instant::now();
-    start.record(Some(&s)).map_err(e)?;
-    delay(&s, WORK).map_err(e)?;
-    end.record(Some(&s)).map_err(e)?;
-    let queued = t0.elapsed();
-    let busy = !s.query().map_err(e)?;
-    println!(
-        "   queued {} ms of device work in {:.1} µs of host time; stream busy right after: {busy}",
-        WORK.as_millis(),
-        queued.as_secs_f64() * 1e6
-    );
-    let t1 = Instant::now();
-    s.synchronize().map_err(e)?;
-    let waited = t1.elapsed();
-    let ms = start.elapsed_time(&end).map_err(e)?;
-    println!(
-        "   Stream::synchronize waited {:.1} ms on the host; the events measured {ms:.2} ms on the device",
-        waited.as_secs_f64() * 1e3
-    );
-    check(queued < WORK / 2, || format!("queueing took {queued:?}: the call did not return before the work ran"))?;
-    check(busy, || "the stream was idle right after queueing 200 ms of work".into())?;
-    check(ms >= 0.9 * WORK.as_millis() as f32 && ms < 5.0 * WORK.as_millis() as f32, || {
-        format!("events measured {ms} ms for {WORK:?} of work")
+    returns_before_done("queueing device work", WORK, |work| {
+        let t0 = Instant::now();
+        start.record(Some(&s)).map_err(e)?;
+        delay(&s, work).map_err(e)?;
+        end.record(Some(&s)).map_err(e)?;
+        let queued = t0.elapsed();
+        let seen = Seen::since(t0, !s.query().map_err(e)?);
+        println!(
+            "   queued {} ms of device work in {:.1} µs of host time; stream busy right after: {}",
+            work.as_millis(),
+            queued.as_secs_f64() * 1e6,
+            seen.busy
+        );
+        let t1 = Instant::now();
+        s.synchronize().map_err(e)?;
+        let waited = t1.elapsed();
+        let ms = start.elapsed_time(&end).map_err(e)?;
+        println!(
+            "   Stream::synchronize waited {:.1} ms on the host; the events measured {ms:.2} ms on the device",
+            waited.as_secs_f64() * 1e3
+        );
+        check_measures(f64::from(ms), work, "a delay")?;
+        Ok(seen)
     })?;
     Ok(Outcome::Ok)
 }
 
-fn events() -> Result<Outcome, Failure> {
+/// Waiting on an event orders another stream without blocking the host; timing's typed errors.
+pub fn events() -> Result<Outcome, Failure> {
     const N: usize = 1 << 20;
     let producer = Stream::new(None, 0).map_err(e)?;
     let consumer = Stream::new(None, 0).map_err(e)?;
@@ -314,16 +177,22 @@ fn events() -> Result<Outcome, Failure> {
     // The producer is slow: 150 ms of work, then it writes 0xAB.
     delay(&producer, Duration::from_millis(150)).map_err(e)?;
     a.fill(0xAB, &producer).map_err(e)?;
+    let (produced, consumed) = (timing_event()?, timing_event()?);
+    produced.record(Some(&producer)).map_err(e)?;
     let ready = producer.record_event(None).map_err(e)?;
     let t0 = Instant::now();
     ready.wait(Some(&consumer)).map_err(e)?; // the host does not wait here
     let host = t0.elapsed();
     b.copy_from(&a, &consumer).map_err(e)?;
+    consumed.record(Some(&consumer)).map_err(e)?;
     let got = b.read(&consumer).map_err(e)?;
     let all = got.iter().all(|&x| x == 0xAB);
     println!("   consumer waited on the producer's event (host blocked {:.1} µs); the consumer's copy saw the producer's 0xAB in all {N} bytes: {all}", host.as_secs_f64() * 1e6);
     check(all, || format!("the consumer read {:#x} before the producer finished", got[0]))?;
     check(ready.query().map_err(e)?, || "the event is not complete after its work was read".into())?;
+    let after = ms_between(&produced, &consumed)?;
+    println!("   by the device's clock, the consumer's copy ended {after:.3} ms after the producer's fill");
+    check(after > 0.0, || format!("the consumer's copy ended {after} ms after the producer's fill"))?;
 
     let plain = Event::new(EventFlags::default()).map_err(e)?;
     plain.record(Some(&producer)).map_err(e)?;
@@ -341,7 +210,8 @@ fn events() -> Result<Outcome, Failure> {
     Ok(Outcome::Ok)
 }
 
-fn peer_access() -> Result<Outcome, Failure> {
+/// The peer matrix, enable_peer_access, and a copy between devices timed by events.
+pub fn peer_access() -> Result<Outcome, Failure> {
     let n = cuda::device_count();
     if n < 2 {
         return Ok(Outcome::Skipped(format!("peer access needs two GPUs; this machine has {n}")));

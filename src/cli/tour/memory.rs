@@ -1,6 +1,6 @@
 //! The tour's memory sections: the caching allocator at work, and an out-of-memory recovered from.
 
-use super::tour::{check, e, Failure, Outcome};
+use super::section::{check, e, Failure, Outcome};
 use cudasem::cuda;
 use cudasem::error::fmt_bytes;
 use cudasem::Error;

@@ -2,7 +2,7 @@
 //! pageable, peer) and the allocator trace replay. Device time comes from events on the current
 //! stream (`device_ms`), except the pageable upload, which is synchronous and timed on the host.
 
-use super::figures::{check, median, Rng, Sizes, StepResult, Stop};
+use super::measure::{check, median, Sizes, StepResult, Stop};
 use cudasem::alloc::{replay_with, AllocatorSettings, DriverMemory, ReplayOptions, Trace};
 use cudasem::cuda::{self, backends, Event, EventFlags};
 use cudasem::driver::sim::{PeerSpec, SimConfig, SimDriver};
@@ -135,9 +135,10 @@ fn matmul(s: &Sizes, name: &'static str, dtype: DType, tf32: bool) -> StepResult
         let z = x.matmul(&y)?;
         // fp32 accumulates exactly enough for 1e-3; tf32 inputs keep 10 bits, bf16 outputs 8.
         let tol = if dtype == DType::F32 && !tf32 { 1e-3 } else { 2e-2 };
-        let mut rng = Rng::new(mm as u64);
-        for _ in 0..32 {
-            let (i, j) = (rng.below(mm), rng.below(mm));
+        // 32 entries at random places (the library's generator, as for the operands).
+        let at = Tensor::rand(&[32, 2], DType::F64, "cpu")?.to_vec::<f64>()?;
+        for ij in at.chunks(2) {
+            let (i, j) = ((ij[0] * mm as f64) as usize, (ij[1] * mm as f64) as usize);
             let row = x.narrow(0, i, 1)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
             let col = y.narrow(1, j, 1)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
             let want: f64 = row.iter().zip(&col).map(|(&a, &b)| a as f64 * b as f64).sum();

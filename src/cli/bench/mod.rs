@@ -1,8 +1,9 @@
 //! `cudasem bench`: cudasem's figures and PyTorch's, measured the same way on the same machine in one
 //! command, then one table and one JSON file (BENCHMARKS.md explains every figure).
 //!
-//! Order: every cudasem figure first (`figures.rs`, `device_figures.rs`), then the device's caches are
-//! emptied and `bench/pytorch_bench.py` runs as a child process (`pytorch.rs`) — never both at once.
+//! Order: every cudasem figure first (`figures.rs`, `device_figures.rs`; what both use in
+//! `measure.rs`), then the device's caches are emptied and `bench/pytorch_bench.py` runs as a child
+//! process (`pytorch.rs`) — never both at once.
 //! One progress bar covers both (`progress.rs`); the table and the JSON come last (`report.rs`).
 //!
 //! Exit status: 0 when every selected cudasem figure was measured (or skipped with a reason, like the
@@ -13,6 +14,7 @@
 
 mod device_figures;
 mod figures;
+mod measure;
 mod progress;
 mod pytorch;
 mod report;

@@ -1,0 +1,114 @@
+//! What every figure shares: the sizes (`bench/pytorch_bench.py` mirrors them), why a step has no
+//! figure, the check of a result against its CPU reference, and the median.
+
+/// Sizes and repeat counts; `bench/pytorch_bench.py` has the same table (`Sizes` there).
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// Allocator pairs per timed run.
+    pub pairs: usize,
+    /// `empty` create+drop per timed run.
+    pub empties: usize,
+    /// Timed runs of the host-cost figures (pairs, empties): the median is reported.
+    pub host_runs: usize,
+    /// Small ops per timed run (each run starts after a synchronize).
+    pub small_ops: usize,
+    /// Timed runs of the small op.
+    pub small_runs: usize,
+    /// Elements of the `add` and `sum` operands (f32).
+    pub elems: usize,
+    /// Side of the square matrices.
+    pub mm: usize,
+    /// f32 elements of each copy (1 GiB: 2^28).
+    pub copy_elems: usize,
+    /// Random elements drawn on the host per operand; larger operands tile them on the device.
+    pub drawn: usize,
+    /// Warm-up calls of a device figure.
+    pub warmup: usize,
+    /// Event-timed runs of a device figure (the median is reported).
+    pub runs: usize,
+    /// Calls per event-timed run.
+    pub reps: usize,
+}
+
+impl Sizes {
+    /// The full sizes, or the tiny ones of `--quick`.
+    pub fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                pairs: 20_000,
+                empties: 5_000,
+                host_runs: 3,
+                small_ops: 200,
+                small_runs: 5,
+                elems: 1 << 16,
+                mm: 128,
+                copy_elems: 1 << 18,
+                drawn: 1 << 12,
+                warmup: 1,
+                runs: 3,
+                reps: 2,
+            }
+        } else {
+            Sizes {
+                pairs: 200_000,
+                empties: 100_000,
+                host_runs: 7,
+                small_ops: 200,
+                small_runs: 51,
+                elems: 1 << 28,
+                mm: 8192,
+                copy_elems: 1 << 28,
+                drawn: 1 << 20,
+                warmup: 3,
+                runs: 15,
+                reps: 10,
+            }
+        }
+    }
+}
+
+/// Why a step produced no figure.
+#[derive(Debug)]
+pub enum Stop {
+    /// Not measurable here, with the reason.
+    Skip(String),
+    /// An error or a wrong result.
+    Fail(String),
+}
+
+impl From<cudasem::Error> for Stop {
+    fn from(e: cudasem::Error) -> Stop {
+        Stop::Fail(e.to_string())
+    }
+}
+
+/// What a step returns: its rows' values, or why it has none.
+pub type StepResult = Result<Vec<(&'static str, f64)>, Stop>;
+
+/// A failed check, as a [`Stop::Fail`] naming what disagreed.
+pub fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Stop> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Stop::Fail(format!("wrong result: {}", what())))
+    }
+}
+
+/// The median (the upper one of an even count; NaN for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_is_the_middle_value_or_the_upper_middle_one() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert_eq!(median(vec![f64::INFINITY, -1.0, 5.0]), 5.0);
+        assert!(median(Vec::new()).is_nan());
+    }
+}

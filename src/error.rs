@@ -249,6 +249,12 @@ pub enum Error {
         /// The dtype of the tensor written in place.
         to: crate::DType,
     },
+    /// `cudasem::init` came too late: after an earlier `init`, or after the runtime started.
+    #[error("cudasem::init must be called at most once, before any other cudasem call: {reason}")]
+    AlreadyInitialized {
+        /// What came first.
+        reason: &'static str,
+    },
 }
 
 fn device_mismatch_hint(lhs: crate::Device, rhs: crate::Device) -> String {

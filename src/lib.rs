@@ -87,9 +87,19 @@
 //!
 //! ## Choosing the driver
 //!
-//! `CUDASEM_DRIVER=cuda|sim|auto` (default `auto`: CUDA when a driver and a GPU are found).
-//! The simulated machine is shaped by `CUDASEM_SIM_DEVICES` (default 2), `CUDASEM_SIM_MEMORY`
-//! (default `16GiB`) and `CUDASEM_SIM_PEER` (`all`, `none`, or pairs like `0-1,2-3`).
+//! In code, [`init`] with a [`Config`] before the first other cudasem call: the driver
+//! ([`DriverKind`]), the simulated machine ([`SimConfig`]) and the allocator settings
+//! ([`cuda::AllocatorSettings`]). Without it, the environment decides, read at first use:
+//! `CUDASEM_DRIVER=cuda|sim|auto` (default `auto`: CUDA when a driver and a GPU are found);
+//! the simulated machine is shaped by `CUDASEM_SIM_DEVICES` (default 2), `CUDASEM_SIM_MEMORY`
+//! (default `16GiB`) and `CUDASEM_SIM_PEER` (`all`, `none`, or pairs like `0-1,2-3`); the
+//! allocator by `CUDASEM_ALLOC_CONF` (`PYTORCH_CUDA_ALLOC_CONF`'s syntax).
+//!
+//! ## Features
+//!
+//! `cli` (default): the `cudasem` command and its dependencies; a library user can turn it off
+//! with `default-features = false`. `unstable-internals`: the allocator and driver layers as
+//! hidden modules for this crate's own command, tests and benches; not public API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -104,6 +114,7 @@ pub mod alloc;
 #[cfg(not(feature = "unstable-internals"))]
 #[allow(dead_code, unused_imports)]
 mod alloc;
+mod config;
 pub mod cuda;
 mod device;
 #[cfg(feature = "unstable-internals")]
@@ -124,7 +135,10 @@ mod scalar;
 mod tensor;
 pub mod testing;
 
+pub use config::{init, Config};
 pub use device::{Device, IntoCudaDevice, IntoDevice};
+pub use driver::sim::{PeerSpec, SimConfig};
+pub use driver::DriverKind;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use scalar::Scalar;

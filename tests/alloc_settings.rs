@@ -3,8 +3,11 @@
 
 // In a module named `alloc` so that `cargo test alloc` selects these tests.
 mod alloc {
-    use cudasem::alloc::{AllocatorSettings, ALLOC_CONF_ENV};
-    use cudasem::Error;
+    use cudasem::cuda::AllocatorSettings;
+    use cudasem::{Config, Error};
+
+    /// The variable's public name (API.md).
+    const ALLOC_CONF_ENV: &str = "CUDASEM_ALLOC_CONF";
 
     #[test]
     fn valid_settings() {
@@ -81,16 +84,30 @@ mod alloc {
         assert!(AllocatorSettings::default().with_garbage_collection_threshold(f64::NAN).is_err());
     }
 
-    /// The only test in this binary that touches the environment.
+    /// `CUDASEM_ALLOC_CONF` as the runtime reads it, through `Config::from_env_with` (an
+    /// environment given as a function, so no test changes the process's environment).
     #[test]
     fn read_from_the_environment() {
-        std::env::set_var(ALLOC_CONF_ENV, "expandable_segments:True,max_split_size_mb:64");
-        let s = AllocatorSettings::from_env().unwrap();
+        let env = |conf: &'static str| move |k: &str| (k == ALLOC_CONF_ENV).then(|| conf.to_string());
+        let s = Config::from_env_with(env("expandable_segments:True,max_split_size_mb:64")).unwrap().allocator;
         assert!(s.expandable_segments());
         assert_eq!(s.max_split_size(), Some(64 << 20));
-        std::env::set_var(ALLOC_CONF_ENV, "max_split_size_mb:1");
-        assert!(matches!(AllocatorSettings::from_env(), Err(Error::InvalidConfig { .. })));
-        std::env::remove_var(ALLOC_CONF_ENV);
-        assert_eq!(AllocatorSettings::from_env().unwrap(), AllocatorSettings::default());
+        match Config::from_env_with(env("max_split_size_mb:1")) {
+            Err(Error::InvalidConfig { key, value, .. }) => {
+                assert_eq!((key.as_str(), value.as_str()), ("max_split_size_mb", "1"))
+            }
+            other => panic!("expected InvalidConfig for max_split_size_mb, got {other:?}"),
+        }
+        assert_eq!(Config::from_env_with(|_| None).unwrap().allocator, AllocatorSettings::default());
+        assert_eq!(Config::from_env_with(env("")).unwrap().allocator, AllocatorSettings::default());
+    }
+
+    /// The settings read from serde (a config file) with the same syntax and the same errors.
+    #[test]
+    fn read_from_serde() {
+        let s: AllocatorSettings = serde_json::from_str(r#""roundup_power2_divisions:4""#).unwrap();
+        assert_eq!(s, AllocatorSettings::parse("roundup_power2_divisions:4").unwrap());
+        let e = serde_json::from_str::<AllocatorSettings>(r#""max_split_size_mb:abc""#).unwrap_err().to_string();
+        assert!(e.contains("max_split_size_mb") && e.contains("abc"), "{e}");
     }
 }

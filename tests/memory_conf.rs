@@ -1,6 +1,7 @@
 //! An invalid `CUDASEM_ALLOC_CONF`: every call that needs the caching allocator fails with a typed
-//! error naming the key, and everything else keeps working. The settings are read once per
-//! process, so this file holds one test, which sets them before any other cudasem call.
+//! error naming the key, and everything else keeps working. The environment is read once per
+//! process, so the test runs itself again as a child process with the variable set (no test
+//! changes its own process's environment).
 
 mod common;
 
@@ -23,10 +24,25 @@ fn assert_bad_conf<T: std::fmt::Debug>(r: Result<T>, call: &str) {
     }
 }
 
+/// Set in the child process, which runs the checks.
+const CHILD: &str = "CUDASEM_TEST_MEMORY_CONF_CHILD";
+
 #[test]
 fn an_invalid_alloc_conf_is_a_typed_error_of_the_allocating_calls_only() -> Result<()> {
-    // Before any other cudasem call: the runtime reads the settings once.
-    std::env::set_var(cudasem::alloc::ALLOC_CONF_ENV, "max_split_size_mb:abc");
+    if std::env::var_os(CHILD).is_none() {
+        let name = "an_invalid_alloc_conf_is_a_typed_error_of_the_allocating_calls_only";
+        let out = std::process::Command::new(std::env::current_exe().expect("the test executable"))
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env("CUDASEM_ALLOC_CONF", "max_split_size_mb:abc")
+            .output()
+            .expect("the test executable runs");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "the child process failed:\n{text}");
+        assert!(text.contains("1 passed"), "the child ran the test:\n{text}");
+        return Ok(());
+    }
+    assert_eq!(std::env::var("CUDASEM_ALLOC_CONF").as_deref(), Ok("max_split_size_mb:abc"));
 
     assert_bad_conf(cuda::caching_allocator_alloc(1024, None, None), "caching_allocator_alloc");
     assert_bad_conf(cuda::allocator_settings(), "allocator_settings");

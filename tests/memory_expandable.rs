@@ -1,6 +1,6 @@
-//! `CUDASEM_ALLOC_CONF=expandable_segments:True` through the runtime: one segment per (stream,
-//! pool) that grows by mapping pages, data across page borders, pages unmapped by `empty_cache`.
-//! The settings are read once per process, so this file holds one test, which sets them before
+//! `expandable_segments:True` through the runtime: one segment per (stream, pool) that grows by
+//! mapping pages, data across page borders, pages unmapped by `empty_cache`. The settings are
+//! given once per process (`cudasem::init`), so this file holds one test, which sets them before
 //! any other cudasem call.
 
 mod common;
@@ -44,8 +44,8 @@ fn write_and_check(b: &RawBuffer, s: &Stream, rng: &mut XorShift64) -> Result<Ve
 
 #[test]
 fn expandable_segments_grow_in_place_and_give_pages_back() -> Result<()> {
-    // Before any other cudasem call: the runtime reads the settings once.
-    std::env::set_var(cudasem::alloc::ALLOC_CONF_ENV, "expandable_segments:True");
+    // Before any other cudasem call; the driver and machine stay the environment's.
+    cudasem::init(cudasem::Config::from_env()?.with_alloc_conf("expandable_segments:True")?)?;
     let settings = cuda::allocator_settings()?;
     assert!(settings.expandable_segments(), "allocator_settings reports expandable segments: {settings}");
     assert_eq!(settings.to_string(), "expandable_segments:True");

@@ -1,20 +1,18 @@
-//! `SimConfig::from_env`: the `CUDASEM_SIM_*` variables and their errors. Environment variables
-//! are process-wide, so this file holds one test, in its own process, that never starts the runtime.
+//! The simulated machine's shape from the `CUDASEM_SIM_*` variables and their errors, read
+//! through `Config::from_env_with` (an environment given as a function: no test here changes the
+//! process's environment or starts the runtime); and a `Config` read through serde.
 
-use cudasem::driver::sim::{PeerSpec, SimConfig};
-use cudasem::Error;
+use cudasem::{Config, DriverKind, Error, PeerSpec, SimConfig};
 
 const VARS: [&str; 3] = ["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_MEMORY", "CUDASEM_SIM_PEER"];
 
 fn with_env(devices: &str, memory: &str, peer: &str) -> cudasem::Result<SimConfig> {
-    for (k, v) in VARS.iter().zip([devices, memory, peer]) {
-        std::env::set_var(k, v);
-    }
-    SimConfig::from_env()
+    let values = [devices, memory, peer];
+    Config::from_env_with(|k| VARS.iter().position(|v| *v == k).map(|i| values[i].to_string())).map(|c| c.sim)
 }
 
 #[track_caller]
-fn assert_bad(r: cudasem::Result<SimConfig>, var: &str) {
+fn assert_bad<T: std::fmt::Debug>(r: cudasem::Result<T>, var: &str) {
     match r {
         Err(Error::InvalidConfig { key, reason, .. }) => {
             assert_eq!(key, var);
@@ -43,8 +41,42 @@ fn sim_config_reads_the_environment_and_reports_bad_values() {
     assert_bad(with_env("", "", "1-5"), "CUDASEM_SIM_PEER"); // the default machine has 2
     let msg = with_env("2", "", "0-2").unwrap_err().to_string();
     assert!(msg.contains("CUDASEM_SIM_PEER"), "{msg}");
-    for k in VARS {
-        std::env::remove_var(k);
+    assert_eq!(Config::from_env_with(|_| None), Ok(Config::default()));
+}
+
+#[test]
+fn the_driver_variable_parses_and_reports_bad_values() {
+    let driver = |v: &'static str| Config::from_env_with(move |k| (k == "CUDASEM_DRIVER").then(|| v.into()));
+    assert_eq!(driver("sim").map(|c| c.driver), Ok(DriverKind::Sim));
+    assert_eq!(driver(" CUDA ").map(|c| c.driver), Ok(DriverKind::Cuda));
+    assert_eq!(driver("").map(|c| c.driver), Ok(DriverKind::Auto));
+    assert_bad(driver("gpu"), "CUDASEM_DRIVER");
+}
+
+#[test]
+fn a_config_reads_from_serde_with_every_field_optional() {
+    let c: Config = serde_json::from_str(
+        r#"{"driver": "sim", "sim": {"devices": 4, "memory": "1GiB", "peer": "0-1,2-3"},
+            "allocator": "max_split_size_mb:128"}"#,
+    )
+    .unwrap();
+    let expected = Config::default()
+        .with_driver(DriverKind::Sim)
+        .with_sim(4, 1 << 30, PeerSpec::Pairs(vec![(0, 1), (2, 3)]))
+        .with_alloc_conf("max_split_size_mb:128")
+        .unwrap();
+    assert_eq!(c, expected);
+    let c: Config = serde_json::from_str(r#"{"sim": {"memory": 4096}}"#).unwrap();
+    assert_eq!((c.driver, c.sim.devices, c.sim.memory), (DriverKind::Auto, 2, 4096));
+    assert_eq!(serde_json::from_str::<Config>("{}").unwrap(), Config::default());
+    for (bad, names) in [
+        (r#"{"driver": "gpu"}"#, "gpu"),
+        (r#"{"sim": {"peer": "0_1"}}"#, "CUDASEM_SIM_PEER"),
+        (r#"{"sim": {"memory": "lots"}}"#, "16GiB"),
+        (r#"{"allocator": "max_split_size_mb:abc"}"#, "max_split_size_mb"),
+        (r#"{"devices": 4}"#, "devices"),
+    ] {
+        let e = serde_json::from_str::<Config>(bad).unwrap_err().to_string();
+        assert!(e.contains(names), "{bad}: {e}");
     }
-    assert_eq!(SimConfig::from_env(), Ok(SimConfig::default()));
 }

@@ -32,7 +32,10 @@ const MIB: usize = 1 << 20;
 /// assert_eq!(s.round_size(2600), 3072); // quarters of [2048, 4096)
 /// assert!(AllocatorSettings::parse("max_split_size_mb:10").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Deserializes from the same string (`"max_split_size_mb:128"`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub struct AllocatorSettings {
     max_split_size: usize,
     max_non_split_rounding: usize,
@@ -58,6 +61,13 @@ impl Default for AllocatorSettings {
             pinned_num_register_threads: 1,
             pinned_use_background_threads: false,
         }
+    }
+}
+
+impl TryFrom<String> for AllocatorSettings {
+    type Error = Error;
+    fn try_from(conf: String) -> Result<AllocatorSettings> {
+        AllocatorSettings::parse(&conf)
     }
 }
 
@@ -189,12 +199,14 @@ impl AllocatorSettings {
 
     /// The settings from `CUDASEM_ALLOC_CONF` (the defaults when it is unset or empty).
     pub fn from_env() -> Result<AllocatorSettings> {
-        match std::env::var(ALLOC_CONF_ENV) {
-            Ok(v) => AllocatorSettings::parse(&v),
-            Err(std::env::VarError::NotPresent) => Ok(AllocatorSettings::default()),
-            Err(std::env::VarError::NotUnicode(v)) => {
-                Err(invalid(ALLOC_CONF_ENV, &v.to_string_lossy(), "expected UTF-8 text"))
-            }
+        AllocatorSettings::from_lookup(&crate::driver::env_var)
+    }
+
+    /// As [`AllocatorSettings::from_env`], with `lookup` as the environment (`Ok(None)`: unset).
+    pub(crate) fn from_lookup(lookup: &dyn Fn(&str) -> Result<Option<String>>) -> Result<AllocatorSettings> {
+        match lookup(ALLOC_CONF_ENV)? {
+            Some(v) => AllocatorSettings::parse(&v),
+            None => Ok(AllocatorSettings::default()),
         }
     }
 

@@ -65,7 +65,7 @@ impl Runtime {
                 default_stream: driver.default_stream(d).ok(),
             })
             .collect();
-        Runtime { driver, devices, alloc_settings: AllocatorSettings::from_env(), host: OnceLock::new() }
+        Runtime { driver, devices, alloc_settings: crate::config::allocator_settings(), host: OnceLock::new() }
     }
 
     /// Checks a device index against the device count.

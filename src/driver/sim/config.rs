@@ -1,9 +1,12 @@
 //! The simulated machine's shape, from `CUDASEM_SIM_*` variables or built in code.
 
 use crate::error::{Error, Result};
+use serde::Deserialize;
 
-/// Which device pairs can access each other's memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which device pairs can access each other's memory. Deserializes from the same strings as
+/// `CUDASEM_SIM_PEER` (`"all"`, `"none"`, `"0-1,2-3"`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub enum PeerSpec {
     /// Every pair of distinct devices.
     All,
@@ -53,14 +56,39 @@ impl PeerSpec {
 }
 
 /// The simulated machine: how many GPUs, how much memory each, and the peer topology.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Deserializes with every field optional; `memory` as a byte count or a size string (`"16GiB"`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SimConfig {
-    /// Number of simulated GPUs.
+    /// Number of simulated GPUs (default 2, at most 64).
     pub devices: usize,
-    /// Capacity of each GPU in bytes.
+    /// Capacity of each GPU in bytes (default 16 GiB; host memory is used only as allocated).
+    #[serde(deserialize_with = "bytes_or_size")]
     pub memory: usize,
-    /// Peer topology.
+    /// Which pairs of GPUs have peer access (default: all).
     pub peer: PeerSpec,
+}
+
+impl TryFrom<String> for PeerSpec {
+    type Error = Error;
+    fn try_from(value: String) -> Result<PeerSpec> {
+        PeerSpec::parse(&value)
+    }
+}
+
+/// A size as a byte count (`1073741824`) or a string (`"1GiB"`).
+fn bytes_or_size<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<usize, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(usize),
+        Text(String),
+    }
+    match Size::deserialize(d)? {
+        Size::Bytes(n) => Ok(n),
+        Size::Text(s) => parse_bytes(&s).map_err(serde::de::Error::custom),
+    }
 }
 
 impl Default for SimConfig {
@@ -72,43 +100,61 @@ impl Default for SimConfig {
 impl SimConfig {
     /// Reads `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY` and `CUDASEM_SIM_PEER` (defaults 2, 16GiB, all).
     pub fn from_env() -> Result<SimConfig> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        SimConfig::from_lookup(&crate::driver::env_var)
+    }
+
+    /// As [`SimConfig::from_env`], with `lookup` as the environment (`Ok(None)`: unset).
+    pub(crate) fn from_lookup(lookup: &dyn Fn(&str) -> Result<Option<String>>) -> Result<SimConfig> {
+        let var = |k: &str| lookup(k).map(|v| v.filter(|v| !v.trim().is_empty()));
         let mut cfg = SimConfig::default();
-        if let Some(v) = var("CUDASEM_SIM_DEVICES") {
+        if let Some(v) = var("CUDASEM_SIM_DEVICES")? {
             cfg.devices = v.trim().parse().map_err(|_| Error::InvalidConfig {
                 key: "CUDASEM_SIM_DEVICES".into(),
                 value: v.clone(),
                 reason: "expected a number of devices such as `2`".into(),
             })?;
-            if cfg.devices > 64 {
-                return Err(Error::InvalidConfig {
-                    key: "CUDASEM_SIM_DEVICES".into(),
-                    value: v,
-                    reason: "at most 64 simulated devices".into(),
-                });
-            }
         }
-        if let Some(v) = var("CUDASEM_SIM_MEMORY") {
+        if let Some(v) = var("CUDASEM_SIM_MEMORY")? {
             cfg.memory = parse_bytes(&v).map_err(|reason| Error::InvalidConfig {
                 key: "CUDASEM_SIM_MEMORY".into(),
                 value: v.clone(),
                 reason,
             })?;
         }
-        if let Some(v) = var("CUDASEM_SIM_PEER") {
+        if let Some(v) = var("CUDASEM_SIM_PEER")? {
             cfg.peer = PeerSpec::parse(&v)?;
         }
-        if let PeerSpec::Pairs(p) = &cfg.peer {
-            if let Some(&(a, b)) = p.iter().find(|&&(a, b)| a.max(b) >= cfg.devices) {
-                return Err(Error::InvalidConfig {
-                    key: "CUDASEM_SIM_PEER".into(),
-                    value: format!("{a}-{b}"),
-                    reason: format!("the machine has {} simulated devices", cfg.devices),
-                });
-            }
-        }
+        cfg.validate(["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_MEMORY", "CUDASEM_SIM_PEER"])?;
         Ok(cfg)
     }
+
+    /// Checks the shape: at most [`SimConfig::MAX_DEVICES`] devices, at least one byte of memory
+    /// each, peer pairs naming existing devices. `keys` name the devices, memory and peer settings
+    /// in the errors.
+    pub(crate) fn validate(&self, keys: [&str; 3]) -> Result<()> {
+        let bad = |key: &str, value: String, reason: String| Error::InvalidConfig { key: key.into(), value, reason };
+        if self.devices > SimConfig::MAX_DEVICES {
+            let reason = format!("at most {} simulated devices", SimConfig::MAX_DEVICES);
+            return Err(bad(keys[0], self.devices.to_string(), reason));
+        }
+        if self.memory == 0 {
+            return Err(bad(keys[1], "0".into(), "each simulated device needs at least 1 byte".into()));
+        }
+        if let PeerSpec::Pairs(p) = &self.peer {
+            if let Some(&(a, b)) = p.iter().find(|&&(a, b)| a.max(b) >= self.devices || a == b) {
+                let reason = if a == b {
+                    "a pair must name two different devices".to_string()
+                } else {
+                    format!("the machine has {} simulated devices", self.devices)
+                };
+                return Err(bad(keys[2], format!("{a}-{b}"), reason));
+            }
+        }
+        Ok(())
+    }
+
+    /// The most simulated devices a machine may have.
+    pub const MAX_DEVICES: usize = 64;
 }
 
 /// Parses a byte size: `1073741824`, `512MiB`, `16GiB`, `1.5GB`, `64k` (binary units for K/M/G/T).

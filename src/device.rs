@@ -90,34 +90,54 @@ impl IntoDevice for &String {
     }
 }
 
-/// Anything that names a CUDA device: an index, a [`Device`], or a device string.
+/// Anything that names a CUDA device — the one argument type of every `cudasem::cuda` function
+/// that takes a device: an index (`1`), `Option<usize>` (`None`: the current device, like
+/// torch's `device=None`), a [`Device`], or a string (`"cuda:1"`; `"cuda"` is the current device).
 ///
-/// `Device::Cuda(None)` and `"cuda"` mean the current device; `Device::Cpu` / `"cpu"` are
-/// refused with [`Error::NotCudaDevice`].
+/// `Device::Cpu` / `"cpu"` are refused with [`Error::NotCudaDevice`]. The current device is
+/// looked up, and every index checked against the device count, by the runtime when it is used.
 pub trait IntoCudaDevice {
-    /// The CUDA index this names (not yet checked against the device count).
-    fn cuda_index(self) -> Result<usize>;
+    /// The CUDA index this names, or `None` for "the current device" (not yet checked against
+    /// the device count).
+    fn cuda_device(self) -> Result<Option<usize>>;
 }
 
 impl IntoCudaDevice for usize {
-    fn cuda_index(self) -> Result<usize> {
+    #[inline]
+    fn cuda_device(self) -> Result<Option<usize>> {
+        Ok(Some(self))
+    }
+}
+
+impl IntoCudaDevice for Option<usize> {
+    #[inline]
+    fn cuda_device(self) -> Result<Option<usize>> {
         Ok(self)
     }
 }
 
 impl IntoCudaDevice for Device {
-    fn cuda_index(self) -> Result<usize> {
+    #[inline]
+    fn cuda_device(self) -> Result<Option<usize>> {
         match self {
-            Device::Cuda(Some(i)) => Ok(i),
-            Device::Cuda(None) => crate::runtime::current_device(),
+            Device::Cuda(index) => Ok(index),
             Device::Cpu => Err(Error::NotCudaDevice { device: "cpu".into() }),
         }
     }
 }
 
 impl IntoCudaDevice for &str {
-    fn cuda_index(self) -> Result<usize> {
-        self.parse::<Device>()?.cuda_index()
+    fn cuda_device(self) -> Result<Option<usize>> {
+        match self.parse::<Device>()? {
+            Device::Cpu => Err(Error::NotCudaDevice { device: self.to_string() }),
+            d => d.cuda_device(),
+        }
+    }
+}
+
+impl IntoCudaDevice for &String {
+    fn cuda_device(self) -> Result<Option<usize>> {
+        self.as_str().cuda_device()
     }
 }
 
@@ -134,6 +154,12 @@ mod tests {
         for bad in ["gpu", "cuda:-1", "cuda:x", "cpu:0", ""] {
             assert!(matches!(bad.parse::<Device>(), Err(Error::InvalidDeviceString { .. })), "{bad}");
         }
-        assert!(matches!("cpu".cuda_index(), Err(Error::NotCudaDevice { .. })));
+        assert!(matches!("cpu".cuda_device(), Err(Error::NotCudaDevice { .. })));
+        assert!(matches!(Device::Cpu.cuda_device(), Err(Error::NotCudaDevice { .. })));
+        assert_eq!("cuda".cuda_device().unwrap(), None);
+        assert_eq!("cuda:2".cuda_device().unwrap(), Some(2));
+        assert_eq!(Device::Cuda(None).cuda_device().unwrap(), None);
+        assert_eq!(3.cuda_device().unwrap(), Some(3));
+        assert_eq!(None::<usize>.cuda_device().unwrap(), None);
     }
 }

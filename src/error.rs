@@ -57,7 +57,7 @@ pub enum Error {
     #[error("both events must be created with enable_timing = true to measure elapsed time (Event::new(EventFlags {{ enable_timing: true, .. }}))")]
     EventTimingDisabled,
     /// An event that was never recorded was used where a recorded one is needed.
-    #[error("both events must be recorded before calculating elapsed time; call Event::record(&stream) on each first")]
+    #[error("both events must be recorded before calculating elapsed time; call record(None) (the current stream) or record(Some(&stream)) on each first")]
     EventNotRecorded,
     /// An event's recorded work has not finished yet.
     #[error("the event's work has not completed yet; call end_event.synchronize() before elapsed_time")]

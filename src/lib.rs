@@ -18,7 +18,7 @@
 //! assert_eq!(cuda::current_device()?, 0);
 //!
 //! let s = Stream::new(None, 0)?;
-//! let (start, end) = (Event::new(EventFlags::timing())?, Event::new(EventFlags::timing())?);
+//! let (start, end) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
 //! {
 //!     let _g = StreamGuard::new(&s)?;
 //!     start.record(None)?;

@@ -6,6 +6,7 @@
 //! * [`fail_next_malloc`] makes the device's next driver allocation fail.
 //! * [`RawBuffer`] is untyped device memory with stream-ordered fill / copy / read.
 
+use crate::device::IntoCudaDevice;
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
 use crate::runtime::{rt, Stream};
@@ -17,9 +18,9 @@ pub fn delay(stream: &Stream, duration: Duration) -> Result<()> {
 }
 
 /// Makes the next driver allocation on `device` fail with [`Error::Injected`].
-pub fn fail_next_malloc(device: usize) -> Result<()> {
+pub fn fail_next_malloc(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
-    rt.driver.fail_next_malloc(rt.check(device)?)
+    rt.driver.fail_next_malloc(rt.device(device)?)
 }
 
 /// Untyped device memory, freed on drop: straight from the driver ([`RawBuffer::new`]) or a block
@@ -34,18 +35,18 @@ pub struct RawBuffer {
 
 impl RawBuffer {
     /// Allocates `len` bytes on `device` (`None`: the current device) straight from the driver.
-    pub fn new(device: Option<usize>, len: usize) -> Result<RawBuffer> {
+    pub fn new(device: impl IntoCudaDevice, len: usize) -> Result<RawBuffer> {
         let rt = rt()?;
-        let device = rt.resolve(device)?;
+        let device = rt.device(device)?;
         let ptr = rt.driver.malloc(device, len)?;
         Ok(RawBuffer { device, ptr, len, cached: false })
     }
 
     /// A block of `len` bytes from the caching allocator of `device` (`None`: the current device),
     /// ordered on `stream` (`None`: that device's current stream); it goes back to the cache on drop.
-    pub fn cached(device: Option<usize>, len: usize, stream: Option<&Stream>) -> Result<RawBuffer> {
-        let device = rt()?.resolve(device)?;
-        let ptr = crate::runtime::caching_allocator_alloc(len, Some(device), stream)?;
+    pub fn cached(device: impl IntoCudaDevice, len: usize, stream: Option<&Stream>) -> Result<RawBuffer> {
+        let device = rt()?.device(device)?;
+        let ptr = crate::runtime::caching_allocator_alloc(len, device, stream)?;
         Ok(RawBuffer { device, ptr: DevicePtr(ptr), len, cached: true })
     }
 

@@ -62,7 +62,7 @@ fn invalid_device_indices_are_typed_errors() {
     assert_invalid_device(cuda::set_device(n), n);
     assert_invalid_device(DeviceGuard::new(99).map(|_| ()), 99);
     assert_invalid_device(DeviceGuard::new(Device::cuda(n)).map(|_| ()), n);
-    assert_invalid_device(cuda::with_device(99, || ()), 99);
+    assert_invalid_device(cuda::with_device(99, || Ok(())), 99);
     assert_invalid_device(cuda::get_device_properties(Some(99)), 99);
     assert_invalid_device(cuda::get_device_name(Some(99)), 99);
     assert_invalid_device(cuda::mem_get_info(Some(99)), 99);
@@ -117,8 +117,10 @@ fn cpu_where_a_cuda_device_is_needed_is_not_cuda_device() {
     assert!(is_not_cuda(cuda::set_device(Device::Cpu)));
     assert!(is_not_cuda(DeviceGuard::new(Device::Cpu).map(|_| ())));
     assert!(is_not_cuda(DeviceGuard::new("cpu").map(|_| ())));
-    assert!(is_not_cuda(cuda::with_device(Device::Cpu, || ())));
-    assert!(matches!(Device::Cpu.cuda_index(), Err(Error::NotCudaDevice { .. })));
+    assert!(is_not_cuda(cuda::with_device(Device::Cpu, || Ok(()))));
+    assert!(matches!(Device::Cpu.cuda_device(), Err(Error::NotCudaDevice { .. })));
+    assert!(is_not_cuda(cuda::current_stream("cpu").map(|_| ())));
+    assert!(is_not_cuda(cuda::memory_allocated(Device::Cpu).map(|_| ())));
     assert_eq!(cuda::current_device().unwrap(), 0, "a refused cpu device changes nothing");
 }
 
@@ -144,8 +146,10 @@ fn set_device_accepts_indices_devices_and_strings() -> Result<()> {
 fn cuda_without_index_resolves_to_the_current_device() -> Result<()> {
     let last = last_device();
     cuda::set_device(last)?;
-    assert_eq!(Device::Cuda(None).cuda_index()?, last);
-    assert_eq!("cuda".cuda_index()?, last);
+    assert_eq!(Device::Cuda(None).cuda_device()?, None, "the vocabulary does not resolve it");
+    assert_eq!(cuda::current_stream(Device::Cuda(None))?.device(), last, "the runtime does");
+    assert_eq!(cuda::default_stream("cuda")?.device(), last);
+    assert_eq!(Stream::new(None, 0)?.device(), last);
     cuda::set_device(Device::Cuda(None))?;
     assert_eq!(cuda::current_device()?, last, "set_device(\"cuda\") keeps the current device");
     cuda::set_device("cuda")?;
@@ -156,7 +160,54 @@ fn cuda_without_index_resolves_to_the_current_device() -> Result<()> {
         assert_eq!(cuda::current_device()?, last);
     }
     cuda::set_device(0)?;
-    assert_eq!(Device::Cuda(None).cuda_index()?, 0, "resolved when used, not when written");
+    let d = Device::Cuda(None);
+    assert_eq!(cuda::current_stream(d)?.device(), 0, "resolved when used, not when written");
+    Ok(())
+}
+
+/// Every function that takes a device, called with `d`, acts on cuda:`last` (the current device).
+fn acts_on_last(d: impl IntoCudaDevice + Copy + std::fmt::Debug, last: usize) -> Result<()> {
+    assert_eq!(cuda::current_stream(d)?.device(), last, "current_stream({d:?})");
+    assert_eq!(cuda::default_stream(d)?, cuda::default_stream(last)?, "default_stream({d:?})");
+    assert_eq!(Stream::new(d, 0)?.device(), last, "Stream::new({d:?})");
+    assert_eq!(cuda::get_device_properties(d)?, cuda::get_device_properties(last)?);
+    assert_eq!(cuda::get_device_name(d)?, cuda::get_device_name(last)?);
+    assert_eq!(cuda::mem_get_info(d)?.1, cuda::mem_get_info(last)?.1);
+    cuda::synchronize(d)?;
+    assert_eq!(cuda::can_device_access_peer(d, 0)?, cuda::can_device_access_peer(last, 0)?);
+    assert!(cuda::is_peer_access_enabled(d, last)?, "is_peer_access_enabled({d:?}, {last})");
+    assert_eq!(DeviceGuard::new(d)?.previous(), last);
+    assert_eq!(cuda::with_device(d, cuda::current_device)?, last, "with_device({d:?})");
+    let p = cuda::caching_allocator_alloc(512, d, None)?;
+    assert_eq!(common::segment_of(last, p).device, last, "caching_allocator_alloc(512, {d:?}, None)");
+    cuda::caching_allocator_delete(p)?;
+    assert_eq!(cuda::get_per_process_memory_fraction(d)?, cuda::get_per_process_memory_fraction(last)?);
+    cuda::memory_allocated(d)?;
+    cuda::max_memory_allocated(d)?;
+    cuda::memory_reserved(d)?;
+    cuda::max_memory_reserved(d)?;
+    cuda::memory_stats(d)?;
+    cuda::memory_summary(d)?;
+    cuda::reset_peak_memory_stats(d)?;
+    Ok(())
+}
+
+#[test]
+fn every_device_argument_takes_an_index_an_option_a_string_and_a_device() -> Result<()> {
+    let last = last_device();
+    cuda::set_device(last)?;
+    let name = format!("cuda:{last}");
+    acts_on_last(last, last)?;
+    acts_on_last(Some(last), last)?;
+    acts_on_last(None, last)?;
+    acts_on_last(name.as_str(), last)?;
+    acts_on_last(&name, last)?;
+    acts_on_last("cuda", last)?;
+    acts_on_last(Device::cuda(last), last)?;
+    acts_on_last(Device::Cuda(None), last)?;
+    cuda::set_device(0)?;
+    assert_invalid_device(cuda::current_stream(Some(99)).map(|_| ()), 99);
+    assert_invalid_device(cuda::memory_allocated("cuda:99").map(|_| ()), 99);
     Ok(())
 }
 

@@ -13,18 +13,18 @@ use std::time::Instant;
 
 const LEN: usize = 32 << 10;
 
-fn timing() -> Result<Event> {
+fn timing() -> Event {
     Event::new(EventFlags::timing())
 }
 
-fn plain() -> Result<Event> {
+fn plain() -> Event {
     Event::new(EventFlags::default())
 }
 
 #[test]
 fn a_new_event_is_complete_and_belongs_to_no_device() -> Result<()> {
     for flags in [EventFlags::default(), EventFlags::timing(), EventFlags { enable_timing: false, blocking: true }] {
-        let e = Event::new(flags)?;
+        let e = Event::new(flags);
         assert!(e.query()?, "a never-recorded event reports complete, as in PyTorch");
         e.synchronize()?;
         assert_eq!(e.device(), None);
@@ -38,7 +38,7 @@ fn a_recorded_event_is_pending_during_a_delay_and_complete_after_synchronize() -
     for d in 0..cuda::device_count() {
         retry_if_stalled(ms(300), |delay| {
             let s = Stream::new(Some(d), 0)?;
-            let e = plain()?;
+            let e = plain();
             let queued = Instant::now();
             testing::delay(&s, delay)?;
             e.record(Some(&s))?;
@@ -57,7 +57,7 @@ fn a_recorded_event_is_pending_during_a_delay_and_complete_after_synchronize() -
 fn a_re_recorded_event_tracks_its_latest_recording() -> Result<()> {
     let s = Stream::new(Some(0), 0)?;
     retry_if_stalled(ms(300), |delay| {
-        let e = plain()?;
+        let e = plain();
         e.record(Some(&s))?;
         e.synchronize()?;
         assert!(e.query()?);
@@ -76,7 +76,7 @@ fn elapsed_time_measures_a_known_delay() -> Result<()> {
     for d in 0..cuda::device_count() {
         let s = Stream::new(Some(d), 0)?;
         warm_up(&s)?;
-        let (start, end) = (timing()?, timing()?);
+        let (start, end) = (timing(), timing());
         start.record(Some(&s))?;
         testing::delay(&s, ms(200))?;
         end.record(Some(&s))?;
@@ -90,7 +90,7 @@ fn elapsed_time_measures_a_known_delay() -> Result<()> {
 #[test]
 fn elapsed_time_needs_timing_on_both_events() -> Result<()> {
     let s = Stream::new(Some(0), 0)?;
-    let (t1, t2, p) = (timing()?, timing()?, plain()?);
+    let (t1, t2, p) = (timing(), timing(), plain());
     for e in [&t1, &t2, &p] {
         e.record(Some(&s))?;
     }
@@ -99,19 +99,19 @@ fn elapsed_time_needs_timing_on_both_events() -> Result<()> {
     assert_eq!(t1.elapsed_time(&p), Err(Error::EventTimingDisabled));
     assert_eq!(p.elapsed_time(&t1), Err(Error::EventTimingDisabled));
     assert_eq!(p.elapsed_time(&p), Err(Error::EventTimingDisabled));
-    assert_eq!(timing()?.elapsed_time(&plain()?), Err(Error::EventTimingDisabled), "checked before recording");
+    assert_eq!(timing().elapsed_time(&plain()), Err(Error::EventTimingDisabled), "checked before recording");
     Ok(())
 }
 
 #[test]
 fn elapsed_time_needs_recorded_events() -> Result<()> {
     let s = Stream::new(Some(0), 0)?;
-    let (recorded, never) = (timing()?, timing()?);
+    let (recorded, never) = (timing(), timing());
     recorded.record(Some(&s))?;
     recorded.synchronize()?;
     assert_eq!(recorded.elapsed_time(&never), Err(Error::EventNotRecorded));
     assert_eq!(never.elapsed_time(&recorded), Err(Error::EventNotRecorded));
-    assert_eq!(timing()?.elapsed_time(&timing()?), Err(Error::EventNotRecorded));
+    assert_eq!(timing().elapsed_time(&timing()), Err(Error::EventNotRecorded));
     Ok(())
 }
 
@@ -121,7 +121,7 @@ fn elapsed_time_between_devices_is_event_device_mismatch() -> Result<()> {
         return Ok(());
     }
     let (s0, s1) = (Stream::new(Some(0), 0)?, Stream::new(Some(1), 0)?);
-    let (a, b) = (timing()?, timing()?);
+    let (a, b) = (timing(), timing());
     a.record(Some(&s0))?;
     b.record(Some(&s1))?;
     a.synchronize()?;
@@ -140,7 +140,7 @@ fn recording_on_a_second_device_is_event_device_mismatch() -> Result<()> {
         return Ok(());
     }
     let (s0, s1) = (Stream::new(Some(0), 0)?, Stream::new(Some(1), 0)?);
-    let e = plain()?;
+    let e = plain();
     e.record(Some(&s0))?;
     assert_eq!(
         e.record(Some(&s1)),
@@ -178,8 +178,8 @@ fn check_event_order(
     s1.synchronize()?;
     s2.synchronize()?;
 
-    let e = plain()?;
-    let (filled, copied) = (timing()?, timing()?);
+    let e = plain();
+    let (filled, copied) = (timing(), timing());
     let (queued, delay) = (Instant::now(), ms(300));
     testing::delay(s1, delay)?;
     a.fill(1, s1)?;
@@ -223,13 +223,13 @@ fn event_wait_orders_a_stream_of_another_device() -> Result<()> {
 #[test]
 fn event_wait_none_uses_the_current_stream() -> Result<()> {
     let (s1, s2) = stream_pair(last_device())?;
-    check_event_wait(&s1, &s2, |e| cuda::with_stream(&s2, || e.wait(None))?)
+    check_event_wait(&s1, &s2, |e| cuda::with_stream(&s2, || e.wait(None)))
 }
 
 #[test]
 fn waiting_on_a_never_recorded_event_is_a_no_op() -> Result<()> {
     let s = Stream::new(Some(0), 0)?;
-    let e = plain()?;
+    let e = plain();
     e.wait(Some(&s))?;
     s.wait_event(&e)?;
     s.synchronize()?;
@@ -243,7 +243,7 @@ fn record_none_uses_the_current_stream() -> Result<()> {
     let last = last_device();
     let s = Stream::new(Some(last), 0)?;
     retry_if_stalled(ms(300), |delay| {
-        let e = plain()?;
+        let e = plain();
         let queued = Instant::now();
         testing::delay(&s, delay)?;
         {
@@ -260,16 +260,16 @@ fn record_none_uses_the_current_stream() -> Result<()> {
 
     // And it orders other streams after the current stream's work.
     let (s1, s2) = stream_pair(last)?;
-    check_event_order(&s1, &s2, |e| cuda::with_stream(&s1, || e.record(None))?, |e| e.wait(Some(&s2)))
+    check_event_order(&s1, &s2, |e| cuda::with_stream(&s1, || e.record(None)), |e| e.wait(Some(&s2)))
 }
 
 #[test]
 fn event_clones_are_the_same_event() -> Result<()> {
     let s = Stream::new(Some(last_device()), 0)?;
-    let e = plain()?;
+    let e = plain();
     let c = e.clone();
     assert_eq!(e, c);
-    assert_ne!(e, plain()?, "two new events are different events");
+    assert_ne!(e, plain(), "two new events are different events");
     retry_if_stalled(ms(300), |delay| {
         let queued = Instant::now();
         testing::delay(&s, delay)?;
@@ -290,7 +290,7 @@ fn elapsed_time_with_a_pending_end_event_is_not_ready_until_it_completes() -> Re
     let s = Stream::new(Some(0), 0)?;
     warm_up(&s)?;
     retry_if_stalled(ms(300), |delay| {
-        let (start, end) = (timing()?, timing()?);
+        let (start, end) = (timing(), timing());
         start.record(Some(&s))?;
         let queued = Instant::now();
         testing::delay(&s, delay)?;
@@ -318,7 +318,7 @@ fn a_wait_is_not_released_by_a_later_recording_of_the_event() -> Result<()> {
     s1.synchronize()?;
     s2.synchronize()?;
 
-    let e = plain()?;
+    let e = plain();
     testing::delay(s1, ms(500))?;
     a.fill(1, s1)?;
     e.record(Some(s1))?;

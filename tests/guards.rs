@@ -57,7 +57,7 @@ fn guard_restores_the_device_after_a_panic() -> Result<()> {
     assert!(r.is_err());
     assert_eq!(cuda::current_device()?, 0, "the guard restored device 0 while unwinding");
 
-    let r = catch_unwind(|| cuda::with_device(last, || panic!("boom inside with_device")));
+    let r = catch_unwind(|| cuda::with_device(last, || -> Result<()> { panic!("boom inside with_device") }));
     assert!(r.is_err());
     assert_eq!(cuda::current_device()?, 0, "with_device restored device 0 while unwinding");
 
@@ -129,7 +129,7 @@ fn set_device_inside_a_guard_is_undone_when_it_drops() -> Result<()> {
         assert_eq!(cuda::current_device()?, 0);
     }
     assert_eq!(cuda::current_device()?, last);
-    cuda::with_device(0, || cuda::set_device(last))??;
+    cuda::with_device(0, || cuda::set_device(last))?;
     assert_eq!(cuda::current_device()?, last, "with_device also undoes a set_device in its closure");
     Ok(())
 }
@@ -137,15 +137,27 @@ fn set_device_inside_a_guard_is_undone_when_it_drops() -> Result<()> {
 #[test]
 fn with_device_returns_the_closures_value_and_restores() -> Result<()> {
     let last = last_device();
-    let (inside, answer) = cuda::with_device(last, || (cuda::current_device(), 42))?;
-    assert_eq!(inside?, last);
+    let (inside, answer) = cuda::with_device(last, || Ok((cuda::current_device()?, 42)))?;
+    assert_eq!(inside, last);
     assert_eq!(answer, 42);
     assert_eq!(cuda::current_device()?, 0);
-    let s = cuda::with_device(last, || "hello".to_string())?;
+    let s = cuda::with_device(last, || Ok("hello".to_string()))?;
     assert_eq!(s, "hello");
 
+    // The closure's error is the call's error (one `?`), and the device is restored after it.
+    let r = cuda::with_device(last, || {
+        assert_eq!(cuda::current_device()?, last);
+        cuda::set_device(98)?;
+        Ok("not reached")
+    });
+    assert!(matches!(r, Err(Error::InvalidDevice { index: 98, .. })), "{r:?}");
+    assert_eq!(cuda::current_device()?, 0, "with_device restores the device when its closure fails");
+
     let mut ran = false;
-    let r = cuda::with_device(99, || ran = true);
+    let r = cuda::with_device(99, || {
+        ran = true;
+        Ok(())
+    });
     assert!(matches!(r, Err(Error::InvalidDevice { index: 99, .. })));
     assert!(!ran, "the closure must not run when the device is invalid");
     assert_eq!(cuda::current_device()?, 0);
@@ -254,13 +266,20 @@ fn stream_guard_from_default_streams_restores_defaults() -> Result<()> {
 fn with_stream_returns_the_value_and_restores() -> Result<()> {
     let last = last_device();
     let s = Stream::new(Some(last), 0)?;
-    let (dev, cur) = cuda::with_stream(&s, || (cuda::current_device(), cuda::current_stream(None)))?;
-    assert_eq!(dev?, last);
-    assert_eq!(cur?, s);
+    let (dev, cur) = cuda::with_stream(&s, || Ok((cuda::current_device()?, cuda::current_stream(None)?)))?;
+    assert_eq!(dev, last);
+    assert_eq!(cur, s);
+
+    // The closure's error is the call's error, and both the device and the stream are restored.
+    let r = cuda::with_stream(&s, || -> Result<()> { Err(Stream::new(None, 1).unwrap_err()) });
+    assert!(matches!(r, Err(Error::InvalidArgument { op: "Stream::new", .. })), "{r:?}");
+    assert_eq!(cuda::current_device()?, 0, "with_stream restores the device when its closure fails");
+    assert_eq!(cuda::current_stream(Some(last))?, cuda::default_stream(Some(last))?);
     assert_eq!(cuda::current_device()?, 0);
     assert_eq!(cuda::current_stream(Some(last))?, cuda::default_stream(Some(last))?);
 
-    let r = catch_unwind(AssertUnwindSafe(|| cuda::with_stream(&s, || panic!("boom in with_stream"))));
+    let r =
+        catch_unwind(AssertUnwindSafe(|| cuda::with_stream(&s, || -> Result<()> { panic!("boom in with_stream") })));
     assert!(r.is_err());
     assert_eq!(cuda::current_device()?, 0, "with_stream restores the device on panic");
     assert_eq!(cuda::current_stream(Some(last))?, cuda::default_stream(Some(last))?);

@@ -67,7 +67,7 @@ fn guards_are_not_send_nor_sync() {
 fn streams_events_and_buffers_can_be_moved_to_and_used_from_another_thread() -> Result<()> {
     let d = last_device();
     let s = Stream::new(Some(d), 0)?;
-    let e = Event::new(EventFlags::default())?;
+    let e = Event::new(EventFlags::default());
     let buf = RawBuffer::new(Some(d), 1024)?;
     let (s2, e2) = (s.clone(), e.clone());
     let worker = std::thread::spawn(move || -> Result<RawBuffer> {

@@ -188,7 +188,7 @@ fn wait_stream_orders_a_stream_after_another() -> Result<()> {
     s1.synchronize()?;
     s2.synchronize()?;
 
-    let (start, copied) = (Event::new(EventFlags::timing())?, Event::new(EventFlags::timing())?);
+    let (start, copied) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
     start.record(Some(&s1))?;
     testing::delay(&s1, ms(300))?;
     a.fill(1, &s1)?;
@@ -245,7 +245,7 @@ fn wait_event_orders_a_stream_after_the_recorded_work() -> Result<()> {
     s1.synchronize()?;
     s2.synchronize()?;
 
-    let e = Event::new(Default::default())?;
+    let e = Event::new(Default::default());
     let (queued, delay) = (Instant::now(), ms(300));
     testing::delay(&s1, delay)?;
     a.fill(1, &s1)?;
@@ -275,7 +275,7 @@ fn record_event_returns_an_event_that_completes_with_the_stream() -> Result<()> 
 
     // record_event(Some(e)) records the given event and returns a handle to it.
     retry_if_stalled(ms(300), |delay| {
-        let mine = Event::new(Default::default())?;
+        let mine = Event::new(Default::default());
         let queued = Instant::now();
         testing::delay(&s, delay)?;
         let same = s.record_event(Some(&mine))?;

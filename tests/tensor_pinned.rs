@@ -271,8 +271,8 @@ fn copies_on_two_streams_touching_one_pinned_block_are_ordered() -> Result<()> {
     let delay = ms(250);
     let queued = Instant::now();
     testing::delay(&a, delay)?;
-    cuda::with_stream(&a, || pinned.copy_(&src, true))??; // device → pinned, behind the delay
-    cuda::with_stream(&b, || dst.copy_(&pinned, true))??; // pinned → device on another stream
+    cuda::with_stream(&a, || pinned.copy_(&src, true))?; // device → pinned, behind the delay
+    cuda::with_stream(&b, || dst.copy_(&pinned, true))?; // pinned → device on another stream
     assert_busy(!b.query()?, queued, delay, "stream b's copy waits for stream a's write on the device");
     b.synchronize()?;
     assert_eq!(dst.to_vec::<i32>()?, data, "the second copy read the block after the first wrote it");

@@ -4,18 +4,21 @@
 use super::context;
 use super::rt;
 use super::stream::Stream;
+use crate::device::IntoCudaDevice;
 use crate::error::Result;
 use std::marker::PhantomData;
 
-/// The device's default stream (`torch.cuda.default_stream`).
-pub fn default_stream(device: Option<usize>) -> Result<Stream> {
-    Stream::default_of(rt()?.resolve(device)?)
+/// The device's default stream (`torch.cuda.default_stream`; `None` or `"cuda"`: the current
+/// device).
+pub fn default_stream(device: impl IntoCudaDevice) -> Result<Stream> {
+    Stream::default_of(rt()?.device(device)?)
 }
 
-/// This thread's current stream on `device` (`None`: the current device); the default stream
-/// until [`set_stream`] or a [`StreamGuard`] changes it.
-pub fn current_stream(device: Option<usize>) -> Result<Stream> {
-    current_of(rt()?.resolve(device)?)
+/// This thread's current stream on `device` (`None` or `"cuda"`: the current device); the
+/// default stream until [`set_stream`] or a [`StreamGuard`] changes it.
+#[inline]
+pub fn current_stream(device: impl IntoCudaDevice) -> Result<Stream> {
+    current_of(rt()?.device(device)?)
 }
 
 /// This thread's current stream on `device` (an index).
@@ -78,8 +81,10 @@ impl Drop for StreamGuard {
     }
 }
 
-/// Runs `f` with `stream` as the current stream (and its device current), then restores both.
-pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> R) -> Result<R> {
+/// Runs `f` with `stream` as the current stream (and its device current), then restores both
+/// (also when `f` fails or panics): `with torch.cuda.stream(s):`. The closure returns a
+/// [`Result`], so `?` works inside it and the call needs one `?`.
+pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> Result<R>) -> Result<R> {
     let _g = StreamGuard::new(stream)?;
-    Ok(f())
+    f()
 }

@@ -26,50 +26,50 @@ pub fn current_device() -> Result<usize> {
     rt()?.resolve(None)
 }
 
-/// Makes `device` this thread's current device (an index, a [`crate::Device`] or `"cuda:N"`).
-/// Inside a [`super::DeviceGuard`] the change lasts until the guard drops.
+/// Makes `device` this thread's current device (an index, a [`crate::Device`] or `"cuda:N"`;
+/// `None` or `"cuda"` keep the current one). Inside a [`super::DeviceGuard`] the change lasts
+/// until the guard drops.
 pub fn set_device(device: impl IntoCudaDevice) -> Result<()> {
-    let index = rt()?.check(device.cuda_index()?)?;
+    let index = rt()?.device(device)?;
     context::set_index(index);
     Ok(())
 }
 
-/// The device's name (`None`: the current device).
-pub fn get_device_name(device: Option<usize>) -> Result<String> {
+/// The device's name (`None` or `"cuda"`: the current device).
+pub fn get_device_name(device: impl IntoCudaDevice) -> Result<String> {
     Ok(get_device_properties(device)?.name)
 }
 
-/// The device's properties (`None`: the current device).
-pub fn get_device_properties(device: Option<usize>) -> Result<DeviceProperties> {
+/// The device's properties (`None` or `"cuda"`: the current device).
+pub fn get_device_properties(device: impl IntoCudaDevice) -> Result<DeviceProperties> {
     let rt = rt()?;
-    rt.driver.properties(rt.resolve(device)?)
+    rt.driver.properties(rt.device(device)?)
 }
 
-/// Waits for all work on all streams of the device (`None`: the current device).
-pub fn synchronize(device: Option<usize>) -> Result<()> {
+/// Waits for all work on all streams of the device (`None` or `"cuda"`: the current device).
+pub fn synchronize(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
-    rt.driver.synchronize_device(rt.resolve(device)?)
+    rt.driver.synchronize_device(rt.device(device)?)
 }
 
-/// `(free, total)` bytes of the device's memory (`None`: the current device).
-pub fn mem_get_info(device: Option<usize>) -> Result<(usize, usize)> {
+/// `(free, total)` bytes of the device's memory (`None` or `"cuda"`: the current device).
+pub fn mem_get_info(device: impl IntoCudaDevice) -> Result<(usize, usize)> {
     let rt = rt()?;
-    rt.driver.mem_get_info(rt.resolve(device)?)
+    rt.driver.mem_get_info(rt.device(device)?)
 }
 
 /// Whether `device` can access `peer`'s memory directly (`false` for the same device, as in PyTorch).
-pub fn can_device_access_peer(device: usize, peer: usize) -> Result<bool> {
+pub fn can_device_access_peer(device: impl IntoCudaDevice, peer: impl IntoCudaDevice) -> Result<bool> {
     let rt = rt()?;
-    rt.driver.can_access_peer(rt.check(device)?, rt.check(peer)?)
+    rt.driver.can_access_peer(rt.device(device)?, rt.device(peer)?)
 }
 
 /// Enables peer access between `a` and `b`, both ways. Afterwards ops may mix tensors of the two
 /// devices, reading the other device's memory over the peer link. Idempotent; a no-op for
 /// `a == b`; [`Error::PeerAccessUnsupported`] where the pair cannot.
-pub fn enable_peer_access(a: usize, b: usize) -> Result<()> {
+pub fn enable_peer_access(a: impl IntoCudaDevice, b: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
-    rt.check(a)?;
-    rt.check(b)?;
+    let (a, b) = (rt.device(a)?, rt.device(b)?);
     if a == b {
         return Ok(());
     }
@@ -86,9 +86,8 @@ pub fn enable_peer_access(a: usize, b: usize) -> Result<()> {
 }
 
 /// Whether [`enable_peer_access`] has been called for the pair (always `true` for `a == b`).
-pub fn is_peer_access_enabled(a: usize, b: usize) -> Result<bool> {
+pub fn is_peer_access_enabled(a: impl IntoCudaDevice, b: impl IntoCudaDevice) -> Result<bool> {
     let rt = rt()?;
-    rt.check(a)?;
-    rt.check(b)?;
+    let (a, b) = (rt.device(a)?, rt.device(b)?);
     Ok(a == b || rt.devices[a].peer_enabled.lock().unwrap_or_else(|e| e.into_inner())[b])
 }

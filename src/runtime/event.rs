@@ -63,9 +63,10 @@ impl PartialEq for Event {
 impl Eq for Event {}
 
 impl Event {
-    /// A new event; nothing is created on a device until it is recorded.
-    pub fn new(flags: EventFlags) -> Result<Event> {
-        Ok(Event(Arc::new(Inner { flags, slot: Mutex::new(None) })))
+    /// A new event. It cannot fail: as in PyTorch, the driver's event is made on the first
+    /// [`record`](Event::record), on the recording stream's device (errors are reported there).
+    pub fn new(flags: EventFlags) -> Event {
+        Event(Arc::new(Inner { flags, slot: Mutex::new(None) }))
     }
 
     /// The flags the event was made with.
@@ -173,7 +174,7 @@ impl Stream {
     pub fn record_event(&self, event: Option<&Event>) -> Result<Event> {
         let e = match event {
             Some(e) => e.clone(),
-            None => Event::new(EventFlags::default())?,
+            None => Event::new(EventFlags::default()),
         };
         e.record(Some(self))?;
         Ok(e)

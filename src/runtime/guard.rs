@@ -20,9 +20,10 @@ pub struct DeviceGuard {
 }
 
 impl DeviceGuard {
-    /// Makes `device` (an index, a [`crate::Device`] or a string like `"cuda:1"`) current.
+    /// Makes `device` (an index, a [`crate::Device`] or a string like `"cuda:1"`; `None` or
+    /// `"cuda"`: the current device, which then is restored on drop) current.
     pub fn new(device: impl IntoCudaDevice) -> Result<DeviceGuard> {
-        let index = rt()?.check(device.cuda_index()?)?;
+        let index = rt()?.device(device)?;
         let prev = context::current_index();
         let depth = context::push_guard();
         context::set_index(index);
@@ -42,8 +43,22 @@ impl Drop for DeviceGuard {
     }
 }
 
-/// Runs `f` with `device` current, then restores the previous device (also on panic).
-pub fn with_device<R>(device: impl IntoCudaDevice, f: impl FnOnce() -> R) -> Result<R> {
+/// Runs `f` with `device` current, then restores the previous device (also when `f` fails or
+/// panics): `with torch.cuda.device(d):`. The closure returns a [`Result`], so `?` works inside
+/// it and the call needs one `?`:
+///
+/// ```
+/// use cudasem::{cuda, DType, Tensor};
+/// # fn main() -> cudasem::Result<()> {
+/// let last = cuda::device_count() - 1;
+/// let t = cuda::with_device(last, || {
+///     let t = Tensor::ones(&[3], DType::F32, "cuda")?; // on the current device: `last`
+///     &t * 2.0
+/// })?;
+/// assert_eq!(t.device(), cudasem::Device::cuda(last));
+/// # Ok(()) }
+/// ```
+pub fn with_device<R>(device: impl IntoCudaDevice, f: impl FnOnce() -> Result<R>) -> Result<R> {
     let _g = DeviceGuard::new(device)?;
-    Ok(f())
+    f()
 }

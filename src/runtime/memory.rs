@@ -2,6 +2,7 @@
 
 use super::{rt, Runtime, Stream};
 use crate::alloc::{AllocatorSettings, CachingAllocator, DriverMemory, MemoryStats, Snapshot};
+use crate::device::IntoCudaDevice;
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -80,43 +81,43 @@ pub fn allocator_settings() -> Result<AllocatorSettings> {
     rt()?.alloc_settings.clone()
 }
 
-fn with_allocator<R>(device: Option<usize>, f: impl FnOnce(&CachingAllocator) -> R) -> Result<R> {
+fn with_allocator<R>(device: impl IntoCudaDevice, f: impl FnOnce(&CachingAllocator) -> R) -> Result<R> {
     let rt = rt()?;
-    Ok(f(rt.allocator(rt.resolve(device)?)?))
+    Ok(f(rt.allocator(rt.device(device)?)?))
 }
 
 /// Bytes held by live blocks (rounded sizes) on the device (`None`: the current device).
-pub fn memory_allocated(device: Option<usize>) -> Result<usize> {
+pub fn memory_allocated(device: impl IntoCudaDevice) -> Result<usize> {
     with_allocator(device, |a| a.memory_allocated())
 }
 
 /// Peak of [`memory_allocated`] since the start or the last [`reset_peak_memory_stats`].
-pub fn max_memory_allocated(device: Option<usize>) -> Result<usize> {
+pub fn max_memory_allocated(device: impl IntoCudaDevice) -> Result<usize> {
     with_allocator(device, |a| a.max_memory_allocated())
 }
 
 /// Bytes the caching allocator holds from the driver on the device.
-pub fn memory_reserved(device: Option<usize>) -> Result<usize> {
+pub fn memory_reserved(device: impl IntoCudaDevice) -> Result<usize> {
     with_allocator(device, |a| a.memory_reserved())
 }
 
 /// Peak of [`memory_reserved`].
-pub fn max_memory_reserved(device: Option<usize>) -> Result<usize> {
+pub fn max_memory_reserved(device: impl IntoCudaDevice) -> Result<usize> {
     with_allocator(device, |a| a.max_memory_reserved())
 }
 
 /// Resets the `peak` of every statistic to its current value.
-pub fn reset_peak_memory_stats(device: Option<usize>) -> Result<()> {
+pub fn reset_peak_memory_stats(device: impl IntoCudaDevice) -> Result<()> {
     with_allocator(device, |a| a.reset_peak_stats())
 }
 
 /// Every statistic, with PyTorch's keys (`allocated_bytes.all.current`, `num_alloc_retries`, …).
-pub fn memory_stats(device: Option<usize>) -> Result<MemoryStats> {
+pub fn memory_stats(device: impl IntoCudaDevice) -> Result<MemoryStats> {
     with_allocator(device, |a| a.memory_stats())
 }
 
 /// A readable table of the device's allocator statistics, like PyTorch's.
-pub fn memory_summary(device: Option<usize>) -> Result<String> {
+pub fn memory_summary(device: impl IntoCudaDevice) -> Result<String> {
     with_allocator(device, |a| a.memory_summary())
 }
 
@@ -130,21 +131,21 @@ pub fn empty_cache() -> Result<()> {
 }
 
 /// Caps what the allocator may reserve on the device to `fraction` of its memory (0 to 1).
-pub fn set_per_process_memory_fraction(fraction: f64, device: Option<usize>) -> Result<()> {
+pub fn set_per_process_memory_fraction(fraction: f64, device: impl IntoCudaDevice) -> Result<()> {
     with_allocator(device, |a| a.set_memory_fraction(fraction))?
 }
 
 /// The cap set by [`set_per_process_memory_fraction`] (1.0 when none).
-pub fn get_per_process_memory_fraction(device: Option<usize>) -> Result<f64> {
+pub fn get_per_process_memory_fraction(device: impl IntoCudaDevice) -> Result<f64> {
     with_allocator(device, |a| a.memory_fraction())
 }
 
 /// A raw block of `size` bytes from the caching allocator, for a program's own kernels, on
 /// `device` (`None`: current) and ordered on `stream` (`None`: the device's current stream).
 /// Give it back with [`caching_allocator_delete`].
-pub fn caching_allocator_alloc(size: usize, device: Option<usize>, stream: Option<&Stream>) -> Result<u64> {
+pub fn caching_allocator_alloc(size: usize, device: impl IntoCudaDevice, stream: Option<&Stream>) -> Result<u64> {
     let rt = rt()?;
-    let device = rt.resolve(device)?;
+    let device = rt.device(device)?;
     let stream = match stream {
         Some(s) if s.device() != device => {
             return Err(Error::InvalidArgument {

@@ -27,6 +27,7 @@ pub use memory::*;
 pub use stream::Stream;
 
 use crate::alloc::{AllocatorSettings, CachingAllocator};
+use crate::device::IntoCudaDevice;
 use crate::driver::{self, Driver, StreamId};
 use crate::error::{Error, Result};
 use pool::Pool;
@@ -92,6 +93,13 @@ impl Runtime {
             driver: self.driver.name(),
             reason: self.driver.unavailable_reason().unwrap_or_else(|| "no devices".into()),
         }
+    }
+
+    /// The checked index that `device` names: an index, or the thread's current device for
+    /// `None`, `"cuda"` and `Device::Cuda(None)` (resolved here, at the moment of use).
+    #[inline]
+    pub fn device(&self, device: impl IntoCudaDevice) -> Result<usize> {
+        self.resolve(device.cuda_device()?)
     }
 
     /// Resolves `None` to the thread's current device and checks the index.

@@ -3,6 +3,7 @@
 //! on and recording events is in `event.rs`.
 
 use super::rt;
+use crate::device::IntoCudaDevice;
 use crate::driver::StreamId;
 use crate::error::Result;
 use std::fmt;
@@ -28,12 +29,12 @@ impl fmt::Debug for Stream {
 }
 
 impl Stream {
-    /// A stream from the pool of `device` (`None`: the current device) at `priority`
-    /// (0 = normal; negative = higher priority, clamped to the device's highest level;
-    /// positive is an error, as in PyTorch).
-    pub fn new(device: Option<usize>, priority: i32) -> Result<Stream> {
+    /// A stream from the pool of `device` (`None` or `"cuda"`: the current device) at
+    /// `priority` (0 = normal; negative = higher priority, clamped to the device's highest
+    /// level; positive is an error, as in PyTorch).
+    pub fn new(device: impl IntoCudaDevice, priority: i32) -> Result<Stream> {
         let rt = rt()?;
-        let device = rt.resolve(device)?;
+        let device = rt.device(device)?;
         let (id, priority) = rt.devices[device].pool.next(rt.driver.as_ref(), device, priority)?;
         Ok(Stream { device, id, priority, default: false })
     }

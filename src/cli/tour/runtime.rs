@@ -80,7 +80,7 @@ pub fn device_guard() -> Result<Outcome, Failure> {
     println!("   a panic inside guard(cuda:{last}) → current device afterwards: cuda:{after_panic}");
     check(caught.is_err() && after_panic == 0, || "the guard did not restore the device on panic".into())?;
 
-    let v = cuda::with_device(last, || std::thread::spawn(|| cuda::current_device().ok()).join().ok().flatten())
+    let v = cuda::with_device(last, || Ok(std::thread::spawn(|| cuda::current_device().ok()).join().ok().flatten()))
         .map_err(e)?;
     println!("   with_device({last}, ..): a thread started inside sees cuda:{}", v.unwrap_or(usize::MAX));
     check(v == Some(0), || "another thread saw this thread's guard".into())?;
@@ -133,7 +133,7 @@ pub fn streams() -> Result<Outcome, Failure> {
 pub fn asynchrony() -> Result<Outcome, Failure> {
     const WORK: Duration = Duration::from_millis(200);
     let s = Stream::new(None, 0).map_err(e)?;
-    let (start, end) = (timing_event()?, timing_event()?);
+    let (start, end) = (timing_event(), timing_event());
     // Warm up: the first delay loads its kernel (on CUDA), which is not what we time.
     delay(&s, Duration::from_millis(1)).map_err(e)?;
     s.synchronize().map_err(e)?;
@@ -177,7 +177,7 @@ pub fn events() -> Result<Outcome, Failure> {
     // The producer is slow: 150 ms of work, then it writes 0xAB.
     delay(&producer, Duration::from_millis(150)).map_err(e)?;
     a.fill(0xAB, &producer).map_err(e)?;
-    let (produced, consumed) = (timing_event()?, timing_event()?);
+    let (produced, consumed) = (timing_event(), timing_event());
     produced.record(Some(&producer)).map_err(e)?;
     let ready = producer.record_event(None).map_err(e)?;
     let t0 = Instant::now();
@@ -194,13 +194,13 @@ pub fn events() -> Result<Outcome, Failure> {
     println!("   by the device's clock, the consumer's copy ended {after:.3} ms after the producer's fill");
     check(after > 0.0, || format!("the consumer's copy ended {after} ms after the producer's fill"))?;
 
-    let plain = Event::new(EventFlags::default()).map_err(e)?;
+    let plain = Event::new(EventFlags::default());
     plain.record(Some(&producer)).map_err(e)?;
     match plain.elapsed_time(&ready) {
         Err(err @ Error::EventTimingDisabled) => println!("   elapsed_time without enable_timing → {err}"),
         other => return Err(format!("expected EventTimingDisabled, got {other:?}")),
     }
-    let (t_a, t_b) = (Event::new(EventFlags::timing()).map_err(e)?, Event::new(EventFlags::timing()).map_err(e)?);
+    let (t_a, t_b) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
     match t_a.elapsed_time(&t_b) {
         Err(err @ Error::EventNotRecorded) => println!("   elapsed_time before recording → {err}"),
         other => return Err(format!("expected EventNotRecorded, got {other:?}")),
@@ -246,7 +246,7 @@ pub fn peer_access() -> Result<Outcome, Failure> {
     let s = Stream::new(Some(0), 0).map_err(e)?;
     src.fill(0x5A, &s).map_err(e)?;
     dst.copy_from(&src, &s).map_err(e)?; // warm-up: the first copy sets the link up
-    let (t0, t1) = (Event::new(EventFlags::timing()).map_err(e)?, Event::new(EventFlags::timing()).map_err(e)?);
+    let (t0, t1) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
     t0.record(Some(&s)).map_err(e)?;
     dst.copy_from(&src, &s).map_err(e)?;
     t1.record(Some(&s)).map_err(e)?;

@@ -108,7 +108,7 @@ pub fn overlap() -> Result<Outcome, Failure> {
     host.narrow(0, 0, 4096).map_err(e)?.fill_(7u8).map_err(e)?;
     let dev = Tensor::empty(&[bytes], DType::U8, "cuda").map_err(e)?;
     let (copy_s, work_s) = two_streams()?;
-    let copy = || cuda::with_stream(&copy_s, || dev.copy_(&host, true)).map_err(e)?.map_err(e);
+    let copy = || cuda::with_stream(&copy_s, || dev.copy_(&host, true)).map_err(e);
     // Warm up: the first copy and the first delay set things up (pages, the spin kernel).
     copy()?;
     delay(&work_s, Duration::from_millis(1)).map_err(e)?;
@@ -131,7 +131,7 @@ pub fn overlap() -> Result<Outcome, Failure> {
         Ok(seen)
     })?;
 
-    let (t0, t1) = (timing_event()?, timing_event()?);
+    let (t0, t1) = (timing_event(), timing_event());
     t0.record(Some(&copy_s)).map_err(e)?;
     copy()?;
     t1.record(Some(&copy_s)).map_err(e)?;
@@ -140,7 +140,7 @@ pub fn overlap() -> Result<Outcome, Failure> {
     // Compute about as long as the copy, so that overlap halves the total.
     let work = Duration::from_secs_f64((copy_ms / 1e3).max(0.002));
 
-    let (start, copy_end, work_end, end) = (timing_event()?, timing_event()?, timing_event()?, timing_event()?);
+    let (start, copy_end, work_end, end) = (timing_event(), timing_event(), timing_event(), timing_event());
     start.record(Some(&copy_s)).map_err(e)?;
     work_s.wait_event(&start).map_err(e)?;
     delay(&work_s, work).map_err(e)?; // the "compute" on the other stream
@@ -241,7 +241,7 @@ pub fn pinned_vs_pageable() -> Result<Outcome, Failure> {
     for round in 0..4 {
         for (i, (src, non_blocking)) in [(&pageable, false), (&pinned, true)].into_iter().enumerate() {
             dev.fill_(0u8).map_err(e)?;
-            let (t0, t1) = (timing_event()?, timing_event()?);
+            let (t0, t1) = (timing_event(), timing_event());
             t0.record(Some(&s)).map_err(e)?;
             dev.copy_(src, non_blocking).map_err(e)?;
             t1.record(Some(&s)).map_err(e)?;

@@ -1,10 +1,13 @@
 //! Test hooks and raw device buffers, for proving ordering and error paths on any driver.
 //!
-//! * [`delay`] keeps a stream busy for a known time (a sleeping worker on the sim driver, a
-//!   spinning one-thread kernel on CUDA), so a test can show that work is queued, not done,
-//!   and that `wait_stream` / `wait_event` really order streams.
+//! * [`delay`] keeps a stream busy for a known time (a spinning one-thread kernel on CUDA; on the
+//!   sim driver a sleeping worker, and exactly `duration` on the simulated clock), so a test can
+//!   show that work is queued, not done, and that `wait_stream` / `wait_event` really order streams.
 //! * [`fail_next_malloc`] makes the device's next driver allocation fail.
 //! * [`RawBuffer`] is untyped device memory with stream-ordered fill / copy / read.
+//! * [`has_devices`] and [`skip`] decide whether a test case that the machine cannot run is
+//!   skipped (with a message) or fails: `CUDASEM_REQUIRE_GPU=n` says the run must cover every
+//!   case that needs at most `n` GPUs (NVRTC and the like count as needing one) on the CUDA driver.
 
 use crate::device::IntoCudaDevice;
 use crate::driver::DevicePtr;
@@ -15,6 +18,54 @@ use std::time::Duration;
 /// Queues work on `stream` that keeps it busy for `duration`; returns at once.
 pub fn delay(stream: &Stream, duration: Duration) -> Result<()> {
     stream.delay(duration)
+}
+
+/// How many GPUs this run must cover: `n` from `CUDASEM_REQUIRE_GPU=n` (`0` when unset or empty).
+///
+/// The rule: with `CUDASEM_REQUIRE_GPU=1` every test case that needs a GPU (or NVRTC, or virtual
+/// memory management) must run on the CUDA driver, so a skip is a failure; with `=2` also every
+/// case that needs two GPUs (and peer access between them); cases that need more GPUs than
+/// required still skip with their message.
+///
+/// # Panics
+/// When the variable holds something other than a number (a typo must not turn skips back on).
+pub fn required_gpus() -> usize {
+    match std::env::var("CUDASEM_REQUIRE_GPU") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().unwrap_or_else(|_| {
+            panic!("CUDASEM_REQUIRE_GPU={v:?}: expected the number of GPUs the run must cover, such as 1")
+        }),
+        _ => 0,
+    }
+}
+
+/// A test case cannot run on this machine: it needs `gpus` GPUs (1 for anything every GPU run has,
+/// such as NVRTC) and `why` says what is missing. Prints `skipped: <why>` and returns, so that the
+/// caller returns early — or panics with `why` when the run must cover such cases
+/// ([`required_gpus`]).
+#[track_caller]
+pub fn skip(gpus: usize, why: &str) {
+    let required = required_gpus();
+    if gpus <= required {
+        panic!("CUDASEM_REQUIRE_GPU={required}: this case must run, but {why}");
+    }
+    eprintln!("skipped: {why}");
+}
+
+/// Whether the current driver has at least `n` devices; when it has not, [`skip`]s the case (a
+/// failure where the run must cover `n` GPUs). Where the run requires GPUs, the driver must be
+/// CUDA's, whatever `n`: passing on the simulated machine would test no GPU.
+#[track_caller]
+pub fn has_devices(n: usize) -> bool {
+    let (driver, count) = (crate::cuda::driver_name(), crate::cuda::device_count());
+    let required = required_gpus();
+    if required > 0 && driver != "cuda" {
+        panic!("CUDASEM_REQUIRE_GPU={required}, but the tests run on the {driver} driver (set CUDASEM_DRIVER=cuda)");
+    }
+    if count >= n {
+        return true;
+    }
+    skip(n, &format!("this test needs {n} CUDA device(s), the {driver} driver has {count}"));
+    false
 }
 
 /// Makes the next driver allocation on `device` fail with [`Error::Injected`].

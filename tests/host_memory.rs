@@ -17,12 +17,10 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether there is a device; says why the test is skipped, or fails where the run requires a GPU.
+#[track_caller]
 fn have_device() -> bool {
-    if cuda::device_count() == 0 {
-        eprintln!("skipped: no CUDA device ({} driver)", cuda::driver_name());
-        return false;
-    }
-    true
+    testing::has_devices(1)
 }
 
 fn host_stat(key: &str) -> i64 {

@@ -11,17 +11,15 @@ use common::{assert_busy, ms, retry_if_stalled, stream_pair, warm_up};
 use cudasem::cuda::{self, Stream, StreamGuard};
 use cudasem::{testing, DType, Device, Error, Result, Tensor};
 use std::time::Instant;
-use tensor_util::{sample, supported, tensor, values, Domain, Rng};
+use tensor_util::{expect_ok, sample, tensor, values, Domain, Rng};
 
 const DTYPES: [DType; 8] =
     [DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool];
 
+/// Whether there is a device; says why the test is skipped, or fails where the run requires a GPU.
+#[track_caller]
 fn have_device() -> bool {
-    if cuda::device_count() == 0 {
-        eprintln!("skipped: no CUDA device ({} driver)", cuda::driver_name());
-        return false;
-    }
-    true
+    testing::has_devices(1)
 }
 
 /// A fresh pool stream of cuda:0, warmed up, to make current for one test (tests of this file run
@@ -117,9 +115,8 @@ fn non_blocking_copies_convert_dtypes_and_handle_views() -> Result<()> {
     // Into a strided device destination: the bytes go through a dense device tensor.
     let dev_wide = Tensor::zeros(&[4, 12], DType::I32, Device::cuda(0))?;
     let dev_cols = dev_wide.slice(1, 1, isize::MAX, 2)?;
-    if supported(dev_cols.copy_(&host, true), "copy_ into a strided device view").is_some() {
-        assert_eq!(values(&dev_cols)?, as_f64);
-    }
+    expect_ok(dev_cols.copy_(&host, true), "copy_ into a strided device view");
+    assert_eq!(values(&dev_cols)?, as_f64);
     // A broadcast pinned source.
     let row = tensor(&vals[..6], &[6], DType::I32, Device::Cpu)?.pin_memory()?;
     let dev_b = Tensor::empty(&[4, 6], DType::I32, Device::cuda(0))?;
@@ -282,11 +279,10 @@ fn copies_on_two_streams_touching_one_pinned_block_are_ordered() -> Result<()> {
 /// Pinned memory is portable: any device can copy from and into it.
 #[test]
 fn pinned_memory_works_with_every_device() -> Result<()> {
-    let n = cuda::device_count();
-    if n < 2 {
-        eprintln!("skipped: needs 2 devices, the {} driver has {n}", cuda::driver_name());
+    if !testing::has_devices(2) {
         return Ok(());
     }
+    let n = cuda::device_count();
     let host = Tensor::arange(0, 1000, 1, DType::I64, Device::Cpu)?.pin_memory()?;
     for d in 0..n {
         let dev = host.to(Device::cuda(d), true)?;

@@ -8,15 +8,11 @@ mod tensor_util;
 use cudasem::cuda::{self, DeviceGuard, Stream, StreamGuard};
 use cudasem::{testing, DType, Device, Error, Result, Tensor};
 use std::time::Duration;
-use tensor_util::{round_to, sample, supported, tensor, values, Domain, Rng};
+use tensor_util::{expect_ok, round_to, sample, tensor, values, Domain, Rng};
 
+#[track_caller]
 fn have_devices(n: usize) -> bool {
-    let count = cuda::device_count();
-    if count < n {
-        eprintln!("skipped: this test needs {n} CUDA device(s), the {} driver has {count}", cuda::driver_name());
-        return false;
-    }
-    true
+    testing::has_devices(n)
 }
 
 fn ms(n: u64) -> Duration {
@@ -62,7 +58,7 @@ fn ops_run_on_the_tensors_device_whatever_the_current_device() -> Result<()> {
     };
     assert_eq!(x.device(), Device::cuda(1));
     let _g = DeviceGuard::new(0)?;
-    let Some(y) = supported(&x + 1.0, "add on cuda:1 under device 0") else { return Ok(()) };
+    let y = expect_ok(&x + 1.0, "add on cuda:1 under device 0");
     assert_eq!(y.device(), Device::cuda(1), "the result lives with the operands");
     for t in [x.matmul(&x)?, x.sum_all()?, x.exp()?, x.t()?.contiguous()?, x.to_dtype(DType::F16)?, x.softmax(0)?] {
         assert_eq!(t.device(), Device::cuda(1));
@@ -87,9 +83,8 @@ fn ops_are_ordered_on_the_devices_current_stream() -> Result<()> {
     let _dg = DeviceGuard::new(0)?; // the current device is now 0; cuda:d's current stream is still `s`
                                     // Run the op once first: a kernel's first launch loads its module, which on CUDA waits for
                                     // every running kernel of the context — it would wait out the delay below.
-    if supported(x.add(4u8), "add on the current stream").is_some() {
-        s.synchronize()?;
-    }
+    expect_ok(x.add(4u8), "add on the current stream");
+    s.synchronize()?;
     // A pending state is observable only while less host time than the delay has passed (another
     // test thread's synchronous driver call can stall this one past it on real GPUs).
     let busy = |what: &str, queued: std::time::Instant| -> Result<()> {
@@ -101,10 +96,7 @@ fn ops_are_ordered_on_the_devices_current_stream() -> Result<()> {
     testing::delay(&s, ms(300))?;
     x.fill_(3u8)?; // a byte pattern: an asynchronous memset, queued after the delay
     busy("the delay and the fill are queued, not done", queued)?;
-    let Some(y) = supported(x.add(4u8), "add on the current stream") else {
-        assert_eq!(x.to_vec::<u8>()?, vec![3u8; 64], "to_vec waits for the queued fill");
-        return Ok(());
-    };
+    let y = expect_ok(x.add(4u8), "add on the current stream");
     busy("the op is queued behind the delay", queued)?;
     assert_eq!(y.to_vec::<u8>()?, vec![7u8; 64], "the op saw the fill, and to_vec waited for the op");
     Ok(())
@@ -145,27 +137,26 @@ fn cross_device_ops_need_peer_access() -> Result<()> {
     assert!(e.to_string().contains("cuda:0 and cpu!"), "{e}");
     assert!(matches!(c.mul(&x), Err(Error::DeviceMismatch { lhs: Device::Cpu, .. })));
     let two = Tensor::full(&[], 2.0, DType::F64, Device::Cpu)?;
-    if let Some(z) = supported(x.mul(&two), "CUDA tensor * 0-dim CPU tensor") {
-        assert_eq!((z.device(), z.dtype()), (Device::cuda(a), DType::F32), "a 0-dim tensor does not widen");
-        assert_eq!(z.to_vec::<f32>()?, [2.0, 4.0, 6.0]);
-        assert!(
-            matches!(two.add_(&y.sum_all()?), Err(Error::DeviceMismatch { op: "add_", lhs: Device::Cpu, .. })),
-            "an in-place op cannot move its output"
-        );
-        let z = two.mul(&y)?;
-        assert_eq!(z.device(), Device::cuda(b), "a CPU scalar first: the op runs on the CUDA operand's device");
-        assert_eq!(z.to_vec::<f32>()?, [20.0, 40.0, 60.0]);
-    }
+    let z = expect_ok(x.mul(&two), "CUDA tensor * 0-dim CPU tensor");
+    assert_eq!((z.device(), z.dtype()), (Device::cuda(a), DType::F32), "a 0-dim tensor does not widen");
+    assert_eq!(z.to_vec::<f32>()?, [2.0, 4.0, 6.0]);
+    assert!(
+        matches!(two.add_(&y.sum_all()?), Err(Error::DeviceMismatch { op: "add_", lhs: Device::Cpu, .. })),
+        "an in-place op cannot move its output"
+    );
+    let z = two.mul(&y)?;
+    assert_eq!(z.device(), Device::cuda(b), "a CPU scalar first: the op runs on the CUDA operand's device");
+    assert_eq!(z.to_vec::<f32>()?, [20.0, 40.0, 60.0]);
 
     // With peer access the op runs on the first operand's device and reads the other's memory.
     if !cuda::can_device_access_peer(a, b)? {
         assert!(matches!(cuda::enable_peer_access(a, b), Err(Error::PeerAccessUnsupported { .. })));
         assert!(matches!(x.add(&y), Err(Error::DeviceMismatch { .. })));
-        eprintln!("skipped the peer part: cuda:{a} cannot access cuda:{b} on this machine");
+        testing::skip(2, &format!("the peer part: cuda:{a} cannot access cuda:{b} on this machine"));
         return Ok(());
     }
     cuda::enable_peer_access(a, b)?;
-    let Some(s) = supported(x.add(&y), "peer add") else { return Ok(()) };
+    let s = expect_ok(x.add(&y), "peer add");
     assert_eq!(s.device(), Device::cuda(a));
     assert_eq!(s.to_vec::<f32>()?, [11.0, 22.0, 33.0]);
     let s = y.sub(&x)?;
@@ -183,10 +174,10 @@ fn cross_device_ops_need_peer_access() -> Result<()> {
 #[test]
 fn copies_in_every_direction_and_dtype() -> Result<()> {
     let mut places = vec![Device::Cpu];
-    if cuda::device_count() > 0 {
+    if have_devices(1) {
         places.push(Device::cuda(0));
     }
-    if cuda::device_count() > 1 {
+    if have_devices(2) {
         places.push(Device::cuda(cuda::device_count() - 1));
     }
     let mut rng = Rng::new(20);
@@ -208,27 +199,23 @@ fn copies_in_every_direction_and_dtype() -> Result<()> {
                     let want: Vec<f64> = xv.iter().map(|&v| round_to(dst_dtype, v)).collect();
                     let what = format!("copy_ {src_dtype} on {from} → {dst_dtype} on {to}");
                     let dst = Tensor::zeros(&[3, 4], dst_dtype, to)?;
-                    if supported(dst.copy_(&x, true), &what).is_some() {
-                        assert_eq!(values(&dst)?, want, "{what}");
-                    }
+                    expect_ok(dst.copy_(&x, true), &what);
+                    assert_eq!(values(&dst)?, want, "{what}");
                     let wide = Tensor::zeros(&[3, 8], dst_dtype, to)?;
                     let strided = wide.slice(1, 1, isize::MAX, 2)?;
-                    if supported(strided.copy_(&x.t()?.t()?, false), &what).is_some() {
-                        assert_eq!(values(&strided)?, want, "{what}, strided destination");
-                        let gaps = values(&wide.slice(1, 0, isize::MAX, 2)?)?;
-                        assert!(gaps.iter().all(|&g| g == 0.0), "{what}: elements between the strided ones untouched");
-                    }
+                    expect_ok(strided.copy_(&x.t()?.t()?, false), &what);
+                    assert_eq!(values(&strided)?, want, "{what}, strided destination");
+                    let gaps = values(&wide.slice(1, 0, isize::MAX, 2)?)?;
+                    assert!(gaps.iter().all(|&g| g == 0.0), "{what}: elements between the strided ones untouched");
                     let row = x.narrow(0, 1, 1)?; // [1, 4], broadcast over the 3 rows
-                    if supported(dst.copy_(&row, false), &what).is_some() {
-                        let want_row: Vec<f64> = (0..12).map(|k| want[4 + k % 4]).collect();
-                        assert_eq!(values(&dst)?, want_row, "{what}, broadcast source");
-                    }
+                    expect_ok(dst.copy_(&row, false), &what);
+                    let want_row: Vec<f64> = (0..12).map(|k| want[4 + k % 4]).collect();
+                    assert_eq!(values(&dst)?, want_row, "{what}, broadcast source");
                 }
                 let xt = x.t()?;
-                if let Some(yt) = supported(xt.to(to, false), "to() of a transposed tensor") {
-                    assert_eq!(yt.is_contiguous(), from != to, "a copy to another device is contiguous");
-                    assert_eq!(values(&yt)?, values(&xt)?, "{src_dtype} transposed {from} → {to}");
-                }
+                let yt = expect_ok(xt.to(to, false), "to() of a transposed tensor");
+                assert_eq!(yt.is_contiguous(), from != to, "a copy to another device is contiguous");
+                assert_eq!(values(&yt)?, values(&xt)?, "{src_dtype} transposed {from} → {to}");
             }
         }
     }
@@ -305,9 +292,8 @@ fn out_of_memory_is_typed_and_the_runtime_recovers() -> Result<()> {
     let host = Tensor::zeros(&[1 << 62], DType::U8, Device::Cpu).unwrap_err();
     assert_eq!(host, Error::HostOutOfMemory { requested: 1 << 62 });
     let t = Tensor::ones(&[1000], DType::F32, Device::cuda(0))?;
-    if let Some(sum) = supported(t.sum_all(), "a sum after an OOM") {
-        assert_eq!(sum.item::<f32>()?, 1000.0);
-    }
+    let sum = expect_ok(t.sum_all(), "a sum after an OOM");
+    assert_eq!(sum.item::<f32>()?, 1000.0);
     assert_eq!(t.to_vec::<f32>()?, vec![1.0; 1000], "the device still works after an OOM");
     assert!(matches!(
         Tensor::zeros(&[usize::MAX, 4], DType::F32, Device::cuda(0)),

@@ -17,12 +17,10 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether there is a device; says why the test is skipped, or fails where the run requires a GPU.
+#[track_caller]
 fn have_device() -> bool {
-    if cuda::device_count() == 0 {
-        eprintln!("skipped: no CUDA device ({} driver)", cuda::driver_name());
-        return false;
-    }
-    true
+    testing::has_devices(1)
 }
 
 /// 4 MiB of f32: a large-pool block, at the start of a fresh 20 MiB segment after `empty_cache`.
@@ -93,7 +91,7 @@ fn record_stream_needs_a_device_tensor_and_a_stream_of_its_device() -> Result<()
     t.record_stream(&s0)?; // its own stream: nothing to do
     t.record_stream(&cuda::Stream::new(Some(0), 0)?)?;
     Tensor::empty(&[0], DType::F32, Device::cuda(0))?.record_stream(&s0)?;
-    if cuda::device_count() > 1 {
+    if testing::has_devices(2) {
         let s1 = cuda::current_stream(Some(1))?;
         let err = t.record_stream(&s1).unwrap_err();
         assert!(err.to_string().contains("cuda:0") && err.to_string().contains("cuda:1"), "{err}");

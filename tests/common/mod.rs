@@ -10,14 +10,11 @@ use std::time::{Duration, Instant};
 /// Upper margin for event-measured delays: what other tests' work on a shared pool stream may add.
 pub const TIMING_MARGIN_MS: f32 = 2000.0;
 
-/// Whether the machine has at least two devices; says why a test is skipped when not.
+/// Whether the machine has at least two devices; says why a test is skipped when not, or fails
+/// where the run must cover two GPUs (`CUDASEM_REQUIRE_GPU=2`, see `cudasem::testing::skip`).
+#[track_caller]
 pub fn two_devices() -> bool {
-    let n = cuda::device_count();
-    if n < 2 {
-        eprintln!("skipped: this test needs 2 CUDA devices, the {} driver has {n}", cuda::driver_name());
-        return false;
-    }
-    true
+    cudasem::testing::has_devices(2)
 }
 
 /// Whether the tests run on the simulated machine.

@@ -1,30 +1,27 @@
 //! Helpers for the tensor tests: random non-zero data of every dtype, tensors in several layouts
-//! (contiguous, transposed, strided, broadcast), float64 references, tolerances per dtype, and
-//! the skip rule for device ops on the CUDA driver before its kernels exist (issue 4 part B).
+//! (contiguous, transposed, strided, broadcast), float64 references, tolerances per dtype.
 #![allow(dead_code)]
 
-use cudasem::{cuda, DType, Device, Error, Result, Tensor};
+use cudasem::{DType, Device, Result, Tensor};
 use half::{bf16, f16};
 
-/// The devices every op is tested on: the host, and the current driver's device 0.
+/// The devices every op is tested on: the host, and the current driver's device 0 (a run that
+/// must cover a GPU fails without one: `cudasem::testing::has_devices`).
+#[track_caller]
 pub fn devices() -> Vec<Device> {
     let mut v = vec![Device::Cpu];
-    if cuda::device_count() > 0 {
+    if cudasem::testing::has_devices(1) {
         v.push(Device::cuda(0));
     }
     v
 }
 
-/// `Some(value)`, or `None` (with a message) when a device op is unsupported because the CUDA
-/// driver has no tensor kernels yet; any other error fails the test.
+/// `r`'s value; any error fails the test, naming `what` (a device op the driver refuses, such as
+/// an unsupported launch, is a failure like any other).
 #[track_caller]
-pub fn supported<T>(r: Result<T>, what: &str) -> Option<T> {
+pub fn expect_ok<T>(r: Result<T>, what: &str) -> T {
     match r {
-        Ok(v) => Some(v),
-        Err(Error::Unsupported { op: "launch", driver: "cuda", .. }) if cuda::driver_name() == "cuda" => {
-            eprintln!("skipped on the cuda driver until its kernels exist (issue 4 part B): {what}");
-            None
-        }
+        Ok(v) => v,
         Err(e) => panic!("{what}: {e}"),
     }
 }

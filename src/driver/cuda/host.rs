@@ -99,6 +99,7 @@ mod tests {
         if d.device_count() == 0 {
             assert!(matches!(d.host_alloc(16), Err(Error::NoDevice { .. })));
             assert!(matches!(d.host_free(HostPtr(4096)), Err(Error::NoDevice { .. })));
+            crate::testing::skip(1, "no CUDA device: only the errors without one were checked");
             return;
         }
         const N: usize = 1 << 20;

@@ -2,16 +2,18 @@
 //!
 //! Without a GPU (or without libcuda) they check that the driver reports no devices and fails
 //! cleanly; with one, the same file exercises the real driver, each test returning early where
-//! the machine lacks what it needs (a GPU, two GPUs, NVRTC).
+//! the machine lacks what it needs (a GPU, two GPUs, NVRTC) — or failing where the run must cover
+//! it (`CUDASEM_REQUIRE_GPU`, [`crate::testing::skip`]).
 
 use super::*;
 use std::time::Instant;
 
 /// A driver with at least one device, or `None` (after saying why) on a GPU-less machine.
+#[track_caller]
 fn gpu() -> Option<CudaDriver> {
     let driver = CudaDriver::new();
     if driver.device_count() == 0 {
-        eprintln!("skipping: {}", driver.unavailable_reason().unwrap_or_default());
+        crate::testing::skip(1, &driver.unavailable_reason().unwrap_or_default());
         return None;
     }
     Some(driver)
@@ -224,6 +226,7 @@ fn peer_access_and_copies() {
     assert!(!d.can_access_peer(0, 0).unwrap());
     d.enable_peer_access(0, 0).unwrap();
     if d.device_count() < 2 {
+        crate::testing::skip(2, "copies between devices need two GPUs");
         return;
     }
     let can = d.can_access_peer(0, 1).unwrap();
@@ -258,7 +261,7 @@ fn peer_access_and_copies() {
 fn vmm(d: &CudaDriver, device: usize) -> Option<usize> {
     let g = d.vmm_granularity(device);
     if g.is_none() {
-        eprintln!("skipping: cuda:{device} does not support virtual memory management");
+        crate::testing::skip(1, &format!("cuda:{device} does not support virtual memory management"));
     }
     g
 }
@@ -342,7 +345,7 @@ fn vmm_map_beyond_the_device_is_out_of_memory() {
 fn vmm_ranges_are_reachable_from_a_peer() {
     let Some(d) = gpu() else { return };
     if d.device_count() < 2 || !d.can_access_peer(1, 0).unwrap() {
-        eprintln!("skipping: needs two GPUs with peer access");
+        crate::testing::skip(2, "needs two GPUs with peer access");
         return;
     }
     let Some(g) = vmm(&d, 0) else { return };

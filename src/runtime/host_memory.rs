@@ -198,7 +198,12 @@ impl PinnedBlock {
         let bytes: &[u8] = if self.len == 0 {
             &[]
         } else {
-            // SAFETY: the block owns `len` initialized bytes at `ptr` (the driver zeroes new blocks) until it drops, which the borrow of `self` outlives. The read lock keeps host writers out and keeps copies that write the block from being queued, and the ones queued before have completed (waited for above); copies that only read the block may run meanwhile, which shared reading allows.
+            // SAFETY:
+            // - the block owns `len` initialized bytes at `ptr` (the driver zeroes new blocks)
+            //   until it drops, which the borrow of `self` outlives;
+            // - the read lock keeps host writers out and keeps copies that write the block from
+            //   being queued; the ones queued before have completed (waited for above);
+            // - copies that only read the block may run meanwhile, which shared reading allows.
             unsafe { std::slice::from_raw_parts(self.ptr.0 as usize as *const u8, self.len) }
         };
         Ok(PinnedRead { _guard: guard, bytes })
@@ -211,7 +216,12 @@ impl PinnedBlock {
         let bytes: &mut [u8] = if self.len == 0 {
             &mut []
         } else {
-            // SAFETY: the block owns `len` initialized bytes at `ptr` until it drops, which the borrow of `self` outlives. The write lock excludes every other host access and the queueing of copies, and every copy queued before has completed (waited for above), so this is the only reference to the bytes.
+            // SAFETY:
+            // - the block owns `len` initialized bytes at `ptr` until it drops, which the borrow
+            //   of `self` outlives;
+            // - the write lock excludes every other host access and the queueing of copies;
+            // - every copy queued before has completed (waited for above), so this is the only
+            //   reference to the bytes.
             unsafe { std::slice::from_raw_parts_mut(self.ptr.0 as usize as *mut u8, self.len) }
         };
         Ok(PinnedWrite { _guard: guard, bytes })
@@ -242,7 +252,13 @@ impl PinnedBlock {
         for u in uses.iter().filter(|u| u.device_writes && u.stream != stream.driver_id()) {
             stream.wait_raw(u.event)?;
         }
-        // SAFETY: the span lies inside this live block (checked above). The block stays allocated until the copy's event, pushed to `uses` below before the lock is released, has completed: dropping the block hands the event to the allocator, which reuses or frees the block only after it. Host writes wait for the event (`write`), and no copy that writes the block can be queued meanwhile without waiting for it on the device.
+        // SAFETY:
+        // - the span lies inside this live pinned block (checked above);
+        // - the block stays allocated until the copy's event (pushed to `uses` below, before the
+        //   lock is released) has completed: dropping the block hands the event to the
+        //   allocator, which reuses or frees the block only after it;
+        // - host writes wait for the event (`write`), and a copy that writes the block cannot
+        //   be queued meanwhile without waiting for it on the device.
         unsafe { stream.memcpy_htod_async(dst, self.ptr.offset(offset), bytes) }?;
         self.track(raw, &mut uses, stream, false)
     }
@@ -262,7 +278,13 @@ impl PinnedBlock {
         for u in uses.iter().filter(|u| u.stream != stream.driver_id()) {
             stream.wait_raw(u.event)?;
         }
-        // SAFETY: the span lies inside this live block (checked above), which stays allocated until the copy's event, pushed to `uses` below before the write lock is released, has completed (the allocator reuses or frees the block only after it). Every host read or write waits for that event first, and the copies already queued on other streams are waited for on the device, so nothing else touches these bytes while the copy runs.
+        // SAFETY:
+        // - the span lies inside this live pinned block (checked above);
+        // - the block stays allocated until the copy's event (pushed to `uses` below, before the
+        //   write lock is released) has completed: the allocator reuses or frees it only after;
+        // - every host read or write waits for that event first, and the copies already queued
+        //   on other streams are waited for on the device, so nothing else touches these bytes
+        //   while the copy runs.
         unsafe { stream.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes) }?;
         self.track(raw, &mut uses, stream, true)
     }

@@ -11,7 +11,7 @@ mod common;
 
 use common::{
     assert_invalid_argument, assert_invalid_device, assert_stats_match_snapshot, device_segments, distinct_streams,
-    last_device, ms, segment_of, stat, stream_pair, two_devices, XorShift64,
+    last_device, ms, segment_of, stat, stream_pair, two_devices, TestRng,
 };
 use cudasem::cuda::{self, Stream};
 use cudasem::cuda::{AllocatorSettings, BlockState, PoolKind};
@@ -210,7 +210,7 @@ fn out_of_memory_is_a_typed_error_counted_and_recovered_from() -> Result<()> {
 
     // The device stays usable.
     let b = RawBuffer::cached(Some(d), MIB, Some(&s))?;
-    let data = XorShift64::new(7).nonzero_bytes(MIB);
+    let data = TestRng::new(7).nonzero_bytes(MIB);
     b.write(&data, &s)?;
     assert!(b.read(&s)? == data, "the block after the error holds what was written");
     assert_eq!(stat(d, "num_ooms"), ooms0 + 1);
@@ -320,7 +320,7 @@ fn record_stream_keeps_a_block_until_the_recorded_stream_is_done() -> Result<()>
     let (s1, s2) = stream_pair(d)?;
     common::warm_up(&s2)?;
     let size = 256 << 10;
-    let mut rng = XorShift64::new(11);
+    let mut rng = TestRng::new(11);
     // The order is only observable while s2 is busy: if the machine is so slow that s2's delay
     // ended before the check, try again with a longer one.
     for delay_ms in [300, 1200, 4800] {
@@ -360,7 +360,7 @@ fn random_bytes_written_to_cached_blocks_read_back() -> Result<()> {
     let _s = serial();
     let d = 0;
     let s = Stream::new(Some(d), 0)?;
-    let mut rng = XorShift64::new(3);
+    let mut rng = TestRng::new(3);
     // Neighbours in the same segments: a write that spilled over would show in the next block.
     let sizes = [512, 1000, 4096, 100_000, MIB, MIB + 1, 3 * MIB];
     let blocks: Vec<RawBuffer> =
@@ -399,7 +399,7 @@ fn copies_between_cached_blocks_on_two_devices() -> Result<()> {
     }
     let (s0, s1) = (Stream::new(Some(0), 0)?, Stream::new(Some(1), 0)?);
     let n = 3 * MIB + 512;
-    let mut rng = XorShift64::new(5);
+    let mut rng = TestRng::new(5);
     let a = RawBuffer::cached(Some(0), n, Some(&s0))?;
     let b = RawBuffer::cached(Some(1), n, Some(&s1))?;
     let back = RawBuffer::cached(Some(0), n, Some(&s0))?;
@@ -418,7 +418,7 @@ fn copies_between_cached_blocks_on_two_devices() -> Result<()> {
 /// One thread's share of the concurrency test: allocations and frees on its own stream, each
 /// block checked for the data the thread put in it, every live address checked to be unique.
 fn churn(d: usize, t: usize, s: &Stream, live: &Mutex<HashSet<u64>>) -> Result<()> {
-    let mut rng = XorShift64::new(100 + t as u64);
+    let mut rng = TestRng::new(100 + t as u64);
     let sizes = [512, 1000, 4096, 20_000, 65_536, 1_500_000, 3 * MIB];
     let mut held: Vec<(RawBuffer, Option<Vec<u8>>, u8)> = Vec::new();
     for i in 0..120 {
@@ -557,7 +557,7 @@ fn an_injected_driver_failure_fails_only_an_allocation_that_needs_a_segment() ->
     // The allocator stays usable: the same request now gets its segment.
     let big = RawBuffer::cached(Some(d), 64 * MIB, Some(&s))?;
     assert_eq!(stat(d, "num_device_alloc"), before.num_device_alloc() + 1);
-    let data = XorShift64::new(9).nonzero_bytes(4096);
+    let data = TestRng::new(9).nonzero_bytes(4096);
     let small = RawBuffer::cached(Some(d), 4096, Some(&s))?;
     small.write(&data, &s)?;
     assert_eq!(small.read(&s)?, data);

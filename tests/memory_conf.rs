@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::XorShift64;
+use common::TestRng;
 use cudasem::cuda::{self, Stream};
 use cudasem::testing::RawBuffer;
 use cudasem::{Error, Result};
@@ -58,7 +58,7 @@ fn an_invalid_alloc_conf_is_a_typed_error_of_the_allocating_calls_only() -> Resu
     let (free, total) = cuda::mem_get_info(Some(0))?;
     assert!(free <= total && total > 0);
     let raw = RawBuffer::new(Some(0), 4096)?; // straight from the driver
-    let data = XorShift64::new(1).nonzero_bytes(4096);
+    let data = TestRng::new(1).nonzero_bytes(4096);
     raw.write(&data, &s)?;
     assert_eq!(raw.read(&s)?, data);
     Ok(())

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_stats_match_snapshot, device_segments, is_sim, stream_pair, XorShift64};
+use common::{assert_stats_match_snapshot, device_segments, is_sim, stream_pair, TestRng};
 use cudasem::cuda::{self, Stream};
 use cudasem::cuda::{PoolKind, SegmentInfo, TraceAction};
 use cudasem::testing::RawBuffer;
@@ -35,7 +35,7 @@ fn the_segment(device: usize, stream: &Stream, pool: PoolKind, blocks: &[&RawBuf
 }
 
 #[track_caller]
-fn write_and_check(b: &RawBuffer, s: &Stream, rng: &mut XorShift64) -> Result<Vec<u8>> {
+fn write_and_check(b: &RawBuffer, s: &Stream, rng: &mut TestRng) -> Result<Vec<u8>> {
     let data = rng.nonzero_bytes(b.len());
     b.write(&data, s)?;
     assert!(b.read(s)? == data, "{} bytes at {:#x} read back", b.len(), b.ptr());
@@ -52,7 +52,7 @@ fn expandable_segments_grow_in_place_and_give_pages_back() -> Result<()> {
 
     let d = 0;
     let (s, s2) = stream_pair(d)?;
-    let mut rng = XorShift64::new(21);
+    let mut rng = TestRng::new(21);
     let granularity = cudasem::driver::global()?.vmm_granularity(d);
     if is_sim() {
         assert!(granularity.is_some(), "the sim driver has virtual memory management");

@@ -6,7 +6,7 @@ mod common;
 
 use common::{
     assert_busy, assert_invalid_argument, assert_invalid_device, assert_measures_delay, last_device, ms,
-    retry_if_stalled, stream_pair, two_devices, XorShift64,
+    retry_if_stalled, stream_pair, two_devices, TestRng,
 };
 use cudasem::cuda::{self, DeviceGuard, Event, EventFlags, Stream};
 use cudasem::testing::{self, RawBuffer};
@@ -289,7 +289,7 @@ fn record_event_returns_an_event_that_completes_with_the_stream() -> Result<()> 
 
 #[test]
 fn raw_buffer_round_trips_random_bytes_on_every_device() -> Result<()> {
-    let mut rng = XorShift64::new(0x5eed_0001);
+    let mut rng = TestRng::new(0x5eed_0001);
     for d in 0..cuda::device_count() {
         let s = Stream::new(Some(d), 0)?;
         let data = rng.nonzero_bytes(LEN + 13);
@@ -317,7 +317,7 @@ fn raw_buffer_on_the_current_device_by_default() -> Result<()> {
 
 #[test]
 fn copy_from_on_the_same_device() -> Result<()> {
-    let mut rng = XorShift64::new(0x5eed_0002);
+    let mut rng = TestRng::new(0x5eed_0002);
     let s = Stream::new(Some(0), 0)?;
     let data = rng.nonzero_bytes(LEN);
     let a = RawBuffer::new(Some(0), LEN)?;
@@ -335,7 +335,7 @@ fn copy_from_across_devices_on_either_devices_stream() -> Result<()> {
     if !two_devices() {
         return Ok(());
     }
-    let mut rng = XorShift64::new(0x5eed_0003);
+    let mut rng = TestRng::new(0x5eed_0003);
     let (s0, s1) = (Stream::new(Some(0), 0)?, Stream::new(Some(1), 0)?);
     let data = rng.nonzero_bytes(LEN + 7);
     let a = RawBuffer::new(Some(0), data.len())?;

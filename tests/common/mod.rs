@@ -150,21 +150,16 @@ pub fn assert_invalid_argument<T: Debug>(r: Result<T>, op: &str) {
     }
 }
 
-/// A tiny deterministic PRNG (xorshift64) for test data.
-pub struct XorShift64(u64);
+/// Seeded test data: `rand`'s `StdRng` (the tests' one generator).
+pub struct TestRng(rand::rngs::StdRng);
 
-impl XorShift64 {
-    pub fn new(seed: u64) -> XorShift64 {
-        XorShift64(seed | 1)
+impl TestRng {
+    pub fn new(seed: u64) -> TestRng {
+        TestRng(rand::SeedableRng::seed_from_u64(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
+        rand::RngExt::random(&mut self.0)
     }
 
     /// `n` random bytes, none of them zero (so a buffer that was never written cannot pass).

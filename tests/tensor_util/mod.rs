@@ -26,30 +26,26 @@ pub fn expect_ok<T>(r: Result<T>, what: &str) -> T {
     }
 }
 
-/// A tiny deterministic PRNG (xorshift64*).
-pub struct Rng(u64);
+/// Seeded test data: `rand`'s `StdRng` (the tests' one generator).
+pub struct Rng(rand::rngs::StdRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(rand::SeedableRng::seed_from_u64(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        rand::RngExt::random(&mut self.0)
     }
 
     /// Uniform in `[lo, hi)`.
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+        lo + (hi - lo) * rand::RngExt::random::<f64>(&mut self.0)
     }
 
+    /// Uniform in `[lo, hi]`.
     pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
+        rand::RngExt::random_range(&mut self.0, lo..=hi)
     }
 }
 

@@ -147,9 +147,9 @@ impl Kernels {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let x = Tensor::rand(&[16], DType::F32, "cuda")?;
-    let y = Tensor::rand(&[16], DType::F32, "cuda")?;
-    let z = Tensor::empty(&[16], DType::F32, "cuda")?;
+    let x = Tensor::rand([16], DType::F32, "cuda")?;
+    let y = Tensor::rand([16], DType::F32, "cuda")?;
+    let z = Tensor::empty([16], DType::F32, "cuda")?;
     if let Some(i) = args.iter().position(|a| a == "empty" || a == "add" || a == "bare") {
         let kernels = if args[i] == "bare" { Kernels::new() } else { None };
         // `small_op empty N` / `small_op add N`: N creations and drops of a small tensor, or N
@@ -157,7 +157,7 @@ fn main() -> Result<()> {
         let n: usize = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
         for _ in 0..n {
             match args[i].as_str() {
-                "empty" => drop(Tensor::empty(&[16], DType::F32, "cuda")?),
+                "empty" => drop(Tensor::empty([16], DType::F32, "cuda")?),
                 "bare" => match &kernels {
                     Some(k) => k.launch(k.empty, std::ptr::null_mut())?,
                     None => {
@@ -241,10 +241,10 @@ fn main() -> Result<()> {
         }
         samples[9].push(host_us(|| z.add_(&y))?);
         samples[10].push(host_us(|| x.add(2.0).map(drop))?);
-        samples[11].push(host_us(|| Tensor::empty(&[16], DType::F32, "cuda").map(drop))?);
+        samples[11].push(host_us(|| Tensor::empty([16], DType::F32, "cuda").map(drop))?);
         if let Some(k) = &kernels {
             let bare = |k: &Kernels| k.launch(k.empty, std::ptr::null_mut());
-            samples[12].push(host_us(|| bare(k).and_then(|_| Tensor::empty(&[16], DType::F32, "cuda").map(drop)))?);
+            samples[12].push(host_us(|| bare(k).and_then(|_| Tensor::empty([16], DType::F32, "cuda").map(drop)))?);
             samples[13].push(host_us(|| bare(k).and_then(|_| op.validate()))?);
             samples[14].push(host_us(|| bare(k).and_then(|_| cuda::current_stream(None).map(drop)))?);
             samples[15].push(host_us(|| {

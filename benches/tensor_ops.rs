@@ -62,8 +62,8 @@ fn main() -> Result<()> {
     let (n, mm) = if on_gpu { (1usize << 28, 8192usize) } else { (1 << 16, 128) };
     let mut figures = Vec::new();
 
-    let a = Tensor::full(&[n], 1.0, DType::F32, "cuda")?;
-    let b = Tensor::full(&[n], 2.0, DType::F32, "cuda")?;
+    let a = Tensor::full([n], 1.0, DType::F32, "cuda")?;
+    let b = Tensor::full([n], 2.0, DType::F32, "cuda")?;
     let ms = device_ms(|| a.add(&b).map(drop))?;
     figures.push(Figure { name: "add_f32_2^28", unit: "TB/s", value: 3.0 * 4.0 * n as f64 / (ms * 1e-3) / 1e12 });
     let ms = device_ms(|| a.sum_all().map(drop))?;
@@ -92,8 +92,8 @@ fn main() -> Result<()> {
         ("matmul_8192_bf16", DType::BF16, false),
     ] {
         backends::matmul::set_allow_tf32(tf32);
-        let x = Tensor::rand(&[mm, mm], DType::F32, "cuda")?.to_dtype(dtype)?;
-        let y = Tensor::rand(&[mm, mm], DType::F32, "cuda")?.to_dtype(dtype)?;
+        let x = Tensor::rand([mm, mm], DType::F32, "cuda")?.to_dtype(dtype)?;
+        let y = Tensor::rand([mm, mm], DType::F32, "cuda")?.to_dtype(dtype)?;
         let ms = device_ms(|| x.matmul(&y).map(drop))?;
         figures.push(Figure { name, unit: "TFLOP/s", value: flops / (ms * 1e-3) / 1e12 });
     }

@@ -65,7 +65,7 @@
 //! | `t.record_stream(s)` | [`Tensor::record_stream`] |
 //! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()` | [`cuda::host_memory_stats`], [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`] |
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
-//! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] and `std::ops` operators with `Output = Result<Tensor>` |
+//! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
 //!
 //! Tensors follow CUDA semantics: a tensor made on `"cuda"` lands on the current device; an op
 //! runs on its tensors' device, on that device's current stream, whatever the current device;
@@ -142,4 +142,6 @@ pub use driver::DriverKind;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use scalar::Scalar;
-pub use tensor::{initial_seed, manual_seed, result_type, Operand, Tensor};
+pub use tensor::{
+    initial_seed, manual_seed, result_type, IntoShape, Number, Operand, Shape, SliceBounds, SliceRange, Tensor,
+};

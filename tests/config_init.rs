@@ -49,12 +49,12 @@ fn the_allocator_uses_the_settings_init_gave() -> Result<()> {
     let settings = cuda::allocator_settings()?;
     assert_eq!(settings.max_split_size(), Some(64 << 20));
     // The machine's memory is real: more than 256 MiB on one GPU is out of memory.
-    match Tensor::empty(&[300 << 18], DType::F32, "cuda:3") {
+    match Tensor::empty([300 << 18], DType::F32, "cuda:3") {
         Err(Error::OutOfMemory { device, .. }) => assert_eq!(device, 3),
         other => panic!("expected OutOfMemory on cuda:3, got {other:?}"),
     }
     let data: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() + 2.0).collect();
-    let t = Tensor::from_slice(&data, &[1000], "cuda:3")?;
+    let t = Tensor::from_slice(&data, [1000], "cuda:3")?;
     assert_eq!(t.to_vec::<f32>()?, data);
     assert_eq!(cuda::memory_stats(Some(3))?.get("max_split_size"), Some(64 << 20));
     Ok(())

@@ -56,7 +56,7 @@ fn host_memory_stats_follow_pinned_allocations() -> Result<()> {
     }
 
     // 10 Ki f32 = 40 KiB → a 64 KiB block; 20 Ki f32 = 80 KiB → 128 KiB.
-    let t1 = Tensor::ones(&[10 * 1024], DType::F32, Device::Cpu)?.pin_memory()?;
+    let t1 = Tensor::ones([10 * 1024], DType::F32, Device::Cpu)?.pin_memory()?;
     assert!(t1.is_pinned());
     let (a1, a2) = (64 << 10, 128 << 10);
     for (k, v) in [
@@ -70,7 +70,7 @@ fn host_memory_stats_follow_pinned_allocations() -> Result<()> {
     ] {
         assert_eq!(host_stat(k), v, "{k} after the first pinned tensor");
     }
-    let t2 = Tensor::ones(&[20 * 1024], DType::F32, Device::Cpu)?.pin_memory()?;
+    let t2 = Tensor::ones([20 * 1024], DType::F32, Device::Cpu)?.pin_memory()?;
     assert_eq!(host_stat("allocated_bytes.current"), a1 + a2);
     assert_eq!(host_stat("num_host_alloc"), 2);
     cuda::host_empty_cache()?;
@@ -81,7 +81,7 @@ fn host_memory_stats_follow_pinned_allocations() -> Result<()> {
     drop(t1);
     assert_eq!(host_stat("active_requests.current"), 1, "a freed block is no longer active");
     assert_eq!(host_stat("allocations.current"), 2, "but still owned (cached)");
-    let t3 = Tensor::empty_pinned(&[16 * 1024], DType::F32)?; // 64 KiB exactly: the same bucket
+    let t3 = Tensor::empty_pinned([16 * 1024], DType::F32)?; // 64 KiB exactly: the same bucket
     assert_eq!(t3.data_ptr(), p1, "the cached block of that power of two is reused");
     assert_eq!(host_stat("num_host_alloc"), 2, "without a driver call");
     assert_eq!(host_stat("active_requests.allocated"), 3);
@@ -121,14 +121,14 @@ fn a_freed_pinned_block_is_reused_only_after_its_copy_completed() -> Result<()> 
     let data: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 + 0.5).collect();
     retry_if_stalled(ms(300), |delay| {
         cuda::host_empty_cache()?;
-        let pinned = Tensor::from_slice(&data, &[n], Device::Cpu)?.pin_memory()?;
+        let pinned = Tensor::from_slice(&data, [n], Device::Cpu)?.pin_memory()?;
         let block = pinned.data_ptr();
         let queued = Instant::now();
         testing::delay(&s, delay)?;
         let dev = pinned.to(Device::cuda(0), true)?;
         drop(pinned); // the copy has not run yet
         let active = host_stat("active_requests.current");
-        let other = Tensor::empty_pinned(&[n], DType::F32)?; // zero-filled at once on the host
+        let other = Tensor::empty_pinned([n], DType::F32)?; // zero-filled at once on the host
         let observed =
             assert_busy(other.data_ptr() != block, queued, delay, "a pinned block was reused before its copy ran");
         if observed {
@@ -136,7 +136,7 @@ fn a_freed_pinned_block_is_reused_only_after_its_copy_completed() -> Result<()> 
         }
         assert_eq!(dev.to_vec::<f32>()?, data, "the copy read the freed block, untouched");
         drop(other);
-        let again = Tensor::empty_pinned(&[n], DType::F32)?;
+        let again = Tensor::empty_pinned([n], DType::F32)?;
         assert_eq!(again.data_ptr(), block, "once the copy completed, the block is reused");
         Ok(observed)
     })
@@ -155,7 +155,7 @@ fn host_empty_cache_keeps_blocks_with_copies_in_flight() -> Result<()> {
     let _g = StreamGuard::new(&s)?;
     retry_if_stalled(ms(300), |delay| {
         cuda::host_empty_cache()?;
-        let pinned = Tensor::ones(&[1 << 20], DType::U8, Device::Cpu)?.pin_memory()?;
+        let pinned = Tensor::ones([1 << 20], DType::U8, Device::Cpu)?.pin_memory()?;
         let owned = host_stat("allocations.current");
         let queued = Instant::now();
         testing::delay(&s, delay)?;

@@ -324,16 +324,16 @@ fn where_selects_broadcasts_and_promotes() -> Result<()> {
         let bv = sample(&mut rng, DType::F16, 3, Domain::Any);
         let b = tensor(&bv, &[3, 1], DType::F16, device)?; // broadcast column
         let what = format!("where on {device}");
-        let out = expect_ok(Tensor::where_(&cond, &a, &b), &what);
+        let out = expect_ok(Tensor::where_cond(&cond, &a, &b), &what);
         assert_eq!((out.dtype(), out.shape()), (DType::F16, &[3usize, 4][..]), "{what}");
         let want: Vec<f64> =
             (0..12).map(|k| if cv[k] != 0.0 { round_to(DType::F16, av[k % 4]) } else { bv[k / 4] }).collect();
         assert_close(&values(&out)?, &want, DType::F16, &what);
-        let out = expect_ok(Tensor::where_(&cond, 1.5, &a), &what);
+        let out = expect_ok(Tensor::where_cond(&cond, 1.5, &a), &what);
         assert_eq!(out.dtype(), DType::F32, "an int tensor and a float number give the default float");
         let want: Vec<f64> = (0..12).map(|k| if cv[k] != 0.0 { 1.5 } else { av[k % 4] }).collect();
         assert_close(&values(&out)?, &want, DType::F32, &what);
-        let not_bool = Tensor::where_(&a, &a, &a).unwrap_err();
+        let not_bool = Tensor::where_cond(&a, &a, &a).unwrap_err();
         assert_eq!(not_bool, Error::DTypeMismatch { op: "where", expected: DType::Bool, found: DType::I32 });
     }
     Ok(())
@@ -343,10 +343,10 @@ fn where_selects_broadcasts_and_promotes() -> Result<()> {
 fn in_place_ops_write_through_views_and_refuse_lossy_casts() -> Result<()> {
     for device in devices() {
         let what = format!("in-place on {device}");
-        let base = Tensor::arange(0, 12, 1, DType::F32, device)?.reshape(&[3, 4])?;
+        let base = Tensor::arange(0, 12, 1, DType::F32, device)?.reshape([3, 4])?;
         let col = base.narrow(1, 1, 2)?; // [3, 2] strided view
         expect_ok(col.add_(100.0), &what);
-        col.mul_(&Tensor::from_slice(&[1.0f32, -1.0], &[2], device)?)?;
+        col.mul_(&Tensor::from_slice(&[1.0f32, -1.0], [2], device)?)?;
         col.sub_(1)?;
         col.div_(2.0)?;
         let f = |v: f32, j: usize| {
@@ -370,13 +370,13 @@ fn in_place_ops_write_through_views_and_refuse_lossy_casts() -> Result<()> {
         );
         assert!(matches!(ints.div_(2), Err(Error::CannotCast { op: "div_", .. })), "true division gives floats");
         assert!(matches!(
-            ints.add_(&Tensor::ones(&[2, 4], DType::I64, device)?),
+            ints.add_(&Tensor::ones([2, 4], DType::I64, device)?),
             Err(Error::ShapeMismatch { op: "add_", .. })
         ));
-        let expanded = Tensor::ones(&[1, 3], DType::F32, device)?.expand(&[2, 3])?;
+        let expanded = Tensor::ones([1, 3], DType::F32, device)?.expand([2, 3])?;
         assert!(matches!(expanded.add_(1.0), Err(Error::InvalidArgument { op: "add_", .. })), "overlapping writes");
 
-        let h = Tensor::zeros(&[2, 3], DType::F16, device)?;
+        let h = Tensor::zeros([2, 3], DType::F16, device)?;
         h.narrow(1, 0, 2)?.fill_(1.5)?;
         let back: Vec<f32> = h.to_vec::<half::f16>()?.into_iter().map(f32::from).collect();
         assert_eq!(back, [1.5, 1.5, 0.0, 1.5, 1.5, 0.0], "{what}: fill_ of a view");
@@ -388,8 +388,8 @@ fn in_place_ops_write_through_views_and_refuse_lossy_casts() -> Result<()> {
 fn operators_return_results() -> Result<()> {
     for device in devices() {
         let what = format!("operators on {device}");
-        let a = Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3], device)?;
-        let b = Tensor::from_slice(&[4.0f64, 5.0, 6.0], &[3], device)?;
+        let a = Tensor::from_slice(&[1.0f64, 2.0, 3.0], [3], device)?;
+        let b = Tensor::from_slice(&[4.0f64, 5.0, 6.0], [3], device)?;
         let sum = expect_ok(&a + &b, &what);
         assert_eq!(sum.to_vec::<f64>()?, [5.0, 7.0, 9.0]);
         assert_eq!((&a - &b)?.to_vec::<f64>()?, [-3.0, -3.0, -3.0]);
@@ -398,11 +398,123 @@ fn operators_return_results() -> Result<()> {
         assert_eq!((-&a)?.to_vec::<f64>()?, [-1.0, -2.0, -3.0]);
         assert_eq!((a.clone() + b.clone())?.to_vec::<f64>()?, [5.0, 7.0, 9.0]);
         assert_eq!((&(&a + &b)? * &a)?.to_vec::<f64>()?, [5.0, 14.0, 27.0]);
-        let bad = Tensor::ones(&[2], DType::F64, device)?;
+        let bad = Tensor::ones([2], DType::F64, device)?;
         assert_eq!((&a + &bad).unwrap_err(), Error::ShapeMismatch { op: "add", lhs: vec![3], rhs: vec![2] });
-        let on_cpu = Tensor::ones(&[3], DType::F64, Device::Cpu)?;
+        let on_cpu = Tensor::ones([3], DType::F64, Device::Cpu)?;
         if device != Device::Cpu {
             assert!(matches!(&a + &on_cpu, Err(Error::DeviceMismatch { .. })));
+        }
+    }
+    Ok(())
+}
+
+/// Numbers on either side of `+ - * /`: on the right `f64`, `f32`, `i64`, `i32`; on the left
+/// `f64` and `i64` (literals included); each against the float64 reference with the dtype PyTorch
+/// gives `t op n` and `n op t`.
+#[test]
+fn numbers_on_either_side_of_an_operator_match_the_reference() -> Result<()> {
+    let mut rng = Rng::new(31);
+    for device in devices() {
+        for dtype in DType::ALL {
+            let av = sample(&mut rng, dtype, 6, Domain::Any);
+            let t = tensor(&av, &[2, 3], dtype, device)?;
+            let (x32, n32) = (rng.uniform(-3.0, 3.0) as f32, rng.int(-5, 5) as i32);
+            let (x64, n64) = (rng.uniform(-3.0, 3.0), rng.int(-5, 5));
+            let numbers = [Scalar::from(x64), Scalar::from(x32), Scalar::from(n64), Scalar::from(n32)];
+            for op in ["add", "sub", "mul", "div"] {
+                for (k, &n) in numbers.iter().enumerate() {
+                    let common = result_type(&[Operand::Tensor(&t), Operand::Scalar(n)]);
+                    if op == "sub" && common.is_bool() {
+                        continue; // refused like PyTorch's, tested elsewhere
+                    }
+                    let right = match (op, k) {
+                        ("add", 0) => &t + x64,
+                        ("add", 1) => &t + x32,
+                        ("add", 2) => &t + n64,
+                        ("add", _) => t.clone() + n32,
+                        ("sub", 0) => &t - x64,
+                        ("sub", 1) => &t - x32,
+                        ("sub", 2) => t.clone() - n64,
+                        ("sub", _) => &t - n32,
+                        ("mul", 0) => t.clone() * x64,
+                        ("mul", 1) => &t * x32,
+                        ("mul", 2) => &t * n64,
+                        ("mul", _) => &t * n32,
+                        (_, 0) => &t / x64,
+                        (_, 1) => t.clone() / x32,
+                        (_, 2) => &t / n64,
+                        (_, _) => &t / n32,
+                    };
+                    let left = match (op, k) {
+                        ("add", 0) => Some(x64 + &t),
+                        ("add", 2) => Some(n64 + t.clone()),
+                        ("sub", 0) => Some(x64 - &t),
+                        ("sub", 2) => Some(n64 - &t),
+                        ("mul", 0) => Some(x64 * t.clone()),
+                        ("mul", 2) => Some(n64 * &t),
+                        ("div", 0) => Some(x64 / &t),
+                        ("div", 2) => Some(n64 / t.clone()),
+                        _ => None,
+                    };
+                    let b = n.to_f64();
+                    let what = format!("{dtype} tensor {op} {n:?} on {device}");
+                    let want_dtype = out_dtype(op, common);
+                    let got = right?;
+                    assert_eq!(got.dtype(), want_dtype, "{what}");
+                    let want: Vec<f64> = av.iter().map(|&a| reference(op, a, b, common)).collect();
+                    assert_close(&values(&got)?, &want, want_dtype, &what);
+                    if let Some(got) = left {
+                        let got = got?;
+                        let what = format!("{n:?} {op} {dtype} tensor on {device}");
+                        assert_eq!((got.dtype(), got.shape()), (want_dtype, t.shape()), "{what}");
+                        let want: Vec<f64> = av.iter().map(|&a| reference(op, b, a, common)).collect();
+                        assert_close(&values(&got)?, &want, want_dtype, &what);
+                    }
+                }
+            }
+        }
+        // Literals infer on both sides, also when the result is not bound first.
+        let t = Tensor::from_slice(&[1.0f32, 2.0, 4.0], [3], device)?;
+        assert_eq!((2.0 * &t).unwrap().to_vec::<f32>()?, [2.0, 4.0, 8.0]);
+        assert_eq!((1 - &t).unwrap().to_vec::<f32>()?, [0.0, -1.0, -3.0]);
+        assert_eq!((&t * 2).unwrap().to_vec::<f32>()?, [2.0, 4.0, 8.0]);
+        assert_eq!((1.0 / &t)?.to_vec::<f32>()?, [1.0, 0.5, 0.25]);
+        let bools = Tensor::from_slice(&[true, false], [2], device)?;
+        assert_eq!((1 - &bools)?.to_vec::<i64>()?, [0, 1], "1 - bool tensor is int64, as in PyTorch");
+        assert!((1.0 - &Tensor::ones([2], DType::F32, Device::Cpu)?.reshape([2])?).is_ok());
+    }
+    Ok(())
+}
+
+/// Division by zero as PyTorch's true division does it for every dtype: `inf` with the sign of
+/// the numerator, NaN for `0 / 0`; an integer tensor divides into the default float type.
+#[test]
+fn division_by_zero_follows_pytorch() -> Result<()> {
+    for device in devices() {
+        for dtype in DType::ALL {
+            let what = format!("{dtype} / 0 on {device}");
+            let vals: &[f64] = if dtype == DType::U8 || dtype == DType::Bool { &[1.0, 0.0] } else { &[3.0, -2.0, 0.0] };
+            let t = tensor(vals, &[vals.len()], dtype, device)?;
+            let out = if dtype.is_float() { dtype } else { DType::F32 };
+            let signs = |num: &[f64]| -> Vec<f64> {
+                num.iter().map(|&x| if x == 0.0 { f64::NAN } else { x.signum() * f64::INFINITY }).collect()
+            };
+            let check = |got: Tensor, want: Vec<f64>, how: &str| -> Result<()> {
+                assert_eq!(got.dtype(), out, "{what} ({how})");
+                let g = values(&got)?;
+                let same = g.iter().zip(&want).all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
+                assert!(same && g.len() == want.len(), "{what} ({how}): {g:?} vs {want:?}");
+                Ok(())
+            };
+            let want = signs(vals);
+            check((&t / 0)?, want.clone(), "t / 0")?;
+            check((&t / 0.0)?, want.clone(), "t / 0.0")?;
+            check(t.div(&Tensor::zeros([1], dtype, device)?)?, want, "t / zeros")?;
+            if dtype != DType::Bool {
+                // A number over a tensor holding zeros: 1 / 0 = inf for the zero elements.
+                let got = values(&(1 / &t)?)?;
+                assert_eq!(got.last(), Some(&f64::INFINITY), "{what} (1 / t)");
+            }
         }
     }
     Ok(())
@@ -420,7 +532,7 @@ fn in_place_ops_read_partly_overlapping_inputs_as_they_were() -> Result<()> {
         let what = format!("{device:?}");
         // Writing behind the read (each element takes its left neighbour's old value) and ahead of it.
         for (dst_start, src_start) in [(1, 0), (0, 1)] {
-            let x = Tensor::rand(&[n], DType::F32, device)?;
+            let x = Tensor::rand([n], DType::F32, device)?;
             let old: Vec<f32> = x.to_vec()?;
             let (dst, src) = (x.narrow(0, dst_start, n - 1)?, x.narrow(0, src_start, n - 1)?);
             dst.add_(&src)?;
@@ -430,7 +542,7 @@ fn in_place_ops_read_partly_overlapping_inputs_as_they_were() -> Result<()> {
             }
             assert!(x.to_vec::<f32>()? == want, "{what}: add_ from a view shifted by {src_start} - {dst_start}");
 
-            let y = Tensor::rand(&[n], DType::F32, device)?;
+            let y = Tensor::rand([n], DType::F32, device)?;
             let old: Vec<f32> = y.to_vec()?;
             y.narrow(0, dst_start, n - 1)?.copy_(&y.narrow(0, src_start, n - 1)?, false)?;
             let mut want = old.clone();
@@ -439,13 +551,13 @@ fn in_place_ops_read_partly_overlapping_inputs_as_they_were() -> Result<()> {
         }
         // A row broadcast over the matrix it belongs to: every row adds row 0 as it was.
         let (r, c) = (256, 256);
-        let z = Tensor::rand(&[r, c], DType::F32, device)?;
+        let z = Tensor::rand([r, c], DType::F32, device)?;
         let old: Vec<f32> = z.to_vec()?;
         z.add_(&z.narrow(0, 0, 1)?)?;
         let want: Vec<f32> = (0..r * c).map(|k| old[k] + old[k % c]).collect();
         assert!(z.to_vec::<f32>()? == want, "{what}: add_ of its own broadcast first row");
         // The same view in and out: no copy, and the plain elementwise result.
-        let w = Tensor::rand(&[n], DType::F32, device)?;
+        let w = Tensor::rand([n], DType::F32, device)?;
         let old: Vec<f32> = w.to_vec()?;
         w.add_(&w)?;
         assert!(w.to_vec::<f32>()? == old.iter().map(|v| v + v).collect::<Vec<_>>(), "{what}: x.add_(&x)");

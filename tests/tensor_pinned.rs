@@ -47,10 +47,10 @@ fn non_blocking_copies_round_trip_every_dtype() -> Result<()> {
         assert_eq!(values(&back)?, vals, "{dtype}: host → device → host, both non-blocking");
 
         // Into existing tensors with copy_.
-        let dst = Tensor::empty_pinned(&[3, 5], dtype)?;
+        let dst = Tensor::empty_pinned([3, 5], dtype)?;
         dst.copy_(&dev, true)?;
         assert_eq!(values(&dst)?, vals, "{dtype}: copy_ device → pinned");
-        let dev2 = Tensor::empty(&[3, 5], dtype, Device::cuda(0))?;
+        let dev2 = Tensor::empty([3, 5], dtype, Device::cuda(0))?;
         dev2.copy_(&dst, true)?;
         assert_eq!(values(&dev2)?, vals, "{dtype}: copy_ pinned → device");
 
@@ -76,7 +76,7 @@ fn non_blocking_copies_convert_dtypes_and_handle_views() -> Result<()> {
 
     // Pinned i32 → device f64: converted on the host into a pinned staging block, then queued.
     let host = tensor(&vals, &[4, 6], DType::I32, Device::Cpu)?.pin_memory()?;
-    let dev = Tensor::empty(&[4, 6], DType::F64, Device::cuda(0))?;
+    let dev = Tensor::empty([4, 6], DType::F64, Device::cuda(0))?;
     dev.copy_(&host, true)?;
     assert_eq!(values(&dev)?, as_f64);
 
@@ -87,7 +87,7 @@ fn non_blocking_copies_convert_dtypes_and_handle_views() -> Result<()> {
     assert_eq!(values(&dev_t)?, values(&t)?);
 
     // A shifted, contiguous pinned view (`narrow`) → device: the copy starts at the view's offset.
-    let flat = host.reshape(&[24])?;
+    let flat = host.reshape([24])?;
     let mid = flat.narrow(0, 5, 10)?;
     assert!(mid.is_pinned() && mid.data_ptr() != flat.data_ptr());
     assert_eq!(values(&mid.to(Device::cuda(0), true)?)?, as_f64[5..15]);
@@ -95,10 +95,10 @@ fn non_blocking_copies_convert_dtypes_and_handle_views() -> Result<()> {
     // Device i32 → pinned f64 (converted on the device, or on the host where the driver has no
     // kernels yet), and device views into pinned memory.
     let dev_i = tensor(&vals, &[4, 6], DType::I32, Device::cuda(0))?;
-    let out = Tensor::empty_pinned(&[4, 6], DType::F64)?;
+    let out = Tensor::empty_pinned([4, 6], DType::F64)?;
     out.copy_(&dev_i, true)?;
     assert_eq!(values(&out)?, as_f64);
-    let dev_mid = dev_i.reshape(&[24])?.narrow(0, 3, 7)?;
+    let dev_mid = dev_i.reshape([24])?.narrow(0, 3, 7)?;
     let out_mid = dev_mid.to("cpu", true)?;
     assert!(out_mid.is_pinned());
     assert_eq!(values(&out_mid)?, as_f64[3..10]);
@@ -106,20 +106,20 @@ fn non_blocking_copies_convert_dtypes_and_handle_views() -> Result<()> {
     assert_eq!(values(&out_t)?, values(&host.t()?)?);
 
     // Into a strided pinned destination (every other column): synchronous, still right.
-    let wide = Tensor::empty_pinned(&[4, 12], DType::I32)?;
-    let cols = wide.slice(1, 0, isize::MAX, 2)?;
+    let wide = Tensor::empty_pinned([4, 12], DType::I32)?;
+    let cols = wide.slice_step(1, 0.., 2)?;
     cols.copy_(&dev_i, true)?;
     assert_eq!(values(&cols)?, as_f64);
-    assert!(values(&wide.slice(1, 1, isize::MAX, 2)?)?.iter().all(|&x| x == 0.0), "odd columns untouched");
+    assert!(values(&wide.slice_step(1, 1.., 2)?)?.iter().all(|&x| x == 0.0), "odd columns untouched");
 
     // Into a strided device destination: the bytes go through a dense device tensor.
-    let dev_wide = Tensor::zeros(&[4, 12], DType::I32, Device::cuda(0))?;
-    let dev_cols = dev_wide.slice(1, 1, isize::MAX, 2)?;
+    let dev_wide = Tensor::zeros([4, 12], DType::I32, Device::cuda(0))?;
+    let dev_cols = dev_wide.slice_step(1, 1.., 2)?;
     expect_ok(dev_cols.copy_(&host, true), "copy_ into a strided device view");
     assert_eq!(values(&dev_cols)?, as_f64);
     // A broadcast pinned source.
     let row = tensor(&vals[..6], &[6], DType::I32, Device::Cpu)?.pin_memory()?;
-    let dev_b = Tensor::empty(&[4, 6], DType::I32, Device::cuda(0))?;
+    let dev_b = Tensor::empty([4, 6], DType::I32, Device::cuda(0))?;
     dev_b.copy_(&row, true)?;
     assert_eq!(values(&dev_b)?, vals[..6].repeat(4));
     Ok(())
@@ -137,15 +137,15 @@ fn which_tensors_are_pinned() -> Result<()> {
     assert_eq!(pinned.to_vec::<f32>()?, pageable.to_vec::<f32>()?);
     let again = pinned.pin_memory()?;
     assert!(again.shares_storage(&pinned), "pin_memory of a pinned tensor is the tensor itself");
-    assert!(pinned.narrow(0, 2, 3)?.is_pinned() && pinned.view(&[2, 4])?.t()?.is_pinned(), "views stay pinned");
+    assert!(pinned.narrow(0, 2, 3)?.is_pinned() && pinned.view([2, 4])?.t()?.is_pinned(), "views stay pinned");
     assert!(!pinned.clone().to_dtype(DType::F64)?.is_pinned(), "a new host tensor is pageable");
-    let zeros = Tensor::empty_pinned(&[3, 3], DType::I64)?;
+    let zeros = Tensor::empty_pinned([3, 3], DType::I64)?;
     assert!(zeros.is_pinned() && zeros.to_vec::<i64>()?.iter().all(|&x| x == 0));
     let dev = pinned.cuda()?;
     assert!(!dev.is_pinned());
     assert!(matches!(dev.pin_memory(), Err(Error::InvalidArgument { op: "pin_memory", .. })));
     assert!(matches!(pinned.record_stream(&cuda::current_stream(None)?), Err(Error::InvalidArgument { .. })));
-    let empty = Tensor::empty_pinned(&[0, 4], DType::F32)?;
+    let empty = Tensor::empty_pinned([0, 4], DType::F32)?;
     assert!(empty.is_pinned() && empty.to_vec::<f32>()?.is_empty());
     assert_eq!(empty.to(Device::cuda(0), true)?.shape(), [0, 4]);
     Ok(())
@@ -161,10 +161,10 @@ fn non_blocking_calls_return_while_the_stream_is_busy() -> Result<()> {
     let s = own_stream()?;
     let _g = StreamGuard::new(&s)?;
     let data: Vec<f32> = (0..1 << 16).map(|i| i as f32 * 0.5).collect();
-    let host = Tensor::from_slice(&data, &[1 << 16], Device::Cpu)?.pin_memory()?;
-    let dev_src = Tensor::from_slice(&data, &[1 << 16], Device::cuda(0))?;
+    let host = Tensor::from_slice(&data, [1 << 16], Device::Cpu)?.pin_memory()?;
+    let dev_src = Tensor::from_slice(&data, [1 << 16], Device::cuda(0))?;
     // A block of the size in the host allocator's cache, so `to("cpu", true)` needs no driver call.
-    drop(Tensor::empty_pinned(&[1 << 16], DType::F32)?);
+    drop(Tensor::empty_pinned([1 << 16], DType::F32)?);
     retry_if_stalled(ms(300), |delay| {
         let queued = Instant::now();
         testing::delay(&s, delay)?;
@@ -194,8 +194,8 @@ fn a_host_read_of_a_pinned_destination_waits_for_the_copy() -> Result<()> {
     let _g = StreamGuard::new(&s)?;
     let n = 1 << 18;
     let data: Vec<i64> = (0..n as i64).map(|i| i * 3 - 7).collect();
-    let dev = Tensor::from_slice(&data, &[n], Device::cuda(0))?;
-    let out = Tensor::empty_pinned(&[n], DType::I64)?;
+    let dev = Tensor::from_slice(&data, [n], Device::cuda(0))?;
+    let out = Tensor::empty_pinned([n], DType::I64)?;
     retry_if_stalled(ms(300), |delay| {
         out.fill_(-1)?; // a sentinel the copy replaces
         let queued = Instant::now();
@@ -227,9 +227,9 @@ fn a_host_write_of_a_pinned_source_waits_for_the_copy() -> Result<()> {
     let _g = StreamGuard::new(&s)?;
     let n = 1 << 18;
     let data: Vec<f64> = (0..n).map(|i| i as f64 + 0.25).collect();
-    let host = Tensor::empty_pinned(&[n], DType::F64)?;
+    let host = Tensor::empty_pinned([n], DType::F64)?;
     retry_if_stalled(ms(300), |delay| {
-        host.copy_(&Tensor::from_slice(&data, &[n], Device::Cpu)?, false)?;
+        host.copy_(&Tensor::from_slice(&data, [n], Device::Cpu)?, false)?;
         let queued = Instant::now();
         testing::delay(&s, delay)?;
         let dev = host.to(Device::cuda(0), true)?;
@@ -239,10 +239,10 @@ fn a_host_write_of_a_pinned_source_waits_for_the_copy() -> Result<()> {
         assert!(host.to_vec::<f64>()?.iter().all(|&x| x == -5.0));
 
         // copy_ from the host and an in-place op on the CPU wait the same way.
-        host.copy_(&Tensor::from_slice(&data, &[n], Device::Cpu)?, false)?;
+        host.copy_(&Tensor::from_slice(&data, [n], Device::Cpu)?, false)?;
         testing::delay(&s, delay)?;
         let dev2 = host.to(Device::cuda(0), true)?;
-        host.copy_(&Tensor::zeros(&[n], DType::F64, Device::Cpu)?, false)?;
+        host.copy_(&Tensor::zeros([n], DType::F64, Device::Cpu)?, false)?;
         host.add_(1.0)?;
         assert_eq!(dev2.to_vec::<f64>()?, data);
         assert!(host.to_vec::<f64>()?.iter().all(|&x| x == 1.0));
@@ -260,10 +260,10 @@ fn copies_on_two_streams_touching_one_pinned_block_are_ordered() -> Result<()> {
     let (a, b) = stream_pair(0)?;
     warm_up(&a)?;
     let n = 1 << 16;
-    let data: Vec<i32> = (0..n as i32).map(|i| i ^ 0x55).collect();
-    let src = Tensor::from_slice(&data, &[n], Device::cuda(0))?;
-    let pinned = Tensor::empty_pinned(&[n], DType::I32)?;
-    let dst = Tensor::zeros(&[n], DType::I32, Device::cuda(0))?;
+    let data: Vec<i32> = (0..n).map(|i| i ^ 0x55).collect();
+    let src = Tensor::from_slice(&data, [n], Device::cuda(0))?;
+    let pinned = Tensor::empty_pinned([n], DType::I32)?;
+    let dst = Tensor::zeros([n], DType::I32, Device::cuda(0))?;
     cuda::synchronize(Some(0))?;
     let delay = ms(250);
     let queued = Instant::now();

@@ -28,20 +28,20 @@ fn tensors_are_made_on_the_current_device() -> Result<()> {
     {
         let _g = DeviceGuard::new(last)?;
         for t in [
-            Tensor::zeros(&[2, 3], DType::F32, Device::Cuda(None))?,
-            Tensor::ones(&[4], DType::I64, "cuda")?,
-            Tensor::from_slice(&[1u8, 2], &[2], Device::Cuda(None))?,
+            Tensor::zeros([2, 3], DType::F32, Device::Cuda(None))?,
+            Tensor::ones([4], DType::I64, "cuda")?,
+            Tensor::from_slice(&[1u8, 2], [2], Device::Cuda(None))?,
             Tensor::arange(0, 5, 1, DType::F64, "cuda")?,
-            Tensor::from_slice(&[1.0f32], &[1], Device::Cpu)?.cuda()?,
+            Tensor::from_slice(&[1.0f32], [1], Device::Cpu)?.cuda()?,
         ] {
             assert_eq!(t.device(), Device::cuda(last), "\"cuda\" is the current device when the tensor is made");
         }
-        assert_eq!(Tensor::zeros(&[1], DType::F32, "cuda:0")?.device(), Device::cuda(0), "an explicit index wins");
+        assert_eq!(Tensor::zeros([1], DType::F32, "cuda:0")?.device(), Device::cuda(0), "an explicit index wins");
     }
-    assert_eq!(Tensor::zeros(&[1], DType::F32, "cuda")?.device(), Device::cuda(0));
-    let bad = Tensor::zeros(&[1], DType::F32, Device::cuda(cuda::device_count())).unwrap_err();
+    assert_eq!(Tensor::zeros([1], DType::F32, "cuda")?.device(), Device::cuda(0));
+    let bad = Tensor::zeros([1], DType::F32, Device::cuda(cuda::device_count())).unwrap_err();
     assert!(matches!(bad, Error::InvalidDevice { .. }), "{bad}");
-    assert!(matches!(Tensor::zeros(&[1], DType::F32, "gpu:0"), Err(Error::InvalidDeviceString { .. })));
+    assert!(matches!(Tensor::zeros([1], DType::F32, "gpu:0"), Err(Error::InvalidDeviceString { .. })));
     Ok(())
 }
 
@@ -54,7 +54,7 @@ fn ops_run_on_the_tensors_device_whatever_the_current_device() -> Result<()> {
     }
     let x = {
         let _g = DeviceGuard::new(1)?;
-        Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], "cuda")?
+        Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [2, 2], "cuda")?
     };
     assert_eq!(x.device(), Device::cuda(1));
     let _g = DeviceGuard::new(0)?;
@@ -77,7 +77,7 @@ fn ops_are_ordered_on_the_devices_current_stream() -> Result<()> {
     }
     let d = cuda::device_count() - 1;
     let s = Stream::new(Some(d), 0)?;
-    let x = Tensor::zeros(&[64], DType::U8, Device::cuda(d))?;
+    let x = Tensor::zeros([64], DType::U8, Device::cuda(d))?;
     cuda::synchronize(Some(d))?;
     let _sg = StreamGuard::new(&s)?;
     let _dg = DeviceGuard::new(0)?; // the current device is now 0; cuda:d's current stream is still `s`
@@ -108,8 +108,8 @@ fn cross_device_ops_need_peer_access() -> Result<()> {
         return Ok(());
     }
     let (a, b) = (0, cuda::device_count() - 1);
-    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::cuda(a))?;
-    let y = Tensor::from_slice(&[10.0f32, 20.0, 30.0], &[3], Device::cuda(b))?;
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], Device::cuda(a))?;
+    let y = Tensor::from_slice(&[10.0f32, 20.0, 30.0], [3], Device::cuda(b))?;
 
     // Only this test enables peer access in this test binary, so the pair starts disabled.
     assert!(!cuda::is_peer_access_enabled(a, b)?);
@@ -124,19 +124,19 @@ fn cross_device_ops_need_peer_access() -> Result<()> {
     );
     assert!(m.contains("enable_peer_access"), "the message says how to allow it: {m}");
     assert!(
-        matches!(y.matmul(&x.reshape(&[3, 1])?), Err(Error::DeviceMismatch { lhs, rhs, .. }) if lhs == Device::cuda(b) && rhs == Device::cuda(a))
+        matches!(y.matmul(&x.reshape([3, 1])?), Err(Error::DeviceMismatch { lhs, rhs, .. }) if lhs == Device::cuda(b) && rhs == Device::cuda(a))
     );
-    let cond = Tensor::ones(&[3], DType::Bool, Device::cuda(a))?;
-    assert!(matches!(Tensor::where_(&cond, &x, &y), Err(Error::DeviceMismatch { op: "where", .. })));
+    let cond = Tensor::ones([3], DType::Bool, Device::cuda(a))?;
+    assert!(matches!(Tensor::where_cond(&cond, &x, &y), Err(Error::DeviceMismatch { op: "where", .. })));
     assert!(matches!(x.add_(&y), Err(Error::DeviceMismatch { op: "add_", .. })));
 
     // CPU and CUDA do not mix, except 0-dim CPU tensors.
-    let c = Tensor::from_slice(&[1.0f32, 1.0, 1.0], &[3], Device::Cpu)?;
+    let c = Tensor::from_slice(&[1.0f32, 1.0, 1.0], [3], Device::Cpu)?;
     let e = x.add(&c).unwrap_err();
     assert_eq!(e, Error::DeviceMismatch { op: "add", lhs: Device::cuda(a), rhs: Device::Cpu });
     assert!(e.to_string().contains("cuda:0 and cpu!"), "{e}");
     assert!(matches!(c.mul(&x), Err(Error::DeviceMismatch { lhs: Device::Cpu, .. })));
-    let two = Tensor::full(&[], 2.0, DType::F64, Device::Cpu)?;
+    let two = Tensor::full([], 2.0, DType::F64, Device::Cpu)?;
     let z = expect_ok(x.mul(&two), "CUDA tensor * 0-dim CPU tensor");
     assert_eq!((z.device(), z.dtype()), (Device::cuda(a), DType::F32), "a 0-dim tensor does not widen");
     assert_eq!(z.to_vec::<f32>()?, [2.0, 4.0, 6.0]);
@@ -162,11 +162,11 @@ fn cross_device_ops_need_peer_access() -> Result<()> {
     let s = y.sub(&x)?;
     assert_eq!(s.device(), Device::cuda(b));
     assert_eq!(s.to_vec::<f32>()?, [9.0, 18.0, 27.0]);
-    let p = y.reshape(&[1, 3])?.matmul(&x.reshape(&[3, 1])?)?;
+    let p = y.reshape([1, 3])?.matmul(&x.reshape([3, 1])?)?;
     assert_eq!((p.device(), p.to_vec::<f32>()?), (Device::cuda(b), vec![140.0]));
     x.add_(&y)?;
     assert_eq!(x.to_vec::<f32>()?, [11.0, 22.0, 33.0], "in place, reading the peer");
-    let w = Tensor::where_(&cond, &y, &x)?;
+    let w = Tensor::where_cond(&cond, &y, &x)?;
     assert_eq!((w.device(), w.to_vec::<f32>()?), (Device::cuda(a), vec![10.0, 20.0, 30.0]));
     Ok(())
 }
@@ -198,14 +198,14 @@ fn copies_in_every_direction_and_dtype() -> Result<()> {
                 for dst_dtype in DType::ALL {
                     let want: Vec<f64> = xv.iter().map(|&v| round_to(dst_dtype, v)).collect();
                     let what = format!("copy_ {src_dtype} on {from} → {dst_dtype} on {to}");
-                    let dst = Tensor::zeros(&[3, 4], dst_dtype, to)?;
+                    let dst = Tensor::zeros([3, 4], dst_dtype, to)?;
                     expect_ok(dst.copy_(&x, true), &what);
                     assert_eq!(values(&dst)?, want, "{what}");
-                    let wide = Tensor::zeros(&[3, 8], dst_dtype, to)?;
-                    let strided = wide.slice(1, 1, isize::MAX, 2)?;
+                    let wide = Tensor::zeros([3, 8], dst_dtype, to)?;
+                    let strided = wide.slice_step(1, 1.., 2)?;
                     expect_ok(strided.copy_(&x.t()?.t()?, false), &what);
                     assert_eq!(values(&strided)?, want, "{what}, strided destination");
-                    let gaps = values(&wide.slice(1, 0, isize::MAX, 2)?)?;
+                    let gaps = values(&wide.slice_step(1, 0.., 2)?)?;
                     assert!(gaps.iter().all(|&g| g == 0.0), "{what}: elements between the strided ones untouched");
                     let row = x.narrow(0, 1, 1)?; // [1, 4], broadcast over the 3 rows
                     expect_ok(dst.copy_(&row, false), &what);
@@ -219,9 +219,9 @@ fn copies_in_every_direction_and_dtype() -> Result<()> {
             }
         }
     }
-    let x = Tensor::ones(&[2, 3], DType::F32, Device::Cpu)?;
+    let x = Tensor::ones([2, 3], DType::F32, Device::Cpu)?;
     assert!(matches!(
-        x.copy_(&Tensor::ones(&[4], DType::F32, Device::Cpu)?, false),
+        x.copy_(&Tensor::ones([4], DType::F32, Device::Cpu)?, false),
         Err(Error::ShapeMismatch { op: "copy_", .. })
     ));
     Ok(())
@@ -237,8 +237,8 @@ fn peer_copies_are_ordered_by_a_two_way_barrier() -> Result<()> {
     let (a, b) = (0, cuda::device_count() - 1);
     let (sa, sb) = (Stream::new(Some(a), 0)?, Stream::new(Some(b), 0)?);
     let (_ga, _gb) = (StreamGuard::new(&sa)?, StreamGuard::new(&sb)?);
-    let src = Tensor::full(&[1 << 16], 7u8, DType::U8, Device::cuda(a))?;
-    let dst = Tensor::zeros(&[1 << 16], DType::U8, Device::cuda(b))?;
+    let src = Tensor::full([1 << 16], 7u8, DType::U8, Device::cuda(a))?;
+    let dst = Tensor::zeros([1 << 16], DType::U8, Device::cuda(b))?;
     cuda::synchronize(Some(a))?;
     cuda::synchronize(Some(b))?;
     // Work already queued on the destination (a delay, then a fill) comes before the copy.
@@ -261,7 +261,7 @@ fn host_reads_wait_for_queued_work() -> Result<()> {
     }
     let s = Stream::new(Some(0), 0)?;
     let _g = StreamGuard::new(&s)?;
-    let x = Tensor::zeros(&[1024], DType::I32, Device::cuda(0))?;
+    let x = Tensor::zeros([1024], DType::I32, Device::cuda(0))?;
     testing::delay(&s, ms(100))?;
     x.fill_(0x0101_0101)?; // a repeated byte: an asynchronous memset behind the delay
     assert!(!s.query()?);
@@ -279,24 +279,24 @@ fn out_of_memory_is_typed_and_the_runtime_recovers() -> Result<()> {
         return Ok(());
     }
     let huge = 1usize << 42; // 16 TiB of f32
-    let e = Tensor::empty(&[huge], DType::F32, Device::cuda(0)).unwrap_err();
+    let e = Tensor::empty([huge], DType::F32, Device::cuda(0)).unwrap_err();
     match &e {
         Error::OutOfMemory { device: 0, requested, total, .. } => assert!(requested >= total, "{e}"),
         other => panic!("expected OutOfMemory on cuda:0, got {other:?}"),
     }
     assert!(e.to_string().starts_with("CUDA out of memory. Tried to allocate"), "{e}");
     assert!(
-        matches!(Tensor::randn(&[huge], DType::F32, Device::cuda(0)), Err(Error::OutOfMemory { .. })),
+        matches!(Tensor::randn([huge], DType::F32, Device::cuda(0)), Err(Error::OutOfMemory { .. })),
         "the device tensor is allocated before its host-made contents"
     );
-    let host = Tensor::zeros(&[1 << 62], DType::U8, Device::Cpu).unwrap_err();
+    let host = Tensor::zeros([1usize << 62], DType::U8, Device::Cpu).unwrap_err();
     assert_eq!(host, Error::HostOutOfMemory { requested: 1 << 62 });
-    let t = Tensor::ones(&[1000], DType::F32, Device::cuda(0))?;
+    let t = Tensor::ones([1000], DType::F32, Device::cuda(0))?;
     let sum = expect_ok(t.sum_all(), "a sum after an OOM");
     assert_eq!(sum.item::<f32>()?, 1000.0);
     assert_eq!(t.to_vec::<f32>()?, vec![1.0; 1000], "the device still works after an OOM");
     assert!(matches!(
-        Tensor::zeros(&[usize::MAX, 4], DType::F32, Device::cuda(0)),
+        Tensor::zeros([usize::MAX, 4], DType::F32, Device::cuda(0)),
         Err(Error::InvalidShape { op: "empty", .. })
     ));
     Ok(())
@@ -308,14 +308,14 @@ fn device_memory_comes_from_the_caching_allocator() -> Result<()> {
         return Ok(());
     }
     let d = cuda::device_count() - 1;
-    let t = Tensor::zeros(&[3 << 20], DType::U8, Device::cuda(d))?;
+    let t = Tensor::zeros([3 << 20], DType::U8, Device::cuda(d))?;
     assert!(cuda::memory_allocated(Some(d))? >= 3 << 20, "the tensor's block is counted");
     let view = t.narrow(0, 100, 10)?;
     assert_eq!(view.data_ptr(), t.data_ptr() + 100, "data_ptr is the address of the first element");
     let (free, total) = cuda::mem_get_info(Some(d))?;
     assert!(free <= total);
     drop((t, view));
-    let f = Tensor::zeros(&[4], DType::F64, Device::Cpu)?;
+    let f = Tensor::zeros([4], DType::F64, Device::Cpu)?;
     assert_eq!(f.narrow(0, 1, 2)?.data_ptr(), f.data_ptr() + 8, "host tensors report host addresses");
     Ok(())
 }

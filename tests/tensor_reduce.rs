@@ -75,15 +75,15 @@ fn reductions_match_the_f64_reference_for_every_dtype() -> Result<()> {
                                 (false, _) => Some(SHAPE[d]),
                             })
                             .collect();
-                        for op in ["sum", "mean", "max", "min"] {
+                        for op in ["sum", "mean", "amax", "amin"] {
                             let what = format!(
                                 "{op} over {dims:?} (keepdim {keepdim}) of {dtype}, permuted {permuted}, on {device}"
                             );
                             let result = match op {
                                 "sum" => x.sum(dims, keepdim),
                                 "mean" => x.mean(dims, keepdim),
-                                "max" => x.max(dims, keepdim),
-                                _ => x.min(dims, keepdim),
+                                "amax" => x.amax(dims, keepdim),
+                                _ => x.amin(dims, keepdim),
                             };
                             if op == "mean" && !dtype.is_float() {
                                 assert_eq!(
@@ -102,7 +102,7 @@ fn reductions_match_the_f64_reference_for_every_dtype() -> Result<()> {
                                     let v = match op {
                                         "sum" => g.iter().sum(),
                                         "mean" => g.iter().sum::<f64>() / g.len() as f64,
-                                        "max" => g.iter().copied().fold(f64::MIN, f64::max),
+                                        "amax" => g.iter().copied().fold(f64::MIN, f64::max),
                                         _ => g.iter().copied().fold(f64::MAX, f64::min),
                                     };
                                     round_to(want_dtype, v)
@@ -137,26 +137,96 @@ fn reductions_match_the_f64_reference_for_every_dtype() -> Result<()> {
     Ok(())
 }
 
+/// `max` / `min` along a dim give values and the index of the first extreme; `max_all` /
+/// `min_all` reduce everything (PyTorch's `t.max()`), against a float64 reference on random data
+/// with many ties (few distinct values), for every dtype and layout.
+#[test]
+fn max_and_min_along_a_dim_give_values_and_first_indices() -> Result<()> {
+    let mut rng = Rng::new(12);
+    for device in devices() {
+        for dtype in DType::ALL {
+            for (permuted, ties) in [(false, false), (true, false), (false, true), (true, true)] {
+                let xv: Vec<f64> = if ties {
+                    (0..24).map(|_| round_to(dtype, rng.int(0, 2) as f64)).collect()
+                } else {
+                    sample(&mut rng, dtype, 24, Domain::Any)
+                };
+                let x = shaped(&xv, dtype, device, permuted)?;
+                for dim in [0isize, 1, -1] {
+                    let nd = if dim < 0 { (dim + 3) as usize } else { dim as usize };
+                    let gs = groups(&xv, &[nd]);
+                    for keepdim in [false, true] {
+                        let mut shape = SHAPE.to_vec();
+                        if keepdim {
+                            shape[nd] = 1;
+                        } else {
+                            shape.remove(nd);
+                        }
+                        for max in [true, false] {
+                            let what = format!(
+                                "{} along {dim} (keepdim {keepdim}) of {dtype}, permuted {permuted}, ties {ties}, on {device}",
+                                if max { "max" } else { "min" }
+                            );
+                            let result = if max { x.max(dim, keepdim) } else { x.min(dim, keepdim) };
+                            let (v, i) = expect_ok(result, &what);
+                            assert_eq!((v.dtype(), v.shape()), (dtype, shape.as_slice()), "{what}");
+                            assert_eq!((i.dtype(), i.shape()), (DType::I64, shape.as_slice()), "{what}");
+                            let want_i: Vec<f64> = gs.iter().map(|g| first_index(g, max)).collect();
+                            let want_v: Vec<f64> = gs.iter().zip(&want_i).map(|(g, &k)| g[k as usize]).collect();
+                            assert_eq!(values(&v)?, want_v, "{what}: values");
+                            assert_eq!(values(&i)?, want_i, "{what}: indices (first on ties)");
+                            let amax = if max { x.amax(&[dim], keepdim)? } else { x.amin(&[dim], keepdim)? };
+                            assert_eq!(values(&amax)?, want_v, "{what}: amax/amin agree");
+                        }
+                    }
+                }
+                let top = xv.iter().copied().fold(f64::MIN, f64::max);
+                let bottom = xv.iter().copied().fold(f64::MAX, f64::min);
+                let (hi, lo) = (x.max_all()?, x.min_all()?);
+                assert_eq!((hi.dim(), hi.dtype()), (0, dtype));
+                assert_eq!((values(&hi)?, values(&lo)?), (vec![top], vec![bottom]), "{dtype} on {device}");
+                assert_eq!(values(&x.amax(&[], false)?)?, vec![top], "amax over no dims is over all");
+            }
+        }
+        let x = Tensor::ones([2, 3], DType::F32, device)?;
+        assert!(matches!(x.max(2, false), Err(Error::InvalidDim { op: "max", dim: 2, ndim: 2 })));
+        assert!(matches!(x.min(-3, false), Err(Error::InvalidDim { op: "min", dim: -3, ndim: 2 })));
+    }
+    Ok(())
+}
+
 #[test]
 fn reductions_of_empty_and_0_dim_tensors() -> Result<()> {
     for device in devices() {
         let what = format!("empty reductions on {device}");
-        let empty = Tensor::zeros(&[0, 3], DType::F32, device)?;
+        let empty = Tensor::zeros([0, 3], DType::F32, device)?;
         let s = expect_ok(empty.sum(&[0], false), &what);
         assert_eq!((s.shape(), s.to_vec::<f32>()?), (&[3usize][..], vec![0.0; 3]), "an empty sum is 0");
         assert!(empty.mean_all()?.item::<f32>()?.is_nan(), "an empty mean is NaN");
-        assert!(matches!(empty.max(&[0], false), Err(Error::InvalidArgument { op: "max", .. })));
+        assert!(matches!(empty.amax(&[0], false), Err(Error::InvalidArgument { op: "amax", .. })));
+        assert!(matches!(empty.max(0, false), Err(Error::InvalidArgument { op: "max", .. })));
+        assert!(matches!(empty.min_all(), Err(Error::InvalidArgument { op: "min", .. })));
         assert!(matches!(empty.argmax(None, false), Err(Error::InvalidArgument { op: "argmax", .. })));
-        assert_eq!(empty.max(&[1], false)?.shape(), [0], "reducing a non-empty dim of an empty tensor is fine");
-        let scalar = Tensor::full(&[], 2.5, DType::F64, device)?;
+        assert_eq!(empty.amax(&[1], false)?.shape(), [0], "reducing a non-empty dim of an empty tensor is fine");
+        let (v, i) = empty.max(1, true)?;
+        assert_eq!((v.shape(), i.shape(), i.dtype()), (&[0usize, 1][..], &[0usize, 1][..], DType::I64));
+        let scalar = Tensor::full([], 2.5, DType::F64, device)?;
         assert_eq!(scalar.sum_all()?.item::<f64>()?, 2.5);
         assert_eq!(scalar.sum(&[0], true)?.shape(), [0usize; 0], "a 0-dim tensor reduces over dim 0 as itself");
         assert_eq!(scalar.softmax(0)?.item::<f64>()?, 1.0);
-        let nan = Tensor::from_slice(&[1.0f32, f32::NAN, 3.0], &[3], device)?;
+        let (v, i) = scalar.max(0, false)?;
+        assert_eq!((v.item::<f64>()?, i.item::<i64>()?, i.dim()), (2.5, 0, 0), "torch.tensor(2.5).max(0)");
+        assert_eq!(scalar.max_all()?.item::<f64>()?, 2.5);
+        let nan = Tensor::from_slice(&[1.0f32, f32::NAN, 3.0], [3], device)?;
         assert!(nan.max_all()?.item::<f32>()?.is_nan(), "NaN propagates through max");
         assert_eq!(nan.argmax(None, false)?.item::<i64>()?, 1, "argmax points at the NaN");
-        let bools = Tensor::from_slice(&[true, false, true, true], &[4], device)?;
+        let (v, i) = nan.min(0, false)?;
+        assert!(v.item::<f32>()?.is_nan() && i.item::<i64>()? == 1, "min along a dim points at the NaN");
+        let bools = Tensor::from_slice(&[true, false, true, true], [4], device)?;
         assert_eq!(bools.sum_all()?.item::<i64>()?, 3, "a bool sum counts, into int64");
+        let (v, i) = bools.min(0, true)?;
+        assert_eq!((v.to_vec::<bool>()?, i.to_vec::<i64>()?), (vec![false], vec![1]), "bool max/min take indices");
+        assert_eq!(bools.max(-1, false)?.1.item::<i64>()?, 0);
     }
     Ok(())
 }
@@ -195,7 +265,7 @@ fn softmax_and_log_softmax_match_the_reference() -> Result<()> {
                 }
             }
         }
-        let wide = Tensor::from_slice(&[1000.0f32, 0.0, -1000.0], &[3], device)?;
+        let wide = Tensor::from_slice(&[1000.0f32, 0.0, -1000.0], [3], device)?;
         let s = expect_ok(wide.softmax(0), "stable softmax");
         assert_eq!(s.to_vec::<f32>()?, [1.0, 0.0, 0.0], "softmax is computed stably");
         assert_eq!(wide.log_softmax(0)?.to_vec::<f32>()?, [0.0, -1000.0, -2000.0]);
@@ -290,32 +360,32 @@ fn matmul_and_bmm_match_the_reference() -> Result<()> {
 #[test]
 fn matmul_errors_are_typed() -> Result<()> {
     for device in devices() {
-        let a = Tensor::ones(&[2, 3], DType::F32, device)?;
-        let b = Tensor::ones(&[4, 5], DType::F32, device)?;
+        let a = Tensor::ones([2, 3], DType::F32, device)?;
+        let b = Tensor::ones([4, 5], DType::F32, device)?;
         let e = a.matmul(&b).unwrap_err();
         assert_eq!(e, Error::MatmulShapeMismatch { op: "matmul", lhs: vec![2, 3], rhs: vec![4, 5] });
         assert!(e.to_string().contains("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"), "{e}");
-        let v = Tensor::ones(&[4], DType::F32, device)?;
+        let v = Tensor::ones([4], DType::F32, device)?;
         assert!(
             matches!(a.matmul(&v), Err(Error::MatmulShapeMismatch { lhs, rhs, .. }) if lhs == [2, 3] && rhs == [4])
         );
-        let ints = Tensor::ones(&[3, 2], DType::I64, device)?;
+        let ints = Tensor::ones([3, 2], DType::I64, device)?;
         assert_eq!(ints.matmul(&ints.t()?).unwrap_err(), Error::UnsupportedDType { op: "matmul", dtype: DType::I64 });
-        let f64s = Tensor::ones(&[3, 2], DType::F64, device)?;
+        let f64s = Tensor::ones([3, 2], DType::F64, device)?;
         assert_eq!(
             a.matmul(&f64s).unwrap_err(),
             Error::DTypeMismatch { op: "matmul", expected: DType::F32, found: DType::F64 }
         );
-        let scalar = Tensor::ones(&[], DType::F32, device)?;
+        let scalar = Tensor::ones([], DType::F32, device)?;
         assert!(matches!(scalar.matmul(&a), Err(Error::InvalidArgument { op: "matmul", .. })));
-        let b3 = Tensor::ones(&[2, 3, 4], DType::F32, device)?;
+        let b3 = Tensor::ones([2, 3, 4], DType::F32, device)?;
         assert!(matches!(a.bmm(&b3), Err(Error::InvalidShape { op: "bmm", .. })));
-        let c3 = Tensor::ones(&[3, 4, 2], DType::F32, device)?;
+        let c3 = Tensor::ones([3, 4, 2], DType::F32, device)?;
         assert!(matches!(b3.bmm(&c3), Err(Error::ShapeMismatch { op: "bmm", .. })), "bmm does not broadcast batches");
-        let d3 = Tensor::ones(&[2, 5, 2], DType::F32, device)?;
+        let d3 = Tensor::ones([2, 5, 2], DType::F32, device)?;
         assert!(matches!(b3.bmm(&d3), Err(Error::MatmulShapeMismatch { op: "bmm", .. })));
-        let batch_a = Tensor::ones(&[2, 2, 3], DType::F32, device)?;
-        let batch_b = Tensor::ones(&[3, 3, 2], DType::F32, device)?;
+        let batch_a = Tensor::ones([2, 2, 3], DType::F32, device)?;
+        let batch_b = Tensor::ones([3, 3, 2], DType::F32, device)?;
         assert!(matches!(batch_a.matmul(&batch_b), Err(Error::ShapeMismatch { op: "matmul", .. })));
     }
     Ok(())

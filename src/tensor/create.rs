@@ -10,7 +10,7 @@
 use super::exec::{Exec, Place};
 use super::layout::checked_numel;
 use super::storage::Storage;
-use super::{random, Layout, Tensor};
+use super::{random, IntoShape, Layout, Tensor};
 use crate::device::IntoDevice;
 use crate::driver::kernel::KernelOp;
 use crate::dtype::{DType, Element};
@@ -70,13 +70,13 @@ impl Tensor {
 
     /// An uninitialized tensor (`torch.empty`); on the host its bytes are zero. `device` is a
     /// [`crate::Device`] or a string (`"cpu"`, `"cuda"`, `"cuda:1"`); `"cuda"` is the current device.
-    pub fn empty(shape: &[usize], dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
-        Tensor::empty_at(shape, dtype, place_of(device)?)
+    pub fn empty(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+        Tensor::empty_at(shape.into_shape().sizes("empty")?, dtype, place_of(device)?)
     }
 
     /// A tensor of zeros (`torch.zeros`).
-    pub fn zeros(shape: &[usize], dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
-        let t = Tensor::empty(shape, dtype, device)?;
+    pub fn zeros(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+        let t = Tensor::empty_at(shape.into_shape().sizes("zeros")?, dtype, place_of(device)?)?;
         if let Some(s) = t.place().stream()? {
             let bytes = t.numel() * dtype.size();
             if bytes > 0 {
@@ -87,13 +87,20 @@ impl Tensor {
     }
 
     /// A tensor of ones (`torch.ones`).
-    pub fn ones(shape: &[usize], dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
-        Tensor::full(shape, 1, dtype, device)
+    pub fn ones(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+        let t = Tensor::empty_at(shape.into_shape().sizes("ones")?, dtype, place_of(device)?)?;
+        t.fill_(1)?;
+        Ok(t)
     }
 
     /// A tensor filled with `value` converted to `dtype` (`torch.full`).
-    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
-        let t = Tensor::empty(shape, dtype, device)?;
+    pub fn full(
+        shape: impl IntoShape,
+        value: impl Into<Scalar>,
+        dtype: DType,
+        device: impl IntoDevice,
+    ) -> Result<Tensor> {
+        let t = Tensor::empty_at(shape.into_shape().sizes("full")?, dtype, place_of(device)?)?;
         t.fill_(value)?;
         Ok(t)
     }
@@ -137,24 +144,30 @@ impl Tensor {
 
     /// Uniform random numbers in `[0, 1)` (`torch.rand`); floating-point dtypes only.
     /// Reproducible with [`crate::manual_seed`], the same on every device.
-    pub fn rand(shape: &[usize], dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+    pub fn rand(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
         if !dtype.is_float() {
             return Err(Error::UnsupportedDType { op: "rand", dtype });
         }
-        Tensor::generated(shape, dtype, place_of(device)?, |n| random::uniform_bytes(n, dtype))
+        Tensor::generated(shape.into_shape().sizes("rand")?, dtype, place_of(device)?, |n| {
+            random::uniform_bytes(n, dtype)
+        })
     }
 
     /// Standard normal random numbers (`torch.randn`); floating-point dtypes only.
     /// Reproducible with [`crate::manual_seed`], the same on every device.
-    pub fn randn(shape: &[usize], dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+    pub fn randn(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
         if !dtype.is_float() {
             return Err(Error::UnsupportedDType { op: "randn", dtype });
         }
-        Tensor::generated(shape, dtype, place_of(device)?, |n| random::normal_bytes(n, dtype))
+        Tensor::generated(shape.into_shape().sizes("randn")?, dtype, place_of(device)?, |n| {
+            random::normal_bytes(n, dtype)
+        })
     }
 
     /// A tensor of `shape` holding `data` (row-major), of `T`'s dtype (`torch.tensor(data)`).
-    pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: impl IntoDevice) -> Result<Tensor> {
+    pub fn from_slice<T: Element>(data: &[T], shape: impl IntoShape, device: impl IntoDevice) -> Result<Tensor> {
+        let shape = shape.into_shape();
+        let shape = shape.sizes("from_slice")?;
         let n = checked_numel("from_slice", shape)?;
         if n != data.len() {
             return Err(Error::InvalidShape {

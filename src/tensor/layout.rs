@@ -97,32 +97,6 @@ pub(crate) fn broadcast_shapes_cow<'a>(op: &'static str, a: &'a [usize], b: &[us
     }
 }
 
-/// A shape with at most one `-1`, resolved against `numel` elements.
-pub(crate) fn infer_shape(op: &'static str, shape: &[isize], numel: usize) -> Result<Vec<usize>> {
-    let given: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
-    let bad = |reason: String| Error::InvalidShape { op, shape: given.clone(), reason };
-    let mut infer = None;
-    let mut known = 1usize;
-    for (i, &n) in shape.iter().enumerate() {
-        match n {
-            -1 if infer.is_some() => return Err(bad("only one dimension can be inferred (-1)".into())),
-            -1 => infer = Some(i),
-            n if n < 0 => return Err(bad(format!("invalid size {n} in dimension {i}"))),
-            n => known = known.checked_mul(n as usize).ok_or_else(|| bad("the number of elements overflows".into()))?,
-        }
-    }
-    let mut out: Vec<usize> = shape.iter().map(|&n| n.max(0) as usize).collect();
-    if let Some(i) = infer {
-        if known == 0 || !numel.is_multiple_of(known) {
-            return Err(bad(format!("shape is invalid for input of size {numel}")));
-        }
-        out[i] = numel / known;
-    } else if known != numel {
-        return Err(bad(format!("shape is invalid for input of size {numel}")));
-    }
-    Ok(out)
-}
-
 impl Layout {
     /// A dense row-major layout of `shape` from offset 0.
     pub fn contiguous(shape: &[usize]) -> Layout {
@@ -286,11 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn reshape_inference_and_views() {
-        assert_eq!(infer_shape("reshape", &[-1, 4], 12).unwrap(), [3, 4]);
-        assert!(infer_shape("reshape", &[5, -1], 12).is_err());
-        assert!(infer_shape("reshape", &[-1, -1], 12).is_err());
-        assert!(infer_shape("reshape", &[3, 5], 12).is_err());
+    fn views_as_other_shapes() {
         let t = Layout::contiguous(&[2, 3, 4]);
         assert_eq!(t.view_strides(&[6, 4]), Some([4, 1].into()));
         let tr = t.transposed(0, 1); // [3, 2, 4], strides [4, 12, 1]

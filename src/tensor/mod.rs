@@ -22,6 +22,12 @@
 //!   view of the storage (they take `&self` for that reason).
 //! * **Errors.** Every op returns [`Result`]; the `std::ops` operators on `&Tensor` have
 //!   `Output = Result<Tensor>` (`(&a + &b)?`), so no bad input can panic.
+//! * **Signatures that compose.** Every shape argument is one [`IntoShape`]: `&[usize]` (so
+//!   `x.reshape(y.shape())`), arrays, `Vec`s, and signed forms with PyTorch's `-1` where PyTorch
+//!   allows it (`reshape`/`view`: one inferred dim; `expand`: keep a size) — elsewhere a negative
+//!   size is [`Error::InvalidShape`] naming the shape. `slice` takes Rust ranges ([`SliceRange`]:
+//!   `2..5`, `3..`, `..=4`, `..`, negative bounds from the end) and refuses ones out of bounds.
+//!   Numbers go on either side of an operator (`2.0 * &t`, `1 - &t`, `&t / x`).
 //!
 //! Ops compute as PyTorch does: [`result_type`] promotion (dimensioned tensors > 0-dim tensors >
 //! Rust scalars), true division, comparisons into `Bool`, integer sums into `I64`. On the CPU
@@ -34,11 +40,15 @@ mod layout;
 mod ops;
 mod pinned;
 mod random;
+mod range;
+mod shape;
 mod storage;
 mod view;
 
-pub use ops::operand::{result_type, Operand};
+pub use ops::operand::{result_type, Number, Operand};
 pub use random::{initial_seed, manual_seed};
+pub use range::{SliceBounds, SliceRange};
+pub use shape::{IntoShape, Shape};
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -52,11 +62,27 @@ use storage::Storage;
 ///
 /// Cloning is cheap and makes another view of the same storage (like PyTorch's aliasing).
 ///
+/// Signatures as a PyTorch user writes them: one shape argument ([`IntoShape`], `-1` where
+/// PyTorch allows it), Rust ranges for slices ([`SliceRange`]), numbers on either side of an
+/// operator ([`Number`] on the right; `f64`, `i64` on the left), PyTorch's reduction names:
+///
+/// | PyTorch | cudasem |
+/// |---|---|
+/// | `t.reshape(2, -1)`, `t.view(y.shape)`, `t.expand(3, -1)` | `t.reshape([2, -1])`, `t.view(y.shape())`, `t.expand([3, -1])` |
+/// | `t[:, 2:5]`, `t[-3:]`, `t[::2]` | `t.slice(1, 2..5)`, `t.slice(0, -3..)`, `t.slice_step(0, .., 2)` |
+/// | `t.narrow(dim, start, length)` | `t.narrow(dim, start, length)` |
+/// | `torch.where(cond, x, y)` | `Tensor::where_cond(&cond, &x, &y)` (no `_`: it is not in place) |
+/// | `t.amax(dims, keepdim)`, `t.amin(…)` | `t.amax(&dims, keepdim)`, `t.amin(…)` (values only) |
+/// | `values, indices = t.max(dim, keepdim)`, `t.min(…)` | `let (values, indices) = t.max(dim, keepdim)?;` |
+/// | `t.max()`, `t.min()`, `t.sum()`, `t.mean()` | `t.max_all()`, `t.min_all()`, `t.sum_all()`, `t.mean_all()` |
+/// | `t.argmax(dim, keepdim)` | `t.argmax(Some(dim), keepdim)` (`None`: of the flattened tensor) |
+/// | `2 * t`, `1 - t`, `t / 0` | `(2 * &t)?`, `(1 - &t)?`, `(&t / 0)?` (true division: `inf`, NaN for `0 / 0`) |
+///
 /// ```
 /// use cudasem::{DType, Device, Tensor};
 /// # fn main() -> cudasem::Result<()> {
-/// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu)?;
-/// let b = Tensor::ones(&[2], DType::F32, Device::Cpu)?;
+/// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [2, 2], Device::Cpu)?;
+/// let b = Tensor::ones([2], DType::F32, Device::Cpu)?;
 /// let c = (&a + &b)?; // broadcasts [2] over [2, 2]
 /// assert_eq!(c.to_vec::<f32>()?, [2.0, 3.0, 4.0, 5.0]);
 /// assert_eq!(a.matmul(&a)?.to_vec::<f32>()?, [7.0, 10.0, 15.0, 22.0]);

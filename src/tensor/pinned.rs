@@ -61,8 +61,8 @@ impl Tensor {
     }
 
     /// A zeroed host tensor in pinned memory (`torch.zeros(…, pin_memory=True)`).
-    pub fn empty_pinned(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let t = Tensor::empty_pinned_uninit(shape, dtype)?;
+    pub fn empty_pinned(shape: impl super::IntoShape, dtype: DType) -> Result<Tensor> {
+        let t = Tensor::empty_pinned_uninit(shape.into_shape().sizes("empty_pinned")?, dtype)?;
         if let Some(host) = t.storage.as_host() {
             host.write()?.fill(0);
         }

@@ -1,17 +1,18 @@
 //! Views: new shapes and strides over the same storage, no data moved (except `reshape` of a
 //! layout that cannot be viewed, which copies, as PyTorch does).
 
-use super::layout::{infer_shape, normalize_dim, normalize_insert_dim, Layout};
-use super::Tensor;
+use super::layout::{normalize_dim, normalize_insert_dim, Layout};
+use super::range::{SliceBounds, SliceRange};
+use super::{IntoShape, Tensor};
 use crate::error::{Error, Result};
 
 impl Tensor {
     /// The same elements as `shape` (one entry may be `-1`, inferred), sharing storage when the
     /// strides allow it and copying otherwise (`t.reshape(shape)`).
-    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        let shape = infer_shape("reshape", shape, self.numel())?;
+    pub fn reshape(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let shape = shape.into_shape().infer("reshape", self.numel())?;
         match self.layout.view_strides(&shape) {
-            Some(strides) => Ok(self.with_layout(Layout { shape: shape.into(), strides, offset: self.layout.offset })),
+            Some(strides) => Ok(self.with_layout(Layout { shape, strides, offset: self.layout.offset })),
             None => {
                 let c = self.contiguous()?;
                 Ok(c.with_layout(Layout::contiguous(&shape)))
@@ -19,14 +20,15 @@ impl Tensor {
         }
     }
 
-    /// The same elements as `shape`, always sharing storage; [`Error::InvalidShape`] when the
-    /// strides do not allow it (`t.view(shape)`; use [`Tensor::reshape`] then).
-    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
-        let given: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
-        let shape = infer_shape("view", shape, self.numel())?;
+    /// The same elements as `shape` (one entry may be `-1`), always sharing storage;
+    /// [`Error::InvalidShape`] when the strides do not allow it (`t.view(shape)`; use
+    /// [`Tensor::reshape`] then).
+    pub fn view(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let given = shape.into_shape();
+        let shape = given.infer("view", self.numel())?;
         let strides = self.layout.view_strides(&shape).ok_or_else(|| Error::InvalidShape {
             op: "view",
-            shape: given,
+            shape: given.to_vec(),
             reason: format!(
                 "view size is not compatible with input tensor's size {:?} and stride {:?} (at least one dimension \
                  spans across two contiguous subspaces); use .reshape(...) instead",
@@ -34,12 +36,12 @@ impl Tensor {
                 self.stride()
             ),
         })?;
-        Ok(self.with_layout(Layout { shape: shape.into(), strides, offset: self.layout.offset }))
+        Ok(self.with_layout(Layout { shape, strides, offset: self.layout.offset }))
     }
 
     /// All elements in one dimension (`t.flatten()`).
     pub fn flatten(&self) -> Result<Tensor> {
-        self.reshape(&[-1])
+        self.reshape([-1])
     }
 
     /// Dimensions `dim0` and `dim1` swapped (`t.transpose(dim0, dim1)`).
@@ -111,53 +113,48 @@ impl Tensor {
         Ok(self.with_layout(self.layout.sliced(d, start, start + length, 1)))
     }
 
-    /// Python's `t[..., start:end:step, ...]` on dimension `dim`: negative `start` / `end` count
-    /// from the end, both are clamped to the dimension (use `isize::MAX` for "to the end"),
-    /// `step ≥ 1`.
-    pub fn slice(&self, dim: isize, start: isize, end: isize, step: usize) -> Result<Tensor> {
+    /// The elements of `range` along dimension `dim` (Python's `t[..., a:b, ...]`): `2..5`,
+    /// `3..`, `..=4`, `..`, with negative bounds counting from the end (`-3..`: the last three).
+    /// Unlike Python's slices, and like Rust's, a range past the end of the dimension, or one that
+    /// starts after it ends, is [`Error::InvalidShape`] (use [`Tensor::narrow`] for start and length).
+    pub fn slice(&self, dim: isize, range: impl SliceRange) -> Result<Tensor> {
+        self.slice_impl("slice", dim, range.bounds(), 1)
+    }
+
+    /// Every `step`-th element of `range` along `dim`, starting at its first (Python's
+    /// `t[..., a:b:step, ...]`); `step ≥ 1`. Ranges as in [`Tensor::slice`].
+    pub fn slice_step(&self, dim: isize, range: impl SliceRange, step: usize) -> Result<Tensor> {
+        self.slice_impl("slice_step", dim, range.bounds(), step)
+    }
+
+    fn slice_impl(&self, op: &'static str, dim: isize, range: SliceBounds, step: usize) -> Result<Tensor> {
         if self.dim() == 0 {
-            return Err(Error::InvalidArgument {
-                op: "slice",
-                reason: "slice() cannot be applied to a 0-dim tensor".into(),
-            });
+            return Err(Error::InvalidArgument { op, reason: format!("{op}() cannot be applied to a 0-dim tensor") });
         }
         if step == 0 {
-            return Err(Error::InvalidArgument { op: "slice", reason: "slice step must be positive".into() });
+            return Err(Error::InvalidArgument { op, reason: "slice step must be positive".into() });
         }
-        let d = normalize_dim("slice", dim, self.dim())?;
-        let size = self.layout.shape[d] as isize;
-        let clamp = |i: isize| if i < 0 { (i + size).max(0) } else { i.min(size) } as usize;
-        let (s, e) = (clamp(start), clamp(end));
-        Ok(self.with_layout(self.layout.sliced(d, s, e.max(s), step)))
+        let d = normalize_dim(op, dim, self.dim())?;
+        let size = self.layout.shape[d];
+        let (start, end) = range.resolve(size).ok_or_else(|| Error::InvalidShape {
+            op,
+            shape: self.shape().iter().map(|&n| n as i64).collect(),
+            reason: format!("range {range} is out of bounds for dimension {d} of size {size}"),
+        })?;
+        Ok(self.with_layout(self.layout.sliced(d, start, end, step)))
     }
 
     /// A view with new size-1 dimensions broadcast to `shape` (`-1` keeps a dimension's size;
     /// new leading dimensions are added), sharing storage (`t.expand(shape)`).
-    pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
-        let n = self.dim();
-        let mismatch = || Error::ShapeMismatch {
-            op: "expand",
-            lhs: self.shape().to_vec(),
-            rhs: shape.iter().map(|&s| s.max(0) as usize).collect(),
-        };
-        if shape.len() < n {
-            return Err(mismatch());
-        }
-        let lead = shape.len() - n;
-        let mut target = Vec::with_capacity(shape.len());
-        for (i, &s) in shape.iter().enumerate() {
-            target.push(match s {
-                -1 if i >= lead => self.layout.shape[i - lead],
-                s if s < 0 => return Err(mismatch()),
-                s => s as usize,
-            });
-        }
+    pub fn expand(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let target = shape.into_shape().expanded_from(self.shape())?;
         Ok(self.with_layout(self.layout.broadcast_to("expand", &target)?))
     }
 
     /// A view broadcast to `shape` (`torch.broadcast_to`).
-    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout.broadcast_to("broadcast_to", shape)?))
+    pub fn broadcast_to(&self, shape: impl IntoShape) -> Result<Tensor> {
+        let shape = shape.into_shape();
+        Ok(self.with_layout(self.layout.broadcast_to("broadcast_to", shape.sizes("broadcast_to")?)?))
     }
 
     /// Every size-1 dimension removed (`t.squeeze()`).

@@ -171,7 +171,7 @@ pub fn laid_out(vals: &[f64], r: usize, c: usize, dtype: DType, device: Device, 
                 }
             }
             let flat = tensor(&wide, &[r * 2 * c + 1], dtype, device)?;
-            flat.narrow(0, 1, r * 2 * c)?.view(&[r as isize, 2 * c as isize])?.slice(1, 0, isize::MAX, 2)?
+            flat.narrow(0, 1, r * 2 * c)?.view([r as isize, 2 * c as isize])?.slice_step(1, 0.., 2)?
         }
     };
     assert_eq!(t.shape(), [r, c]);

@@ -65,13 +65,13 @@ fn gb_per_s(bytes: usize, ms: f64) -> f64 {
 fn random(s: &Sizes, n: usize, device: Device) -> cudasem::Result<(Tensor, Vec<f32>)> {
     let drawn = s.drawn;
     if n <= drawn || !n.is_multiple_of(drawn) {
-        let t = Tensor::rand(&[n], DType::F32, device)?;
+        let t = Tensor::rand([n], DType::F32, device)?;
         let drawn = t.to_vec::<f32>()?;
         return Ok((t, drawn));
     }
-    let base = Tensor::rand(&[drawn], DType::F32, device)?;
-    let tiled = base.reshape(&[1, drawn as isize])?.expand(&[(n / drawn) as isize, drawn as isize])?.contiguous()?;
-    Ok((tiled.reshape(&[n as isize])?, base.to_vec::<f32>()?))
+    let base = Tensor::rand([drawn], DType::F32, device)?;
+    let tiled = base.reshape([1, drawn as isize])?.expand([(n / drawn) as isize, drawn as isize])?.contiguous()?;
+    Ok((tiled.reshape([n as isize])?, base.to_vec::<f32>()?))
 }
 
 /// Checks the first and the last 2^20 elements of the 1-D f32 tensor `t` (all of them when
@@ -128,15 +128,15 @@ fn matmul(s: &Sizes, name: &'static str, dtype: DType, tf32: bool) -> StepResult
     let (x, _) = random(s, mm * mm, Device::cuda(0))?;
     let (y, _) = random(s, mm * mm, Device::cuda(0))?;
     let (x, y) = (
-        x.reshape(&[mm as isize, mm as isize])?.to_dtype(dtype)?,
-        y.reshape(&[mm as isize, mm as isize])?.to_dtype(dtype)?,
+        x.reshape([mm as isize, mm as isize])?.to_dtype(dtype)?,
+        y.reshape([mm as isize, mm as isize])?.to_dtype(dtype)?,
     );
     {
         let z = x.matmul(&y)?;
         // fp32 accumulates exactly enough for 1e-3; tf32 inputs keep 10 bits, bf16 outputs 8.
         let tol = if dtype == DType::F32 && !tf32 { 1e-3 } else { 2e-2 };
         // 32 entries at random places (the library's generator, as for the operands).
-        let at = Tensor::rand(&[32, 2], DType::F64, "cpu")?.to_vec::<f64>()?;
+        let at = Tensor::rand([32, 2], DType::F64, "cpu")?.to_vec::<f64>()?;
         for ij in at.chunks(2) {
             let (i, j) = ((ij[0] * mm as f64) as usize, (ij[1] * mm as f64) as usize);
             let row = x.narrow(0, i, 1)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
@@ -158,7 +158,7 @@ fn h2d_pinned(s: &Sizes) -> StepResult {
     let n = s.copy_elems;
     let (host, drawn) = random(s, n, Device::Cpu)?;
     let host = host.pin_memory()?;
-    let dev = Tensor::empty(&[n], DType::F32, "cuda")?;
+    let dev = Tensor::empty([n], DType::F32, "cuda")?;
     dev.copy_(&host, true)?;
     same("pinned → device copy", &dev, |i| drawn[i % drawn.len()])?;
     let ms = device_ms(s, || dev.copy_(&host, true))?;
@@ -169,7 +169,7 @@ fn h2d_pinned(s: &Sizes) -> StepResult {
 fn d2h_pinned(s: &Sizes) -> StepResult {
     let n = s.copy_elems;
     let (dev, drawn) = random(s, n, Device::cuda(0))?;
-    let host = Tensor::empty_pinned(&[n], DType::F32)?;
+    let host = Tensor::empty_pinned([n], DType::F32)?;
     host.copy_(&dev, true)?;
     same("device → pinned copy", &host, |i| drawn[i % drawn.len()])?;
     let ms = device_ms(s, || host.copy_(&dev, true))?;
@@ -181,7 +181,7 @@ fn d2h_pinned(s: &Sizes) -> StepResult {
 fn h2d_pageable(s: &Sizes) -> StepResult {
     let n = s.copy_elems;
     let (host, drawn) = random(s, n, Device::Cpu)?;
-    let dev = Tensor::empty(&[n], DType::F32, "cuda")?;
+    let dev = Tensor::empty([n], DType::F32, "cuda")?;
     dev.copy_(&host, false)?;
     same("pageable → device copy", &dev, |i| drawn[i % drawn.len()])?;
     for _ in 0..s.warmup {
@@ -211,7 +211,7 @@ fn p2p(s: &Sizes) -> StepResult {
     let _g = cuda::DeviceGuard::new(0)?;
     let n = s.copy_elems;
     let (src, drawn) = random(s, n, Device::cuda(0))?;
-    let dst = Tensor::empty(&[n], DType::F32, Device::cuda(1))?;
+    let dst = Tensor::empty([n], DType::F32, Device::cuda(1))?;
     dst.copy_(&src, true)?;
     same("cuda:0 → cuda:1 copy", &dst, |i| drawn[i % drawn.len()])?;
     let ms = device_ms(s, || dst.copy_(&src, true))?;

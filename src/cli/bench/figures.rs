@@ -108,13 +108,13 @@ fn alloc_free_pair(s: &Sizes) -> StepResult {
 
 /// `Tensor::empty(&[1024], F32, "cuda")` created and dropped: host ns per tensor.
 fn empty_tensor(s: &Sizes) -> StepResult {
-    let t = Tensor::empty(&[1024], DType::F32, "cuda")?;
+    let t = Tensor::empty([1024], DType::F32, "cuda")?;
     let here = cuda::current_device()?;
     check(t.shape() == [1024] && t.dtype() == DType::F32 && t.device() == cudasem::Device::cuda(here), || {
         format!("empty gave {:?} {} on {}", t.shape(), t.dtype(), t.device())
     })?;
     drop(t);
-    let ns = host_ns(s.host_runs, s.empties, || Tensor::empty(&[1024], DType::F32, "cuda").map(drop))?;
+    let ns = host_ns(s.host_runs, s.empties, || Tensor::empty([1024], DType::F32, "cuda").map(drop))?;
     Ok(vec![("empty_tensor", ns)])
 }
 
@@ -122,8 +122,8 @@ fn empty_tensor(s: &Sizes) -> StepResult {
 /// run after a synchronize. PyTorch's `small_op` is Python's `torch.add` (as its users call it);
 /// `small_op_cpp` compares the same figure with C++ `at::add`.
 fn small_op(s: &Sizes) -> StepResult {
-    let x = Tensor::randn(&[16], DType::F32, "cuda")?;
-    let y = Tensor::randn(&[16], DType::F32, "cuda")?;
+    let x = Tensor::randn([16], DType::F32, "cuda")?;
+    let y = Tensor::randn([16], DType::F32, "cuda")?;
     let (xs, ys) = (x.to_vec::<f32>()?, y.to_vec::<f32>()?);
     let z = x.add(&y)?.to_vec::<f32>()?;
     let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();

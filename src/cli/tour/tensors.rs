@@ -20,7 +20,7 @@ fn copy_bytes() -> usize {
 
 /// `"cuda"` tensors land on the current device; under `DeviceGuard(i)` on cuda:i.
 pub fn placement() -> Result<Outcome, Failure> {
-    let t = Tensor::zeros(&[4], DType::F32, "cuda").map_err(e)?;
+    let t = Tensor::zeros([4], DType::F32, "cuda").map_err(e)?;
     println!(
         "   current device cuda:{}: Tensor::zeros(.., \"cuda\") → {}",
         cuda::current_device().map_err(e)?,
@@ -31,15 +31,15 @@ pub fn placement() -> Result<Outcome, Failure> {
     let (u, v) = {
         let _g = DeviceGuard::new(last).map_err(e)?;
         (
-            Tensor::ones(&[4], DType::F32, "cuda").map_err(e)?,
-            Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::Cpu).map_err(e)?.cuda().map_err(e)?,
+            Tensor::ones([4], DType::F32, "cuda").map_err(e)?,
+            Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).map_err(e)?.cuda().map_err(e)?,
         )
     };
     println!("   under DeviceGuard({last}): Tensor::ones(.., \"cuda\") → {}, t.cuda() → {}", u.device(), v.device());
     check(u.device() == Device::cuda(last) && v.device() == Device::cuda(last), || {
         format!("made under DeviceGuard({last}) but landed on {} and {}", u.device(), v.device())
     })?;
-    let w = Tensor::zeros(&[1], DType::I64, "cuda:0").map_err(e)?;
+    let w = Tensor::zeros([1], DType::I64, "cuda:0").map_err(e)?;
     println!("   an explicit index wins: Tensor::zeros(.., \"cuda:0\") → {}", w.device());
     check(w.device() == Device::cuda(0), || "an explicit index was not honoured".into())?;
     check(u.to_vec::<f32>().map_err(e)? == [1.0; 4], || "the ones are not ones".into())?;
@@ -76,8 +76,8 @@ pub fn cross_device() -> Result<Outcome, Failure> {
     if n < 2 {
         return Ok(Outcome::Skipped(format!("a cross-device op needs two GPUs; this machine has {n}")));
     }
-    let a = Tensor::ones(&[3], DType::F32, "cuda:0").map_err(e)?;
-    let b = Tensor::full(&[3], 2.0, DType::F32, "cuda:1").map_err(e)?;
+    let a = Tensor::ones([3], DType::F32, "cuda:0").map_err(e)?;
+    let b = Tensor::full([3], 2.0, DType::F32, "cuda:1").map_err(e)?;
     if cuda::is_peer_access_enabled(0, 1).map_err(e)? {
         println!("   (peer access between cuda:0 and cuda:1 was enabled earlier in this process: no refusal to show)");
     } else {
@@ -104,9 +104,9 @@ pub fn cross_device() -> Result<Outcome, Failure> {
 /// is still busy) and overlaps with work on another stream, by events.
 pub fn overlap() -> Result<Outcome, Failure> {
     let bytes = copy_bytes();
-    let host = Tensor::empty_pinned(&[bytes], DType::U8).map_err(e)?;
+    let host = Tensor::empty_pinned([bytes], DType::U8).map_err(e)?;
     host.narrow(0, 0, 4096).map_err(e)?.fill_(7u8).map_err(e)?;
-    let dev = Tensor::empty(&[bytes], DType::U8, "cuda").map_err(e)?;
+    let dev = Tensor::empty([bytes], DType::U8, "cuda").map_err(e)?;
     let (copy_s, work_s) = two_streams()?;
     let copy = || cuda::with_stream(&copy_s, || dev.copy_(&host, true)).map_err(e);
     // Warm up: the first copy and the first delay set things up (pages, the spin kernel).
@@ -173,7 +173,7 @@ pub fn pinned_memory() -> Result<Outcome, Failure> {
     let _g = cuda::StreamGuard::new(&s).map_err(e)?;
     let src = Tensor::arange(0, 1 << 16, 1, DType::I32, "cuda").map_err(e)?;
     // Pin a block of the size once, so the copy below takes it from the cache, not the driver.
-    drop(Tensor::empty_pinned(&[1 << 16], DType::I32).map_err(e)?);
+    drop(Tensor::empty_pinned([1 << 16], DType::I32).map_err(e)?);
     s.synchronize().map_err(e)?;
     let mut last = None;
     returns_before_done("the non-blocking copy to the host", Duration::from_millis(150), |work| {
@@ -207,10 +207,10 @@ pub fn pinned_memory() -> Result<Outcome, Failure> {
     };
     cuda::host_empty_cache().map_err(e)?;
     let base = (stat("num_host_alloc")?, stat("num_host_free")?);
-    let a = Tensor::empty_pinned(&[3 << 20], DType::U8).map_err(e)?;
+    let a = Tensor::empty_pinned([3 << 20], DType::U8).map_err(e)?;
     let p = a.data_ptr();
     drop(a);
-    let b = Tensor::empty_pinned(&[4 << 20], DType::U8).map_err(e)?;
+    let b = Tensor::empty_pinned([4 << 20], DType::U8).map_err(e)?;
     let (allocs, held) = (stat("num_host_alloc")? - base.0, stat("allocated_bytes.current")?);
     println!(
         "   pinned 3 MiB, freed, pinned 4 MiB: the same {} block (reused: {}), driver allocations: {allocs}",
@@ -232,10 +232,10 @@ pub fn pinned_memory() -> Result<Outcome, Failure> {
 /// Host → device speed from pinned and from pageable memory, by events.
 pub fn pinned_vs_pageable() -> Result<Outcome, Failure> {
     let bytes = copy_bytes();
-    let pageable = Tensor::zeros(&[bytes], DType::U8, Device::Cpu).map_err(e)?;
+    let pageable = Tensor::zeros([bytes], DType::U8, Device::Cpu).map_err(e)?;
     pageable.narrow(0, bytes - 4096, 4096).map_err(e)?.fill_(9u8).map_err(e)?;
     let pinned = pageable.pin_memory().map_err(e)?;
-    let dev = Tensor::empty(&[bytes], DType::U8, "cuda").map_err(e)?;
+    let dev = Tensor::empty([bytes], DType::U8, "cuda").map_err(e)?;
     let s = cuda::current_stream(None).map_err(e)?;
     let mut best = [f64::INFINITY; 2];
     for round in 0..4 {

@@ -1,5 +1,5 @@
 //! Elementwise ops: binary (with broadcasting and type promotion), their in-place forms,
-//! unary functions, and `where_`.
+//! unary functions, and `where_cond` (`torch.where`).
 
 use super::operand::{result_type, Operand};
 use crate::driver::kernel::{BinaryOp, DenseBinary, KernelOp, UnaryOp};
@@ -25,6 +25,17 @@ fn binary_dtypes(op: BinaryOp, common: DType) -> Result<(DType, DType)> {
         }
         op if op.is_comparison() => Ok((common, DType::Bool)),
         _ => Ok((common, common)),
+    }
+}
+
+/// The dtype a number operand is converted to: the promoted dtype, except in true division,
+/// which converts both operands to its floating compute dtype first (PyTorch: a `uint8` tensor
+/// of 15 divided by -3 is -5.0, not 15 / 253).
+fn number_dtype(op: BinaryOp, common: DType, compute: DType) -> DType {
+    if op == BinaryOp::Div {
+        compute
+    } else {
+        common
     }
 }
 
@@ -57,7 +68,14 @@ impl Tensor {
                     let (compute, out_dtype) = binary_dtypes(op, common)?;
                     let stream = current_of(d)?;
                     let out = Tensor::empty_on(self.shape(), out_dtype, d, &stream)?;
-                    self.launch_dense_rhs(&stream, op, compute, &out, (DevicePtr(0), common), Some(value))?;
+                    self.launch_dense_rhs(
+                        &stream,
+                        op,
+                        compute,
+                        &out,
+                        (DevicePtr(0), number_dtype(op, common, compute)),
+                        Some(value),
+                    )?;
                     Ok(out)
                 }
                 None => self.binary_general(op, other),
@@ -144,7 +162,8 @@ impl Tensor {
         let dst = out.buffer_view();
         if let Operand::Scalar(value) = other {
             // The number goes with the launch: no 0-dim tensor to make and fill first.
-            let k = KernelOp::BinaryScalar { op, lhs, value, rhs_dtype: common, dst, compute };
+            let rhs_dtype = number_dtype(op, common, compute);
+            let k = KernelOp::BinaryScalar { op, lhs, value, rhs_dtype, dst, compute };
             exec.run(&k, &[&a, &out])?;
             return Ok(out);
         }
@@ -176,7 +195,7 @@ impl Tensor {
             }
             Operand::Scalar(value) => {
                 if let Some(d) = self.dense_alone() {
-                    let rhs = (DevicePtr(0), common);
+                    let rhs = (DevicePtr(0), number_dtype(op, common, compute));
                     return self.launch_dense_rhs(&current_of(d)?, op, compute, self, rhs, Some(value));
                 }
             }
@@ -192,7 +211,8 @@ impl Tensor {
         }
         if let Operand::Scalar(value) = other {
             let (lhs, dst) = (self.buffer_view(), self.buffer_view());
-            return exec.run(&KernelOp::BinaryScalar { op, lhs, value, rhs_dtype: common, dst, compute }, &[self]);
+            let rhs_dtype = number_dtype(op, common, compute);
+            return exec.run(&KernelOp::BinaryScalar { op, lhs, value, rhs_dtype, dst, compute }, &[self]);
         }
         let b = materialize(&exec, other, common)?;
         let k = KernelOp::Binary {
@@ -371,9 +391,20 @@ impl Tensor {
         self.unary(UnaryOp::Gelu)
     }
 
-    /// `cond ? a : b` elementwise, all three broadcast (`torch.where(cond, a, b)`); `cond` must be
-    /// bool, the result has `result_type(a, b)`, and the op runs on `cond`'s device.
-    pub fn where_<'a, 'b>(cond: &Tensor, a: impl Into<Operand<'a>>, b: impl Into<Operand<'b>>) -> Result<Tensor> {
+    /// `cond ? a : b` elementwise, all three broadcast (`torch.where(cond, a, b)`, in PyTorch's
+    /// argument order; not named `where_`, which PyTorch's convention would read as in-place);
+    /// `a` and `b` are tensors or numbers. `cond` must be bool, the result has
+    /// `result_type(a, b)`, and the op runs on `cond`'s device.
+    ///
+    /// ```
+    /// use cudasem::{Device, Tensor};
+    /// # fn main() -> cudasem::Result<()> {
+    /// let x = Tensor::from_slice(&[-1.0f32, 2.0, -3.0], [3], Device::Cpu)?;
+    /// let y = Tensor::where_cond(&x.gt(0.0)?, &x, 0.0)?;
+    /// assert_eq!(y.to_vec::<f32>()?, [0.0, 2.0, 0.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn where_cond<'a, 'b>(cond: &Tensor, a: impl Into<Operand<'a>>, b: impl Into<Operand<'b>>) -> Result<Tensor> {
         let (a, b) = (a.into(), b.into());
         if cond.dtype() != DType::Bool {
             return Err(Error::DTypeMismatch { op: "where", expected: DType::Bool, found: cond.dtype() });

@@ -56,6 +56,18 @@ macro_rules! scalar_operand {
 
 scalar_operand!(bool, u8, i32, i64, f32, f64, f16, bf16);
 
+/// A Rust number that may stand on the right of a tensor operator (`&t * 2.0`, `&t + x` for an
+/// `f32` `x`): every type [`Scalar`] is made from. One generic operator impl over this trait
+/// (rather than one per type) lets a literal's type be inferred after the operator is chosen,
+/// so `(&t * 2.0).unwrap()` compiles.
+pub trait Number: Into<Scalar> + Copy {}
+
+macro_rules! number {
+    ($($t:ty),*) => {$( impl Number for $t {} )*};
+}
+
+number!(bool, u8, i32, i64, u32, usize, f32, f64, f16, bf16, Scalar);
+
 /// PyTorch's `torch.result_type` over several operands: dtypes are promoted within three
 /// categories — tensors with at least one dimension, 0-dim tensors, numbers — and a lower
 /// category only matters when it is of a higher kind (bool < integer < floating point):

@@ -1,4 +1,6 @@
-//! Reductions (`sum`, `mean`, `max`, `min`, `argmax`, `argmin`) and `softmax` / `log_softmax`.
+//! Reductions named as PyTorch names them — `sum`, `mean`, `amax` / `amin` (values over dims),
+//! `max` / `min` along one dim (values and indices), `max_all` / `min_all` (PyTorch's `t.max()`),
+//! `argmax`, `argmin` — and `softmax` / `log_softmax`.
 
 use crate::driver::kernel::{KernelOp, ReduceOp};
 use crate::dtype::DType;
@@ -8,16 +10,22 @@ use crate::tensor::layout::{normalize_dim, normalize_dims, Layout};
 use crate::tensor::Tensor;
 
 impl Tensor {
-    /// Reduces over normalized `dims` into `out_dtype`.
-    fn reduce(&self, op: ReduceOp, dims: Vec<usize>, keepdim: bool, out_dtype: DType) -> Result<Tensor> {
+    /// Reduces over normalized `dims` into `out_dtype`; `name` is the public op, for errors.
+    fn reduce(
+        &self,
+        name: &'static str,
+        op: ReduceOp,
+        dims: Vec<usize>,
+        keepdim: bool,
+        out_dtype: DType,
+    ) -> Result<Tensor> {
         let needs_elements = !matches!(op, ReduceOp::Sum | ReduceOp::Mean);
         if needs_elements && dims.iter().any(|&d| self.shape()[d] == 0) {
             return Err(Error::InvalidArgument {
-                op: op.name(),
+                op: name,
                 reason: format!(
-                    "cannot perform reduction function {} on a tensor with no elements (shape {:?}) because the \
+                    "cannot perform reduction function {name} on a tensor with no elements (shape {:?}) because the \
                      operation does not have an identity",
-                    op.name(),
                     self.shape()
                 ),
             });
@@ -41,7 +49,7 @@ impl Tensor {
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let dims = normalize_dims("sum", dims, self.dim())?;
         let out = if self.dtype().is_float() { self.dtype() } else { DType::I64 };
-        self.reduce(ReduceOp::Sum, dims, keepdim, out)
+        self.reduce("sum", ReduceOp::Sum, dims, keepdim, out)
     }
 
     /// The sum of all elements, a 0-dim tensor (`t.sum()`).
@@ -55,7 +63,7 @@ impl Tensor {
             return Err(Error::UnsupportedDType { op: "mean", dtype: self.dtype() });
         }
         let dims = normalize_dims("mean", dims, self.dim())?;
-        self.reduce(ReduceOp::Mean, dims, keepdim, self.dtype())
+        self.reduce("mean", ReduceOp::Mean, dims, keepdim, self.dtype())
     }
 
     /// The mean of all elements (`t.mean()`).
@@ -63,26 +71,70 @@ impl Tensor {
         self.mean(&[], false)
     }
 
-    /// The maximum over `dims` (empty: all) (`t.amax(dims, keepdim)`); NaN propagates.
-    pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        let dims = normalize_dims("max", dims, self.dim())?;
-        self.reduce(ReduceOp::Max, dims, keepdim, self.dtype())
-    }
-
-    /// The maximum of all elements (`t.max()`).
-    pub fn max_all(&self) -> Result<Tensor> {
-        self.max(&[], false)
+    /// The maximum over `dims` (empty: all), keeping them as size 1 if `keepdim`
+    /// (`t.amax(dims, keepdim)`); NaN propagates. Values only: see [`Tensor::max`] for indices.
+    pub fn amax(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let dims = normalize_dims("amax", dims, self.dim())?;
+        self.reduce("amax", ReduceOp::Max, dims, keepdim, self.dtype())
     }
 
     /// The minimum over `dims` (empty: all) (`t.amin(dims, keepdim)`); NaN propagates.
-    pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        let dims = normalize_dims("min", dims, self.dim())?;
-        self.reduce(ReduceOp::Min, dims, keepdim, self.dtype())
+    pub fn amin(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let dims = normalize_dims("amin", dims, self.dim())?;
+        self.reduce("amin", ReduceOp::Min, dims, keepdim, self.dtype())
     }
 
-    /// The minimum of all elements (`t.min()`).
+    /// The maximum of all elements, a 0-dim tensor (PyTorch's `t.max()`); NaN propagates.
+    pub fn max_all(&self) -> Result<Tensor> {
+        self.reduce("max", ReduceOp::Max, (0..self.dim()).collect(), false, self.dtype())
+    }
+
+    /// The minimum of all elements, a 0-dim tensor (PyTorch's `t.min()`).
     pub fn min_all(&self) -> Result<Tensor> {
-        self.min(&[], false)
+        self.reduce("min", ReduceOp::Min, (0..self.dim()).collect(), false, self.dtype())
+    }
+
+    /// `(values, indices)` of the maximum along `dim` (`torch.max(t, dim, keepdim)`): the values
+    /// in `self`'s dtype, the indices `I64`, pointing at the first maximum; a NaN counts as the
+    /// maximum and propagates.
+    ///
+    /// ```
+    /// use cudasem::{Device, Tensor};
+    /// # fn main() -> cudasem::Result<()> {
+    /// let t = Tensor::from_slice(&[1.0f32, 5.0, 5.0, 4.0, 2.0, 0.0], [2, 3], Device::Cpu)?;
+    /// let (values, indices) = t.max(1, false)?;
+    /// assert_eq!((values.to_vec::<f32>()?, indices.to_vec::<i64>()?), (vec![5.0, 4.0], vec![1, 0]));
+    /// # Ok(()) }
+    /// ```
+    pub fn max(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.extreme_along("max", ReduceOp::Max, ReduceOp::ArgMax, dim, keepdim)
+    }
+
+    /// `(values, indices)` of the minimum along `dim` (`torch.min(t, dim, keepdim)`); indices of
+    /// the first minimum, a NaN counts as the minimum.
+    pub fn min(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.extreme_along("min", ReduceOp::Min, ReduceOp::ArgMin, dim, keepdim)
+    }
+
+    /// The values (`value_op`) and first indices (`index_op`) of an extreme along `dim`: two
+    /// launches of the reduce kernel. Bool tensors are indexed as `U8` (PyTorch takes bool here,
+    /// though its `argmax` does not).
+    fn extreme_along(
+        &self,
+        name: &'static str,
+        value_op: ReduceOp,
+        index_op: ReduceOp,
+        dim: isize,
+        keepdim: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        let dims = normalize_dims(name, &[dim], self.dim())?;
+        let values = self.reduce(name, value_op, dims.clone(), keepdim, self.dtype())?;
+        let indices = if self.dtype().is_bool() {
+            self.to_dtype(DType::U8)?.reduce(name, index_op, dims, keepdim, DType::I64)?
+        } else {
+            self.reduce(name, index_op, dims, keepdim, DType::I64)?
+        };
+        Ok((values, indices))
     }
 
     fn arg(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
@@ -93,7 +145,7 @@ impl Tensor {
         if self.dtype().is_bool() {
             return Err(Error::UnsupportedDType { op: op.name(), dtype: DType::Bool });
         }
-        self.reduce(op, dims, keepdim, DType::I64)
+        self.reduce(op.name(), op, dims, keepdim, DType::I64)
     }
 
     /// The index of the first maximum along `dim` (`None`: of the flattened tensor), as `I64`

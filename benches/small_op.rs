@@ -78,7 +78,8 @@ struct Kernels {
 }
 
 fn err(e: cudarc::driver::DriverError) -> cudasem::Error {
-    cudasem::Error::Driver { op: "bench", code: format!("{e:?}"), message: String::new() }
+    let name = e.error_name().map_or_else(|_| format!("{:?}", e.0), |n| n.to_string_lossy().into_owned());
+    cudasem::Error::Driver { op: "bench", code: e.0 as i32, name, message: String::new() }
 }
 
 impl Kernels {
@@ -161,10 +162,10 @@ fn main() -> Result<()> {
                 "bare" => match &kernels {
                     Some(k) => k.launch(k.empty, std::ptr::null_mut())?,
                     None => {
-                        return Err(cudasem::Error::Driver {
-                            op: "bench",
-                            code: "no kernels".into(),
-                            message: "bare needs CUDASEM_DRIVER=cuda".into(),
+                        return Err(cudasem::Error::Unsupported {
+                            op: "bench bare",
+                            driver: "sim",
+                            reason: "bare needs CUDASEM_DRIVER=cuda".into(),
                         })
                     }
                 },

@@ -152,15 +152,28 @@ pub enum Error {
         /// The operation that was made to fail.
         op: &'static str,
     },
-    /// An error reported by the CUDA driver that no other variant describes.
-    #[error("CUDA driver error in {op}: {code} ({message})")]
+    /// An error reported by the CUDA driver (or NVRTC, cuBLASLt) that no other variant describes.
+    ///
+    /// `code` and `name` are the library's own (`CUresult`, `nvrtcResult`, `cublasStatus_t`), so
+    /// a program can match on them and look them up in NVIDIA's documentation.
+    #[error("CUDA error in {op}: {name} (code {code}): {message}")]
     Driver {
-        /// The driver call.
+        /// The driver call, e.g. `cuLaunchKernel`.
         op: &'static str,
-        /// The driver's error name, e.g. `CUDA_ERROR_LAUNCH_FAILED`.
-        code: String,
-        /// The driver's description.
+        /// The error's number, e.g. `719` for `CUDA_ERROR_LAUNCH_FAILED`.
+        code: i32,
+        /// The error's name, e.g. `CUDA_ERROR_LAUNCH_FAILED`.
+        name: String,
+        /// The library's description, or the compiler's log.
         message: String,
+    },
+    /// A broken internal invariant of cudasem: a bug, not a misuse.
+    #[error("internal error in {op}: {reason}; this is a bug in cudasem, please report it with the steps that led here")]
+    Internal {
+        /// Where it was found.
+        op: &'static str,
+        /// What was found broken.
+        reason: String,
     },
     /// Tensors of one op live on different devices (and peer access between the two CUDA
     /// devices is not enabled).
@@ -255,6 +268,43 @@ pub enum Error {
         /// What came first.
         reason: &'static str,
     },
+}
+
+impl Error {
+    /// An [`Error::Driver`] of a cuBLASLt status (`code`, `name`: its number and name).
+    pub(crate) fn blas(op: &'static str, code: i32, name: &str) -> Error {
+        Error::Driver { op, code, name: name.to_owned(), message: "cuBLASLt reported an error".to_owned() }
+    }
+}
+
+/// An error raised where it cannot be returned (in `Drop`: destroying an event, freeing memory or
+/// a pinned block), kept until a call that can return errors takes it (cudarc's `record_err`).
+///
+/// The first error is kept; later ones while it waits are dropped (the first is the cause).
+#[derive(Debug, Default)]
+pub(crate) struct Sticky(std::sync::Mutex<Option<Error>>);
+
+impl Sticky {
+    /// Keeps `e` unless an earlier error is still waiting.
+    pub(crate) fn record(&self, e: Error) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(e);
+    }
+
+    /// Keeps the error of `r`, if any.
+    pub(crate) fn record_result(&self, r: Result<()>) {
+        if let Err(e) = r {
+            self.record(e);
+        }
+    }
+
+    /// The waiting error, if any, which no longer waits.
+    pub(crate) fn take(&self) -> Result<()> {
+        match self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 fn device_mismatch_hint(lhs: crate::Device, rhs: crate::Device) -> String {

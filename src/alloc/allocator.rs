@@ -38,9 +38,9 @@ impl std::fmt::Debug for CachingAllocator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.lock();
         f.debug_struct("CachingAllocator")
-            .field("device", &s.device)
-            .field("settings", &s.settings)
-            .field("reserved", &s.reserved)
+            .field("device", &s.device())
+            .field("settings", s.settings())
+            .field("reserved", &s.reserved())
             .finish()
     }
 }
@@ -68,25 +68,24 @@ impl CachingAllocator {
     /// Turns deferred merges off or on (for tests comparing both; on by default).
     #[cfg(test)]
     pub(crate) fn set_defer_merges(&self, on: bool) {
-        let mut s = self.lock();
-        s.defer_merges = on;
+        self.lock().set_defer_merges(on);
     }
 
     /// Whether a free's merge is pending now (for tests of deferral).
     #[cfg(test)]
     pub(crate) fn has_deferred_merge(&self) -> bool {
-        self.lock_raw().deferred.is_some()
+        self.lock_raw().has_deferred_merge()
     }
 
     /// Mallocs served by a deferred block so far (for tests of deferral).
     #[cfg(test)]
     pub(crate) fn deferred_reuses(&self) -> usize {
-        self.lock_raw().deferred_reuses
+        self.lock_raw().deferred_reuses()
     }
 
     /// The device index.
     pub fn device(&self) -> usize {
-        self.lock().device
+        self.lock().device()
     }
 
     /// The memory the allocator draws from.
@@ -96,7 +95,7 @@ impl CachingAllocator {
 
     /// The settings in force.
     pub fn settings(&self) -> AllocatorSettings {
-        self.lock().settings.clone()
+        self.lock().settings().clone()
     }
 
     /// Changes the settings (like `torch.cuda.memory._set_allocator_settings`). Cached blocks
@@ -146,8 +145,7 @@ impl CachingAllocator {
 
     /// The size of the live block at `ptr` (after rounding), `None` when none starts there.
     pub fn block_size(&self, ptr: DevicePtr) -> Option<usize> {
-        let s = self.lock();
-        s.live.get(&ptr.0).map(|&id| s.blocks[id].size)
+        self.lock().block_size(ptr)
     }
 
     /// `empty_cache()`: waits for the device, then returns every fully free segment to the driver
@@ -158,7 +156,7 @@ impl CachingAllocator {
 
     /// `memory_stats()`: a copy of the statistics.
     pub fn memory_stats(&self) -> MemoryStats {
-        MemoryStats { s: self.lock().stats }
+        self.lock().memory_stats()
     }
 
     /// `memory_allocated()`: bytes of allocated blocks.
@@ -173,7 +171,7 @@ impl CachingAllocator {
 
     /// `memory_reserved()`: bytes held from the driver.
     pub fn memory_reserved(&self) -> usize {
-        self.lock().reserved
+        self.lock().reserved()
     }
 
     /// `max_memory_reserved()`: the peak of [`memory_reserved`](Self::memory_reserved).
@@ -183,12 +181,12 @@ impl CachingAllocator {
 
     /// `reset_peak_memory_stats()`: every peak becomes the current value.
     pub fn reset_peak_stats(&self) {
-        self.lock().stats.reset_peak();
+        self.lock().reset_peak_stats();
     }
 
     /// `reset_accumulated_memory_stats()`: the `allocated`/`freed` totals and the counters go to 0.
     pub fn reset_accumulated_stats(&self) {
-        self.lock().stats.reset_accumulated();
+        self.lock().reset_accumulated_stats();
     }
 
     /// `set_per_process_memory_fraction(fraction)`: the allocator holds at most
@@ -202,13 +200,13 @@ impl CachingAllocator {
             });
         }
         let (_, total) = self.memory.mem_info()?;
-        self.lock().fraction = Some((fraction, (fraction * total as f64) as usize));
+        self.lock().set_fraction(fraction, (fraction * total as f64) as usize);
         Ok(())
     }
 
     /// `get_per_process_memory_fraction()`: the fraction set, 1.0 when none.
     pub fn memory_fraction(&self) -> f64 {
-        self.lock().fraction.map_or(1.0, |(f, _)| f)
+        self.lock().fraction().unwrap_or(1.0)
     }
 
     /// `memory_snapshot()` / `memory._snapshot()`: every segment and block now, and the history.
@@ -219,17 +217,17 @@ impl CachingAllocator {
     /// `memory._record_memory_history(enabled, max_entries)`: records alloc, free, segment and
     /// OOM events in a ring of at most `max_entries`; turning it off clears the ring.
     pub fn record_history(&self, enabled: bool, max_entries: usize) {
-        self.lock().history.set(enabled, max_entries);
+        self.lock().set_history(enabled, max_entries);
     }
 
     /// Whether history is being recorded.
     pub fn is_recording_history(&self) -> bool {
-        self.lock().history.enabled()
+        self.lock().is_recording_history()
     }
 
     /// `memory_summary()`: a readable table of the statistics, like PyTorch's.
     pub fn memory_summary(&self) -> String {
         let s = self.lock();
-        memory_summary(s.device, &MemoryStats { s: s.stats })
+        memory_summary(s.device(), &s.memory_stats())
     }
 }

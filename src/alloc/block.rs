@@ -105,7 +105,7 @@ impl Block {
 
 /// All blocks, addressed by index; freed slots are reused.
 #[derive(Debug, Default)]
-pub(crate) struct Slab {
+struct Slab {
     blocks: Vec<Block>,
     vacant: Vec<BlockId>,
 }
@@ -136,12 +136,14 @@ impl Slab {
 
 impl std::ops::Index<BlockId> for Slab {
     type Output = Block;
+    #[inline]
     fn index(&self, id: BlockId) -> &Block {
         &self.blocks[id as usize]
     }
 }
 
 impl std::ops::IndexMut<BlockId> for Slab {
+    #[inline]
     fn index_mut(&mut self, id: BlockId) -> &mut Block {
         &mut self.blocks[id as usize]
     }
@@ -217,11 +219,11 @@ pub(crate) struct Found {
 
 /// A pool's free blocks.
 #[derive(Debug, Default)]
-pub(crate) struct BlockPool {
+struct BlockPool {
     /// Free, mapped blocks.
-    pub free: FreeList,
+    free: FreeList,
     /// Unmapped pieces of expandable segments.
-    pub unmapped: FreeList,
+    unmapped: FreeList,
 }
 
 /// A multiplicative hasher for addresses (512-aligned `u64`s): cheap, and it spreads the high
@@ -245,4 +247,158 @@ impl Hasher for AddrHasher {
 }
 
 /// Live (allocated) blocks by address.
-pub(crate) type LiveMap = HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>;
+type LiveMap = HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>;
+
+/// The block graph: every block (linked to its segment neighbours), the two pools' free lists
+/// and the live blocks by address, and the clock that stamps blocks as they become free.
+///
+/// A free block is in the free list of its pool (mapped) or its unmapped list, by its current
+/// size and address: change a block's size, address or stream only while it is out of them
+/// ([`Blocks::pool_remove`] first, [`Blocks::pool_insert`] after).
+#[derive(Debug, Default)]
+pub(crate) struct Blocks {
+    slab: Slab,
+    /// `[small, large]`.
+    pools: [BlockPool; 2],
+    live: LiveMap,
+    /// Cache lookups so far: the garbage collector's clock.
+    clock: u64,
+}
+
+impl Blocks {
+    /// A new block (in no list).
+    #[inline]
+    pub fn insert(&mut self, block: Block) -> BlockId {
+        self.slab.insert(block)
+    }
+
+    /// Drops a block that is in no list.
+    #[inline]
+    pub fn remove(&mut self, id: BlockId) {
+        self.slab.remove(id)
+    }
+
+    /// Every block.
+    pub fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
+        self.slab.iter()
+    }
+
+    /// Puts the free block `id` in its pool's free (mapped) or unmapped list.
+    #[inline]
+    pub fn pool_insert(&mut self, id: BlockId) {
+        let b = &self.slab[id];
+        let pool = &mut self.pools[b.pool.index()];
+        if b.mapped {
+            pool.free.insert(b, id);
+        } else {
+            pool.unmapped.insert(b, id);
+        }
+    }
+
+    /// Takes the free block `id` out of its list.
+    #[inline]
+    pub fn pool_remove(&mut self, id: BlockId) {
+        let b = &self.slab[id];
+        let pool = &mut self.pools[b.pool.index()];
+        if b.mapped {
+            pool.free.remove(b);
+        } else {
+            pool.unmapped.remove(b);
+        }
+    }
+
+    /// `pool`'s free, mapped blocks.
+    #[inline]
+    pub fn free_list(&self, pool: PoolKind) -> &FreeList {
+        &self.pools[pool.index()].free
+    }
+
+    /// `pool`'s unmapped pieces of expandable segments.
+    pub fn unmapped_list(&self, pool: PoolKind) -> &FreeList {
+        &self.pools[pool.index()].unmapped
+    }
+
+    /// Takes out of `pool`'s free list a block found by [`FreeList::best_fit`] (nothing changed
+    /// since).
+    #[inline]
+    pub fn take_found(&mut self, pool: PoolKind, found: Found) {
+        self.pools[pool.index()].free.take(found);
+    }
+
+    /// Merges the free block `src` into its neighbour `dst` (out of the lists); returns the
+    /// bytes gained (0: none).
+    pub fn try_merge(&mut self, dst: BlockId, src: BlockId) -> usize {
+        if src == NIL {
+            return 0;
+        }
+        let s = &self.slab[src];
+        if !s.is_available() || s.mapped != self.slab[dst].mapped {
+            return 0;
+        }
+        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
+        self.pool_remove(src);
+        let d = &mut self.slab[dst];
+        if d.prev == src {
+            d.addr = s_addr;
+            d.prev = s_prev;
+            d.size += s_size;
+            if s_prev != NIL {
+                self.slab[s_prev].next = dst;
+            }
+        } else {
+            d.next = s_next;
+            d.size += s_size;
+            if s_next != NIL {
+                self.slab[s_next].prev = dst;
+            }
+        }
+        self.slab.remove(src);
+        s_size
+    }
+
+    /// Marks the block `id` at `addr` live.
+    #[inline]
+    pub fn live_insert(&mut self, addr: u64, id: BlockId) {
+        self.live.insert(addr, id);
+    }
+
+    /// The live block at `addr`, which is no longer live.
+    #[inline]
+    pub fn live_remove(&mut self, addr: u64) -> Option<BlockId> {
+        self.live.remove(&addr)
+    }
+
+    /// The live block at `addr`.
+    #[inline]
+    pub fn live_get(&self, addr: u64) -> Option<BlockId> {
+        self.live.get(&addr).copied()
+    }
+
+    /// The clock now.
+    #[inline]
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Counts one cache lookup; the clock after it.
+    #[inline]
+    pub fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+}
+
+impl std::ops::Index<BlockId> for Blocks {
+    type Output = Block;
+    #[inline]
+    fn index(&self, id: BlockId) -> &Block {
+        &self.slab[id]
+    }
+}
+
+impl std::ops::IndexMut<BlockId> for Blocks {
+    #[inline]
+    fn index_mut(&mut self, id: BlockId) -> &mut Block {
+        &mut self.slab[id]
+    }
+}

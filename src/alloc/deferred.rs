@@ -11,110 +11,150 @@
 //! malloc of the same rounded size on the same stream, and the merged block is what best fit
 //! would choose, the split would give back exactly the block and the remainder as they are: so
 //! the block is handed out again as it stands. Any other call completes the merge first
-//! ([`State::settle`]), so every observer — statistics, snapshots, `empty_cache`, other sizes or
+//! ([`DeferredMerge::settle`]), so every observer — statistics, snapshots, `empty_cache`, other sizes or
 //! streams — sees PyTorch's state; only block ids (never shown) differ. A test runs random
 //! programs through allocators with and without deferral and compares every address, statistic
 //! and snapshot.
 
 use super::block::{BlockId, PoolKind, NIL};
+use super::cache::Cache;
 use super::history::TraceAction;
-use super::state::State;
 use super::stats::Metric;
 use crate::driver::{DevicePtr, StreamId};
 
 /// A freed block whose merge into the next block waits, and the allocator clock when it was
 /// freed (the merged block's garbage-collection stamp).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Deferred {
+struct Deferred {
     id: BlockId,
     stamp: u64,
 }
 
-impl State {
+/// The deferred merge of an allocator: at most one pending, and whether frees may defer.
+#[derive(Debug)]
+pub(crate) struct DeferredMerge {
+    /// A freed block whose merge into the free block after it waits for the next call; every
+    /// call but a malloc that reuses it completes the merge first.
+    pending: Option<Deferred>,
+    /// Whether frees may defer their merge (always, except in the tests that compare both ways).
+    enabled: bool,
+    /// Mallocs served by a deferred block (tests check that the path is taken).
+    #[cfg(test)]
+    reuses: usize,
+}
+
+impl Default for DeferredMerge {
+    fn default() -> DeferredMerge {
+        DeferredMerge {
+            pending: None,
+            enabled: true,
+            #[cfg(test)]
+            reuses: 0,
+        }
+    }
+}
+
+impl DeferredMerge {
+    /// Turns deferral off or on (for tests comparing both).
+    #[cfg(test)]
+    pub fn set_enabled(&mut self, on: bool) {
+        self.enabled = on;
+    }
+
+    /// Whether a merge is pending.
+    #[inline]
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Mallocs served by a deferred block so far.
+    #[cfg(test)]
+    pub fn reuses(&self) -> usize {
+        self.reuses
+    }
+
     /// Whether the free of `id` (no stream uses, just taken out of the live map) may defer its
     /// merge: an ordinary small-pool block whose only free neighbour is the one after it.
-    pub(super) fn can_defer(&self, id: BlockId) -> bool {
-        let b = &self.blocks[id];
-        if !self.defer_merges || b.pool != PoolKind::Small || b.is_expandable() || b.next == NIL {
+    #[inline]
+    pub fn can_defer(&self, c: &Cache, id: BlockId) -> bool {
+        let b = &c.blocks[id];
+        if !self.enabled || b.pool != PoolKind::Small || b.is_expandable() || b.next == NIL {
             return false;
         }
-        let next = &self.blocks[b.next];
+        let next = &c.blocks[b.next];
         let prev_merges = b.prev != NIL && {
-            let p = &self.blocks[b.prev];
+            let p = &c.blocks[b.prev];
             p.is_available() && p.mapped == b.mapped
         };
         next.is_available() && next.mapped == b.mapped && !prev_merges
     }
 
-    /// Frees `id` as [`State::free_block`] would, but for the merge with the next block.
-    pub(super) fn defer(&mut self, id: BlockId) {
-        let b = &self.blocks[id];
-        let next = &self.blocks[b.next];
+    /// Frees `id` as [`Cache::free_block`] would, but for the merge with the next block.
+    #[inline]
+    pub fn defer(&mut self, c: &mut Cache, id: BlockId) {
+        let b = &c.blocks[id];
+        let next = &c.blocks[b.next];
         let (size, requested, pool) = (b.size, b.requested, b.pool);
-        self.history.record(TraceAction::FreeCompleted, b.addr, requested, b.stream);
+        c.history.record(TraceAction::FreeCompleted, b.addr, requested, b.stream);
         // `free_block`'s accounting: the next block is subsumed, then the merged block counts
         // as an inactive split block if it is still split.
         let merged_split = b.prev != NIL || next.next != NIL;
         let merged = (size + next.size) as i64;
         let net = (merged_split as i64 - 1, if merged_split { merged } else { 0 } - next.size as i64);
-        self.blocks[id].requested = 0;
-        self.freed_stats(pool, false, net, size, requested);
-        self.deferred = Some(Deferred { id, stamp: self.clock });
+        c.blocks[id].requested = 0;
+        c.freed_stats(pool, false, net, size, requested);
+        self.pending = Some(Deferred { id, stamp: c.blocks.clock() });
     }
 
     /// Completes a deferred merge, if any: the state becomes PyTorch's.
     #[inline]
-    pub(crate) fn settle(&mut self) {
-        if let Some(Deferred { id, stamp }) = self.deferred.take() {
-            let next = self.blocks[id].next;
-            self.try_merge(id, next);
-            self.blocks[id].free_stamp = stamp;
-            self.pool_insert(id);
+    pub fn settle(&mut self, c: &mut Cache) {
+        if let Some(Deferred { id, stamp }) = self.pending.take() {
+            let next = c.blocks[id].next;
+            c.blocks.try_merge(id, next);
+            c.blocks[id].free_stamp = stamp;
+            c.blocks.pool_insert(id);
         }
     }
 
     /// A malloc of `size` bytes (rounded; `orig` asked for) on `stream` served by the deferred
-    /// block `d`, when best fit over the merged state would choose the merged block and split
-    /// this very block off it; `None` otherwise (nothing changed).
-    pub(super) fn reuse_deferred(
-        &mut self,
-        d: Deferred,
-        size: usize,
-        orig: usize,
-        stream: StreamId,
-    ) -> Option<DevicePtr> {
-        let b = &self.blocks[d.id];
+    /// block, when one is pending and best fit over the merged state would choose the merged
+    /// block and split this very block off it; `None` otherwise (nothing changed).
+    #[inline]
+    pub fn reuse(&mut self, c: &mut Cache, size: usize, orig: usize, stream: StreamId) -> Option<DevicePtr> {
+        let d = self.pending?;
+        let b = &c.blocks[d.id];
         if b.size != size || b.stream != stream {
             return None;
         }
         let next_id = b.next;
-        let next = &self.blocks[next_id];
+        let next = &c.blocks[next_id];
         let merged = (size + next.size, b.addr);
         // (Within a small segment the merged block is never oversize: `max_split_size` > 20 MiB.)
         // Best fit is the smallest (size, address) of at least `size` on the stream; the next
         // block's entry stands for the merged block.
-        let pool = &self.pools[PoolKind::Small.index()].free;
+        let pool = c.blocks.free_list(PoolKind::Small);
         let other = pool.at_least(b.stream, size).find(|&(_, id)| id != next_id);
-        if other.is_some_and(|(bytes, id)| (bytes, self.blocks[id].addr) < merged) {
+        if other.is_some_and(|(bytes, id)| (bytes, c.blocks[id].addr) < merged) {
             return None;
         }
         let merged_split = b.prev != NIL || next.next != NIL;
-        self.deferred = None;
+        self.pending = None;
         #[cfg(test)]
         {
-            self.deferred_reuses += 1;
+            self.reuses += 1;
         }
         // As `get_free_block` and `alloc_found_block` would: a lookup on the clock, the
         // remainder stamped, the split accounted.
-        self.clock += 1;
-        self.blocks[next_id].free_stamp = self.clock;
+        let clock = c.blocks.tick();
+        c.blocks[next_id].free_stamp = clock;
         if merged_split {
-            self.stats.decrease(Metric::InactiveSplitBytes, PoolKind::Small, size);
+            c.stats.decrease(Metric::InactiveSplitBytes, PoolKind::Small, size);
         } else {
-            self.stats.increase(Metric::InactiveSplit, PoolKind::Small, 1);
-            self.stats.increase(Metric::InactiveSplitBytes, PoolKind::Small, merged.0 - size);
+            c.stats.increase(Metric::InactiveSplit, PoolKind::Small, 1);
+            c.stats.increase(Metric::InactiveSplitBytes, PoolKind::Small, merged.0 - size);
         }
-        Some(self.hand_out(d.id, PoolKind::Small, orig))
+        Some(c.hand_out(d.id, PoolKind::Small, orig))
     }
 }
 

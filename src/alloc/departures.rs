@@ -37,13 +37,13 @@
 
 use super::block::{BlockId, PoolKind};
 use super::settings::{LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
-use super::state::State;
+use super::cache::Cache;
 use super::stats::Metric;
 use super::RawMemory;
 use crate::driver::StreamId;
 use crate::error::Result;
 
-impl State {
+impl Cache {
     /// The segment size to ask for first (the caller falls back to `alloc_size`, PyTorch's size,
     /// if this one cannot be had). May return cached segments to the driver (departure 3).
     pub(crate) fn preferred_segment_size(
@@ -56,7 +56,7 @@ impl State {
     ) -> Result<usize> {
         match pool {
             PoolKind::Small if size <= SMALL_SIZE => {
-                let held = self.stats.arrays[Metric::ReservedBytes as usize][1 + pool.index()].current.max(0) as usize;
+                let held = self.stats.pool_current(Metric::ReservedBytes, pool).max(0) as usize;
                 Ok((held / 4 / SMALL_BUFFER * SMALL_BUFFER).clamp(SMALL_BUFFER, LARGE_BUFFER))
             }
             PoolKind::Small => Ok(alloc_size),
@@ -66,7 +66,7 @@ impl State {
 
     /// Whole free segments (one block, not expandable) of `pool`, of any stream.
     fn whole_free_segments(&self, pool: PoolKind) -> impl Iterator<Item = BlockId> + '_ {
-        self.pools[pool.index()].free.ids().filter(|&id| {
+        self.blocks.free_list(pool).ids().filter(|&id| {
             let b = &self.blocks[id];
             !b.is_split() && !b.is_expandable()
         })
@@ -103,7 +103,8 @@ impl State {
     }
 
     /// The smallest wholly free segment of another stream that can serve `size` bytes and whose
-    /// owner stream is idle, handed over to `stream` (taken out of its pool), if any.
+    /// owner stream is idle, handed over to `stream` (taken out of its pool), if any. (Not with
+    /// expandable segments in use: the caller asks only without.)
     pub(crate) fn adopt_idle_segment(
         &mut self,
         mem: &dyn RawMemory,
@@ -111,9 +112,6 @@ impl State {
         stream: StreamId,
         size: usize,
     ) -> Option<BlockId> {
-        if self.expandable_active() {
-            return None;
-        }
         let (max_split, rounding) = (self.settings.max_split(), self.settings.max_non_split_rounding());
         let mut candidates: Vec<(usize, BlockId)> = self
             .whole_free_segments(pool)
@@ -137,7 +135,7 @@ impl State {
                 Err(_) => false,
             };
             if idle {
-                self.pool_remove(id);
+                self.blocks.pool_remove(id);
                 self.blocks[id].stream = stream;
                 return Some(id);
             }

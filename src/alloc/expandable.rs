@@ -2,36 +2,56 @@
 //! mapped on demand, so a segment grows instead of a new one being made and freed neighbours
 //! merge across what would have been segment borders.
 
-use super::block::{Block, BlockId, PoolKind, NIL};
+use super::block::{Block, BlockId, Blocks, PoolKind, NIL};
+use super::cache::Cache;
 use super::history::TraceAction;
 use super::settings::{LARGE_BUFFER, SMALL_BUFFER};
-use super::state::State;
-use super::stats::Metric;
+use super::stats::{Count, Metric};
 use super::RawMemory;
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
 
 /// A reserved virtual range.
 #[derive(Debug, Clone)]
-pub(crate) struct ExpandableSegment {
-    pub base: u64,
-    pub len: usize,
+struct ExpandableSegment {
+    base: u64,
+    len: usize,
     /// Mapping unit: 2 MiB (small pool) or 20 MiB (large pool), rounded up to the granularity.
-    pub page: usize,
+    page: usize,
+}
+
+/// An allocator's expandable segments: the memory's virtual-memory granularity and the reserved
+/// ranges, by the index their blocks name ([`Block::expandable`]).
+#[derive(Debug, Default)]
+pub(crate) struct ExpandableSegments {
+    /// Virtual-memory granularity, `None` when the memory has none.
+    granularity: Option<usize>,
+    segments: Vec<Option<ExpandableSegment>>,
 }
 
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to).saturating_mul(to)
 }
 
-impl State {
+impl ExpandableSegments {
+    /// Segments of a memory whose granularity is `granularity` (`None` or 0: it has none).
+    pub fn new(granularity: Option<usize>) -> ExpandableSegments {
+        ExpandableSegments { granularity: granularity.filter(|&g| g > 0), segments: Vec::new() }
+    }
+
+    /// Whether the memory supports them.
+    #[inline]
+    pub fn supported(&self) -> bool {
+        self.granularity.is_some()
+    }
+
     fn page_size(&self, pool: PoolKind) -> usize {
         let base = if pool == PoolKind::Small { SMALL_BUFFER } else { LARGE_BUFFER };
         round_up(base, self.granularity.unwrap_or(1))
     }
 
-    fn segment(&self, b: BlockId) -> &ExpandableSegment {
-        match self.expandable.get(self.blocks[b].expandable as usize) {
+    fn segment(&self, blocks: &Blocks, b: BlockId) -> &ExpandableSegment {
+        match self.segments.get(blocks[b].expandable as usize) {
             Some(Some(s)) => s,
             // A block names its segment for as long as it exists.
             _ => unreachable!("expandable block without a segment"),
@@ -39,36 +59,37 @@ impl State {
     }
 
     /// Serves a request of `size` bytes from mapped free memory plus newly mapped pages.
-    pub(crate) fn try_allocate_expandable(
+    pub fn try_allocate(
         &mut self,
         mem: &dyn RawMemory,
+        c: &mut Cache,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
     ) -> Result<Option<BlockId>> {
-        let Some(mut c) = self.find_expandable_block(mem, pool, stream, size)? else {
+        let Some(mut at) = self.find_expandable_block(mem, c, pool, stream, size)? else {
             return Ok(None);
         };
-        if !self.blocks[c].mapped {
-            let n = size.min(self.blocks[c].size);
-            if !self.map_block(mem, c, n)? {
+        if !c.blocks[at].mapped {
+            let n = size.min(c.blocks[at].size);
+            if !self.map_block(mem, c, at, n)? {
                 return Ok(None);
             }
         }
-        // Now `c` is free and mapped, followed by unmapped room: map until it is large enough.
-        while self.blocks[c].size < size {
-            let next = self.blocks[c].next;
-            if next == NIL || self.blocks[next].mapped || !self.blocks[next].is_available() {
+        // Now `at` is free and mapped, followed by unmapped room: map until it is large enough.
+        while c.blocks[at].size < size {
+            let next = c.blocks[at].next;
+            if next == NIL || c.blocks[next].mapped || !c.blocks[next].is_available() {
                 return Ok(None); // cannot happen: find_expandable_block checked the room
             }
-            let n = (size - self.blocks[c].size).min(self.blocks[next].size);
-            if !self.map_block(mem, next, n)? {
+            let n = (size - c.blocks[at].size).min(c.blocks[next].size);
+            if !self.map_block(mem, c, next, n)? {
                 return Ok(None);
             }
-            c = next;
+            at = next;
         }
-        self.pool_remove(c);
-        Ok(Some(c))
+        c.blocks.pool_remove(at);
+        Ok(Some(at))
     }
 
     /// The start of enough contiguous free or unmapped room on `stream`'s expandable segments
@@ -76,19 +97,20 @@ impl State {
     fn find_expandable_block(
         &mut self,
         mem: &dyn RawMemory,
+        c: &mut Cache,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
     ) -> Result<Option<BlockId>> {
         let candidates: Vec<BlockId> =
-            self.pools[pool.index()].unmapped.at_least(stream, 0).map(|(_, id)| id).collect();
+            c.blocks.unmapped_list(pool).at_least(stream, 0).map(|(_, id)| id).collect();
         for id in candidates {
-            let prev = self.blocks[id].prev;
-            let start = if prev != NIL && self.blocks[prev].is_available() { prev } else { id };
+            let prev = c.blocks[id].prev;
+            let start = if prev != NIL && c.blocks[prev].is_available() { prev } else { id };
             let (mut room, mut b) = (0usize, start);
-            while room < size && b != NIL && self.blocks[b].is_available() {
-                room += self.blocks[b].size;
-                b = self.blocks[b].next;
+            while room < size && b != NIL && c.blocks[b].is_available() {
+                room += c.blocks[b].size;
+                b = c.blocks[b].next;
             }
             if room >= size {
                 return Ok(Some(start));
@@ -106,31 +128,31 @@ impl State {
             Err(Error::OutOfMemory { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let index = match self.expandable.iter().position(Option::is_none) {
+        let index = match self.segments.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
-                self.expandable.push(None);
-                self.expandable.len() - 1
+                self.segments.push(None);
+                self.segments.len() - 1
             }
         };
-        self.expandable[index] = Some(ExpandableSegment { base: base.0, len, page });
+        self.segments[index] = Some(ExpandableSegment { base: base.0, len, page });
         let mut b = Block::new(base.0, len, stream, pool);
         b.mapped = false;
         b.expandable = index as u32;
-        let id = self.blocks.insert(b);
-        self.pool_insert(id);
+        let id = c.blocks.insert(b);
+        c.blocks.pool_insert(id);
         Ok(Some(id))
     }
 
     /// Maps the pages covering the first `size` bytes of the unmapped block `id` (one driver
     /// call per page, undone if one fails); the mapped part joins its free neighbours. Returns
     /// `false` when memory (or the memory fraction) ran out.
-    fn map_block(&mut self, mem: &dyn RawMemory, id: BlockId, size: usize) -> Result<bool> {
-        let page = self.segment(id).page;
-        let b = &self.blocks[id];
+    fn map_block(&self, mem: &dyn RawMemory, c: &mut Cache, id: BlockId, size: usize) -> Result<bool> {
+        let page = self.segment(&c.blocks, id).page;
+        let b = &c.blocks[id];
         let (addr, bsize, stream, pool, prev, next) = (b.addr, b.size, b.stream, b.pool, b.prev, b.next);
         let bytes = round_up(size, page).min(bsize);
-        if self.would_exceed_fraction(bytes) {
+        if c.would_exceed_fraction(bytes) {
             return Ok(false);
         }
         let mut done = 0;
@@ -148,48 +170,47 @@ impl State {
             }
             done += page;
         }
-        self.pool_remove(id);
-        let joins_prev = prev != NIL && self.blocks[prev].mapped;
-        let joins_next = bytes == bsize && next != NIL && self.blocks[next].mapped;
-        self.blocks[id].mapped = true;
+        c.blocks.pool_remove(id);
+        let joins_prev = prev != NIL && c.blocks[prev].mapped;
+        let joins_next = bytes == bsize && next != NIL && c.blocks[next].mapped;
+        c.blocks[id].mapped = true;
         if bytes < bsize {
             let mut rest = Block::new(addr + bytes as u64, bsize - bytes, stream, pool);
             rest.mapped = false;
-            rest.expandable = self.blocks[id].expandable;
+            rest.expandable = c.blocks[id].expandable;
             rest.prev = id;
             rest.next = next;
-            let rest_id = self.blocks.insert(rest);
+            let rest_id = c.blocks.insert(rest);
             if next != NIL {
-                self.blocks[next].prev = rest_id;
+                c.blocks[next].prev = rest_id;
             }
-            self.blocks[id].next = rest_id;
-            self.blocks[id].size = bytes;
-            self.pool_insert(rest_id);
+            c.blocks[id].next = rest_id;
+            c.blocks[id].size = bytes;
+            c.blocks.pool_insert(rest_id);
         }
-        self.try_merge(id, self.blocks[id].prev);
-        self.try_merge(id, self.blocks[id].next);
-        self.blocks[id].free_stamp = self.clock;
-        self.pool_insert(id);
-        self.reserved += bytes;
-        self.stats.increase(Metric::ReservedBytes, pool, bytes);
+        c.blocks.try_merge(id, c.blocks[id].prev);
+        c.blocks.try_merge(id, c.blocks[id].next);
+        c.blocks[id].free_stamp = c.blocks.clock();
+        c.blocks.pool_insert(id);
+        c.stats.increase(Metric::ReservedBytes, pool, bytes);
         // Beyond PyTorch: the `segment` statistic counts an expandable segment's contiguous mapped
         // ranges, which is what snapshots list as its segments (PyTorch leaves the statistic
         // alone here, so its statistics and snapshots disagree with expandable segments).
         match (joins_prev, joins_next) {
-            (false, false) => self.stats.increase(Metric::Segment, pool, 1),
-            (true, true) => self.stats.decrease(Metric::Segment, pool, 1),
+            (false, false) => c.stats.increase(Metric::Segment, pool, 1),
+            (true, true) => c.stats.decrease(Metric::Segment, pool, 1),
             _ => {}
         }
-        self.stats.num_device_alloc += 1;
-        self.history.record(TraceAction::SegmentMap, addr, bytes, stream);
+        c.stats.count(Count::DeviceAlloc);
+        c.history.record(TraceAction::SegmentMap, addr, bytes, stream);
         Ok(true)
     }
 
     /// Unmaps the whole pages inside the free mapped block `id`.
-    pub(crate) fn unmap_block(&mut self, mem: &dyn RawMemory, id: BlockId) -> Result<()> {
-        let seg = self.segment(id);
+    pub fn unmap_block(&self, mem: &dyn RawMemory, c: &mut Cache, id: BlockId) -> Result<()> {
+        let seg = self.segment(&c.blocks, id);
         let (base, page) = (seg.base, seg.page);
-        let b = &self.blocks[id];
+        let b = &c.blocks[id];
         let (addr, size, stream, pool, prev, next, stamp) =
             (b.addr, b.size, b.stream, b.pool, b.prev, b.next, b.free_stamp);
         let offset = (addr - base) as usize;
@@ -208,67 +229,66 @@ impl State {
             len += page;
         }
         if len > 0 {
-            self.pool_remove(id);
+            c.blocks.pool_remove(id);
             let before = (start - addr) as usize;
             let after = size - before - len;
-            let left_mapped = before > 0 || (prev != NIL && self.blocks[prev].mapped);
-            let right_mapped = after > 0 || (next != NIL && self.blocks[next].mapped);
-            let expandable = self.blocks[id].expandable;
-            let piece = |s: &mut State, at: u64, n: usize, p: BlockId, q: BlockId| {
+            let left_mapped = before > 0 || (prev != NIL && c.blocks[prev].mapped);
+            let right_mapped = after > 0 || (next != NIL && c.blocks[next].mapped);
+            let expandable = c.blocks[id].expandable;
+            let piece = |blocks: &mut Blocks, at: u64, n: usize, p: BlockId, q: BlockId| {
                 let mut f = Block::new(at, n, stream, pool);
                 f.expandable = expandable;
                 f.prev = p;
                 f.next = q;
                 f.free_stamp = stamp;
-                let fid = s.blocks.insert(f);
+                let fid = blocks.insert(f);
                 if p != NIL {
-                    s.blocks[p].next = fid;
+                    blocks[p].next = fid;
                 }
                 if q != NIL {
-                    s.blocks[q].prev = fid;
+                    blocks[q].prev = fid;
                 }
-                s.pool_insert(fid);
+                blocks.pool_insert(fid);
             };
             if before > 0 {
-                piece(self, addr, before, prev, id);
+                piece(&mut c.blocks, addr, before, prev, id);
             }
             if after > 0 {
-                piece(self, start + len as u64, after, id, next);
+                piece(&mut c.blocks, start + len as u64, after, id, next);
             }
-            let b = &mut self.blocks[id];
+            let b = &mut c.blocks[id];
             b.addr = start;
             b.size = len;
             b.mapped = false;
-            self.try_merge(id, self.blocks[id].prev);
-            self.try_merge(id, self.blocks[id].next);
-            self.pool_insert(id);
-            self.reserved -= len;
-            self.stats.decrease(Metric::ReservedBytes, pool, len);
+            c.blocks.try_merge(id, c.blocks[id].prev);
+            c.blocks.try_merge(id, c.blocks[id].next);
+            c.blocks.pool_insert(id);
+            c.stats.decrease(Metric::ReservedBytes, pool, len);
             match (left_mapped, right_mapped) {
-                (false, false) => self.stats.decrease(Metric::Segment, pool, 1),
-                (true, true) => self.stats.increase(Metric::Segment, pool, 1),
+                (false, false) => c.stats.decrease(Metric::Segment, pool, 1),
+                (true, true) => c.stats.increase(Metric::Segment, pool, 1),
                 _ => {}
             }
-            self.stats.num_device_free += 1;
-            self.history.record(TraceAction::SegmentUnmap, start, len, stream);
+            c.stats.count(Count::DeviceFree);
+            c.history.record(TraceAction::SegmentUnmap, start, len, stream);
         }
         failure.map_or(Ok(()), Err)
     }
 
     /// Releases the reservations of `pool`'s expandable segments that are wholly unmapped.
-    pub(crate) fn release_unmapped_segments(&mut self, mem: &dyn RawMemory, pool: PoolKind) -> Result<()> {
-        let empty: Vec<BlockId> = self.pools[pool.index()]
-            .unmapped
+    pub fn release_unmapped(&mut self, mem: &dyn RawMemory, c: &mut Cache, pool: PoolKind) -> Result<()> {
+        let empty: Vec<BlockId> = c.blocks
+            .unmapped_list(pool)
             .ids()
-            .filter(|&id| !self.blocks[id].is_split() && self.blocks[id].is_available())
+            .filter(|&id| !c.blocks[id].is_split() && c.blocks[id].is_available())
             .collect();
         for id in empty {
-            let index = self.blocks[id].expandable as usize;
-            let seg = self.segment(id);
+            let index = c.blocks[id].expandable as usize;
+            let seg = self.segment(&c.blocks, id);
             mem.vmm_release(DevicePtr(seg.base), seg.len)?;
-            self.pool_remove(id);
-            self.blocks.remove(id);
-            self.expandable[index] = None;
+            c.blocks.pool_remove(id);
+            c.blocks.remove(id);
+            self.segments[index] = None;
         }
         Ok(())
     }

@@ -41,6 +41,7 @@
 mod accounting;
 mod allocator;
 mod block;
+mod cache;
 mod deferred;
 mod departures;
 mod driver_memory;

@@ -6,7 +6,7 @@
 
 use super::block::{BlockId, PoolKind, NIL};
 use super::history::TraceEntry;
-use super::state::State;
+use super::cache::Cache;
 use super::stats::{MemoryStats, StatPool};
 use crate::driver::StreamId;
 use serde::{Serialize, Serializer};
@@ -265,9 +265,10 @@ impl Serialize for BlockInfo {
     }
 }
 
-impl State {
-    /// Every segment (every contiguous mapped range, for expandable segments) in address order.
-    pub(crate) fn snapshot(&self) -> Snapshot {
+impl Cache {
+    /// Every segment (every contiguous mapped range, for expandable segments) of `device` in
+    /// address order.
+    pub(crate) fn snapshot(&self, device: usize) -> Snapshot {
         let mut heads: Vec<(u64, BlockId)> = self
             .blocks
             .iter()
@@ -280,7 +281,7 @@ impl State {
             .map(|(address, head)| {
                 let h = &self.blocks[head];
                 let mut seg = SegmentInfo {
-                    device: self.device,
+                    device,
                     address,
                     total_size: 0,
                     allocated_size: 0,

@@ -122,19 +122,47 @@ const OVERSIZE_SEGMENTS: [&str; 4] =
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct DeviceStats {
     /// `arrays[metric][pool]`, pool 0 = all, 1 = small, 2 = large.
-    pub arrays: [[Stat; 3]; METRICS],
-    pub oversize_allocations: Stat,
-    pub oversize_segments: Stat,
-    pub num_alloc_retries: i64,
-    pub num_ooms: i64,
-    pub num_sync_all_streams: i64,
-    pub num_device_alloc: i64,
-    pub num_device_free: i64,
+    arrays: [[Stat; 3]; METRICS],
+    /// (Read by the summary table.)
+    pub(super) oversize_allocations: Stat,
+    pub(super) oversize_segments: Stat,
+    num_alloc_retries: i64,
+    num_ooms: i64,
+    num_sync_all_streams: i64,
+    num_device_alloc: i64,
+    num_device_free: i64,
     /// `max_split_size` in bytes, -1 when unset (as PyTorch reports `SIZE_MAX`).
-    pub max_split_size: i64,
+    max_split_size: i64,
+}
+
+/// The event counters of [`DeviceStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// A malloc retried after freeing cached memory (`num_alloc_retries`).
+    AllocRetry,
+    /// A malloc failed for lack of memory (`num_ooms`).
+    Oom,
+    /// The device was synchronized to free cached memory (`num_sync_all_streams`).
+    SyncAllStreams,
+    /// A segment was made or pages mapped (`num_device_alloc`).
+    DeviceAlloc,
+    /// A segment was freed or pages unmapped (`num_device_free`).
+    DeviceFree,
 }
 
 impl DeviceStats {
+    /// All zero, with the `max_split_size` of the settings in force.
+    pub fn new(max_split_size: Option<usize>) -> DeviceStats {
+        let mut s = DeviceStats::default();
+        s.set_max_split_size(max_split_size);
+        s
+    }
+
+    /// Records the `max_split_size` of new settings.
+    pub fn set_max_split_size(&mut self, max_split_size: Option<usize>) {
+        self.max_split_size = max_split_size.map_or(-1, |m| m as i64);
+    }
+
     #[inline]
     pub fn increase(&mut self, m: Metric, pool: PoolKind, n: usize) {
         let a = &mut self.arrays[m as usize];
@@ -149,8 +177,50 @@ impl DeviceStats {
         a[1 + pool.index()].decrease(n);
     }
 
+    /// The current value of `m` over both pools.
+    #[inline]
     pub fn get(&self, m: Metric) -> i64 {
         self.arrays[m as usize][0].current
+    }
+
+    /// The current value of `m` in `pool`.
+    pub fn pool_current(&self, m: Metric, pool: PoolKind) -> i64 {
+        self.arrays[m as usize][1 + pool.index()].current
+    }
+
+    /// Counts one event.
+    pub fn count(&mut self, c: Count) {
+        *match c {
+            Count::AllocRetry => &mut self.num_alloc_retries,
+            Count::Oom => &mut self.num_ooms,
+            Count::SyncAllStreams => &mut self.num_sync_all_streams,
+            Count::DeviceAlloc => &mut self.num_device_alloc,
+            Count::DeviceFree => &mut self.num_device_free,
+        } += 1;
+    }
+
+    /// An oversize block (at least `max_split_size`) was handed out (`true`) or freed.
+    #[inline]
+    pub fn oversize_allocation(&mut self, added: bool) {
+        if added {
+            self.oversize_allocations.increase(1);
+        } else {
+            self.oversize_allocations.decrease(1);
+        }
+    }
+
+    /// An oversize segment was made (`true`) or freed.
+    pub fn oversize_segment(&mut self, added: bool) {
+        if added {
+            self.oversize_segments.increase(1);
+        } else {
+            self.oversize_segments.decrease(1);
+        }
+    }
+
+    /// A copy of the statistics now.
+    pub fn snapshot(&self) -> MemoryStats {
+        MemoryStats { s: *self }
     }
 
     pub fn reset_peak(&mut self) {

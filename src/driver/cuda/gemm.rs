@@ -15,16 +15,18 @@
 //! algorithm given the real pointer alignments and a per-stream 32 MiB workspace.
 
 use super::codegen::{EwOp, MAXD};
-use super::launch::{addr, collapse, elementwise, unsupported, Ctx};
+use super::ctx::{addr, collapse, unsupported, Ctx};
+use super::elementwise::elementwise;
 use super::{driver_error, lock};
 use crate::driver::kernel::{BufferView, Dims};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use cudarc::cublaslt::result as ltr;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::result as cu;
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Bytes of cuBLASLt workspace per stream (what PyTorch gives Hopper).
 const WORKSPACE: usize = 32 << 20;
@@ -40,12 +42,9 @@ pub(super) struct Blas {
     handle: Mutex<Option<RawLt>>,
 }
 
-fn blas_error(op: &'static str, e: lt::cublasStatus_t) -> Error {
-    Error::Driver { op, code: format!("{e:?}"), message: "cuBLASLt reported an error".into() }
-}
-
-fn check(op: &'static str, s: lt::cublasStatus_t) -> Result<()> {
-    s.result().map_err(|e| blas_error(op, e.0))
+/// A cuBLASLt status as an [`Error::Driver`] of `op`, for `map_err`.
+fn blas_error(op: &'static str) -> impl Fn(ltr::CublasError) -> Error {
+    move |e| Error::blas(op, e.0 as i32, &format!("{:?}", e.0))
 }
 
 impl Blas {
@@ -57,33 +56,29 @@ impl Blas {
     pub(super) fn release(&self) {
         if let Some(h) = lock(&self.handle).take() {
             // SAFETY: made by `cublasLtCreate`, taken out of the slot, so destroyed once.
-            let _ = unsafe { lt::cublasLtDestroy(h.0) };
+            let _ = unsafe { ltr::destroy_handle(h.0) };
         }
+    }
+
+    /// The handle, made on first use, locked for the caller's enqueueing.
+    fn handle(&self) -> Result<LockedHandle<'_>> {
+        let mut slot = lock(&self.handle);
+        if slot.is_none() {
+            // A libcublasLt without a symbol cudarc loads makes the loader panic.
+            let created = std::panic::catch_unwind(|| ltr::create_handle().map_err(blas_error("cublasLtCreate")));
+            let h = created.unwrap_or_else(|_| Err(unsupported("libcublasLt lacks a symbol (CUDA 13 is needed)")))?;
+            *slot = Some(RawLt(h));
+        }
+        Ok(LockedHandle(slot))
     }
 }
 
-/// Destroys cuBLASLt descriptors when dropped.
-#[derive(Default)]
-struct Descs {
-    matmul: Option<lt::cublasLtMatmulDesc_t>,
-    pref: Option<lt::cublasLtMatmulPreference_t>,
-    layouts: Vec<lt::cublasLtMatrixLayout_t>,
-}
+/// The device's cuBLASLt handle, its slot held locked (and holding a handle).
+struct LockedHandle<'a>(MutexGuard<'a, Option<RawLt>>);
 
-impl Drop for Descs {
-    fn drop(&mut self) {
-        // SAFETY: each descriptor was created once by cuBLASLt and is destroyed once here.
-        unsafe {
-            if let Some(d) = self.matmul {
-                let _ = lt::cublasLtMatmulDescDestroy(d);
-            }
-            if let Some(p) = self.pref {
-                let _ = lt::cublasLtMatmulPreferenceDestroy(p);
-            }
-            for &l in &self.layouts {
-                let _ = lt::cublasLtMatrixLayoutDestroy(l);
-            }
-        }
+impl LockedHandle<'_> {
+    fn raw(&self) -> lt::cublasLtHandle_t {
+        self.0.map_or(std::ptr::null_mut(), |h| h.0)
     }
 }
 
@@ -134,7 +129,7 @@ impl Drop for Temp<'_> {
 }
 
 /// Queues `dst = lhs · rhs` (already validated; `dst` is not empty).
-pub(super) fn gemm(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<()> {
+pub(super) fn gemm(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<()> {
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     if k == 0 {
@@ -157,10 +152,10 @@ pub(super) fn gemm(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView
     let out_ok = colmajor(n, m, dst.strides[r - 1], dst.strides[r - 2]).is_some_and(|x| !x.0)
         || colmajor(m, n, dst.strides[r - 2], dst.strides[r - 1]).is_some_and(|x| !x.0);
     if out_ok {
-        return product(c, &a, &b, dst);
+        return product(c, blas, &a, &b, dst);
     }
     let (t, view) = Temp::new(c, dst)?;
-    product(c, &a, &b, &view)?;
+    product(c, blas, &a, &b, &view)?;
     elementwise(c, EwOp::Copy, dst, &[&view], 0, 0)?;
     drop(t);
     drop(temps);
@@ -182,7 +177,7 @@ fn types(dtype: DType) -> Result<(lt::cublasComputeType_t, lt::cudaDataType, lt:
 }
 
 /// The product with every operand readable by cuBLAS and a column-major-writable output.
-fn product(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<()> {
+fn product(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<()> {
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     let st = |v: &BufferView| (v.strides[r - 2], v.strides[r - 1]);
@@ -214,144 +209,218 @@ fn product(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Res
             "matrix products need cuBLASLt, but libcublasLt.so was not found by the dynamic loader",
         ));
     }
-    let (bases, strides) = ([addr(dst), addr(first), addr(second)], bstride);
+    let bases = [addr(dst), addr(first), addr(second)];
     let align = |i: usize| {
         let outer = (0..batch.n).map(|d| batch.st[i][d] as u64 * size);
         alignment(std::iter::once(bases[i]).chain(outer))
     };
     let workspace = c.gemm_workspace(WORKSPACE)?;
-    let mut slot = lock(&c.ops.blas.handle);
-    if slot.is_none() {
-        let created = std::panic::catch_unwind(|| {
-            let mut h = std::ptr::null_mut();
-            // SAFETY: `h` is a valid out-pointer.
-            check("cublasLtCreate", unsafe { lt::cublasLtCreate(&mut h) }).map(|_| h)
-        });
-        let h = created.unwrap_or_else(|_| Err(unsupported("libcublasLt lacks a symbol (CUDA 13 is needed)")))?;
-        *slot = Some(RawLt(h));
+    let handle = blas.handle()?;
+    let desc = MatmulDesc::new(compute, scale, [a_mat.0, b_mat.0])?;
+    let count = i32::try_from(count).map_err(|_| unsupported(format!("a batch of {count} matrices")))?;
+    let layouts = [
+        Layout::new(data, d_mat, count, bstride[0])?,
+        Layout::new(data, a_mat, count, bstride[1])?,
+        Layout::new(data, b_mat, count, bstride[2])?,
+    ];
+    let pref = Preference::new(WORKSPACE as u64, [align(1), align(2), align(0), align(0)])?;
+    let Some(heuristic) = heuristic(handle.raw(), &desc, &layouts, &pref)? else {
+        return Err(unsupported(format!("cuBLASLt has no algorithm for a {} product of {m}×{k} by {k}×{n}", dst.dtype)));
+    };
+    let plan = Plan {
+        handle: handle.raw(),
+        desc: &desc,
+        layouts: &layouts,
+        algo: &heuristic.algo,
+        f64_scale: scale == lt::cudaDataType::CUDA_R_64F,
+        workspace,
+        stream: c.stream,
+    };
+    // Outer batch dims: one launch per index.
+    let outer: i64 = (1..batch.n).map(|d| batch.shape[d]).product();
+    for o in 0..outer {
+        let (mut rem, mut off) = (o, [0i64; 3]);
+        for d in 1..batch.n {
+            let i = rem % batch.shape[d];
+            rem /= batch.shape[d];
+            for (x, s) in off.iter_mut().zip(0..3) {
+                *x += i * batch.st[s][d];
+            }
+        }
+        let ptr = |i: usize| bases[i] + (off[i] as u64) * size;
+        plan.matmul(ptr(0), ptr(1), ptr(2))?;
     }
-    let handle = slot.map(|h| h.0).unwrap_or(std::ptr::null_mut());
-    let mut descs = Descs::default();
-    // SAFETY: every descriptor is created in this block, used only while `descs` lives and destroyed by its `Drop`; attribute buffers are live locals of the size passed; the handle is live and locked; the matrices are live device memory of the stream's device (the launch contract) described by the layouts, the workspace is this stream's, and the device's context is current.
-    unsafe {
-        let mut desc = std::ptr::null_mut();
-        check("cublasLtMatmulDescCreate", lt::cublasLtMatmulDescCreate(&mut desc, compute, scale))?;
-        descs.matmul = Some(desc);
-        for (attr, trans) in [
-            (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, a_mat.0),
-            (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, b_mat.0),
-        ] {
-            let op: i32 = trans as i32; // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1
-            check(
-                "cublasLtMatmulDescSetAttribute",
-                lt::cublasLtMatmulDescSetAttribute(desc, attr, (&op as *const i32).cast(), 4),
-            )?;
+    drop(handle);
+    Ok(())
+}
+
+/// A cuBLASLt matmul descriptor with the operands' transposes set, destroyed on drop.
+struct MatmulDesc(lt::cublasLtMatmulDesc_t);
+
+impl MatmulDesc {
+    /// `trans`: whether A and B are read transposed.
+    fn new(compute: lt::cublasComputeType_t, scale: lt::cudaDataType, trans: [bool; 2]) -> Result<MatmulDesc> {
+        let desc = MatmulDesc(ltr::create_matmul_desc(compute, scale).map_err(blas_error("cublasLtMatmulDescCreate"))?);
+        use lt::cublasLtMatmulDescAttributes_t::*;
+        for (attr, t) in [(CUBLASLT_MATMUL_DESC_TRANSA, trans[0]), (CUBLASLT_MATMUL_DESC_TRANSB, trans[1])] {
+            let op = t as i32; // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1
+            // SAFETY:
+            // - `desc.0` is live: made above, destroyed only when `desc` drops;
+            // - the buffer is a live `i32`, the 4 bytes passed.
+            unsafe { ltr::set_matmul_desc_attribute(desc.0, attr, (&op as *const i32).cast(), 4) }
+                .map_err(blas_error("cublasLtMatmulDescSetAttribute"))?;
         }
-        let mut layout = |mat: (bool, u64, u64, i64), bs: i64| -> Result<lt::cublasLtMatrixLayout_t> {
-            let mut l = std::ptr::null_mut();
-            check("cublasLtMatrixLayoutCreate", lt::cublasLtMatrixLayoutCreate(&mut l, data, mat.1, mat.2, mat.3))?;
-            descs.layouts.push(l);
-            let cnt = count as i32;
-            use lt::cublasLtMatrixLayoutAttribute_t::*;
-            check(
-                "cublasLtMatrixLayoutSetAttribute",
-                lt::cublasLtMatrixLayoutSetAttribute(
-                    l,
-                    CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                    (&cnt as *const i32).cast(),
-                    4,
-                ),
-            )?;
-            check(
-                "cublasLtMatrixLayoutSetAttribute",
-                lt::cublasLtMatrixLayoutSetAttribute(
-                    l,
-                    CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                    (&bs as *const i64).cast(),
-                    8,
-                ),
-            )?;
-            Ok(l)
-        };
-        let (dl, al, bl) = (layout(d_mat, strides[0])?, layout(a_mat, strides[1])?, layout(b_mat, strides[2])?);
-        let mut pref = std::ptr::null_mut();
-        check("cublasLtMatmulPreferenceCreate", lt::cublasLtMatmulPreferenceCreate(&mut pref))?;
-        descs.pref = Some(pref);
+        Ok(desc)
+    }
+}
+
+impl Drop for MatmulDesc {
+    fn drop(&mut self) {
+        // SAFETY: made by `cublasLtMatmulDescCreate`, owned by `self`, destroyed once here.
+        let _ = unsafe { ltr::destroy_matmul_desc(self.0) };
+    }
+}
+
+/// A cuBLASLt matrix layout (one operand, strided batch), destroyed on drop.
+struct Layout(lt::cublasLtMatrixLayout_t);
+
+impl Layout {
+    /// The column-major matrix `(transposed, rows, cols, ld)` of `data`, `count` of them
+    /// `batch_stride` elements apart.
+    fn new(data: lt::cudaDataType, mat: (bool, u64, u64, i64), count: i32, batch_stride: i64) -> Result<Layout> {
+        let op = "cublasLtMatrixLayoutSetAttribute";
+        let l = Layout(ltr::create_matrix_layout(data, mat.1, mat.2, mat.3).map_err(blas_error("cublasLtMatrixLayoutCreate"))?);
+        use lt::cublasLtMatrixLayoutAttribute_t::*;
+        // SAFETY:
+        // - `l.0` is live: made above, destroyed only when `l` drops;
+        // - the buffer is a live `i32`, the 4 bytes passed.
+        unsafe { ltr::set_matrix_layout_attribute(l.0, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (&count as *const i32).cast(), 4) }
+            .map_err(blas_error(op))?;
+        let attr = CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET;
+        // SAFETY:
+        // - `l.0` is live: made above, destroyed only when `l` drops;
+        // - the buffer is a live `i64`, the 8 bytes passed.
+        unsafe { ltr::set_matrix_layout_attribute(l.0, attr, (&batch_stride as *const i64).cast(), 8) }
+            .map_err(blas_error(op))?;
+        Ok(l)
+    }
+}
+
+impl Drop for Layout {
+    fn drop(&mut self) {
+        // SAFETY: made by `cublasLtMatrixLayoutCreate`, owned by `self`, destroyed once here.
+        let _ = unsafe { ltr::destroy_matrix_layout(self.0) };
+    }
+}
+
+/// cuBLASLt's algorithm search preferences, destroyed on drop.
+struct Preference(lt::cublasLtMatmulPreference_t);
+
+impl Preference {
+    /// At most `workspace` bytes of workspace; `align`: the alignment in bytes of A, B, C and D.
+    fn new(workspace: u64, align: [u32; 4]) -> Result<Preference> {
+        let op = "cublasLtMatmulPreferenceSetAttribute";
+        let p = Preference(ltr::create_matmul_pref().map_err(blas_error("cublasLtMatmulPreferenceCreate"))?);
         use lt::cublasLtMatmulPreferenceAttributes_t::*;
-        let ws = WORKSPACE as u64;
-        check(
-            "cublasLtMatmulPreferenceSetAttribute",
-            lt::cublasLtMatmulPreferenceSetAttribute(
-                pref,
-                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                (&ws as *const u64).cast(),
-                8,
-            ),
-        )?;
-        for (attr, i) in [
-            (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, 1),
-            (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, 2),
-            (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, 0),
-            (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, 0),
-        ] {
-            let v: u32 = align(i);
-            check(
-                "cublasLtMatmulPreferenceSetAttribute",
-                lt::cublasLtMatmulPreferenceSetAttribute(pref, attr, (&v as *const u32).cast(), 4),
-            )?;
+        let attr = CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
+        // SAFETY:
+        // - `p.0` is live: made above, destroyed only when `p` drops;
+        // - the buffer is a live `u64`, the 8 bytes passed.
+        unsafe { ltr::set_matmul_pref_attribute(p.0, attr, (&workspace as *const u64).cast(), 8) }
+            .map_err(blas_error(op))?;
+        let attrs = [
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        ];
+        for (attr, v) in attrs.into_iter().zip(align) {
+            // SAFETY:
+            // - `p.0` is live: made above, destroyed only when `p` drops;
+            // - the buffer is a live `u32`, the 4 bytes passed.
+            unsafe { ltr::set_matmul_pref_attribute(p.0, attr, (&v as *const u32).cast(), 4) }
+                .map_err(blas_error(op))?;
         }
-        let mut heuristic: lt::cublasLtMatmulHeuristicResult_t = std::mem::zeroed();
-        let mut found = 0;
-        check(
-            "cublasLtMatmulAlgoGetHeuristic",
-            lt::cublasLtMatmulAlgoGetHeuristic(handle, desc, al, bl, dl, dl, pref, 1, &mut heuristic, &mut found),
-        )?;
-        if found == 0 {
-            return Err(unsupported(format!(
-                "cuBLASLt has no algorithm for a {} product of {m}×{k} by {k}×{n}",
-                dst.dtype
-            )));
-        }
+        Ok(p)
+    }
+}
+
+impl Drop for Preference {
+    fn drop(&mut self) {
+        // SAFETY: made by `cublasLtMatmulPreferenceCreate`, owned by `self`, destroyed once here.
+        let _ = unsafe { ltr::destroy_matmul_pref(self.0) };
+    }
+}
+
+/// cuBLASLt's best algorithm for `D = A·B` (`layouts`: D, A, B; C is D), `None` when it has none.
+fn heuristic(
+    handle: lt::cublasLtHandle_t,
+    desc: &MatmulDesc,
+    layouts: &[Layout; 3],
+    pref: &Preference,
+) -> Result<Option<lt::cublasLtMatmulHeuristicResult_t>> {
+    let [d, a, b] = layouts;
+    // SAFETY:
+    // - the handle is live and locked by the caller;
+    // - the descriptors are live for the call (borrowed from their owners).
+    match unsafe { ltr::get_matmul_algo_heuristic(handle, desc.0, a.0, b.0, d.0, d.0, pref.0) } {
+        Ok(h) => Ok(Some(h)),
+        Err(ltr::CublasError(lt::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED)) => Ok(None),
+        Err(e) => Err(blas_error("cublasLtMatmulAlgoGetHeuristic")(e)),
+    }
+}
+
+/// Everything one `cublasLtMatmul` call of a product takes but the matrices' addresses.
+struct Plan<'a> {
+    handle: lt::cublasLtHandle_t,
+    desc: &'a MatmulDesc,
+    /// D, A, B.
+    layouts: &'a [Layout; 3],
+    algo: &'a lt::cublasLtMatmulAlgo_t,
+    /// Whether alpha and beta are `f64` (else `f32`).
+    f64_scale: bool,
+    /// [`WORKSPACE`] bytes of this stream's device memory.
+    workspace: u64,
+    stream: cudarc::driver::sys::CUstream,
+}
+
+impl Plan<'_> {
+    /// Queues `D = A·B` for the matrices at `d`, `a` and `b` (C is D, with beta 0).
+    fn matmul(&self, d: u64, a: u64, b: u64) -> Result<()> {
         let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
-        let (alpha, beta): (*const c_void, *const c_void) = if scale == lt::cudaDataType::CUDA_R_64F {
+        let (alpha, beta): (*const c_void, *const c_void) = if self.f64_scale {
             ((&one64 as *const f64).cast(), (&zero64 as *const f64).cast())
         } else {
             ((&one32 as *const f32).cast(), (&zero32 as *const f32).cast())
         };
-        // Outer batch dims: one launch per index.
-        let outer: i64 = (1..batch.n).map(|d| batch.shape[d]).product();
-        for o in 0..outer {
-            let (mut rem, mut off) = (o, [0i64; 3]);
-            for d in 1..batch.n {
-                let i = rem % batch.shape[d];
-                rem /= batch.shape[d];
-                for (x, s) in off.iter_mut().zip(0..3) {
-                    *x += i * batch.st[s][d];
-                }
-            }
-            let ptr = |i: usize| bases[i] + (off[i] as u64) * size;
-            check(
-                "cublasLtMatmul",
-                lt::cublasLtMatmul(
-                    handle,
-                    desc,
-                    alpha,
-                    ptr(1) as *const c_void,
-                    al,
-                    ptr(2) as *const c_void,
-                    bl,
-                    beta,
-                    ptr(0) as *const c_void,
-                    dl,
-                    ptr(0) as *mut c_void,
-                    dl,
-                    &heuristic.algo,
-                    workspace as *mut c_void,
-                    WORKSPACE,
-                    c.stream as lt::cudaStream_t,
-                ),
-            )?;
+        let [dl, al, bl] = self.layouts;
+        // SAFETY:
+        // - the handle (live, locked by the caller), descriptor, layouts and algorithm outlive the call;
+        // - `a`, `b`, `d` are live device memory of the stream's device, as the layouts describe
+        //   (the launch contract: validated views);
+        // - alpha and beta point at live scalars of the descriptor's scale type;
+        // - the workspace is this stream's, of the size passed, used in stream order only;
+        // - the device's context is current and the stream is live.
+        unsafe {
+            ltr::matmul(
+                self.handle,
+                self.desc.0,
+                alpha,
+                beta,
+                a as *const c_void,
+                al.0,
+                b as *const c_void,
+                bl.0,
+                d as *const c_void,
+                dl.0,
+                d as *mut c_void,
+                dl.0,
+                self.algo,
+                self.workspace as *mut c_void,
+                WORKSPACE,
+                self.stream as lt::cudaStream_t,
+            )
         }
+        .map_err(blas_error("cublasLtMatmul"))
     }
-    Ok(())
 }

@@ -110,7 +110,7 @@ fn compile_error(e: CompileError) -> Error {
     };
     let message =
         if message.is_empty() { "NVRTC failed while building the delay spin kernel".to_owned() } else { message };
-    Error::Driver { op, code: format!("{:?}", code.0), message }
+    Error::Driver { op, code: code.0 as i32, name: format!("{:?}", code.0), message }
 }
 
 fn load_error(e: DriverError) -> Error {

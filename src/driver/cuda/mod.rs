@@ -68,6 +68,8 @@ macro_rules! raw_handle {
 // Declared after `raw_handle!` so that they can use it.
 pub mod backends;
 mod codegen;
+mod ctx;
+mod elementwise;
 mod gemm;
 mod host;
 #[cfg(test)]
@@ -82,7 +84,7 @@ mod tests;
 mod vmm;
 
 #[doc(hidden)]
-pub use launch::set_tuning;
+pub use ctx::set_tuning;
 
 raw_handle!(
     /// A retained primary context (`CUcontext`).
@@ -319,10 +321,11 @@ fn describe(e: DriverError) -> String {
     format!("{code} ({message})")
 }
 
-/// Maps a driver error that no more specific [`Error`] variant describes.
+/// Maps a driver error that no more specific [`Error`] variant describes: its number, name and
+/// description.
 fn driver_error(op: &'static str, e: DriverError) -> Error {
-    let (code, message) = names(e);
-    Error::Driver { op, code, message }
+    let (name, message) = names(e);
+    Error::Driver { op, code: e.0 as i32, name, message }
 }
 
 /// [`Error::OutOfMemory`] for `requested` bytes on `device`, whose context is current.

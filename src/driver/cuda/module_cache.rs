@@ -259,55 +259,83 @@ fn store(file: &std::path::Path, hash: u128, bytes: &[u8]) {
     }
 }
 
+/// An NVRTC program, destroyed when dropped: on every path out of [`compile`], errors and
+/// panics included.
+struct Program(nvsys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: made by `nvrtcCreateProgram`, owned by `self`, destroyed once here.
+        let _ = unsafe { nv::destroy_program(self.0) };
+    }
+}
+
+/// An NVRTC failure: the call, the result and the compiler's log (empty when there is none).
+type NvrtcFailure = (&'static str, nv::NvrtcError, String);
+
+impl Program {
+    fn new(src: &CString) -> std::result::Result<Program, NvrtcFailure> {
+        nv::create_program(src, Some(c"cudasem.cu")).map(Program).map_err(|e| ("nvrtcCreateProgram", e, String::new()))
+    }
+
+    /// Compiles the program; the error carries the compiler's log.
+    fn compile(&self, options: &[String]) -> std::result::Result<(), NvrtcFailure> {
+        // SAFETY: `self.0` is live (owned by `self`).
+        let compiled = unsafe { nv::compile_program(self.0, options) };
+        compiled.map_err(|e| {
+            // SAFETY: `self.0` is live.
+            let log = unsafe { nv::get_program_log(self.0) }.unwrap_or_default();
+            let log: Vec<u8> = log.into_iter().map(|c| c as u8).take_while(|&c| c != 0).collect();
+            ("nvrtcCompileProgram", e, String::from_utf8_lossy(&log).into_owned())
+        })
+    }
+
+    /// The compiled CUBIN.
+    fn cubin(&self) -> std::result::Result<Vec<u8>, NvrtcFailure> {
+        let mut size = 0usize;
+        // SAFETY: `self.0` is live and compiled; `size` is a valid out-pointer.
+        unsafe { nvsys::nvrtcGetCUBINSize(self.0, &mut size) }
+            .result()
+            .map_err(|e| ("nvrtcGetCUBINSize", e, String::new()))?;
+        let mut bytes = vec![0u8; size];
+        // SAFETY: `bytes` has the `size` bytes NVRTC writes; `self.0` is live and compiled.
+        unsafe { nvsys::nvrtcGetCUBIN(self.0, bytes.as_mut_ptr().cast()) }
+            .result()
+            .map(|_| bytes)
+            .map_err(|e| ("nvrtcGetCUBIN", e, String::new()))
+    }
+
+    /// The compiled PTX, NUL-terminated.
+    fn ptx(&self) -> std::result::Result<Vec<u8>, NvrtcFailure> {
+        // SAFETY: `self.0` is live and compiled.
+        let ptx = unsafe { nv::get_ptx(self.0) }.map_err(|e| ("nvrtcGetPTX", e, String::new()))?;
+        let mut v: Vec<u8> = ptx.into_iter().map(|c| c as u8).collect();
+        if v.last() != Some(&0) {
+            v.push(0);
+        }
+        Ok(v)
+    }
+}
+
 /// Compiles `src` with NVRTC; CUBIN or NUL-terminated PTX.
 fn compile(src: &str, options: &[String], cubin: bool) -> Result<Vec<u8>> {
     COMPILES.fetch_add(1, Ordering::SeqCst);
     let csrc = CString::new(src).map_err(|_| unsupported("a generated kernel source holds a NUL byte"))?;
-    let run = || -> std::result::Result<Vec<u8>, (&'static str, nv::NvrtcError, String)> {
-        let prog =
-            nv::create_program(&csrc, Some(c"cudasem.cu")).map_err(|e| ("nvrtcCreateProgram", e, String::new()))?;
-        // SAFETY: `prog` was just created and is destroyed once, below.
-        let compiled = unsafe { nv::compile_program(prog, options) };
-        let out = match compiled {
-            Err(e) => {
-                // SAFETY: `prog` is live.
-                let log = unsafe { nv::get_program_log(prog) }.unwrap_or_default();
-                let log: Vec<u8> = log.into_iter().map(|c| c as u8).take_while(|&c| c != 0).collect();
-                Err(("nvrtcCompileProgram", e, String::from_utf8_lossy(&log).into_owned()))
-            }
-            Ok(()) if cubin => {
-                let mut size = 0usize;
-                // SAFETY: `prog` is live and compiled; `size` is a valid out-pointer.
-                unsafe { nvsys::nvrtcGetCUBINSize(prog, &mut size) }
-                    .result()
-                    .map_err(|e| ("nvrtcGetCUBINSize", e, String::new()))?;
-                let mut bytes = vec![0u8; size];
-                // SAFETY: `bytes` has the `size` bytes NVRTC writes.
-                unsafe { nvsys::nvrtcGetCUBIN(prog, bytes.as_mut_ptr().cast()) }
-                    .result()
-                    .map(|_| bytes)
-                    .map_err(|e| ("nvrtcGetCUBIN", e, String::new()))
-            }
-            Ok(()) => {
-                // SAFETY: `prog` is live and compiled.
-                unsafe { nv::get_ptx(prog) }
-                    .map(|p| {
-                        let mut v: Vec<u8> = p.into_iter().map(|c| c as u8).collect();
-                        if v.last() != Some(&0) {
-                            v.push(0);
-                        }
-                        v
-                    })
-                    .map_err(|e| ("nvrtcGetPTX", e, String::new()))
-            }
-        };
-        // SAFETY: created above and not destroyed before.
-        let _ = unsafe { nv::destroy_program(prog) };
-        out
+    let run = || -> std::result::Result<Vec<u8>, NvrtcFailure> {
+        let prog = Program::new(&csrc)?;
+        prog.compile(options)?;
+        if cubin {
+            prog.cubin()
+        } else {
+            prog.ptx()
+        }
     };
     match std::panic::catch_unwind(run) {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err((op, e, log))) => Err(Error::Driver { op, code: format!("{:?}", e.0), message: log.trim().to_owned() }),
+        Ok(Err((op, e, log))) => {
+            let message = if log.trim().is_empty() { "NVRTC gave no log".to_owned() } else { log.trim().to_owned() };
+            Err(Error::Driver { op, code: e.0 as i32, name: format!("{:?}", e.0), message })
+        }
         Err(_) => Err(unsupported("NVRTC panicked while compiling a tensor kernel (is libnvrtc older than CUDA 13?)")),
     }
 }

@@ -17,7 +17,7 @@
 //! deterministic: every combination order is fixed), integers in wrapping `i64`.
 
 use super::codegen::{Entry, KernelId, ModuleKey, MAXD};
-use super::launch::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
+use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::driver::kernel::{BufferView, ReduceOp};
 use crate::error::Result;
 

@@ -105,8 +105,9 @@ impl SimDriver {
     fn register_stream(&self, id: StreamId, device: usize) -> Result<Arc<SimStream>> {
         let s = Arc::new(SimStream::spawn(device, id.0).map_err(|e| Error::Driver {
             op: "create_stream",
-            code: "SIM_THREAD_SPAWN".into(),
-            message: e.to_string(),
+            code: e.raw_os_error().unwrap_or(-1),
+            name: "SIM_THREAD_SPAWN".into(),
+            message: format!("the simulated stream's worker thread could not start: {e}"),
         })?);
         lock(&self.dev(device)?.streams).push(s.clone());
         self.streams.write().unwrap_or_else(|e| e.into_inner()).insert(id.0, s.clone());

@@ -1,0 +1,212 @@
+//! Elementwise kernels on the CUDA driver (fill, cast, copy, unary, binary, where).
+//!
+//! Elementwise ops collapse the dimensions their operands agree on (innermost first, size-1 dims
+//! dropped). When the output is then one dense run and every input is either the same dense run
+//! or a single broadcast element, the *fast* kernel runs: a grid-stride loop over 16-byte
+//! vectors when every dense operand is aligned, one element at a time otherwise. Any other
+//! layout runs the *strided* kernel, which takes the collapsed shape and strides (up to [`MAXD`]
+//! dims) by value. Parameters are `#[repr(C)]` structs on the stack.
+
+use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD};
+use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};
+use crate::driver::kernel::{BufferView, DenseBinary};
+use crate::dtype::DType;
+use crate::error::Result;
+use std::sync::atomic::Ordering;
+
+/// Parameters of the fast elementwise kernels (`EwFast` in the generated C).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct EwFast {
+    out: u64,
+    ins: [u64; 3],
+    n: u64,
+    value: u64,
+    vec: i32,
+    pad: i32,
+}
+
+/// Parameters of the strided elementwise kernel (`EwStrided`).
+#[repr(C)]
+struct EwStrided {
+    b: EwFast,
+    ndim: i32,
+    pad: i32,
+    shape: [i64; MAXD],
+    st: [[i64; MAXD]; 4],
+}
+
+/// Queues a dense binary op (already validated): the fast kernel at once, with no views to
+/// classify.
+pub(super) fn dense_binary(c: &Ctx, op: &DenseBinary) -> Result<()> {
+    // A number goes in `value`, its input's address 0 and its mask bit set (one broadcast element).
+    let (rhs, value, mask) = match op.rhs_value {
+        Some(v) => (0, scalar_bits(v, op.rhs.1), 2),
+        None => (op.rhs.0 .0, 0, 0),
+    };
+    let p = EwFast { out: op.dst.0 .0, ins: [op.lhs.0 .0, rhs, 0], n: op.n as u64, value, vec: 0, pad: 0 };
+    let dtypes = [op.lhs.1, op.rhs.1, DType::Bool];
+    ew_fast(c, EwOp::Binary(op.op, op.compute), op.dst.1, dtypes, 2, mask, p)
+}
+
+/// `value` as one element of `dtype`, in the low bytes of a kernel parameter.
+pub(super) fn scalar_bits(value: crate::scalar::Scalar, dtype: DType) -> u64 {
+    let mut bits = [0u8; 8];
+    let bytes = crate::kernels::cpu::scalar_bytes(value, dtype);
+    bits[..bytes.len()].copy_from_slice(&bytes);
+    u64::from_ne_bytes(bits)
+}
+
+/// The common case of an elementwise op, told without collapsing dimensions: with a contiguous
+/// output, and inputs that are contiguous too (same shape, validated) or one broadcast element
+/// (every stride 0), the fast kernel's mask (bit `k`: input `k` is broadcast); `None` otherwise.
+fn contiguous_mask(dst: &BufferView, ins: &[&BufferView]) -> Option<u8> {
+    if !dst.is_contiguous() {
+        return None;
+    }
+    let mut mask = 0u8;
+    for (k, v) in ins.iter().enumerate() {
+        if v.is_contiguous() {
+            continue;
+        }
+        if !v.strides.iter().all(|&s| s == 0) {
+            return None;
+        }
+        mask |= 1 << k;
+    }
+    Some(mask)
+}
+
+/// Whether collapsed dims (output first, then `ins` inputs) are one dense run whose inputs are
+/// dense or one broadcast element, and the mask of the broadcast inputs.
+fn collapsed_mask<const K: usize>(d: &Dims<K>, ins: usize) -> (bool, u8) {
+    let mut mask = 0u8;
+    if d.n == 1 {
+        for k in 0..ins {
+            if d.st[k + 1][0] == 0 {
+                mask |= 1 << k;
+            }
+        }
+    }
+    let dense = d.n == 0 || (d.n == 1 && d.st[0][0] == 1 && (1..=ins).all(|k| d.st[k][0] <= 1));
+    (dense, mask)
+}
+
+/// The dtypes an elementwise kernel is built for and the address of each input's first element:
+/// `(output dtype, input dtypes, input addresses)` (raw types for fills and copies).
+#[inline]
+fn ew_operands(op: EwOp, dst: &BufferView, ins: &[&BufferView]) -> (DType, [DType; 3], [u64; 3]) {
+    let raw = matches!(op, EwOp::Fill | EwOp::Copy);
+    let out_dtype = if raw { raw_dtype(dst.dtype) } else { dst.dtype };
+    let mut dtypes = [DType::Bool; 3];
+    let mut ptrs = [0u64; 3];
+    for (i, v) in ins.iter().enumerate() {
+        dtypes[i] = if raw { out_dtype } else { v.dtype };
+        ptrs[i] = addr(v);
+    }
+    (out_dtype, dtypes, ptrs)
+}
+
+/// Queues an elementwise kernel writing `dst` from `ins` (at most 3); bit `k` of `imm`: input `k`
+/// is a number given in `value` (its view has address 0), one broadcast element to the kernels.
+///
+/// The common case (a dense output whose inputs are dense or one broadcast element, told
+/// without collapsing dimensions) takes a short path; everything else is out of line.
+#[inline]
+pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
+    match contiguous_mask(dst, ins).map(|m| m | imm) {
+        Some(mask) if mask < fast_masks(op) => {
+            let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
+            let p = EwFast { out: addr(dst), ins: ptrs, n: dst.numel() as u64, value, vec: 0, pad: 0 };
+            ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p)
+        }
+        _ => elementwise_strided(c, op, dst, ins, value, imm),
+    }
+}
+
+/// Queues the fast kernel of `op` over `p` (its `vec` set here), `mask` of the `nin` inputs
+/// being one broadcast element.
+fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, mask: u8, mut p: EwFast) -> Result<()> {
+    // Vectors are 16 bytes: a power of two of elements, so a vector of a dtype is a power of
+    // two of bytes (alignment by mask, no division).
+    let vec = ew_vec(op, out_dtype, dtypes) as u64;
+    let fits = |a: u64, d: DType| a & (d.size() as u64 * vec - 1) == 0;
+    let mut aligned = vec > 1 && fits(p.out, out_dtype);
+    for (k, (&a, &d)) in p.ins.iter().zip(&dtypes).enumerate().take(nin) {
+        if mask & (1 << k) == 0 {
+            aligned &= fits(a, d);
+        }
+    }
+    p.vec = aligned as i32;
+    let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
+    let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
+    let mut work = if aligned { p.n.div_ceil(vec) } else { p.n };
+    let per_thread = EW_VECTORS.load(Ordering::Relaxed) as u64;
+    if aligned && per_thread > 1 {
+        work = work.div_ceil(per_thread);
+    }
+    let grid = c.grid(f, work);
+    c.run(f, grid, &mut p)
+}
+
+/// [`elementwise`] for every layout the short path does not take: the dimensions collapsed,
+/// then the fast kernel when they make one dense run, the strided kernel otherwise.
+#[inline(never)]
+fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
+    let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
+    let mut strides: [Option<&[usize]>; 4] = [Some(&dst.strides), None, None, None];
+    for (i, v) in ins.iter().enumerate() {
+        strides[i + 1] = Some(&v.strides);
+    }
+    let n = dst.numel() as u64;
+    let p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
+    let dims = collapse(&dst.shape, strides, |_| true)
+        .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
+    let (dense, mask) = collapsed_mask(&dims, ins.len());
+    let mask = mask | imm;
+    if dense && mask < fast_masks(op) {
+        return ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p);
+    }
+    let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
+    let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
+    let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
+    let grid = c.grid(f, n);
+    c.run(f, grid, &mut s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::DevicePtr;
+
+    fn view(shape: &[usize], strides: &[usize]) -> BufferView {
+        BufferView { ptr: DevicePtr(4096), dtype: DType::F32, shape: shape.into(), strides: strides.into(), offset: 0 }
+    }
+
+    /// The classification without collapsing agrees with the collapse wherever it answers, and
+    /// declines every layout that is not a dense run.
+    #[test]
+    fn the_contiguous_shortcut_agrees_with_the_collapse() {
+        let shape = [4usize, 1, 6];
+        let layouts: [&[usize]; 6] = [&[6, 6, 1], &[6, 99, 1], &[0, 0, 0], &[0, 0, 1], &[1, 6, 4], &[12, 6, 2]];
+        for out in layouts {
+            for a in layouts {
+                for b in layouts {
+                    let (dst, x, y) = (view(&shape, out), view(&shape, a), view(&shape, b));
+                    let ins = [&x, &y];
+                    let st = [Some(&dst.strides[..]), Some(&x.strides[..]), Some(&y.strides[..])];
+                    let d = collapse(&shape, st, |_| true).expect("3 dims collapse");
+                    let (dense, mask) = collapsed_mask(&d, 2);
+                    match contiguous_mask(&dst, &ins) {
+                        Some(m) => assert!(dense && m == mask, "{out:?} {a:?} {b:?}: shortcut {m}, collapse {mask}"),
+                        None => assert!(
+                            !dense || !dst.is_contiguous() || ins.iter().any(|v| !v.is_contiguous()),
+                            "{out:?} {a:?} {b:?}: the shortcut declined a plain dense op"
+                        ),
+                    }
+                }
+            }
+        }
+        assert_eq!(contiguous_mask(&view(&[1, 1], &[5, 7]), &[&view(&[1, 1], &[3, 3])]), Some(0), "one element");
+    }
+}

@@ -168,7 +168,9 @@ pub enum Error {
         message: String,
     },
     /// A broken internal invariant of cudasem: a bug, not a misuse.
-    #[error("internal error in {op}: {reason}; this is a bug in cudasem, please report it with the steps that led here")]
+    #[error(
+        "internal error in {op}: {reason}; this is a bug in cudasem, please report it with the steps that led here"
+    )]
     Internal {
         /// Where it was found.
         op: &'static str,

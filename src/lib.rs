@@ -101,6 +101,7 @@
 //! with `default-features = false`. `unstable-internals`: the allocator and driver layers as
 //! hidden modules for this crate's own command, tests and benches; not public API.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 // The public API is the crate root, `cuda` and `testing`. The allocator and the driver layer are

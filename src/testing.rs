@@ -3,7 +3,8 @@
 //! * [`delay`] keeps a stream busy for a known time (a spinning one-thread kernel on CUDA; on the
 //!   sim driver a sleeping worker, and exactly `duration` on the simulated clock), so a test can
 //!   show that work is queued, not done, and that `wait_stream` / `wait_event` really order streams.
-//! * [`fail_next_malloc`] makes the device's next driver allocation fail.
+//! * [`fail_next_malloc`] makes the device's next driver allocation fail, [`fail_next_free`] its
+//!   next driver free (an error in `Drop` is then returned by the next `synchronize`).
 //! * [`RawBuffer`] is untyped device memory with stream-ordered fill / copy / read.
 //! * [`has_devices`] and [`skip`] decide whether a test case that the machine cannot run is
 //!   skipped (with a message) or fails: `CUDASEM_REQUIRE_GPU=n` says the run must cover every
@@ -72,6 +73,14 @@ pub fn has_devices(n: usize) -> bool {
 pub fn fail_next_malloc(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
     rt.driver.fail_next_malloc(rt.device(device)?)
+}
+
+/// Makes the next driver free on `device` fail with [`Error::Injected`] (the memory stays
+/// allocated). A free that fails in `Drop` is returned by the device's next
+/// [`synchronize`](crate::cuda::synchronize) (or a synchronize of one of its streams).
+pub fn fail_next_free(device: impl IntoCudaDevice) -> Result<()> {
+    let rt = rt()?;
+    rt.driver.fail_next_free(rt.device(device)?)
 }
 
 /// Untyped device memory, freed on drop: straight from the driver ([`RawBuffer::new`]) or a block
@@ -205,13 +214,18 @@ impl Drop for RawBuffer {
     fn drop(&mut self) {
         if self.cached {
             // Stream-ordered: the block is reused only by its stream (or after recorded streams).
-            let _ = crate::runtime::caching_allocator_delete(self.ptr.0);
+            if let (Err(e), Ok(rt)) = (crate::runtime::caching_allocator_delete(self.ptr.0), rt()) {
+                rt.driver.record_error(self.device, e);
+            }
             return;
         }
         if let Ok(rt) = rt() {
-            // Work still queued may use the buffer: let it finish first, as cudaFree does.
-            let _ = rt.driver.synchronize_device(self.device);
-            let _ = rt.driver.free(self.device, self.ptr);
+            // Work still queued may use the buffer: let it finish first, as cudaFree does. A
+            // failure is kept for the device's next synchronize.
+            let freed = rt.driver.synchronize_device(self.device).and_then(|()| rt.driver.free(self.device, self.ptr));
+            if let Err(e) = freed {
+                rt.driver.record_error(self.device, e);
+            }
         }
     }
 }

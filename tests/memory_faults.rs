@@ -84,3 +84,40 @@ fn allocating_more_than_free_is_out_of_memory_with_pytorchs_message() -> Result<
     assert!(matches!(over_capacity, Err(Error::OutOfMemory { .. })));
     Ok(())
 }
+
+/// A free that fails in `Drop` is not lost: the next synchronize of that device (or of one of its
+/// streams) returns it, once; other devices do not see it; the device keeps working.
+#[test]
+fn a_free_failing_in_drop_is_returned_by_the_next_synchronize() -> Result<()> {
+    let _s = serial();
+    let n = cuda::device_count();
+    for d in 0..n {
+        let buf = RawBuffer::new(Some(d), 4096)?;
+        cuda::synchronize(Some(d))?;
+        testing::fail_next_free(d)?;
+        drop(buf);
+        if n > 1 {
+            cuda::synchronize(Some((d + 1) % n))?;
+        }
+        match cuda::synchronize(Some(d)) {
+            Err(Error::Injected { device, op: "free" }) => assert_eq!(device, d),
+            other => panic!("cuda:{d}: expected the free's Error::Injected, got {other:?}"),
+        }
+        cuda::synchronize(Some(d))?;
+
+        let s = Stream::new(Some(d), 0)?;
+        let buf = RawBuffer::new(Some(d), 4096)?;
+        testing::fail_next_free(d)?;
+        drop(buf);
+        match s.synchronize() {
+            Err(Error::Injected { device, op: "free" }) => assert_eq!(device, d),
+            other => panic!("cuda:{d}: expected the stream's synchronize to return it, got {other:?}"),
+        }
+        s.synchronize()?;
+        let ok = RawBuffer::new(Some(d), 4096)?;
+        ok.fill(7, &s)?;
+        assert!(ok.read(&s)?.iter().all(|&b| b == 7), "cuda:{d} works after the failed free");
+    }
+    assert_invalid_device(testing::fail_next_free(99), 99);
+    Ok(())
+}

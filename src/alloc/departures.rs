@@ -36,8 +36,8 @@
 //!    could not be split.
 
 use super::block::{BlockId, PoolKind};
-use super::settings::{LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use super::cache::Cache;
+use super::settings::{LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use super::stats::Metric;
 use super::RawMemory;
 use crate::driver::StreamId;

@@ -102,8 +102,7 @@ impl ExpandableSegments {
         stream: StreamId,
         size: usize,
     ) -> Result<Option<BlockId>> {
-        let candidates: Vec<BlockId> =
-            c.blocks.unmapped_list(pool).at_least(stream, 0).map(|(_, id)| id).collect();
+        let candidates: Vec<BlockId> = c.blocks.unmapped_list(pool).at_least(stream, 0).map(|(_, id)| id).collect();
         for id in candidates {
             let prev = c.blocks[id].prev;
             let start = if prev != NIL && c.blocks[prev].is_available() { prev } else { id };
@@ -277,7 +276,8 @@ impl ExpandableSegments {
 
     /// Releases the reservations of `pool`'s expandable segments that are wholly unmapped.
     pub fn release_unmapped(&mut self, mem: &dyn RawMemory, c: &mut Cache, pool: PoolKind) -> Result<()> {
-        let empty: Vec<BlockId> = c.blocks
+        let empty: Vec<BlockId> = c
+            .blocks
             .unmapped_list(pool)
             .ids()
             .filter(|&id| !c.blocks[id].is_split() && c.blocks[id].is_available())

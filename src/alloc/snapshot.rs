@@ -5,8 +5,8 @@
 //! `serde-pickle` the pickle of the same content.
 
 use super::block::{BlockId, PoolKind, NIL};
-use super::history::TraceEntry;
 use super::cache::Cache;
+use super::history::TraceEntry;
 use super::stats::{MemoryStats, StatPool};
 use crate::driver::StreamId;
 use serde::{Serialize, Serializer};

@@ -510,6 +510,4 @@ impl State {
         }
         self.expandable.release_unmapped(mem, &mut self.cache, pool)
     }
-
-
 }

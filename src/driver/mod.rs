@@ -18,6 +18,7 @@ pub mod kernel;
 pub mod sim;
 
 use crate::error::{Error, Result};
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -40,6 +41,18 @@ impl HostPtr {
     /// The address `bytes` further on.
     pub fn offset(self, bytes: usize) -> HostPtr {
         HostPtr(self.0 + bytes as u64)
+    }
+
+    /// The handle of the host memory at `ptr` (its provenance exposed, so that
+    /// [`HostPtr::as_non_null`] gives back a pointer that may access it).
+    pub fn from_non_null(ptr: NonNull<u8>) -> HostPtr {
+        HostPtr(ptr.as_ptr().expose_provenance() as u64)
+    }
+
+    /// The pointer this handle stands for, `None` for address 0. Whether it may be dereferenced,
+    /// and for how many bytes, is the business of whoever owns the memory.
+    pub fn as_non_null(self) -> Option<NonNull<u8>> {
+        NonNull::new(std::ptr::with_exposed_provenance_mut(self.0 as usize))
     }
 }
 
@@ -199,6 +212,17 @@ pub trait Driver: Send + Sync + 'static {
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()>;
     /// Test hook: the next [`Driver::malloc`] on `device` fails with [`Error::Injected`].
     fn fail_next_malloc(&self, device: usize) -> Result<()>;
+    /// Test hook: the next [`Driver::free`] on `device` fails with [`Error::Injected`] (the
+    /// memory stays allocated).
+    fn fail_next_free(&self, device: usize) -> Result<()>;
+
+    /// Keeps `error`, raised for `device` where it could not be returned (in a `Drop`: destroying
+    /// an event, freeing memory or a pinned block), until [`Driver::take_error`]. The first error
+    /// kept wins; an invalid `device` is ignored.
+    fn record_error(&self, device: usize, error: Error);
+    /// The error [`Driver::record_error`] kept for `device`, which is no longer kept; `Ok` when
+    /// none. The runtime's `synchronize` calls return it, so a failure in `Drop` is not lost.
+    fn take_error(&self, device: usize) -> Result<()>;
 }
 
 /// Which driver to use: `CUDASEM_DRIVER`'s values, or [`Config::driver`](crate::Config::driver).

@@ -47,9 +47,13 @@ pub fn get_device_properties(device: impl IntoCudaDevice) -> Result<DeviceProper
 }
 
 /// Waits for all work on all streams of the device (`None` or `"cuda"`: the current device).
+/// Also returns an error raised on the device in a `Drop` since the last synchronize (freeing
+/// memory, destroying an event), which is then cleared.
 pub fn synchronize(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
-    rt.driver.synchronize_device(rt.device(device)?)
+    let device = rt.device(device)?;
+    rt.driver.synchronize_device(device)?;
+    rt.driver.take_error(device)
 }
 
 /// `(free, total)` bytes of the device's memory (`None` or `"cuda"`: the current device).

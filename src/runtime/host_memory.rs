@@ -195,16 +195,17 @@ impl PinnedBlock {
     pub fn read(&self) -> Result<PinnedRead<'_>> {
         let guard = self.access.read().unwrap_or_else(|e| e.into_inner());
         self.wait_for(|u| u.device_writes)?;
-        let bytes: &[u8] = if self.len == 0 {
-            &[]
-        } else {
-            // SAFETY:
-            // - the block owns `len` initialized bytes at `ptr` (the driver zeroes new blocks)
-            //   until it drops, which the borrow of `self` outlives;
-            // - the read lock keeps host writers out and keeps copies that write the block from
-            //   being queued; the ones queued before have completed (waited for above);
-            // - copies that only read the block may run meanwhile, which shared reading allows.
-            unsafe { std::slice::from_raw_parts(self.ptr.0 as usize as *const u8, self.len) }
+        let bytes: &[u8] = match self.ptr.as_non_null() {
+            Some(ptr) if self.len > 0 => {
+                // SAFETY:
+                // - the block owns `len` initialized bytes at `ptr` (the driver zeroes new blocks)
+                //   until it drops, which the borrow of `self` outlives;
+                // - the read lock keeps host writers out and keeps copies that write the block from
+                //   being queued; the ones queued before have completed (waited for above);
+                // - copies that only read the block may run meanwhile, which shared reading allows.
+                unsafe { std::slice::from_raw_parts(ptr.as_ptr().cast_const(), self.len) }
+            }
+            _ => &[],
         };
         Ok(PinnedRead { _guard: guard, bytes })
     }
@@ -213,16 +214,17 @@ impl PinnedBlock {
     pub fn write(&self) -> Result<PinnedWrite<'_>> {
         let guard = self.access.write().unwrap_or_else(|e| e.into_inner());
         self.wait_for(|_| true)?;
-        let bytes: &mut [u8] = if self.len == 0 {
-            &mut []
-        } else {
-            // SAFETY:
-            // - the block owns `len` initialized bytes at `ptr` until it drops, which the borrow
-            //   of `self` outlives;
-            // - the write lock excludes every other host access and the queueing of copies;
-            // - every copy queued before has completed (waited for above), so this is the only
-            //   reference to the bytes.
-            unsafe { std::slice::from_raw_parts_mut(self.ptr.0 as usize as *mut u8, self.len) }
+        let bytes: &mut [u8] = match self.ptr.as_non_null() {
+            Some(ptr) if self.len > 0 => {
+                // SAFETY:
+                // - the block owns `len` initialized bytes at `ptr` until it drops, which the borrow
+                //   of `self` outlives;
+                // - the write lock excludes every other host access and the queueing of copies;
+                // - every copy queued before has completed (waited for above), so this is the only
+                //   reference to the bytes.
+                unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), self.len) }
+            }
+            _ => &mut [],
         };
         Ok(PinnedWrite { _guard: guard, bytes })
     }
@@ -319,10 +321,13 @@ impl PinnedBlock {
 impl Drop for PinnedBlock {
     fn drop(&mut self) {
         let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
-        // Errors cannot be reported from drop; the allocator keeps the block out of reuse until
-        // the copies' events completed.
+        // The allocator keeps the block out of reuse until the copies' events completed. A failure
+        // is kept for the next synchronize of the device of its first copy (device 0 if none).
         if let Ok(rt) = rt() {
-            let _ = rt.host_memory().allocator.free(self.ptr, uses);
+            let device = uses.first().map_or(0, |u| u.device);
+            if let Err(e) = rt.host_memory().allocator.free(self.ptr, uses) {
+                rt.driver.record_error(device, e);
+            }
         }
     }
 }

@@ -71,8 +71,12 @@ impl DeviceBlock {
 impl Drop for DeviceBlock {
     fn drop(&mut self) {
         // Back to the cache of the stream it was allocated on: reused only by work queued there
-        // later (stream order), as PyTorch does. Errors cannot be reported from drop.
-        let _ = self.alloc.free(self.ptr);
+        // later (stream order), as PyTorch does. A failure is kept for the next synchronize.
+        if let Err(e) = self.alloc.free(self.ptr) {
+            if let Ok(rt) = rt() {
+                rt.driver.record_error(self.device, e);
+            }
+        }
     }
 }
 

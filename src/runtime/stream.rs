@@ -77,9 +77,13 @@ impl Stream {
         self.id
     }
 
-    /// Waits until all work queued on this stream has completed.
+    /// Waits until all work queued on this stream has completed. Also returns an error raised on
+    /// its device in a `Drop` since the last synchronize, which is then cleared.
     pub fn synchronize(&self) -> Result<()> {
-        rt()?.driver.stream_synchronize(self.id)
+        let rt = rt()?;
+        rt.driver.stream_synchronize(self.id)?;
+        // An error raised in a `Drop` on the device since the last synchronize.
+        rt.driver.take_error(self.device)
     }
 
     /// Whether all work queued on this stream has completed.

@@ -7,7 +7,7 @@ use super::codegen::{KernelId, MAXD, PARTIAL_BYTES, THREADS};
 use super::module_cache::{Func, FxMap, Kernels};
 use super::{driver_error, lock, DRIVER};
 use crate::driver::kernel::BufferView;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Sticky};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use std::ffi::c_void;
@@ -65,11 +65,7 @@ pub(super) struct Launcher {
 
 impl Launcher {
     pub(super) fn new() -> Launcher {
-        Launcher {
-            kernels: Kernels::new(),
-            info: OnceLock::new(),
-            scratch: Mutex::new(FxMap::default()),
-        }
+        Launcher { kernels: Kernels::new(), info: OnceLock::new(), scratch: Mutex::new(FxMap::default()) }
     }
 
     pub(super) fn info(&self, dev: sys::CUdevice) -> Result<Info> {
@@ -96,7 +92,10 @@ impl Launcher {
         for (_, s) in lock(&self.scratch).drain() {
             for p in [s.reduce, s.gemm] {
                 if p != 0 {
-                    // SAFETY: allocated by `cuMemAlloc` in this context, drained from the table, so freed exactly once; the streams that used it are idle.
+                    // SAFETY:
+                    // - allocated by `cuMemAlloc` in this context, drained from the table, so freed exactly
+                    //   once;
+                    // - the streams that used it are idle.
                     let _ = unsafe { cu::free_sync(p) };
                 }
             }
@@ -111,6 +110,8 @@ pub(super) struct Ctx<'a> {
     pub info: Info,
     pub stream: sys::CUstream,
     pub stream_id: u64,
+    /// The device's slot for errors raised in `Drop` (a temporary's stream-ordered free).
+    pub dropped: &'a Sticky,
 }
 
 pub(super) fn unsupported(reason: impl Into<String>) -> Error {
@@ -145,7 +146,11 @@ impl Ctx<'_> {
     #[inline]
     pub(super) fn run<P>(&self, f: Func, grid: u32, p: &mut P) -> Result<()> {
         let mut args = [(p as *mut P).cast::<c_void>()];
-        // SAFETY: `f` is a live kernel of the current context taking one parameter whose C layout is `P`'s (`#[repr(C)]`, mirrored in codegen); `cuLaunchKernel` copies it before returning; the stream is live and of the current context.
+        // SAFETY:
+        // - `f` is a live kernel of the current context taking one parameter whose C layout is `P`'s
+        //   (`#[repr(C)]`, mirrored in codegen);
+        // - `cuLaunchKernel` copies it before returning;
+        // - the stream is live and of the current context.
         unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (THREADS, 1, 1), 0, self.stream, &mut args) }
             .map_err(|e| driver_error("cuLaunchKernel", e))
     }
@@ -158,7 +163,9 @@ impl Ctx<'_> {
             let bytes = PARTIALS * PARTIAL_BYTES + PARTIALS * 4;
             // SAFETY: the device's context is current; the memory is used as raw bytes.
             let p = unsafe { cu::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
-            // SAFETY: `p` holds `bytes` bytes; the counters are zeroed in stream order, before any kernel on this stream reads them.
+            // SAFETY:
+            // - `p` holds `bytes` bytes;
+            // - the counters are zeroed in stream order, before any kernel on this stream reads them.
             unsafe { cu::memset_d8_async(p + (PARTIALS * PARTIAL_BYTES) as u64, 0, PARTIALS * 4, self.stream) }
                 .map_err(|e| driver_error("cuMemsetD8Async", e))?;
             s.reduce = p;

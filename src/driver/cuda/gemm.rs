@@ -108,7 +108,9 @@ struct Temp<'a> {
 impl<'a> Temp<'a> {
     fn new(c: &'a Ctx<'a>, like: &BufferView) -> Result<(Temp<'a>, BufferView)> {
         let bytes = (like.numel() * like.dtype.size()).max(1);
-        // SAFETY: the device's context is current and the stream live; the memory is used only by work queued on this stream before the matching `cuMemFreeAsync`.
+        // SAFETY:
+        // - the device's context is current and the stream live;
+        // - the memory is used only by work queued on this stream before the matching `cuMemFreeAsync`.
         let ptr = unsafe { cu::malloc_async(c.stream, bytes) }.map_err(|e| driver_error("cuMemAllocAsync", e))?;
         let mut strides = Dims::from_elem(0, like.shape.len());
         let mut step = 1;
@@ -123,8 +125,12 @@ impl<'a> Temp<'a> {
 
 impl Drop for Temp<'_> {
     fn drop(&mut self) {
-        // SAFETY: allocated by `cuMemAllocAsync` on this stream; freed once, in stream order after the work that uses it.
-        let _ = unsafe { cu::free_async(self.ptr, self.c.stream) };
+        // SAFETY:
+        // - allocated by `cuMemAllocAsync` on this stream, freed once, here;
+        // - in stream order, after the work that uses it.
+        let freed = unsafe { cu::free_async(self.ptr, self.c.stream) };
+        // A failure is kept for the device's next synchronize.
+        self.c.dropped.record_result(freed.map_err(|e| driver_error("cuMemFreeAsync", e)));
     }
 }
 
@@ -225,7 +231,10 @@ fn product(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &Buffe
     ];
     let pref = Preference::new(WORKSPACE as u64, [align(1), align(2), align(0), align(0)])?;
     let Some(heuristic) = heuristic(handle.raw(), &desc, &layouts, &pref)? else {
-        return Err(unsupported(format!("cuBLASLt has no algorithm for a {} product of {m}×{k} by {k}×{n}", dst.dtype)));
+        return Err(unsupported(format!(
+            "cuBLASLt has no algorithm for a {} product of {m}×{k} by {k}×{n}",
+            dst.dtype
+        )));
     };
     let plan = Plan {
         handle: handle.raw(),
@@ -264,9 +273,9 @@ impl MatmulDesc {
         use lt::cublasLtMatmulDescAttributes_t::*;
         for (attr, t) in [(CUBLASLT_MATMUL_DESC_TRANSA, trans[0]), (CUBLASLT_MATMUL_DESC_TRANSB, trans[1])] {
             let op = t as i32; // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1
-            // SAFETY:
-            // - `desc.0` is live: made above, destroyed only when `desc` drops;
-            // - the buffer is a live `i32`, the 4 bytes passed.
+                               // SAFETY:
+                               // - `desc.0` is live: made above, destroyed only when `desc` drops;
+                               // - the buffer is a live `i32`, the 4 bytes passed.
             unsafe { ltr::set_matmul_desc_attribute(desc.0, attr, (&op as *const i32).cast(), 4) }
                 .map_err(blas_error("cublasLtMatmulDescSetAttribute"))?;
         }
@@ -289,13 +298,17 @@ impl Layout {
     /// `batch_stride` elements apart.
     fn new(data: lt::cudaDataType, mat: (bool, u64, u64, i64), count: i32, batch_stride: i64) -> Result<Layout> {
         let op = "cublasLtMatrixLayoutSetAttribute";
-        let l = Layout(ltr::create_matrix_layout(data, mat.1, mat.2, mat.3).map_err(blas_error("cublasLtMatrixLayoutCreate"))?);
+        let l = Layout(
+            ltr::create_matrix_layout(data, mat.1, mat.2, mat.3).map_err(blas_error("cublasLtMatrixLayoutCreate"))?,
+        );
         use lt::cublasLtMatrixLayoutAttribute_t::*;
         // SAFETY:
         // - `l.0` is live: made above, destroyed only when `l` drops;
         // - the buffer is a live `i32`, the 4 bytes passed.
-        unsafe { ltr::set_matrix_layout_attribute(l.0, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (&count as *const i32).cast(), 4) }
-            .map_err(blas_error(op))?;
+        unsafe {
+            ltr::set_matrix_layout_attribute(l.0, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (&count as *const i32).cast(), 4)
+        }
+        .map_err(blas_error(op))?;
         let attr = CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET;
         // SAFETY:
         // - `l.0` is live: made above, destroyed only when `l` drops;

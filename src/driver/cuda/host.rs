@@ -15,30 +15,38 @@ use crate::driver::{DevicePtr, HostPtr};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
+use std::ffi::c_void;
+use std::ptr::NonNull;
 
 /// Allocates `bytes` (at least 1) of zeroed, portable page-locked host memory.
 pub(super) fn alloc(driver: &CudaDriver, bytes: usize) -> Result<HostPtr> {
     // Any context will do: the memory is portable. Device 0 always exists when there are devices.
     driver.enter(0)?;
     let len = bytes.max(1);
-    // SAFETY: a context is current on this thread; the returned memory is only handed out as raw bytes, and it is zeroed below before anything reads it.
+    // SAFETY:
+    // - a context is current on this thread;
+    // - the returned memory is only handed out as raw bytes, and it is zeroed below before anything reads it.
     let ptr = match unsafe { cu::malloc_host(len, sys::CU_MEMHOSTALLOC_PORTABLE) } {
-        Ok(ptr) => ptr,
+        Ok(ptr) => NonNull::new(ptr.cast::<u8>()).ok_or(Error::HostOutOfMemory { requested: bytes })?,
         Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
             return Err(Error::HostOutOfMemory { requested: bytes })
         }
         Err(e) => return Err(driver_error("cuMemHostAlloc", e)),
     };
     // SAFETY: `ptr` points to `len` freshly allocated, writable bytes that nothing else uses yet.
-    unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, len) };
-    Ok(HostPtr(ptr as usize as u64))
+    unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+    Ok(HostPtr::from_non_null(ptr))
 }
 
 /// Frees memory from [`alloc`].
 pub(super) fn free(driver: &CudaDriver, ptr: HostPtr) -> Result<()> {
     driver.enter(0)?;
-    // SAFETY: the caller passes a live pointer from `alloc` once, with no copy still using it (the contract of `Driver::host_free`).
-    unsafe { cu::free_host(ptr.0 as usize as *mut std::ffi::c_void) }.map_err(|e| driver_error("cuMemFreeHost", e))
+    let Some(p) = ptr.as_non_null() else {
+        return Ok(()); // never from `alloc`; like `cuMemFreeHost(NULL)`
+    };
+    // SAFETY: the caller passes a live pointer from `alloc` once, with no copy still using it (the
+    // contract of `Driver::host_free`).
+    unsafe { cu::free_host(p.as_ptr().cast()) }.map_err(|e| driver_error("cuMemFreeHost", e))
 }
 
 /// Queues a host → device copy from pinned memory on `stream`.
@@ -57,8 +65,12 @@ pub(super) unsafe fn htod_async(
         return Ok(());
     }
     driver.enter(s.device)?;
-    let host = src.0 as usize as *const std::ffi::c_void;
-    // SAFETY: the caller guarantees `[src, src + bytes)` is pinned memory that stays allocated and unwritten until the stream passes the copy, and that `dst` holds `bytes` live device bytes reachable from the stream's device; the stream is live and of the current context.
+    let host: *const c_void = src.as_non_null().map_or(std::ptr::null(), |p| p.as_ptr().cast_const().cast());
+    // SAFETY:
+    // - the caller guarantees `[src, src + bytes)` is pinned memory that stays allocated and unwritten until
+    //   the stream passes the copy, and that `dst` holds `bytes` live device bytes reachable from the
+    //   stream's device;
+    // - the stream is live and of the current context.
     unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, host, bytes, s.raw.0) }
         .result()
         .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))
@@ -80,8 +92,12 @@ pub(super) unsafe fn dtoh_async(
         return Ok(());
     }
     driver.enter(s.device)?;
-    let host = dst.0 as usize as *mut std::ffi::c_void;
-    // SAFETY: the caller guarantees `[dst, dst + bytes)` is pinned memory that stays allocated and untouched by the host until the stream passes the copy, and that `src` holds `bytes` live device bytes reachable from the stream's device; the stream is live and of the current context.
+    let host: *mut c_void = dst.as_non_null().map_or(std::ptr::null_mut(), |p| p.as_ptr().cast());
+    // SAFETY:
+    // - the caller guarantees `[dst, dst + bytes)` is pinned memory that stays allocated and untouched by the
+    //   host until the stream passes the copy, and that `src` holds `bytes` live device bytes reachable from
+    //   the stream's device;
+    // - the stream is live and of the current context.
     unsafe { sys::cuMemcpyDtoHAsync_v2(host, src.0, bytes, s.raw.0) }
         .result()
         .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))
@@ -107,8 +123,8 @@ mod tests {
         // SAFETY: both blocks are live, `N` bytes long, and no copy uses them yet.
         let (src, dst) = unsafe {
             (
-                std::slice::from_raw_parts_mut(a.0 as usize as *mut u8, N),
-                std::slice::from_raw_parts_mut(b.0 as usize as *mut u8, N),
+                std::slice::from_raw_parts_mut(a.as_non_null().unwrap().as_ptr(), N),
+                std::slice::from_raw_parts_mut(b.as_non_null().unwrap().as_ptr(), N),
             )
         };
         assert!(src.iter().all(|&x| x == 0), "pinned blocks start zeroed");

@@ -165,7 +165,9 @@ impl SpinKernel {
     /// Compiles the kernel (first call in the process) and loads it into the current context.
     fn load() -> Result<SpinKernel> {
         let image = spin_ptx()?;
-        // SAFETY: `image` is NUL-terminated PTX text from NVRTC that lives for `'static`, and the caller has made the target context current.
+        // SAFETY:
+        // `image` is NUL-terminated PTX text from NVRTC that lives for `'static`, and the caller has made the
+        // target context current.
         let module = unsafe { cu::module::load_data(image.as_ptr().cast()) }.map_err(load_error)?;
         // SAFETY: `module` was just loaded and is not unloaded.
         match unsafe { cu::module::get_function(module, SPIN_NAME.to_owned()) } {
@@ -186,14 +188,19 @@ impl SpinKernel {
     pub(super) unsafe fn launch(&self, stream: sys::CUstream, duration: Duration) -> Result<()> {
         let mut ns: u64 = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         let mut params = [(&mut ns as *mut u64).cast::<c_void>()];
-        // SAFETY: per this function's contract the function handle and stream are valid here; the kernel takes one `unsigned long long`, which `params[0]` points to, and `cuLaunchKernel` copies parameter values before returning.
+        // SAFETY:
+        // - per this function's contract the function handle and stream are valid here;
+        // - the kernel takes one `unsigned long long`, which `params[0]` points to, and `cuLaunchKernel`
+        //   copies parameter values before returning.
         unsafe { cu::launch_kernel(self.function.0, (1, 1, 1), (1, 1, 1), 0, stream, &mut params) }
             .map_err(|e| driver_error("cuLaunchKernel", e))
     }
 
     /// Unloads the module (best effort); the context it was loaded into must be current.
     fn unload(self) {
-        // SAFETY: only `release` calls this, for the last user, on the entry it just took out of `SHARED` (no other driver holds the kernel), so the module is unloaded exactly once.
+        // SAFETY:
+        // only `release` calls this, for the last user, on the entry it just took out of `SHARED` (no other
+        // driver holds the kernel), so the module is unloaded exactly once.
         let _ = unsafe { cu::module::unload(self.module.0) };
     }
 }

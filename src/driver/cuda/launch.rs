@@ -40,8 +40,9 @@ impl DeviceOps {
     }
 
     /// The context of one launch on `stream` of `dev`.
-    fn ctx(&self, dev: &Device, stream: RawStream, stream_id: u64) -> Result<Ctx<'_>> {
-        Ok(Ctx { ops: &self.launcher, info: self.launcher.info(dev.cu)?, stream: stream.0, stream_id })
+    fn ctx<'a>(dev: &'a Device, stream: RawStream, stream_id: u64) -> Result<Ctx<'a>> {
+        let info = dev.ops.launcher.info(dev.cu)?;
+        Ok(Ctx { ops: &dev.ops.launcher, info, stream: stream.0, stream_id, dropped: &dev.dropped })
     }
 }
 
@@ -51,7 +52,7 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
     if out.numel() == 0 {
         return Ok(());
     }
-    let c = dev.ops.ctx(dev, stream, stream_id)?;
+    let c = DeviceOps::ctx(dev, stream, stream_id)?;
     match op {
         KernelOp::Fill { dst, value } => elementwise(&c, EwOp::Fill, dst, &[], scalar_bits(*value, dst.dtype), 0),
         KernelOp::Cast { src, dst } if src.dtype == dst.dtype => elementwise(&c, EwOp::Copy, dst, &[src], 0, 0),
@@ -80,5 +81,5 @@ pub(super) fn dense_binary(dev: &Device, stream: RawStream, stream_id: u64, op: 
     if op.n == 0 {
         return Ok(());
     }
-    super::elementwise::dense_binary(&dev.ops.ctx(dev, stream, stream_id)?, op)
+    super::elementwise::dense_binary(&DeviceOps::ctx(dev, stream, stream_id)?, op)
 }

@@ -30,7 +30,7 @@
 
 use super::kernel::KernelOp;
 use super::{DeviceProperties, DevicePtr, Driver, EventId, HostPtr, StreamId};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Sticky};
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 use kernels::SpinKernel;
@@ -58,9 +58,14 @@ macro_rules! raw_handle {
         #[derive(Debug, Clone, Copy)]
         struct $name($raw);
 
-        // SAFETY: the wrapped value is an opaque driver handle that Rust never dereferences; it is only passed by value to the CUDA driver API, which is thread-safe, and every call first makes the owning context current on the calling thread.
+        // SAFETY:
+        // - the wrapped value is an opaque driver handle that Rust never dereferences;
+        // - it is only passed by value to the CUDA driver API, which is thread-safe, and every call first
+        //   makes the owning context current on the calling thread.
         unsafe impl Send for $name {}
-        // SAFETY: as for `Send`: shared access only copies the handle out; the driver serializes concurrent use of one handle internally.
+        // SAFETY:
+        // - as for `Send`: shared access only copies the handle out;
+        // - the driver serializes concurrent use of one handle internally.
         unsafe impl Sync for $name {}
     };
 }
@@ -109,6 +114,10 @@ struct Device {
     default_stream: StreamId,
     /// Set by [`Driver::fail_next_malloc`], cleared by the malloc it fails.
     fail_next_malloc: AtomicBool,
+    /// Set by [`Driver::fail_next_free`], cleared by the free it fails.
+    fail_next_free: AtomicBool,
+    /// An error raised in a `Drop` on this device, for the next synchronize ([`Driver::take_error`]).
+    dropped: Sticky,
     /// The `delay` kernel, loaded into this context on first use.
     spin: Mutex<Option<SpinKernel>>,
     /// Tensor kernels, scratch memory and the cuBLASLt handle (see `launch.rs`).
@@ -194,6 +203,8 @@ impl CudaDriver {
                 ctx,
                 default_stream: StreamId(id),
                 fail_next_malloc: AtomicBool::new(false),
+                fail_next_free: AtomicBool::new(false),
+                dropped: Sticky::default(),
                 spin: Mutex::new(None),
                 ops: launch::DeviceOps::new(),
             });
@@ -418,7 +429,9 @@ impl Driver for CudaDriver {
         }
         let peer_ctx = self.device(peer)?.ctx;
         self.enter(device)?;
-        // SAFETY: `device`'s context is current and `peer_ctx` is a live retained primary context; flags must be 0.
+        // SAFETY:
+        // - `device`'s context is current and `peer_ctx` is a live retained primary context;
+        // - flags must be 0.
         match unsafe { sys::cuCtxEnablePeerAccess(peer_ctx.0, 0) } {
             // Mapped ranges of expandable segments need their own grant (`cuMemSetAccess`).
             CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
@@ -474,7 +487,9 @@ impl Driver for CudaDriver {
         let ev = self.event(event, "stream_wait_event")?;
         self.enter(s.device)?;
         let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
-        // SAFETY: both handles are live (the runtime destroys an event only when unused); the event may belong to another device's context, which CUDA allows.
+        // SAFETY:
+        // - both handles are live (the runtime destroys an event only when unused);
+        // - the event may belong to another device's context, which CUDA allows.
         unsafe { cu::stream::wait_event(s.raw.0, ev.raw.0, flags) }.map_err(|e| driver_error("cuStreamWaitEvent", e))
     }
 
@@ -489,7 +504,9 @@ impl Driver for CudaDriver {
         }
         self.enter(device)?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer, `flags` combines documented `CUevent_flags` bits, and `device`'s context is current.
+        // SAFETY:
+        // `raw` is a valid out-pointer, `flags` combines documented `CUevent_flags` bits, and `device`'s
+        // context is current.
         unsafe { sys::cuEventCreate(&mut raw, flags) }.result().map_err(|e| driver_error("cuEventCreate", e))?;
         let id = self.next_id();
         let entry = EventEntry { device, raw: RawEvent(raw), timing: enable_timing };
@@ -501,9 +518,16 @@ impl Driver for CudaDriver {
         let Some(ev) = write(&self.events).remove(&event.0) else {
             return;
         };
-        if self.enter(ev.device).is_ok() {
-            // SAFETY: the event came from `cuEventCreate` and was just removed from the table, so it is destroyed exactly once; pending work on it is released by the driver.
-            let _ = unsafe { cu::event::destroy(ev.raw.0) };
+        // Called from `Drop`: a failure is kept for the device's next synchronize.
+        let destroyed = self.enter(ev.device).and_then(|_| {
+            // SAFETY:
+            // - the event came from `cuEventCreate` and was just removed from the table, so it is
+            //   destroyed exactly once;
+            // - pending work on it is released by the driver.
+            unsafe { cu::event::destroy(ev.raw.0) }.map_err(|e| driver_error("cuEventDestroy", e))
+        });
+        if let (Err(e), Some(dev)) = (destroyed, self.devices.get(ev.device)) {
+            dev.dropped.record(e);
         }
     }
 
@@ -552,7 +576,10 @@ impl Driver for CudaDriver {
             return Err(Error::Injected { device, op: "malloc" });
         }
         self.enter(device)?;
-        // SAFETY: `device`'s context is current; the memory is handed out as raw bytes, so its being uninitialized is fine. As in the sim driver, a zero-byte request still gets a unique address (`cuMemAlloc` rejects 0).
+        // SAFETY:
+        // - `device`'s context is current;
+        // - the memory is handed out as raw bytes, so its being uninitialized is fine. As in the sim driver,
+        //   a zero-byte request still gets a unique address (`cuMemAlloc` rejects 0).
         match unsafe { cu::malloc_sync(bytes.max(1)) } {
             Ok(ptr) => Ok(DevicePtr(ptr)),
             Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => Err(out_of_memory(device, bytes)),
@@ -561,8 +588,13 @@ impl Driver for CudaDriver {
     }
 
     fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+        if self.device(device)?.fail_next_free.swap(false, Ordering::SeqCst) {
+            return Err(Error::Injected { device, op: "free" });
+        }
         self.enter(device)?;
-        // SAFETY: the runtime passes only live pointers from `malloc` on this device, once. `cuMemFree` waits for queued work that may use the memory.
+        // SAFETY:
+        // the runtime passes only live pointers from `malloc` on this device, once. `cuMemFree` waits for
+        // queued work that may use the memory.
         unsafe { cu::free_sync(ptr.0) }.map_err(|e| driver_error("cuMemFree", e))
     }
 
@@ -572,7 +604,9 @@ impl Driver for CudaDriver {
             return Ok(());
         }
         self.enter(s.device)?;
-        // SAFETY: the runtime guarantees `dst..dst+bytes` is live device memory reachable from the stream's device; the stream is live and of the current context.
+        // SAFETY:
+        // - the runtime guarantees `dst..dst+bytes` is live device memory reachable from the stream's device;
+        // - the stream is live and of the current context.
         unsafe { cu::memset_d8_async(dst.0, value, bytes, s.raw.0) }.map_err(|e| driver_error("cuMemsetD8Async", e))
     }
 
@@ -582,7 +616,9 @@ impl Driver for CudaDriver {
             return Ok(());
         }
         self.enter(s.device)?;
-        // SAFETY: `dst` holds `src.len()` live bytes (runtime-checked); `src` stays borrowed until the stream synchronization below has consumed it.
+        // SAFETY:
+        // - `dst` holds `src.len()` live bytes (runtime-checked);
+        // - `src` stays borrowed until the stream synchronization below has consumed it.
         unsafe { cu::memcpy_htod_async(dst.0, src, s.raw.0) }.map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
         // SAFETY: the stream is live and of the current context.
         unsafe { cu::stream::synchronize(s.raw.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
@@ -594,7 +630,9 @@ impl Driver for CudaDriver {
             return Ok(());
         }
         self.enter(s.device)?;
-        // SAFETY: `src` holds `dst.len()` live bytes (runtime-checked); `dst` stays mutably borrowed until the stream synchronization below has filled it.
+        // SAFETY:
+        // - `src` holds `dst.len()` live bytes (runtime-checked);
+        // - `dst` stays mutably borrowed until the stream synchronization below has filled it.
         unsafe { cu::memcpy_dtoh_async(dst, src.0, s.raw.0) }.map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
         // SAFETY: the stream is live and of the current context.
         unsafe { cu::stream::synchronize(s.raw.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
@@ -606,7 +644,9 @@ impl Driver for CudaDriver {
             return Ok(());
         }
         self.enter(s.device)?;
-        // SAFETY: both ranges are live device memory of `bytes` bytes (runtime-checked); the stream is live and of the current context.
+        // SAFETY:
+        // - both ranges are live device memory of `bytes` bytes (runtime-checked);
+        // - the stream is live and of the current context.
         unsafe { cu::memcpy_dtod_async(dst.0, src.0, bytes, s.raw.0) }.map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
     }
 
@@ -626,7 +666,9 @@ impl Driver for CudaDriver {
             return Ok(());
         }
         self.enter(s.device)?;
-        // SAFETY: `dst` and `src` are live allocations of `bytes` bytes in the given devices' primary contexts (runtime-checked), both contexts are retained, and the stream is live and of the current context.
+        // SAFETY:
+        // `dst` and `src` are live allocations of `bytes` bytes in the given devices' primary contexts
+        // (runtime-checked), both contexts are retained, and the stream is live and of the current context.
         unsafe { cu::memcpy_peer_async(dst_ctx.0, dst.0, src_ctx.0, src.0, bytes, s.raw.0) }
             .map_err(|e| driver_error("cuMemcpyPeerAsync", e))
     }
@@ -703,13 +745,30 @@ impl Driver for CudaDriver {
             driver: DRIVER,
             reason: "the spin kernel is not loaded".into(),
         })?;
-        // SAFETY: the kernel was loaded into this device's context, which `enter` made current, and the stream is live and of that context.
+        // SAFETY:
+        // the kernel was loaded into this device's context, which `enter` made current, and the stream is
+        // live and of that context.
         unsafe { kernel.launch(s.raw.0, duration) }
     }
 
     fn fail_next_malloc(&self, device: usize) -> Result<()> {
         self.device(device)?.fail_next_malloc.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    fn fail_next_free(&self, device: usize) -> Result<()> {
+        self.device(device)?.fail_next_free.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn record_error(&self, device: usize, error: Error) {
+        if let Some(d) = self.devices.get(device) {
+            d.dropped.record(error);
+        }
+    }
+
+    fn take_error(&self, device: usize) -> Result<()> {
+        self.device(device)?.dropped.take()
     }
 }
 
@@ -738,7 +797,9 @@ impl Drop for CudaDriver {
             let current = self.enter(index).is_ok();
             if current {
                 for ev in events.values().filter(|ev| ev.device == index) {
-                    // SAFETY: made by `cuEventCreate` in this context; the table is gone, so this is its only destruction.
+                    // SAFETY:
+                    // - made by `cuEventCreate` in this context;
+                    // - the table is gone, so this is its only destruction.
                     let _ = unsafe { cu::event::destroy(ev.raw.0) };
                 }
                 for s in streams.values().filter(|s| s.device == index && !s.raw.0.is_null()) {
@@ -758,7 +819,9 @@ impl Drop for CudaDriver {
             // SAFETY: retained exactly once in `new`; released exactly once here.
             let _ = unsafe { cu::primary_ctx::release(dev.cu) };
         }
-        // SAFETY: a null context is documented to unbind the thread's current context, which may have been one just released.
+        // SAFETY:
+        // a null context is documented to unbind the thread's current context, which may have been one just
+        // released.
         let _ = unsafe { cu::ctx::set_current(std::ptr::null_mut()) };
     }
 }

@@ -401,7 +401,9 @@ impl Kernels {
         if entries.iter().all(|&entry| read(&self.funcs).contains_key(&KernelId { module: key, entry })) {
             return Ok(()); // another thread loaded it meanwhile
         }
-        // SAFETY: `img` is a CUBIN or NUL-terminated PTX image that outlives the call, and the caller made the device's context current.
+        // SAFETY:
+        // `img` is a CUBIN or NUL-terminated PTX image that outlives the call, and the caller made the
+        // device's context current.
         let module = unsafe { cu::module::load_data(img.as_ptr().cast()) };
         let module = module.map_err(|e| driver_error("cuModuleLoadData", e))?;
         modules.push(RawModule(module));

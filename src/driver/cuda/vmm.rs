@@ -106,7 +106,10 @@ fn query_granularity(driver: &CudaDriver, device: usize) -> Option<usize> {
     let prop = pinned(dev.cu);
     let mut granularity = 0usize;
     let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED;
-    // SAFETY: `granularity` is a valid out-pointer and `prop` a fully initialized allocation property for a device that exists; both outlive the call.
+    // SAFETY:
+    // - `granularity` is a valid out-pointer and `prop` a fully initialized allocation property for a device
+    //   that exists;
+    // - both outlive the call.
     unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, option) }.result().ok()?;
     (granularity > 0).then_some(granularity)
 }
@@ -157,13 +160,17 @@ fn access(driver: &CudaDriver, devices: &[usize]) -> Vec<sys::CUmemAccessDesc> {
 
 /// `cuMemSetAccess` over one whole mapped range.
 fn set_access(at: u64, bytes: usize, descs: &[sys::CUmemAccessDesc]) -> std::result::Result<(), DriverError> {
-    // SAFETY: `[at, at + bytes)` is one whole range mapped by `cuMemMap` (the tables say so, and their lock is held), and `descs` points to `descs.len()` initialized descriptors.
+    // SAFETY:
+    // `[at, at + bytes)` is one whole range mapped by `cuMemMap` (the tables say so, and their lock is held),
+    // and `descs` points to `descs.len()` initialized descriptors.
     unsafe { sys::cuMemSetAccess(at, bytes, descs.as_ptr(), descs.len()) }.result()
 }
 
 /// Unmaps one whole mapped range and frees its memory (best effort for the release).
 fn unmap_one(at: u64, mapping: Mapping) -> std::result::Result<(), DriverError> {
-    // SAFETY: `[at, at + bytes)` is exactly one range mapped by `cuMemMap`, removed from the tables by the caller, so it is unmapped once.
+    // SAFETY:
+    // `[at, at + bytes)` is exactly one range mapped by `cuMemMap`, removed from the tables by the caller, so
+    // it is unmapped once.
     unsafe { sys::cuMemUnmap(at, mapping.bytes) }.result()?;
     // SAFETY: the handle came from `cuMemCreate` and its only mapping is gone; released once.
     unsafe { sys::cuMemRelease(mapping.handle) }.result()
@@ -175,7 +182,10 @@ pub(super) fn reserve(driver: &CudaDriver, device: usize, bytes: usize) -> Resul
     granular_end("vmm_reserve", granularity, 0, bytes)?;
     driver.enter(device)?;
     let mut base: sys::CUdeviceptr = 0;
-    // SAFETY: `base` is a valid out-pointer; size and alignment are multiples of the granularity; no fixed address (0) and no flags are asked for.
+    // SAFETY:
+    // - `base` is a valid out-pointer;
+    // - size and alignment are multiples of the granularity;
+    // - no fixed address (0) and no flags are asked for.
     unsafe { sys::cuMemAddressReserve(&mut base, bytes, granularity, 0, 0) }
         .result()
         .map_err(|e| driver_error("cuMemAddressReserve", e))?;
@@ -216,9 +226,16 @@ pub(super) fn map(driver: &CudaDriver, device: usize, at: DevicePtr, bytes: usiz
     };
     let prop = pinned(dev.cu);
     let mut handle: sys::CUmemGenericAllocationHandle = 0;
-    // SAFETY: `handle` is a valid out-pointer, `prop` a fully initialized pinned-allocation property of this device, `bytes` a multiple of its granularity; flags must be 0.
+    // SAFETY:
+    // - `handle` is a valid out-pointer, `prop` a fully initialized pinned-allocation property of this
+    //   device, `bytes` a multiple of its granularity;
+    // - flags must be 0.
     unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) }.result().map_err(|e| oom_or("cuMemCreate", e))?;
-    // SAFETY: `[at, end)` lies inside a range reserved by `cuMemAddressReserve` and overlaps no mapping (checked above under the lock); `handle` holds exactly `bytes`; offset and flags 0.
+    // SAFETY:
+    // - `[at, end)` lies inside a range reserved by `cuMemAddressReserve` and overlaps no mapping (checked
+    //   above under the lock);
+    // - `handle` holds exactly `bytes`;
+    // - offset and flags 0.
     if let Err(e) = unsafe { sys::cuMemMap(at.0, bytes, 0, handle, 0) }.result() {
         // SAFETY: created above, never mapped or handed out; released once.
         let _ = unsafe { sys::cuMemRelease(handle) };
@@ -294,7 +311,9 @@ pub(super) fn release(driver: &CudaDriver, device: usize, base: DevicePtr, bytes
         });
     }
     driver.enter(device)?;
-    // SAFETY: exactly a range from `cuMemAddressReserve` with nothing mapped in it (checked above under the lock); it leaves the tables below, so it is freed once.
+    // SAFETY:
+    // - exactly a range from `cuMemAddressReserve` with nothing mapped in it (checked above under the lock);
+    // - it leaves the tables below, so it is freed once.
     unsafe { sys::cuMemAddressFree(base.0, bytes) }.result().map_err(|e| driver_error("cuMemAddressFree", e))?;
     tables.reserved.remove(&(device, base.0));
     Ok(())
@@ -339,7 +358,8 @@ pub(super) fn release_all(driver: &CudaDriver) {
     }
     for ((device, base), bytes) in tables.reserved {
         if driver.enter(device).is_ok() {
-            // SAFETY: a range from `cuMemAddressReserve`, unmapped above, taken out of the tables, so freed once.
+            // SAFETY:
+            // a range from `cuMemAddressReserve`, unmapped above, taken out of the tables, so freed once.
             let _ = unsafe { sys::cuMemAddressFree(base, bytes) };
         }
     }

@@ -12,6 +12,7 @@ use crate::driver::HostPtr;
 use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::collections::BTreeMap;
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 /// Pinned blocks are page-aligned, like `cuMemHostAlloc`'s.
@@ -20,9 +21,17 @@ const PAGE: usize = 4096;
 /// One allocation of simulated pinned memory; deallocated when the last holder drops it.
 #[derive(Debug)]
 pub(crate) struct HostRegion {
-    addr: u64,
+    ptr: NonNull<u8>,
     layout: Layout,
 }
+
+// SAFETY:
+// - the region owns its allocation and hands out only the pointer; its own code never reads or
+//   writes the bytes (copies do, on whatever thread runs them, under the driver's contract);
+// - freeing happens once, in `Drop`, from whichever thread drops the last `Arc`.
+unsafe impl Send for HostRegion {}
+// SAFETY: shared access only reads `ptr` and `layout`, which never change.
+unsafe impl Sync for HostRegion {}
 
 impl HostRegion {
     /// `bytes` zeroed, page-aligned bytes.
@@ -31,26 +40,31 @@ impl HostRegion {
         let layout = Layout::from_size_align(bytes.max(1), PAGE).map_err(|_| oom.clone())?;
         // SAFETY: `layout` has a non-zero size (at least 1 byte) and a valid power-of-two alignment.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(oom);
-        }
-        Ok(HostRegion { addr: ptr as usize as u64, layout })
+        let ptr = NonNull::new(ptr).ok_or(oom)?;
+        Ok(HostRegion { ptr, layout })
     }
 
-    /// The first byte's address as a pointer.
-    pub fn ptr(&self) -> *mut u8 {
-        self.addr as usize as *mut u8
+    /// The first byte.
+    pub fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// The handle of the first byte.
+    pub fn host_ptr(&self) -> HostPtr {
+        HostPtr::from_non_null(self.ptr)
     }
 
     fn end(&self) -> u64 {
-        self.addr + self.layout.size() as u64
+        self.host_ptr().0 + self.layout.size() as u64
     }
 }
 
 impl Drop for HostRegion {
     fn drop(&mut self) {
-        // SAFETY: `addr` was returned by `alloc_zeroed` with exactly `layout` in `new`, and this is the region's only deallocation (it runs once, when the last `Arc` drops).
-        unsafe { std::alloc::dealloc(self.ptr(), self.layout) }
+        // SAFETY:
+        // `addr` was returned by `alloc_zeroed` with exactly `layout` in `new`, and this is the region's only
+        // deallocation (it runs once, when the last `Arc` drops).
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
 
@@ -64,9 +78,9 @@ impl HostMemory {
     /// Allocates `bytes` of zeroed pinned memory.
     pub fn alloc(&self, bytes: usize) -> Result<HostPtr> {
         let region = HostRegion::new(bytes)?;
-        let addr = region.addr;
-        lock(&self.regions).insert(addr, Arc::new(region));
-        Ok(HostPtr(addr))
+        let ptr = region.host_ptr();
+        lock(&self.regions).insert(ptr.0, Arc::new(region));
+        Ok(ptr)
     }
 
     /// Frees a block from [`HostMemory::alloc`]; copies still queued keep it until they ran.
@@ -116,7 +130,7 @@ mod tests {
         assert!(m.region(p.offset(100), 9_901).is_err(), "past the end");
         assert!(m.region(HostPtr(8), 1).is_err(), "not pinned");
         // SAFETY: the region is live (held by `r`) and 10 000 bytes long.
-        let first = unsafe { std::slice::from_raw_parts(r.ptr(), 10_000) };
+        let first = unsafe { std::slice::from_raw_parts(r.ptr().as_ptr(), 10_000) };
         assert!(first.iter().all(|&b| b == 0));
         m.free(p).unwrap();
         assert!(m.free(p).is_err(), "double free");
@@ -138,10 +152,12 @@ mod tests {
         let (a, b) = (d.host_alloc(4096).unwrap(), d.host_alloc(4096).unwrap());
         let r = d.host.region(a, 4096).unwrap();
         // SAFETY: the block is live, 4096 bytes long, and no copy uses it yet.
-        unsafe { std::slice::from_raw_parts_mut(r.ptr(), 4096) }.fill(0x3C);
+        unsafe { std::slice::from_raw_parts_mut(r.ptr().as_ptr(), 4096) }.fill(0x3C);
         drop(r);
         d.delay(s, Duration::from_millis(100)).unwrap();
-        // SAFETY: the blocks stay allocated (the queued jobs hold them) and the host does not touch them until the stream synchronization below.
+        // SAFETY:
+        // the blocks stay allocated (the queued jobs hold them) and the host does not touch them until the
+        // stream synchronization below.
         unsafe {
             d.memcpy_htod_async(dev, a, 4096, s).unwrap();
             d.memcpy_dtoh_async(b.offset(96), dev, 4000, s).unwrap();
@@ -151,7 +167,7 @@ mod tests {
         let held = d.host.region(b, 4096).unwrap();
         d.stream_synchronize(s).unwrap();
         // SAFETY: the stream has passed both copies; `held` keeps the block alive.
-        let got = unsafe { std::slice::from_raw_parts(held.ptr(), 4096) };
+        let got = unsafe { std::slice::from_raw_parts(held.ptr().as_ptr(), 4096) };
         assert!(got[..96].iter().all(|&x| x == 0) && got[96..].iter().all(|&x| x == 0x3C));
         // SAFETY: these calls are refused before anything is queued.
         unsafe {

@@ -3,8 +3,9 @@
 //! exist only once written — so a 7 GB trace replay or a huge reservation costs no host RAM.
 
 use crate::driver::DevicePtr;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Sticky};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Every simulated device owns a 16 TiB window of addresses starting here (device `d` at
@@ -44,6 +45,10 @@ pub(crate) struct DeviceMemory {
     capacity: usize,
     state: Mutex<State>,
     pages: Mutex<HashMap<u64, Box<[u8]>>>,
+    /// Set by [`DeviceMemory::fail_next_free`], cleared by the free it fails.
+    fail_next_free: AtomicBool,
+    /// The device's error raised in a `Drop`, for the next `synchronize` (`Driver::take_error`).
+    pub dropped: Sticky,
 }
 
 impl DeviceMemory {
@@ -54,6 +59,8 @@ impl DeviceMemory {
             capacity,
             state: Mutex::new(State { used: 0, next, regions: BTreeMap::new() }),
             pages: Mutex::new(HashMap::new()),
+            fail_next_free: AtomicBool::new(false),
+            dropped: Sticky::default(),
         }
     }
 
@@ -125,7 +132,16 @@ impl DeviceMemory {
         Ok(DevicePtr(base))
     }
 
+    /// Test hook: the next [`DeviceMemory::free`] fails with [`Error::Injected`] (the memory stays
+    /// allocated).
+    pub fn fail_next_free(&self) {
+        self.fail_next_free.store(true, Ordering::Release);
+    }
+
     pub fn free(&self, ptr: DevicePtr) -> Result<()> {
+        if self.fail_next_free.swap(false, Ordering::AcqRel) {
+            return Err(Error::Injected { device: self.device, op: "free" });
+        }
         let mut s = lock(&self.state);
         let (size, charged) = match s.regions.get(&ptr.0) {
             Some(Region::Malloc { size, charged }) => (*size, *charged),

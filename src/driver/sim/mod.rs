@@ -379,10 +379,13 @@ impl Driver for SimDriver {
         let (mem, s) = (self.span(dst, bytes)?, self.stream(stream)?);
         // The job holds the region, so it stays allocated until the copy ran.
         let region = self.host.region(src, bytes)?;
-        let offset = (src.0 - region.ptr() as usize as u64) as usize;
+        let offset = (src.0 - region.host_ptr().0) as usize;
         s.submit(Job::run(time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
-            // SAFETY: `[src, src + bytes)` lies inside `region` (checked above), which this job keeps allocated; the caller guarantees (the method's contract) that the host does not write these bytes until the stream has passed this copy.
-            let data = unsafe { std::slice::from_raw_parts(region.ptr().wrapping_add(offset), bytes) };
+            // SAFETY:
+            // - `[src, src + bytes)` lies inside `region` (checked above), which this job keeps allocated;
+            // - the caller guarantees (the method's contract) that the host does not write these bytes until
+            //   the stream has passed this copy.
+            let data = unsafe { std::slice::from_raw_parts(region.ptr().as_ptr().wrapping_add(offset), bytes) };
             mem.write(dst, data);
         }));
         Ok(())
@@ -391,10 +394,13 @@ impl Driver for SimDriver {
     unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
         let (mem, s) = (self.span(src, bytes)?, self.stream(stream)?);
         let region = self.host.region(dst, bytes)?;
-        let offset = (dst.0 - region.ptr() as usize as u64) as usize;
+        let offset = (dst.0 - region.host_ptr().0) as usize;
         s.submit(Job::run(time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
-            // SAFETY: `[dst, dst + bytes)` lies inside `region` (checked above), which this job keeps allocated; the caller guarantees (the method's contract) that the host neither reads nor writes these bytes until the stream has passed this copy, so this is the only reference to them.
-            let out = unsafe { std::slice::from_raw_parts_mut(region.ptr().wrapping_add(offset), bytes) };
+            // SAFETY:
+            // - `[dst, dst + bytes)` lies inside `region` (checked above), which this job keeps allocated;
+            // - the caller guarantees (the method's contract) that the host neither reads nor writes these
+            //   bytes until the stream has passed this copy, so this is the only reference to them.
+            let out = unsafe { std::slice::from_raw_parts_mut(region.ptr().as_ptr().wrapping_add(offset), bytes) };
             mem.read(src, out);
         }));
         Ok(())
@@ -438,5 +444,20 @@ impl Driver for SimDriver {
     fn fail_next_malloc(&self, device: usize) -> Result<()> {
         self.dev(device)?.fail_next_malloc.store(true, Ordering::Release);
         Ok(())
+    }
+
+    fn fail_next_free(&self, device: usize) -> Result<()> {
+        self.dev(device)?.memory.fail_next_free();
+        Ok(())
+    }
+
+    fn record_error(&self, device: usize, error: Error) {
+        if let Ok(d) = self.dev(device) {
+            d.memory.dropped.record(error);
+        }
+    }
+
+    fn take_error(&self, device: usize) -> Result<()> {
+        self.dev(device)?.memory.dropped.take()
     }
 }

@@ -23,7 +23,13 @@ fn matmul<T: GemmElem>(m: usize, k: usize, n: usize, lhs: &[T], rhs: &[T], dst: 
     }
     let par = if m * n * k >= PARALLEL_FLOPS { Parallelism::Rayon(0) } else { Parallelism::None };
     let (k_, n_) = (k as isize, n as isize);
-    // SAFETY: - `T: GemmElem` is `f32` or `f64`, types `gemm` supports (it panics on any other). - `dst`, `lhs`, `rhs` are live, distinct slices of exactly `m·n`, `m·k`, `k·n` elements, checked above; with column stride 1 and row strides `n`, `k`, `n` every address `gemm` forms (`row · rs + col · cs` for `row < rows`, `col < cols`) lies inside its slice. - `dst` is borrowed mutably, so nothing else reads or writes it during the call. - `read_dst = false`: `dst`'s previous contents are not read (`alpha` is ignored).
+    // SAFETY:
+    // - - `T: GemmElem` is `f32` or `f64`, types `gemm` supports (it panics on any other). - `dst`, `lhs`,
+    //   `rhs` are live, distinct slices of exactly `m·n`, `m·k`, `k·n` elements, checked above;
+    // - with column stride 1 and row strides `n`, `k`, `n` every address `gemm` forms (`row · rs + col · cs`
+    //   for `row < rows`, `col < cols`) lies inside its slice. - `dst` is borrowed mutably, so nothing else
+    //   reads or writes it during the call. - `read_dst = false`: `dst`'s previous contents are not read
+    //   (`alpha` is ignored).
     unsafe {
         gemm::gemm(
             m,

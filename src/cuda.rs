@@ -13,10 +13,10 @@ pub use crate::runtime::{
     can_device_access_peer, current_device, current_stream, default_stream, device_count, driver_name, empty_cache,
     enable_peer_access, get_device_name, get_device_properties, get_per_process_memory_fraction, host_empty_cache,
     host_memory_stats, is_available, is_peer_access_enabled, max_memory_allocated, max_memory_reserved, mem_get_info,
-    memory_allocated, memory_reserved, memory_snapshot, memory_stats, memory_summary, record_memory_history,
-    reset_accumulated_host_memory_stats, reset_peak_host_memory_stats, reset_peak_memory_stats, set_device,
-    set_per_process_memory_fraction, set_stream, synchronize, with_device, with_stream, DeviceGuard, Event, EventFlags,
-    Stream, StreamGuard,
+    memory_allocated, memory_reserved, memory_snapshot, memory_stats, memory_summary, primary_context,
+    record_memory_history, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats, reset_peak_memory_stats,
+    set_device, set_per_process_memory_fraction, set_stream, synchronize, with_device, with_stream, DeviceGuard, Event,
+    EventFlags, Stream, StreamGuard,
 };
 
 /// `torch.backends.cuda`: `backends::matmul::set_allow_tf32(true)` mirrors

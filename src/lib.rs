@@ -51,8 +51,10 @@
 //! | `torch.cuda.set_stream(s)` | [`cuda::set_stream`] |
 //! | `with torch.cuda.stream(s):` | `let _g = `[`cuda::StreamGuard::new`]`(&s)?;` or [`cuda::with_stream`] |
 //! | `s.synchronize() / query() / wait_event(e) / wait_stream(o) / record_event(e)` | same names on [`cuda::Stream`] |
+//! | `s.cuda_stream` / `torch.cuda.ExternalStream(ptr, device)` | [`cuda::Stream::cuda_stream`] / `unsafe` [`cuda::Stream::from_external`]; the device's `CUcontext`: [`cuda::primary_context`] |
 //! | `torch.cuda.Event(enable_timing, blocking)` | [`cuda::Event::new`]`(`[`cuda::EventFlags`]`)` |
 //! | `e.record(s) / query() / synchronize() / wait(s) / elapsed_time(end)` | same names on [`cuda::Event`] |
+//! | `PYTORCH_CUDA_ALLOC_CONF`, environment read at first use | [`init`]`(`[`Config`]`)` before first use, else `CUDASEM_*` variables |
 //! | `torch.device("cuda:1")` | [`Device`] (`"cpu"`, `"cuda"`, `"cuda:N"`) |
 //! | `torch.cuda.OutOfMemoryError`, other errors | [`Error`] (one enum, structured variants) |
 //! | `torch.float32`, `torch.int64`, …, `torch.promote_types`, `torch.result_type` | [`DType`], [`DType::promote_types`], [`result_type`] |

@@ -113,6 +113,22 @@ pub trait Driver: Send + Sync + 'static {
     fn stream_synchronize(&self, stream: StreamId) -> Result<()>;
     /// Makes future work on `stream` wait for the last recording of `event` (no-op if never recorded).
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()>;
+    /// The stream's native handle, for interop: its `CUstream` as a number on CUDA (0 for the
+    /// legacy default stream); its own handle number on the simulated machine.
+    fn raw_stream(&self, stream: StreamId) -> Result<u64>;
+    /// The device's primary context (`CUcontext`) as a number, for interop;
+    /// [`Error::Unsupported`] where the driver has none (the simulated machine).
+    fn raw_context(&self, device: usize) -> Result<u64>;
+    /// A handle for the native stream `raw` of `device` (a [`Driver::raw_stream`] value, or on
+    /// CUDA a `CUstream` made elsewhere), and the stream's priority. A stream this driver already
+    /// knows keeps its handle. Errors: a stream of another device or context, or (simulated
+    /// machine) one it did not make.
+    ///
+    /// # Safety
+    /// `raw` must be a live native stream of `device` (on CUDA: of its primary context, or
+    /// 0 for the legacy default stream), and must stay live for as long as the returned handle
+    /// is used: the driver never destroys a stream it did not make.
+    unsafe fn import_stream(&self, device: usize, raw: u64) -> Result<(StreamId, i32)>;
 
     /// A new event on `device`.
     fn event_create(&self, device: usize, enable_timing: bool, blocking: bool) -> Result<EventId>;

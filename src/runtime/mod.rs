@@ -6,6 +6,7 @@ mod context;
 mod current;
 mod devices;
 mod event;
+mod external;
 mod guard;
 mod host_memory;
 mod memory;
@@ -17,6 +18,7 @@ pub(crate) use current::current_of;
 pub use current::{current_stream, default_stream, set_stream, with_stream, StreamGuard};
 pub use devices::*;
 pub use event::{Event, EventFlags};
+pub use external::primary_context;
 pub use guard::{with_device, DeviceGuard};
 pub use host_memory::{
     host_empty_cache, host_memory_stats, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats,

@@ -39,6 +39,15 @@ impl Pool {
         Ok(self.levels.get_or_init(|| levels))
     }
 
+    /// The priority of the pool's stream `id`, if the pool made it.
+    pub fn priority_of(&self, id: StreamId) -> Option<i32> {
+        let levels = self.levels.get()?;
+        levels.iter().enumerate().find_map(|(level, l)| {
+            let made = l.slots.iter().any(|slot| *slot.lock().unwrap_or_else(|e| e.into_inner()) == Some(id));
+            made.then_some(-(level as i32))
+        })
+    }
+
     /// The next stream of the level that `priority` (0 = normal, negative = higher) selects,
     /// and that stream's priority. Priorities beyond the highest level use the highest.
     pub fn next(&self, driver: &dyn Driver, device: usize, priority: i32) -> Result<(StreamId, i32)> {

@@ -50,6 +50,11 @@ impl Stream {
         Ok(Stream { device, id, priority: 0, default: true })
     }
 
+    /// A handle from its parts (for streams made elsewhere, `external.rs`).
+    pub(super) fn from_parts(device: usize, id: StreamId, priority: i32, default: bool) -> Stream {
+        Stream { device, id, priority, default }
+    }
+
     /// The device this stream belongs to.
     pub fn device(&self) -> usize {
         self.device

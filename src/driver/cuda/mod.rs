@@ -129,6 +129,9 @@ struct Device {
 struct StreamEntry {
     device: usize,
     raw: RawStream,
+    /// Made (and so destroyed) by this driver; `false` for the null stream and for streams
+    /// made elsewhere ([`Driver::import_stream`]).
+    owned: bool,
 }
 
 /// CUDA drivers made so far in the process.
@@ -197,7 +200,7 @@ impl CudaDriver {
         for (index, (cu, ctx)) in found.into_iter().enumerate() {
             let id = index as u64 + 1;
             let raw = RawStream(std::ptr::null_mut());
-            streams.insert(id, StreamEntry { device: index, raw });
+            streams.insert(id, StreamEntry { device: index, raw, owned: false });
             devices.push(Device {
                 cu,
                 ctx,
@@ -464,8 +467,47 @@ impl Driver for CudaDriver {
             .map_err(|e| driver_error("cuStreamCreateWithPriority", e))?;
         let id = self.next_id();
         let raw = RawStream(raw);
-        write(&self.streams).insert(id, StreamEntry { device, raw });
+        write(&self.streams).insert(id, StreamEntry { device, raw, owned: true });
         Ok(StreamId(id))
+    }
+
+    fn raw_stream(&self, stream: StreamId) -> Result<u64> {
+        Ok(self.stream(stream, "Stream::cuda_stream")?.raw.0 as usize as u64)
+    }
+
+    fn raw_context(&self, device: usize) -> Result<u64> {
+        Ok(self.device(device)?.ctx.0 as usize as u64)
+    }
+
+    unsafe fn import_stream(&self, device: usize, raw: u64) -> Result<(StreamId, i32)> {
+        let dev = self.enter(device)?;
+        let op = "Stream::from_external";
+        // 0 is the legacy default stream, as is `CU_STREAM_LEGACY` (0x1).
+        if raw <= 1 {
+            return Ok((dev.default_stream, 0));
+        }
+        let handle = raw as usize as sys::CUstream;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the caller guarantees `handle` is a live stream; `ctx` is a valid out-pointer.
+        unsafe { sys::cuStreamGetCtx(handle, &mut ctx) }.result().map_err(|e| driver_error("cuStreamGetCtx", e))?;
+        if ctx != dev.ctx.0 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("stream {raw:#x} belongs to another CUDA context than cuda:{device}'s primary context"),
+            });
+        }
+        let mut priority: std::ffi::c_int = 0;
+        // SAFETY: as above; `priority` is a valid out-pointer.
+        unsafe { sys::cuStreamGetPriority(handle, &mut priority) }
+            .result()
+            .map_err(|e| driver_error("cuStreamGetPriority", e))?;
+        let mut streams = write(&self.streams);
+        if let Some((&id, _)) = streams.iter().find(|(_, e)| e.raw.0 == handle) {
+            return Ok((StreamId(id), priority));
+        }
+        let id = self.next_id();
+        streams.insert(id, StreamEntry { device, raw: RawStream(handle), owned: false });
+        Ok((StreamId(id), priority))
     }
 
     fn stream_query(&self, stream: StreamId) -> Result<bool> {
@@ -785,7 +827,8 @@ impl Drop for CudaDriver {
         }
         let events = std::mem::take(self.events.get_mut().unwrap_or_else(PoisonError::into_inner));
         let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(PoisonError::into_inner));
-        for s in streams.values() {
+        // Streams made elsewhere may be gone by now: only this driver's own are waited for.
+        for s in streams.values().filter(|s| s.owned || s.raw.0.is_null()) {
             if self.enter(s.device).is_ok() {
                 // SAFETY: a live stream of the current context (null: its legacy default stream).
                 let _ = unsafe { cu::stream::synchronize(s.raw.0) };
@@ -802,7 +845,7 @@ impl Drop for CudaDriver {
                     // - the table is gone, so this is its only destruction.
                     let _ = unsafe { cu::event::destroy(ev.raw.0) };
                 }
-                for s in streams.values().filter(|s| s.device == index && !s.raw.0.is_null()) {
+                for s in streams.values().filter(|s| s.device == index && s.owned) {
                     // SAFETY: made by `cuStreamCreateWithPriority` in this context; destroyed once.
                     let _ = unsafe { cu::stream::destroy(s.raw.0) };
                 }

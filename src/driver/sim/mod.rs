@@ -264,6 +264,40 @@ impl Driver for SimDriver {
         Ok(())
     }
 
+    fn raw_stream(&self, stream: StreamId) -> Result<u64> {
+        self.stream(stream)?;
+        Ok(stream.0)
+    }
+
+    fn raw_context(&self, device: usize) -> Result<u64> {
+        self.dev(device)?;
+        Err(Error::Unsupported {
+            op: "primary_context",
+            driver: "sim",
+            reason: "the simulated machine has no CUDA contexts; use CUDASEM_DRIVER=cuda on a GPU".into(),
+        })
+    }
+
+    unsafe fn import_stream(&self, device: usize, raw: u64) -> Result<(StreamId, i32)> {
+        self.dev(device)?;
+        let s = self.stream(StreamId(raw)).map_err(|_| Error::Unsupported {
+            op: "Stream::from_external",
+            driver: "sim",
+            reason: format!(
+                "{raw:#x} is not a stream of the simulated machine: it can only wrap its own streams' \
+                 handles (Stream::cuda_stream); streams made outside cudasem need CUDASEM_DRIVER=cuda"
+            ),
+        })?;
+        if s.device != device {
+            return Err(Error::InvalidArgument {
+                op: "Stream::from_external",
+                reason: format!("stream {raw:#x} belongs to cuda:{}, not cuda:{device}", s.device),
+            });
+        }
+        // Every simulated stream has its own thread: priorities do not change scheduling.
+        Ok((StreamId(raw), 0))
+    }
+
     fn event_create(&self, device: usize, enable_timing: bool, _blocking: bool) -> Result<EventId> {
         self.dev(device)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

@@ -272,13 +272,6 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// An [`Error::Driver`] of a cuBLASLt status (`code`, `name`: its number and name).
-    pub(crate) fn blas(op: &'static str, code: i32, name: &str) -> Error {
-        Error::Driver { op, code, name: name.to_owned(), message: "cuBLASLt reported an error".to_owned() }
-    }
-}
-
 /// An error raised where it cannot be returned (in `Drop`: destroying an event, freeing memory or
 /// a pinned block), kept until a call that can return errors takes it (cudarc's `record_err`).
 ///

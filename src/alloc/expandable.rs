@@ -80,7 +80,11 @@ impl ExpandableSegments {
         while c.blocks[at].size < size {
             let next = c.blocks[at].next;
             if next == NIL || c.blocks[next].mapped || !c.blocks[next].is_available() {
-                return Ok(None); // cannot happen: find_expandable_block checked the room
+                // `find_expandable_block` checked the room.
+                return Err(Error::Internal {
+                    op: "malloc",
+                    reason: "an expandable segment's free room ended before the request was mapped".into(),
+                });
             }
             let n = (size - c.blocks[at].size).min(c.blocks[next].size);
             if !self.map_block(mem, c, next, n)? {

@@ -42,9 +42,20 @@ pub(super) struct Blas {
     handle: Mutex<Option<RawLt>>,
 }
 
-/// A cuBLASLt status as an [`Error::Driver`] of `op`, for `map_err`.
+/// A cuBLASLt status as an [`Error::Driver`] of `op` (its number, name and cuBLASLt's
+/// description), for `map_err`.
 fn blas_error(op: &'static str) -> impl Fn(ltr::CublasError) -> Error {
-    move |e| Error::blas(op, e.0 as i32, &format!("{:?}", e.0))
+    move |ltr::CublasError(status)| {
+        let text = std::panic::catch_unwind(|| {
+            // SAFETY: takes any status; returns null or a static NUL-terminated string.
+            let p = unsafe { lt::cublasLtGetStatusString(status) };
+            // SAFETY: `p` is null (checked) or points at cuBLASLt's static string for `status`.
+            (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        });
+        let message = text.ok().flatten().unwrap_or_else(|| "cuBLASLt reported an error".to_owned());
+        // The status enum's variant is the C name (`CUBLAS_STATUS_NOT_SUPPORTED`).
+        Error::Driver { op, code: status as i32, name: format!("{status:?}"), message }
+    }
 }
 
 impl Blas {
@@ -196,7 +207,8 @@ fn product(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &Buffe
         (colmajor(m, n, drs, dcs), colmajor(m, k, ars, acs), colmajor(k, n, brs, bcs), lhs, rhs)
     };
     let (Some(d_mat), Some(a_mat), Some(b_mat)) = (d_mat, a_mat, b_mat) else {
-        return Err(unsupported("a matrix product operand cuBLAS cannot read"));
+        // `gemm` copied every operand cuBLAS cannot read into a dense temporary.
+        return Err(Error::Internal { op: "matmul", reason: "an operand cuBLAS cannot read reached cuBLASLt".into() });
     };
     let bt = r - 2;
     let batch = collapse(

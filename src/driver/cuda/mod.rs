@@ -35,8 +35,9 @@ use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 use kernels::SpinKernel;
 use module_cache::FxMap;
+use status::{describe, driver_error, lock, out_of_memory, read, ready, write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 /// This backend's name, as [`Driver::name`] reports it.
@@ -83,6 +84,7 @@ mod kernels;
 mod launch;
 mod module_cache;
 mod reduce;
+mod status;
 mod templates;
 #[cfg(test)]
 mod tests;
@@ -246,7 +248,8 @@ impl CudaDriver {
         Ok(dev)
     }
 
-    fn stream(&self, stream: StreamId, op: &'static str) -> Result<StreamEntry> {
+    /// The stream's entry; `_op` (the caller's name) is kept at the call sites for reading.
+    fn stream(&self, stream: StreamId, _op: &'static str) -> Result<StreamEntry> {
         // Streams are never removed from the table while the driver lives, so the thread's last
         // lookup of this driver stays true (a loop of launches on one stream skips the lock).
         if let Some((instance, id, entry)) = LAST_STREAM.get() {
@@ -257,10 +260,7 @@ impl CudaDriver {
         if self.devices.is_empty() {
             return Err(self.no_device());
         }
-        let entry = read(&self.streams).get(&stream.0).copied().ok_or_else(|| Error::InvalidArgument {
-            op,
-            reason: format!("stream handle {} was not made by this CUDA driver", stream.0),
-        })?;
+        let entry = read(&self.streams).get(&stream.0).copied().ok_or(Error::UnknownStream { stream: stream.0 })?;
         LAST_STREAM.set(Some((self.instance, stream.0, entry)));
         Ok(entry)
     }
@@ -269,9 +269,10 @@ impl CudaDriver {
         if self.devices.is_empty() {
             return Err(self.no_device());
         }
-        read(&self.events).get(&event.0).copied().ok_or_else(|| Error::InvalidArgument {
+        // The runtime passes only events it made and has not destroyed.
+        read(&self.events).get(&event.0).copied().ok_or_else(|| Error::Internal {
             op,
-            reason: format!("event handle {} was not made by this CUDA driver", event.0),
+            reason: format!("event handle {} is not a live event of this CUDA driver", event.0),
         })
     }
 
@@ -317,56 +318,6 @@ fn probe() -> std::result::Result<Vec<(sys::CUdevice, RawCtx)>, String> {
         }
     }
     Ok(found)
-}
-
-/// The driver's name and description of an error, e.g. `("CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected")`.
-fn names(e: DriverError) -> (String, String) {
-    let code = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
-    let message = e
-        .error_string()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "the driver gave no description".to_owned());
-    (code, message)
-}
-
-/// `CODE (description)`, for reasons written as text.
-fn describe(e: DriverError) -> String {
-    let (code, message) = names(e);
-    format!("{code} ({message})")
-}
-
-/// Maps a driver error that no more specific [`Error`] variant describes: its number, name and
-/// description.
-fn driver_error(op: &'static str, e: DriverError) -> Error {
-    let (name, message) = names(e);
-    Error::Driver { op, code: e.0 as i32, name, message }
-}
-
-/// [`Error::OutOfMemory`] for `requested` bytes on `device`, whose context is current.
-fn out_of_memory(device: usize, requested: usize) -> Error {
-    let (free, total) = cu::mem_get_info().unwrap_or((0, 0));
-    Error::OutOfMemory { device, requested, total, free, allocated: 0, reserved_unallocated: 0 }
-}
-
-/// `Ok(true)` for success, `Ok(false)` for `CUDA_ERROR_NOT_READY`, else an error.
-fn ready(op: &'static str, status: CUresult) -> Result<bool> {
-    match status {
-        CUresult::CUDA_SUCCESS => Ok(true),
-        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-        other => Err(driver_error(op, DriverError(other))),
-    }
-}
-
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Driver for CudaDriver {

@@ -135,7 +135,8 @@ impl SimDriver {
             .unwrap_or_else(|e| e.into_inner())
             .get(&id.0)
             .cloned()
-            .ok_or(Error::InvalidArgument { op: "event", reason: format!("unknown event handle {}", id.0) })
+            // The runtime passes only events it made and has not destroyed.
+            .ok_or_else(|| Error::Internal { op: "event", reason: format!("unknown event handle {}", id.0) })
     }
 
     /// The memory holding `[ptr, ptr + bytes)`, checked to be live.

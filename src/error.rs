@@ -384,4 +384,31 @@ mod tests {
         assert!(m.contains("Of the allocated memory 32.00 MiB is allocated by cudasem, and 34.00 MiB is reserved by cudasem but unallocated."), "{m}");
         assert!(m.contains("expandable_segments:True"), "{m}");
     }
+
+    #[test]
+    fn driver_errors_keep_their_cause_and_internal_ones_say_bug() {
+        let e = Error::Driver {
+            op: "cuLaunchKernel",
+            code: 719,
+            name: "CUDA_ERROR_LAUNCH_FAILED".into(),
+            message: "unspecified launch failure".into(),
+        };
+        assert!(matches!(e, Error::Driver { code: 719, .. }));
+        let m = e.to_string();
+        assert!(m.contains("cuLaunchKernel") && m.contains("CUDA_ERROR_LAUNCH_FAILED (code 719)"), "{m}");
+        assert!(m.contains("unspecified launch failure"), "{m}");
+        let m = Error::Internal { op: "malloc", reason: "a broken link".into() }.to_string();
+        assert!(m.contains("internal error in malloc: a broken link") && m.contains("bug in cudasem"), "{m}");
+    }
+
+    #[test]
+    fn sticky_keeps_the_first_error_until_taken() {
+        let s = Sticky::default();
+        assert_eq!(s.take(), Ok(()));
+        s.record(Error::Injected { device: 1, op: "free" });
+        s.record_result(Err(Error::Injected { device: 1, op: "event_destroy" }));
+        s.record_result(Ok(()));
+        assert_eq!(s.take(), Err(Error::Injected { device: 1, op: "free" }), "the first error is the cause");
+        assert_eq!(s.take(), Ok(()), "taken once");
+    }
 }

@@ -2,8 +2,8 @@
 //! [`set_stream`], and [`StreamGuard`] / [`with_stream`] (`with torch.cuda.stream(s):`).
 
 use super::context;
-use super::rt;
 use super::stream::Stream;
+use super::{rt, Runtime};
 use crate::device::IntoCudaDevice;
 use crate::error::Result;
 use std::marker::PhantomData;
@@ -11,23 +11,31 @@ use std::marker::PhantomData;
 /// The device's default stream (`torch.cuda.default_stream`; `None` or `"cuda"`: the current
 /// device).
 pub fn default_stream(device: impl IntoCudaDevice) -> Result<Stream> {
-    Stream::default_of(rt()?.device(device)?)
+    let rt = rt()?;
+    Stream::default_of(rt, rt.device(device)?)
 }
 
 /// This thread's current stream on `device` (`None` or `"cuda"`: the current device); the
 /// default stream until [`set_stream`] or a [`StreamGuard`] changes it.
 #[inline]
 pub fn current_stream(device: impl IntoCudaDevice) -> Result<Stream> {
-    current_of(rt()?.device(device)?)
+    let rt = rt()?;
+    current_in(rt, rt.device(device)?)
 }
 
 /// This thread's current stream on `device` (an index).
 #[inline]
 pub(crate) fn current_of(device: usize) -> Result<Stream> {
-    rt()?.check(device)?;
+    let rt = rt()?;
+    current_in(rt, rt.check(device)?)
+}
+
+/// This thread's current stream on `device` (a checked index).
+#[inline]
+fn current_in(rt: &Runtime, device: usize) -> Result<Stream> {
     match context::stream_for(device) {
         Some(s) => Ok(s),
-        None => Stream::default_of(device),
+        None => Stream::default_of(rt, device),
     }
 }
 

@@ -2,7 +2,7 @@
 //! crate-internal methods in `work.rs`; the thread's current stream is in `current.rs`; waiting
 //! on and recording events is in `event.rs`.
 
-use super::rt;
+use super::{rt, Runtime};
 use crate::device::IntoCudaDevice;
 use crate::driver::StreamId;
 use crate::error::Result;
@@ -41,8 +41,7 @@ impl Stream {
 
     /// The default stream of `device` (a checked index).
     #[inline]
-    pub(super) fn default_of(device: usize) -> Result<Stream> {
-        let rt = rt()?;
+    pub(super) fn default_of(rt: &Runtime, device: usize) -> Result<Stream> {
         let id = match rt.devices[device].default_stream {
             Some(id) => id,
             None => rt.driver.default_stream(device)?,

@@ -1,155 +1,118 @@
-//! Host time of a cached alloc + free pair of the caching allocator (`cudasem bench` puts the
-//! 1 MiB pair beside PyTorch's C++ `raw_alloc` + `raw_delete`, from `bench/pytorch_bench.py`).
+//! Host time of a cached alloc + free pair of the caching allocator (criterion; `cudasem bench`
+//! puts the 1 MiB pair beside PyTorch's C++ `raw_alloc` + `raw_delete`, from
+//! `bench/pytorch_bench.py`).
 //!
-//! For 512 B, 1 MiB and 64 MiB it measures:
-//! * `cudasem_pair_ns`: `cuda::caching_allocator_alloc(size, None, None)` +
-//!   `cuda::caching_allocator_delete` through the public API, on the current device and stream
-//!   (what PyTorch's `raw_alloc(size)` does);
-//! * `cudasem_pair_stream_ns`: the same with the stream passed explicitly;
-//! * `cudasem_policy_pair_ns`: the bare `cudasem::alloc::CachingAllocator` over `AccountingMemory`
-//!   (the policy alone, no runtime, no driver);
-//! * `cudasem_first_alloc_us`: an allocation that has to ask the driver for a segment (after
-//!   `empty_cache`), in µs; and the process's very first allocation, which also makes the allocator.
+//! Group `alloc_pair`, for 512 B, 1 MiB and 64 MiB:
+//! * `api/SIZE`: `cuda::caching_allocator_alloc(size, None, None)` + `cuda::caching_allocator_delete`
+//!   through the public API, on the current device and stream (what PyTorch's `raw_alloc(size)` does);
+//! * `api_stream/SIZE`: the same with the stream passed explicitly;
+//! * `policy/SIZE`: the bare `cudasem::alloc::CachingAllocator` over `AccountingMemory` (the policy
+//!   alone, no runtime, no driver);
+//! * `first_alloc/SIZE`: an allocation that has to ask the driver for a segment (each after an
+//!   untimed `empty_cache`).
 //!
-//! Each pair figure is the median of 7 runs of 200,000 pairs after a warm-up. A table goes to
-//! stdout, then one JSON object per figure and line. Runs on the sim driver and with
-//! `CUDASEM_DRIVER=cuda`: `cargo bench --bench alloc_pair` (on a GPU machine: the gathered
-//! `test-bench-alloc_pair` executable).
+//! The process's very first allocation, which also makes the allocator, happens once: it is timed
+//! before the group and printed. After the group, a check that no timed pair reached the driver.
+//! Runs on the sim driver and with `CUDASEM_DRIVER=cuda`: `cargo bench --bench alloc_pair` (on a
+//! GPU machine: the gathered `test-bench-alloc_pair --bench`).
 
+use criterion::{BenchmarkId, Criterion};
 use cudasem::alloc::{AccountingMemory, CachingAllocator};
 use cudasem::cuda::{self, Stream};
 use cudasem::driver::StreamId;
-use cudasem::Result;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const SIZES: [usize; 3] = [512, 1 << 20, 64 << 20];
-const PAIRS: usize = 200_000;
-const RUNS: usize = 7;
-const FIRSTS: usize = 5;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median ns of one `pair()` over [`RUNS`] runs of [`PAIRS`], after a warm-up run.
-fn time_pairs(mut pair: impl FnMut()) -> f64 {
-    for _ in 0..PAIRS / 4 {
-        pair();
-    }
-    let runs = (0..RUNS)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..PAIRS {
-                pair();
-            }
-            t.elapsed().as_nanos() as f64 / PAIRS as f64
-        })
-        .collect();
-    median(runs)
-}
 
 fn size_name(size: usize) -> String {
     match size {
-        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
-        s if s >= 1 << 10 => format!("{} KiB", s >> 10),
-        s => format!("{s} B"),
+        s if s >= 1 << 20 => format!("{}MiB", s >> 20),
+        s if s >= 1 << 10 => format!("{}KiB", s >> 10),
+        s => format!("{s}B"),
     }
 }
 
-struct Row {
-    size: usize,
-    api_ns: f64,
-    api_stream_ns: f64,
-    policy_ns: f64,
-    first_us: f64,
+fn driver_allocs(d: usize) -> u64 {
+    cuda::memory_stats(Some(d)).expect("memory stats").num_device_alloc() as u64
 }
 
-fn main() -> Result<()> {
+fn pairs(c: &mut Criterion) {
     let d = 0;
-    let driver = cuda::driver_name();
-    let device = cuda::get_device_name(Some(d))?;
-    let settings = cuda::allocator_settings()?;
-    let stream = Stream::new(Some(d), 0)?;
-
-    // The process's first allocation also makes the device's allocator.
-    let t = Instant::now();
-    let p = cuda::caching_allocator_alloc(512, Some(d), None)?;
-    let process_first_us = t.elapsed().as_secs_f64() * 1e6;
-    cuda::caching_allocator_delete(p)?;
-
-    let mut rows = Vec::new();
+    let settings = cuda::allocator_settings().expect("allocator settings");
+    let stream = Stream::new(Some(d), 0).expect("a stream");
+    let mut group = c.benchmark_group("alloc_pair");
     for size in SIZES {
-        // A cache miss: the driver allocates a segment (median of a few, each after empty_cache).
-        let mut firsts = Vec::new();
-        for _ in 0..FIRSTS {
-            cuda::empty_cache()?;
-            let n0 = cuda::memory_stats(Some(d))?.num_device_alloc();
-            let t = Instant::now();
-            let p = cuda::caching_allocator_alloc(size, Some(d), None)?;
-            firsts.push(t.elapsed().as_secs_f64() * 1e6);
-            assert!(cuda::memory_stats(Some(d))?.num_device_alloc() > n0, "the allocation asked the driver");
-            cuda::caching_allocator_delete(p)?;
+        let name = size_name(size);
+        group.bench_function(BenchmarkId::new("first_alloc", &name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    cuda::empty_cache().expect("empty_cache");
+                    let n0 = driver_allocs(d);
+                    let t = Instant::now();
+                    let p = cuda::caching_allocator_alloc(black_box(size), Some(d), None).expect("alloc");
+                    total += t.elapsed();
+                    assert!(driver_allocs(d) > n0, "the allocation asked the driver");
+                    cuda::caching_allocator_delete(p).expect("delete");
+                }
+                total
+            })
+        });
+        // A block cached on each stream timed below, then no pair may reach the driver. Twice: an
+        // idle stream's wholly free segment may be adopted by the other stream the first time.
+        for _ in 0..2 {
+            for s in [None, Some(&stream)] {
+                cuda::caching_allocator_delete(cuda::caching_allocator_alloc(size, Some(d), s).expect("alloc"))
+                    .expect("delete");
+            }
         }
-        // One block cached on each stream timed below, then no pair may reach the driver.
-        cuda::caching_allocator_delete(cuda::caching_allocator_alloc(size, Some(d), None)?)?;
-        cuda::caching_allocator_delete(cuda::caching_allocator_alloc(size, Some(d), Some(&stream))?)?;
-        let n0 = cuda::memory_stats(Some(d))?.num_device_alloc();
-        let api_ns = time_pairs(|| {
-            let p = cuda::caching_allocator_alloc(black_box(size), None, None).expect("alloc");
-            cuda::caching_allocator_delete(black_box(p)).expect("delete");
+        let n0 = driver_allocs(d);
+        group.bench_function(BenchmarkId::new("api", &name), |b| {
+            b.iter(|| {
+                let p = cuda::caching_allocator_alloc(black_box(size), None, None).expect("alloc");
+                cuda::caching_allocator_delete(black_box(p)).expect("delete");
+            })
         });
-        let api_stream_ns = time_pairs(|| {
-            let p = cuda::caching_allocator_alloc(black_box(size), Some(d), Some(&stream)).expect("alloc");
-            cuda::caching_allocator_delete(black_box(p)).expect("delete");
+        group.bench_function(BenchmarkId::new("api_stream", &name), |b| {
+            b.iter(|| {
+                let p = cuda::caching_allocator_alloc(black_box(size), Some(d), Some(&stream)).expect("alloc");
+                cuda::caching_allocator_delete(black_box(p)).expect("delete");
+            })
         });
-        assert_eq!(cuda::memory_stats(Some(d))?.num_device_alloc(), n0, "every timed pair was served from the cache");
+        assert_eq!(driver_allocs(d), n0, "every timed pair was served from the cache");
 
         let policy = CachingAllocator::new(d, Arc::new(AccountingMemory::new(64 << 30)), settings.clone());
         let s = StreamId(stream.id());
-        policy.free(policy.malloc(size, s)?)?;
-        let policy_ns = time_pairs(|| {
-            let p = policy.malloc(black_box(size), s).expect("malloc");
-            policy.free(black_box(p)).expect("free");
+        policy.free(policy.malloc(size, s).expect("malloc")).expect("free");
+        group.bench_function(BenchmarkId::new("policy", &name), |b| {
+            b.iter(|| {
+                let p = policy.malloc(black_box(size), s).expect("malloc");
+                policy.free(black_box(p)).expect("free");
+            })
         });
-        rows.push(Row { size, api_ns, api_stream_ns, policy_ns, first_us: median(firsts) });
     }
-    cuda::empty_cache()?;
+    group.finish();
+    cuda::empty_cache().expect("empty_cache");
+}
 
-    let conf = if settings.to_string().is_empty() { "defaults".to_string() } else { settings.to_string() };
-    println!("cudasem caching allocator, {driver} driver, cuda:{d} ({device}), settings: {conf}");
+fn main() {
+    let d = 0;
+    // The process's first allocation also makes the device's allocator: a one-time event.
+    let t = Instant::now();
+    let p = cuda::caching_allocator_alloc(512, Some(d), None).expect("the first allocation");
+    let first_us = t.elapsed().as_secs_f64() * 1e6;
+    cuda::caching_allocator_delete(p).expect("delete");
+    let settings = cuda::allocator_settings().expect("allocator settings").to_string();
     println!(
-        "cached alloc+free pair, host ns: median of {RUNS} runs of {PAIRS} pairs; first alloc: median of {FIRSTS}"
+        "cudasem caching allocator, {} driver, cuda:{d} ({}), settings: {}",
+        cuda::driver_name(),
+        cuda::get_device_name(Some(d)).unwrap_or_default(),
+        if settings.is_empty() { "defaults" } else { &settings }
     );
-    println!(
-        "{:>8} | {:>16} | {:>18} | {:>13} | {:>19}",
-        "size", "API ns/pair", "API+stream ns/pair", "policy ns/pair", "driver alloc µs"
-    );
-    for r in &rows {
-        println!(
-            "{:>8} | {:>16.1} | {:>18.1} | {:>13.1} | {:>19.1}",
-            size_name(r.size),
-            r.api_ns,
-            r.api_stream_ns,
-            r.policy_ns,
-            r.first_us
-        );
-    }
-    println!("process's first allocation (makes the allocator, 2 MiB segment): {process_first_us:.1} µs");
-    for r in &rows {
-        let size = r.size;
-        println!(r#"{{"what":"cudasem_pair_ns","driver":"{driver}","size":{size},"ns":{:.1}}}"#, r.api_ns);
-        println!(
-            r#"{{"what":"cudasem_pair_stream_ns","driver":"{driver}","size":{size},"ns":{:.1}}}"#,
-            r.api_stream_ns
-        );
-        println!(r#"{{"what":"cudasem_policy_pair_ns","driver":"{driver}","size":{size},"ns":{:.1}}}"#, r.policy_ns);
-        println!(r#"{{"what":"cudasem_first_alloc_us","driver":"{driver}","size":{size},"us":{:.1}}}"#, r.first_us);
-    }
-    println!(
-        r#"{{"what":"cudasem_process_first_alloc_us","driver":"{driver}","size":512,"us":{process_first_us:.1}}}"#
-    );
-    Ok(())
+    println!("process's first allocation (makes the allocator, 2 MiB segment): {first_us:.1} µs");
+    let mut c = Criterion::default().configure_from_args();
+    pairs(&mut c);
+    c.final_summary();
 }

@@ -1,8 +1,8 @@
-//! Where the host time of a small op goes: a 16-element `f32` add through the tensor API,
-//! broken down into its parts, each measured in the same run as a bare `cuLaunchKernel`.
+//! Where the host time of a small op goes (criterion): a 16-element `f32` add through the tensor
+//! API, broken down into its parts, each beside a bare `cuLaunchKernel`.
 //!
-//! Figures (host µs per call, the median of [`HOST_RUNS`] runs of [`HOST_OPS`] calls, [`ROUNDS`]
-//! interleaved rounds):
+//! Group `small_op` (host time per call; criterion's iterations run in batches of [`HOST_OPS`]
+//! calls, each batch after an untimed synchronize, so the launch queue never fills):
 //! * `empty_kernel`: an empty kernel without parameters on the legacy default stream (cudarc);
 //! * `empty_kernel_param64`: an empty kernel taking a 64-byte struct (as the add kernel does);
 //! * `empty_kernel_nonblocking`: the empty kernel on a non-blocking stream;
@@ -15,51 +15,31 @@
 //! * `tensor_add_pool_stream`: the same under a `StreamGuard` of a pool stream;
 //! * `tensor_add_inplace`: `z.add_(&y)` (no allocation);
 //! * `tensor_add_scalar`: `x.add(2.0)` (the number travels with the launch);
-//! * `empty_tensor`: `Tensor::empty(&[16])` create + drop (no launch);
+//! * `empty_tensor`: `Tensor::empty([16])` create + drop (no launch);
 //! * `launch+X`: the bare launch followed by X, so that X runs with the caches as a launch
 //!   leaves them (X alone runs hot): X = `empty_tensor`, `validate` (`KernelOp::validate`),
 //!   `current_stream`, `ctx_get_current` (`cuCtxGetCurrent`).
 //!
-//! Then, paired: `tensor_add` and `tensor_add_inplace` as the median of 101 rounds' ratios to a
-//! bare launch timed right beside them (a batch of each per round, ABBA order), which is steadier
-//! than the ratio of two medians taken apart.
+//! Group `small_op_paired` (`tensor_add`, `tensor_add_inplace`, `tensor_add_scalar`): each batch of
+//! ops is timed right beside a batch of bare launches (in ABBA order, so drift cancels) and counts
+//! as its ratio to them ([`PerBareLaunch`]), which is steadier than the ratio of two figures taken
+//! apart; criterion reports the ratio ("× bare").
 //!
-//! `small_op loop SECONDS` runs `x.add(&y)` for that long, `small_op empty N` makes and drops N small
-//! tensors, `small_op add N` runs N adds, `small_op bare N` N bare launches (for profilers). Needs
-//! `CUDASEM_DRIVER=cuda` for the kernel figures; on the sim driver only the tensor figures run.
+//! Profiler modes, instead of criterion (the first argument): `small_op loop SECONDS` runs
+//! `x.add(&y)` for that long, `small_op empty N` makes and drops N small tensors, `small_op add N`
+//! runs N adds, `small_op bare N` N bare launches. Needs `CUDASEM_DRIVER=cuda` for the kernel
+//! figures; on the sim driver only the tensor figures run.
 
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, Throughput};
 use cudasem::cuda::{self, Stream, StreamGuard};
 use cudasem::driver::kernel::{BinaryOp, BufferView, KernelOp};
 use cudasem::driver::{self, DevicePtr, StreamId};
 use cudasem::{DType, Result, Tensor};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-const HOST_RUNS: usize = 25;
-const HOST_OPS: usize = 200;
-/// Interleaved rounds (each figure's value: the median over all rounds' medians).
-const ROUNDS: usize = 5;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn host_us(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    let mut times = Vec::with_capacity(HOST_RUNS);
-    for run in 0..HOST_RUNS + 2 {
-        cuda::synchronize(None)?;
-        let t = Instant::now();
-        for _ in 0..HOST_OPS {
-            f()?;
-        }
-        let us = t.elapsed().as_secs_f64() * 1e6 / HOST_OPS as f64;
-        if run >= 2 {
-            times.push(us);
-        }
-    }
-    cuda::synchronize(None)?;
-    Ok(median(times))
-}
+/// Calls per timed batch (each batch starts after a synchronize).
+const HOST_OPS: u64 = 200;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -69,6 +49,7 @@ struct P64([u64; 8]);
 #[derive(Clone, Copy)]
 struct P32([u64; 4]);
 
+#[derive(Clone, Copy)]
 struct Kernels {
     empty: cudarc::driver::sys::CUfunction,
     param: cudarc::driver::sys::CUfunction,
@@ -146,50 +127,143 @@ impl Kernels {
     }
 }
 
-fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let x = Tensor::rand([16], DType::F32, "cuda")?;
-    let y = Tensor::rand([16], DType::F32, "cuda")?;
-    let z = Tensor::empty([16], DType::F32, "cuda")?;
-    if let Some(i) = args.iter().position(|a| a == "empty" || a == "add" || a == "bare") {
-        let kernels = if args[i] == "bare" { Kernels::new() } else { None };
-        // `small_op empty N` / `small_op add N`: N creations and drops of a small tensor, or N
-        // adds, then a synchronize (for an instruction profiler).
-        let n: usize = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+/// Host time of `iters` calls of `f`, in batches of [`HOST_OPS`] calls, each batch after an
+/// untimed synchronize.
+fn host_time(iters: u64, f: &mut dyn FnMut() -> Result<()>) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(HOST_OPS);
+        cuda::synchronize(None).expect("synchronize");
+        let t = Instant::now();
         for _ in 0..n {
-            match args[i].as_str() {
-                "empty" => drop(Tensor::empty([16], DType::F32, "cuda")?),
-                "bare" => match &kernels {
-                    Some(k) => k.launch(k.empty, std::ptr::null_mut())?,
-                    None => {
-                        return Err(cudasem::Error::Unsupported {
-                            op: "bench bare",
-                            driver: "sim",
-                            reason: "bare needs CUDASEM_DRIVER=cuda".into(),
-                        })
-                    }
-                },
-                _ => drop(x.add(&y)?),
-            }
+            f().expect("the timed call");
         }
-        cuda::synchronize(None)?;
-        println!("{n} x {}", args[i]);
-        return Ok(());
+        total += t.elapsed();
+        left -= n;
     }
-    if let Some(i) = args.iter().position(|a| a == "loop") {
-        let secs: f64 = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    cuda::synchronize(None).expect("synchronize");
+    total
+}
+
+/// Host ns per call of a batch of `n` calls of `f`, after a synchronize.
+fn batch_ns(n: u64, f: &mut dyn FnMut() -> Result<()>) -> f64 {
+    host_time(n, f).as_nanos() as f64 / n as f64
+}
+
+/// A criterion measurement in bare launches: each batch of ops counts as its host time scaled by
+/// `nominal_ns / bare_ns`, where `bare_ns` is the per-launch time of a batch of bare launches timed
+/// right beside it. Values stay time-like (criterion plans its iterations with them); the
+/// formatter divides by `nominal_ns`, so the figure reads as a ratio, "× bare".
+struct PerBareLaunch {
+    /// A bare launch's host ns, measured once before the group.
+    nominal_ns: f64,
+}
+
+impl Measurement for PerBareLaunch {
+    type Intermediate = Instant;
+    type Value = f64;
+    fn start(&self) -> Instant {
+        Instant::now()
+    }
+    /// Plain ns (only `Bencher::iter` uses it; the paired figures measure with `iter_custom`).
+    fn end(&self, t: Instant) -> f64 {
+        t.elapsed().as_nanos() as f64
+    }
+    fn add(&self, a: &f64, b: &f64) -> f64 {
+        a + b
+    }
+    fn zero(&self) -> f64 {
+        0.0
+    }
+    fn to_f64(&self, v: &f64) -> f64 {
+        *v
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self
+    }
+}
+
+impl ValueFormatter for PerBareLaunch {
+    fn scale_values(&self, _typical: f64, values: &mut [f64]) -> &'static str {
+        values.iter_mut().for_each(|v| *v /= self.nominal_ns);
+        "× bare"
+    }
+    fn scale_throughputs(&self, typical: f64, _: &Throughput, values: &mut [f64]) -> &'static str {
+        self.scale_values(typical, values)
+    }
+    fn scale_for_machines(&self, values: &mut [f64]) -> &'static str {
+        self.scale_values(0.0, values);
+        "bare_launches"
+    }
+}
+
+/// `iters` calls of `op`, in batches each timed beside a batch of `bare` launches (ABBA order),
+/// as [`PerBareLaunch`] values.
+fn paired(
+    iters: u64,
+    nominal_ns: f64,
+    op: &mut dyn FnMut() -> Result<()>,
+    bare: &mut dyn FnMut() -> Result<()>,
+) -> f64 {
+    let (mut value, mut left, mut round) = (0.0, iters, 0);
+    while left > 0 {
+        let n = left.min(HOST_OPS);
+        let (o, b) = if round % 2 == 0 {
+            let b = batch_ns(HOST_OPS, bare);
+            (batch_ns(n, op), b)
+        } else {
+            let o = batch_ns(n, op);
+            (o, batch_ns(HOST_OPS, bare))
+        };
+        value += o * n as f64 * nominal_ns / b;
+        left -= n;
+        round += 1;
+    }
+    value
+}
+
+/// The profiler modes (`loop SECONDS`, `empty N`, `add N`, `bare N`).
+fn profile(mode: &str, count: Option<&String>, x: &Tensor, y: &Tensor) -> Result<()> {
+    if mode == "loop" {
+        let secs: f64 = count.and_then(|s| s.parse().ok()).unwrap_or(5.0);
         let t = Instant::now();
         let mut n = 0u64;
         while t.elapsed().as_secs_f64() < secs {
             for _ in 0..HOST_OPS {
-                drop(x.add(&y)?);
+                drop(x.add(y)?);
             }
             cuda::synchronize(None)?;
-            n += HOST_OPS as u64;
+            n += HOST_OPS;
         }
         println!("{n} adds in {secs} s");
         return Ok(());
     }
+    let kernels = if mode == "bare" { Kernels::new() } else { None };
+    if mode == "bare" && kernels.is_none() {
+        return Err(cudasem::Error::Unsupported {
+            op: "bench bare",
+            driver: "sim",
+            reason: "bare needs CUDASEM_DRIVER=cuda".into(),
+        });
+    }
+    let n: usize = count.and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    for _ in 0..n {
+        match (mode, &kernels) {
+            ("empty", _) => drop(Tensor::empty([16], DType::F32, "cuda")?),
+            ("bare", Some(k)) => k.launch(k.empty, std::ptr::null_mut())?,
+            _ => drop(x.add(y)?),
+        }
+    }
+    cuda::synchronize(None)?;
+    println!("{n} x {mode}");
+    Ok(())
+}
+
+/// The named host figures: `(name, call)`, the kernel ones only with `kernels`.
+type Figure<'a> = (&'static str, Box<dyn FnMut() -> Result<()> + 'a>);
+
+fn figures<'a>(kernels: Option<Kernels>, x: &'a Tensor, y: &'a Tensor, z: &'a Tensor) -> Result<Vec<Figure<'a>>> {
     let view = |t: &Tensor| BufferView {
         ptr: DevicePtr(t.data_ptr()),
         dtype: DType::F32,
@@ -197,116 +271,87 @@ fn main() -> Result<()> {
         strides: [1].into(),
         offset: 0,
     };
-    let op = KernelOp::Binary { op: BinaryOp::Add, lhs: view(&x), rhs: view(&y), dst: view(&z), compute: DType::F32 };
+    let op = KernelOp::Binary { op: BinaryOp::Add, lhs: view(x), rhs: view(y), dst: view(z), compute: DType::F32 };
     let drv = driver::global()?;
     let stream = StreamId(cuda::current_stream(None)?.id());
-    let pool = Stream::new(None, 0)?;
-    let kernels = if cuda::driver_name() == "cuda" { Kernels::new() } else { None };
-    let names = [
-        "empty_kernel",
-        "empty_kernel_param64",
-        "empty_kernel_nonblocking",
-        "empty_kernel_256t",
-        "empty_kernel_param32",
-        "add_kernel_bare",
-        "driver_launch",
-        "tensor_add",
-        "tensor_add_pool_stream",
-        "tensor_add_inplace",
-        "tensor_add_scalar",
-        "empty_tensor",
-        "launch+empty_tensor",
-        "launch+validate",
-        "launch+current_stream",
-        "launch+ctx_get_current",
-    ];
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
-    for _ in 0..ROUNDS {
-        if let Some(k) = &kernels {
-            samples[0].push(host_us(|| k.launch(k.empty, std::ptr::null_mut()))?);
-            samples[1].push(host_us(|| k.launch(k.param, std::ptr::null_mut()))?);
-            samples[2].push(host_us(|| k.launch(k.empty, k.nonblocking))?);
-            let null = std::ptr::null_mut();
-            samples[3].push(host_us(|| k.launch_with(k.empty, null, 256, None))?);
-            samples[4].push(host_us(|| k.launch(k.param32, null))?);
-            // out, in0, in1, in2, n, value, (vec, pad)
-            let ew = [z.data_ptr(), x.data_ptr(), y.data_ptr(), 0, 16, 0, 0, 0];
-            samples[5].push(host_us(|| k.launch_with(k.add, null, 256, Some(ew)))?);
-        }
-        samples[6].push(host_us(|| drv.launch(stream, &op))?);
-        samples[7].push(host_us(|| x.add(&y).map(drop))?);
-        {
-            let _g = StreamGuard::new(&pool)?;
-            samples[8].push(host_us(|| x.add(&y).map(drop))?);
-            pool.synchronize()?;
-        }
-        samples[9].push(host_us(|| z.add_(&y))?);
-        samples[10].push(host_us(|| x.add(2.0).map(drop))?);
-        samples[11].push(host_us(|| Tensor::empty([16], DType::F32, "cuda").map(drop))?);
-        if let Some(k) = &kernels {
-            let bare = |k: &Kernels| k.launch(k.empty, std::ptr::null_mut());
-            samples[12].push(host_us(|| bare(k).and_then(|_| Tensor::empty([16], DType::F32, "cuda").map(drop)))?);
-            samples[13].push(host_us(|| bare(k).and_then(|_| op.validate()))?);
-            samples[14].push(host_us(|| bare(k).and_then(|_| cuda::current_stream(None).map(drop)))?);
-            samples[15].push(host_us(|| {
-                bare(k)?;
+    let null = std::ptr::null_mut();
+    let mut out: Vec<Figure<'a>> = Vec::new();
+    if let Some(k) = kernels {
+        // out, in0, in1, in2, n, value, (vec, pad)
+        let ew = [z.data_ptr(), x.data_ptr(), y.data_ptr(), 0, 16, 0, 0, 0];
+        out.push(("empty_kernel", Box::new(move || k.launch(k.empty, null))));
+        out.push(("empty_kernel_param64", Box::new(move || k.launch(k.param, null))));
+        out.push(("empty_kernel_nonblocking", Box::new(move || k.launch(k.empty, k.nonblocking))));
+        out.push(("empty_kernel_256t", Box::new(move || k.launch_with(k.empty, null, 256, None))));
+        out.push(("empty_kernel_param32", Box::new(move || k.launch(k.param32, null))));
+        out.push(("add_kernel_bare", Box::new(move || k.launch_with(k.add, null, 256, Some(ew)))));
+    }
+    let dop = op.clone();
+    out.push(("driver_launch", Box::new(move || drv.launch(stream, &dop))));
+    out.push(("tensor_add", Box::new(move || x.add(y).map(drop))));
+    out.push(("tensor_add_inplace", Box::new(move || z.add_(y))));
+    out.push(("tensor_add_scalar", Box::new(move || x.add(2.0).map(drop))));
+    out.push(("empty_tensor", Box::new(|| Tensor::empty([16], DType::F32, "cuda").map(drop))));
+    if let Some(k) = kernels {
+        let bare = move || k.launch(k.empty, std::ptr::null_mut());
+        out.push((
+            "launch+empty_tensor",
+            Box::new(move || bare().and_then(|_| Tensor::empty([16], DType::F32, "cuda").map(drop))),
+        ));
+        out.push(("launch+validate", Box::new(move || bare().and_then(|_| op.validate()))));
+        out.push((
+            "launch+current_stream",
+            Box::new(move || bare().and_then(|_| cuda::current_stream(None).map(drop))),
+        ));
+        out.push((
+            "launch+ctx_get_current",
+            Box::new(move || {
+                bare()?;
                 cudarc::driver::result::ctx::get_current().map(drop).map_err(err)
-            })?);
-        }
+            }),
+        ));
+    }
+    Ok(out)
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let x = Tensor::rand([16], DType::F32, "cuda")?;
+    let y = Tensor::rand([16], DType::F32, "cuda")?;
+    let z = Tensor::empty([16], DType::F32, "cuda")?;
+    if let Some(mode) = args.get(1).filter(|a| ["loop", "empty", "add", "bare"].contains(&a.as_str())) {
+        return profile(mode, args.get(2), &x, &y);
     }
     println!("small_op on the {} driver ({})", cuda::driver_name(), cuda::get_device_name(None).unwrap_or_default());
-    let bare = if samples[0].is_empty() { None } else { Some(median(samples[0].clone())) };
-    for (name, s) in names.iter().zip(samples) {
-        if !s.is_empty() {
-            let us = median(s);
-            match bare {
-                Some(b) => println!("{name:<28} {us:>8.3} us {:>6.3} x empty_kernel", us / b),
-                None => println!("{name:<28} {us:>8.3} us"),
-            }
-        }
+    let kernels = if cuda::driver_name() == "cuda" { Kernels::new() } else { None };
+    let pool = Stream::new(None, 0)?;
+
+    let mut c = Criterion::default().configure_from_args();
+    let mut group = c.benchmark_group("small_op");
+    for (name, mut f) in figures(kernels, &x, &y, &z)? {
+        group.bench_function(name, |b| b.iter_custom(|iters| host_time(iters, &mut f)));
     }
-    if let Some(k) = &kernels {
-        // Paired: each round times a batch of bare launches and a batch of ops back to back
-        // (in ABBA order, so drift cancels), and the figure is the median of the rounds' ratios.
-        let bare = || k.launch(k.empty, std::ptr::null_mut());
+    group.bench_function("tensor_add_pool_stream", |b| {
+        let _g = StreamGuard::new(&pool).expect("a guard");
+        b.iter_custom(|iters| host_time(iters, &mut || x.add(&y).map(drop)))
+    });
+    group.finish();
+
+    if let Some(k) = kernels {
+        let mut bare = move || k.launch(k.empty, std::ptr::null_mut());
+        let nominal_ns = batch_ns(10 * HOST_OPS, &mut bare);
+        let mut p = Criterion::default().with_measurement(PerBareLaunch { nominal_ns }).configure_from_args();
+        let mut group = p.benchmark_group("small_op_paired");
         for (name, op) in [
             ("tensor_add", &mut (|| x.add(&y).map(drop)) as &mut dyn FnMut() -> Result<()>),
             ("tensor_add_inplace", &mut || z.add_(&y)),
             ("tensor_add_scalar", &mut || x.add(2.0).map(drop)),
         ] {
-            let mut ratios = Vec::with_capacity(PAIRED_ROUNDS);
-            for round in 0..PAIRED_ROUNDS {
-                let (b, o) = if round % 2 == 0 {
-                    let b = batch_us(bare)?;
-                    (b, batch_us(&mut *op)?)
-                } else {
-                    let o = batch_us(&mut *op)?;
-                    (batch_us(bare)?, o)
-                };
-                ratios.push(o / b);
-            }
-            ratios.sort_by(f64::total_cmp);
-            let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f).round() as usize];
-            println!(
-                "paired {name:<21} {:>8.3} x empty_kernel (median of {PAIRED_ROUNDS} rounds; quartiles {:.3}-{:.3})",
-                q(0.5),
-                q(0.25),
-                q(0.75)
-            );
+            group.bench_function(name, |b| b.iter_custom(|iters| paired(iters, nominal_ns, op, &mut bare)));
         }
+        group.finish();
+        p.final_summary();
     }
+    c.final_summary();
     Ok(())
-}
-
-/// Rounds of the paired figures.
-const PAIRED_ROUNDS: usize = 101;
-
-/// Host µs per call of [`HOST_OPS`] calls of `f`, after a synchronize.
-fn batch_us(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    cuda::synchronize(None)?;
-    let t = Instant::now();
-    for _ in 0..HOST_OPS {
-        f()?;
-    }
-    Ok(t.elapsed().as_secs_f64() * 1e6 / HOST_OPS as f64)
 }

@@ -17,12 +17,6 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether there is a device; says why the test is skipped, or fails where the run requires a GPU.
-#[track_caller]
-fn have_device() -> bool {
-    testing::has_devices(1)
-}
-
 fn host_stat(key: &str) -> i64 {
     cuda::host_memory_stats().expect("host_memory_stats").get(key).unwrap_or_else(|| panic!("no key {key}"))
 }
@@ -31,7 +25,7 @@ fn host_stat(key: &str) -> i64 {
 #[test]
 fn host_memory_stats_follow_pinned_allocations() -> Result<()> {
     let _s = serial();
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     cuda::host_empty_cache()?;
@@ -111,7 +105,7 @@ fn host_memory_stats_follow_pinned_allocations() -> Result<()> {
 #[test]
 fn a_freed_pinned_block_is_reused_only_after_its_copy_completed() -> Result<()> {
     let _s = serial();
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let s = Stream::new(Some(0), 0)?;
@@ -147,7 +141,7 @@ fn a_freed_pinned_block_is_reused_only_after_its_copy_completed() -> Result<()> 
 #[test]
 fn host_empty_cache_keeps_blocks_with_copies_in_flight() -> Result<()> {
     let _s = serial();
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let s = Stream::new(Some(0), 0)?;

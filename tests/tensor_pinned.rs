@@ -16,12 +16,6 @@ use tensor_util::{expect_ok, sample, tensor, values, Domain, Rng};
 const DTYPES: [DType; 8] =
     [DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool];
 
-/// Whether there is a device; says why the test is skipped, or fails where the run requires a GPU.
-#[track_caller]
-fn have_device() -> bool {
-    testing::has_devices(1)
-}
-
 /// A fresh pool stream of cuda:0, warmed up, to make current for one test (tests of this file run
 /// in parallel threads; their own streams keep their delays apart).
 fn own_stream() -> Result<Stream> {
@@ -32,7 +26,7 @@ fn own_stream() -> Result<Stream> {
 
 #[test]
 fn non_blocking_copies_round_trip_every_dtype() -> Result<()> {
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let mut rng = Rng::new(11);
@@ -67,7 +61,7 @@ fn non_blocking_copies_round_trip_every_dtype() -> Result<()> {
 
 #[test]
 fn non_blocking_copies_convert_dtypes_and_handle_views() -> Result<()> {
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let mut rng = Rng::new(12);
@@ -127,7 +121,7 @@ fn non_blocking_copies_convert_dtypes_and_handle_views() -> Result<()> {
 
 #[test]
 fn which_tensors_are_pinned() -> Result<()> {
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let pageable = Tensor::arange(0, 8, 1, DType::F32, Device::Cpu)?;
@@ -155,7 +149,7 @@ fn which_tensors_are_pinned() -> Result<()> {
 /// right once the stream is done (host → device and device → host).
 #[test]
 fn non_blocking_calls_return_while_the_stream_is_busy() -> Result<()> {
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let s = own_stream()?;
@@ -187,7 +181,7 @@ fn non_blocking_calls_return_while_the_stream_is_busy() -> Result<()> {
 /// A host read of a pinned destination waits for the copy still writing it (beyond PyTorch).
 #[test]
 fn a_host_read_of_a_pinned_destination_waits_for_the_copy() -> Result<()> {
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let s = own_stream()?;
@@ -220,7 +214,7 @@ fn a_host_read_of_a_pinned_destination_waits_for_the_copy() -> Result<()> {
 /// the values from before the write (beyond PyTorch, where this is a race).
 #[test]
 fn a_host_write_of_a_pinned_source_waits_for_the_copy() -> Result<()> {
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let s = own_stream()?;
@@ -254,7 +248,7 @@ fn a_host_write_of_a_pinned_source_waits_for_the_copy() -> Result<()> {
 /// copy into it still pending on another.
 #[test]
 fn copies_on_two_streams_touching_one_pinned_block_are_ordered() -> Result<()> {
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let (a, b) = stream_pair(0)?;

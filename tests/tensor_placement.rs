@@ -10,18 +10,13 @@ use cudasem::{testing, DType, Device, Error, Result, Tensor};
 use std::time::Duration;
 use tensor_util::{expect_ok, round_to, sample, tensor, values, Domain, Rng};
 
-#[track_caller]
-fn have_devices(n: usize) -> bool {
-    testing::has_devices(n)
-}
-
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 #[test]
 fn tensors_are_made_on_the_current_device() -> Result<()> {
-    if !have_devices(1) {
+    if !testing::has_devices(1) {
         return Ok(());
     }
     let last = cuda::device_count() - 1;
@@ -49,7 +44,7 @@ fn tensors_are_made_on_the_current_device() -> Result<()> {
 /// there under `device(0)` too.
 #[test]
 fn ops_run_on_the_tensors_device_whatever_the_current_device() -> Result<()> {
-    if !have_devices(2) {
+    if !testing::has_devices(2) {
         return Ok(());
     }
     let x = {
@@ -72,7 +67,7 @@ fn ops_run_on_the_tensors_device_whatever_the_current_device() -> Result<()> {
 /// then a fill) is seen by the op; a host read waits for all of it.
 #[test]
 fn ops_are_ordered_on_the_devices_current_stream() -> Result<()> {
-    if !have_devices(1) {
+    if !testing::has_devices(1) {
         return Ok(());
     }
     let d = cuda::device_count() - 1;
@@ -104,7 +99,7 @@ fn ops_are_ordered_on_the_devices_current_stream() -> Result<()> {
 
 #[test]
 fn cross_device_ops_need_peer_access() -> Result<()> {
-    if !have_devices(2) {
+    if !testing::has_devices(2) {
         return Ok(());
     }
     let (a, b) = (0, cuda::device_count() - 1);
@@ -174,10 +169,10 @@ fn cross_device_ops_need_peer_access() -> Result<()> {
 #[test]
 fn copies_in_every_direction_and_dtype() -> Result<()> {
     let mut places = vec![Device::Cpu];
-    if have_devices(1) {
+    if testing::has_devices(1) {
         places.push(Device::cuda(0));
     }
-    if have_devices(2) {
+    if testing::has_devices(2) {
         places.push(Device::cuda(cuda::device_count() - 1));
     }
     let mut rng = Rng::new(20);
@@ -231,7 +226,7 @@ fn copies_in_every_direction_and_dtype() -> Result<()> {
 /// work queued on the destination's current stream, and later work there waits for them.
 #[test]
 fn peer_copies_are_ordered_by_a_two_way_barrier() -> Result<()> {
-    if !have_devices(2) {
+    if !testing::has_devices(2) {
         return Ok(());
     }
     let (a, b) = (0, cuda::device_count() - 1);
@@ -256,7 +251,7 @@ fn peer_copies_are_ordered_by_a_two_way_barrier() -> Result<()> {
 
 #[test]
 fn host_reads_wait_for_queued_work() -> Result<()> {
-    if !have_devices(1) {
+    if !testing::has_devices(1) {
         return Ok(());
     }
     let s = Stream::new(Some(0), 0)?;
@@ -275,7 +270,7 @@ fn host_reads_wait_for_queued_work() -> Result<()> {
 
 #[test]
 fn out_of_memory_is_typed_and_the_runtime_recovers() -> Result<()> {
-    if !have_devices(1) {
+    if !testing::has_devices(1) {
         return Ok(());
     }
     let huge = 1usize << 42; // 16 TiB of f32
@@ -304,7 +299,7 @@ fn out_of_memory_is_typed_and_the_runtime_recovers() -> Result<()> {
 
 #[test]
 fn device_memory_comes_from_the_caching_allocator() -> Result<()> {
-    if !have_devices(1) {
+    if !testing::has_devices(1) {
         return Ok(());
     }
     let d = cuda::device_count() - 1;

@@ -17,19 +17,13 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether there is a device; says why the test is skipped, or fails where the run requires a GPU.
-#[track_caller]
-fn have_device() -> bool {
-    testing::has_devices(1)
-}
-
 /// 4 MiB of f32: a large-pool block, at the start of a fresh 20 MiB segment after `empty_cache`.
 const N: usize = 1 << 20;
 
 #[test]
 fn record_stream_on_a_shifted_view_protects_the_whole_block() -> Result<()> {
     let _s = serial();
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let (main, side) = stream_pair(0)?;
@@ -81,7 +75,7 @@ fn record_stream_on_a_shifted_view_protects_the_whole_block() -> Result<()> {
 #[test]
 fn record_stream_needs_a_device_tensor_and_a_stream_of_its_device() -> Result<()> {
     let _s = serial();
-    if !have_device() {
+    if !common::one_device() {
         return Ok(());
     }
     let s0 = cuda::current_stream(Some(0))?;

@@ -17,6 +17,13 @@ pub fn two_devices() -> bool {
     cudasem::testing::has_devices(2)
 }
 
+/// Whether the machine has a device; says why a test is skipped when not, or fails where the run
+/// must cover a GPU (`CUDASEM_REQUIRE_GPU=1`).
+#[track_caller]
+pub fn one_device() -> bool {
+    cudasem::testing::has_devices(1)
+}
+
 /// Whether the tests run on the simulated machine.
 pub fn is_sim() -> bool {
     cuda::driver_name() == "sim"

@@ -2,7 +2,7 @@
 //!
 //! A faithful model of what the runtime relies on: every stream is a worker thread that runs its
 //! queue in order, so queued work is really asynchronous; each stream keeps its own simulated time
-//! ([`time`]: copies take their bytes at modelled bandwidths, kernels their memory traffic), and
+//! (`time.rs`: copies take their bytes at modelled bandwidths, kernels their memory traffic), and
 //! events complete when their stream reaches them, stamped with that simulated time, so timings
 //! do not depend on how busy the host is; memory has a capacity (out-of-memory is real) and host
 //! bytes only for what was written; a peer matrix decides which pairs may access each other.

@@ -1,7 +1,10 @@
 //! `torch.cuda` for Rust: devices, guards, streams, events, peer access, device memory and pinned
-//! host memory.
+//! host memory, and native handles for interop.
 //!
-//! Every name here is PyTorch's (see the crate documentation for the full map).
+//! Every name here is PyTorch's (see the crate documentation for the full map). For one's own
+//! kernels or a CUDA library on cudasem's streams: [`Stream::cuda_stream`] (the `CUstream`),
+//! [`primary_context`] (the `CUcontext`) and [`Tensor::data_ptr`](crate::Tensor::data_ptr);
+//! for a stream made elsewhere, `unsafe` [`Stream::from_external`] (`torch.cuda.ExternalStream`).
 
 pub use crate::alloc::{
     AllocatorSettings, BlockInfo, BlockState, DurationStat, HostMemoryStats, MemoryStats, PoolKind, SegmentInfo,

@@ -38,6 +38,10 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<CachingHostAllocator>();
     assert_send_sync::<cuda::HostMemoryStats>();
     assert_send_sync::<cudasem::Tensor>();
+    assert_send_sync::<cudasem::Config>();
+    assert_send_sync::<cuda::AllocatorSettings>();
+    assert_send_sync::<cuda::Snapshot>();
+    assert_send_sync::<cuda::MemoryStats>();
 }
 
 /// Implemented twice for `Send` types, so `<T as AmbiguousIfSend<_>>::some_item()` only compiles

@@ -3,11 +3,12 @@
 //! test_autogpu), cross-device rules with and without peer access, copies in every direction
 //! and dtype with their stream barriers, host reads that wait, and out-of-memory.
 
+mod common;
 mod tensor_util;
 
 use cudasem::cuda::{self, DeviceGuard, Stream, StreamGuard};
 use cudasem::{testing, DType, Device, Error, Result, Tensor};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tensor_util::{expect_ok, round_to, sample, tensor, values, Domain, Rng};
 
 fn ms(n: u64) -> Duration {
@@ -257,10 +258,17 @@ fn host_reads_wait_for_queued_work() -> Result<()> {
     let s = Stream::new(Some(0), 0)?;
     let _g = StreamGuard::new(&s)?;
     let x = Tensor::zeros([1024], DType::I32, Device::cuda(0))?;
-    testing::delay(&s, ms(100))?;
-    x.fill_(0x0101_0101)?; // a repeated byte: an asynchronous memset behind the delay
-    assert!(!s.query()?);
-    assert_eq!(x.to_vec::<i32>()?, vec![0x0101_0101; 1024], "to_vec waited for the fill");
+    // The read is only proven to wait if the fill was still pending when it was asked for; a thread
+    // stalled past the delay by another test's synchronous driver call retries with a longer one.
+    common::retry_if_stalled(ms(100), |delay| {
+        x.fill_(0)?;
+        let queued = Instant::now();
+        testing::delay(&s, delay)?;
+        x.fill_(0x0101_0101)?; // a repeated byte: an asynchronous memset behind the delay
+        let busy = common::assert_busy(!s.query()?, queued, delay, "the fill behind the delay is pending");
+        assert_eq!(x.to_vec::<i32>()?, vec![0x0101_0101; 1024], "to_vec waited for the fill");
+        Ok(busy)
+    })?;
     testing::delay(&s, ms(100))?;
     x.fill_(0)?;
     let host = x.cpu()?;

@@ -126,6 +126,25 @@ print('ok', len(actions))
         );
     }
 
+    /// PyTorch's own reader, where PyTorch is installed (the GPU machines): `python3 -m
+    /// torch.cuda._memory_viz stats FILE` reads the pickle.
+    #[test]
+    fn pytorchs_memory_viz_reads_the_pickle() {
+        let Some(()) = python() else { return };
+        let has_torch = Command::new("python3").args(["-c", "import torch.cuda._memory_viz"]).output();
+        if !has_torch.is_ok_and(|o| o.status.success()) {
+            eprintln!("skipped: PyTorch is not installed");
+            return;
+        }
+        let path = std::env::temp_dir().join(format!("cudasem-memory-viz-{}.pickle", std::process::id()));
+        std::fs::write(&path, busy_allocator().snapshot().to_pickle()).unwrap();
+        let out = Command::new("python3").args(["-m", "torch.cuda._memory_viz", "stats"]).arg(&path).output().unwrap();
+        let _ = std::fs::remove_file(&path);
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && !stdout.trim().is_empty(), "memory_viz stats failed:\n{stdout}\n{stderr}");
+        println!("{stdout}");
+    }
+
     /// A pickled value as the JSON value it stands for (tuples become arrays, as in Python's
     /// `json.dumps`); panics on what the snapshot never holds.
     fn as_json(v: &Py) -> Json {

@@ -207,14 +207,6 @@ mod tests {
         }
     }
 
-    /// xorshift64*.
-    fn next(s: &mut u64) -> u64 {
-        *s ^= *s >> 12;
-        *s ^= *s << 25;
-        *s ^= *s >> 27;
-        s.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
     /// Random programs of mallocs (mostly small), frees (often of the newest block), frees
     /// followed by a malloc of the same size on the same stream (the deferred pattern, with
     /// holes of other freed blocks around that best fit may prefer), stream uses, cache releases
@@ -236,7 +228,7 @@ mod tests {
             if let Some(f) = fraction {
                 pair.both("fraction", |a| a.set_memory_fraction(f).is_ok());
             }
-            let mut seed = 0x9E37_79B9_7F4A_7C15 ^ ci as u64;
+            let mut rng: rand::rngs::StdRng = rand::SeedableRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ ci as u64);
             let mut live: Vec<(DevicePtr, usize, StreamId)> = Vec::new();
             let malloc = |live: &mut Vec<_>, size: usize, stream: StreamId, what: String| {
                 if let Ok(p) = pair.both(&what, |a| a.malloc(size, stream).map_err(|e| e.to_string())) {
@@ -245,7 +237,7 @@ mod tests {
             };
             let reuses_before = pair.allocs[0].deferred_reuses();
             for step in 0..3000 {
-                let r = next(&mut seed);
+                let r: u64 = rand::RngExt::random(&mut rng);
                 let stream = StreamId(1 + (r >> 40) % 2);
                 let pick = |n: usize| if r.is_multiple_of(2) { n - 1 } else { (r >> 16) as usize % n };
                 match r % 100 {

@@ -129,11 +129,9 @@ mod tests {
     #[test]
     fn behaves_like_a_btreemap() {
         let (mut m, mut reference) = (SortedMap::default(), BTreeMap::new());
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rng: rand::rngs::StdRng = rand::SeedableRng::seed_from_u64(0x2545_f491_4f6c_dd1d);
         for i in 0..20_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x: u64 = rand::RngExt::random(&mut rng);
             let key = (x % 700) as u128 * 1000;
             if x.is_multiple_of(3) || (i > 10_000 && x % 5 < 3) {
                 assert_eq!(m.remove(key), reference.remove(&key));

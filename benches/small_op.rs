@@ -33,8 +33,8 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, Throughput};
 use cudasem::cuda::{self, Stream, StreamGuard};
-use cudasem::driver::kernel::{BinaryOp, BufferView, KernelOp};
 use cudasem::driver::{self, DevicePtr, StreamId};
+use cudasem::kernel::{BinaryOp, BufferView, KernelOp};
 use cudasem::{DType, Result, Tensor};
 use std::time::{Duration, Instant};
 

@@ -100,7 +100,7 @@
 //! ## Features
 //!
 //! `cli` (default): the `cudasem` command and its dependencies; a library user can turn it off
-//! with `default-features = false`. `unstable-internals`: the allocator and driver layers as
+//! with `default-features = false`. `unstable-internals`: the allocator, driver and kernel layers as
 //! hidden modules for this crate's own command, tests and benches; not public API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -132,6 +132,12 @@ mod dtype;
 pub mod error;
 #[cfg(not(feature = "unstable-internals"))]
 mod error;
+#[cfg(feature = "unstable-internals")]
+#[doc(hidden)]
+pub mod kernel;
+#[cfg(not(feature = "unstable-internals"))]
+#[allow(dead_code, unused_imports)]
+mod kernel;
 mod kernels;
 mod runtime;
 mod scalar;

@@ -338,7 +338,7 @@ fn tensors_are_send_and_sync() {
     assert_send_sync::<Tensor>();
     assert_send_sync::<DType>();
     assert_send_sync::<cudasem::Scalar>();
-    assert_send_sync::<cudasem::driver::kernel::KernelOp>();
+    assert_send_sync::<cudasem::kernel::KernelOp>();
 }
 
 #[test]

@@ -1,9 +1,9 @@
-//! The driver layer: one object-safe trait, [`Driver`], with two implementations.
+//! The driver layer: one object-safe trait, [`Driver`], with two implementations; both run device
+//! work described by op and dtype ([`crate::kernel::KernelOp`]), which [`Driver::launch`] queues on a
+//! stream.
 //!
 //! * [`sim`]: a simulated multi-GPU machine (CPU threads as streams, capacity-limited memory,
 //!   a peer matrix, fault injection). Always compiled; the default where no GPU exists.
-//! * [`kernel`]: device work described by op and dtype ([`kernel::KernelOp`]), which
-//!   [`Driver::launch`] queues on a stream.
 //! * [`cuda`]: real NVIDIA GPUs through `cudarc` (driver API, NVRTC), loaded dynamically so the
 //!   crate builds and runs on machines without CUDA.
 //!
@@ -13,48 +13,14 @@
 //! operations). Handles are opaque numbers, unique within one driver instance.
 
 pub mod cuda;
-pub mod dims;
-pub mod kernel;
 pub mod sim;
 
+pub use crate::kernel::{DevicePtr, HostPtr};
+
 use crate::error::{Error, Result};
-use std::ptr::NonNull;
+use crate::kernel::{DenseBinary, KernelOp};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-/// An address in a device's memory (or a host address, for host allocations).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DevicePtr(pub u64);
-
-impl DevicePtr {
-    /// The address `bytes` further on.
-    pub fn offset(self, bytes: usize) -> DevicePtr {
-        DevicePtr(self.0 + bytes as u64)
-    }
-}
-
-/// The address of page-locked (pinned) host memory from [`Driver::host_alloc`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HostPtr(pub u64);
-
-impl HostPtr {
-    /// The address `bytes` further on.
-    pub fn offset(self, bytes: usize) -> HostPtr {
-        HostPtr(self.0 + bytes as u64)
-    }
-
-    /// The handle of the host memory at `ptr` (its provenance exposed, so that
-    /// [`HostPtr::as_non_null`] gives back a pointer that may access it).
-    pub fn from_non_null(ptr: NonNull<u8>) -> HostPtr {
-        HostPtr(ptr.as_ptr().expose_provenance() as u64)
-    }
-
-    /// The pointer this handle stands for, `None` for address 0. Whether it may be dereferenced,
-    /// and for how many bytes, is the business of whoever owns the memory.
-    pub fn as_non_null(self) -> Option<NonNull<u8>> {
-        NonNull::new(std::ptr::with_exposed_provenance_mut(self.0 as usize))
-    }
-}
 
 /// Opaque handle of a driver stream (unique within one driver instance, whatever the device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,13 +179,13 @@ pub trait Driver: Send + Sync + 'static {
     /// the op reads or writes must be live memory of the stream's device, or of a device whose
     /// memory the stream's device may access (peer access enabled); the caller keeps it alive
     /// until the work completes. [`Error::Unsupported`] where the driver has no kernel for it.
-    fn launch(&self, stream: StreamId, op: &kernel::KernelOp) -> Result<()>;
+    fn launch(&self, stream: StreamId, op: &KernelOp) -> Result<()>;
 
     /// Queues a binary elementwise op over dense operands on `stream`: the same as
-    /// [`launch`](Driver::launch) of [`op.to_kernel_op()`](kernel::DenseBinary::to_kernel_op),
+    /// [`launch`](Driver::launch) of [`op.to_kernel_op()`](DenseBinary::to_kernel_op),
     /// which is what it does unless a driver has a shorter path (the CUDA driver launches the
     /// fast kernel at once: the host cost of a small op is mostly this call).
-    fn launch_dense_binary(&self, stream: StreamId, op: &kernel::DenseBinary) -> Result<()> {
+    fn launch_dense_binary(&self, stream: StreamId, op: &DenseBinary) -> Result<()> {
         op.validate()?;
         self.launch(stream, &op.to_kernel_op())
     }

@@ -9,9 +9,9 @@
 
 use super::rt;
 use super::stream::Stream;
-use crate::driver::kernel::{DenseBinary, KernelOp};
 use crate::driver::{DevicePtr, EventId, HostPtr};
 use crate::error::Result;
+use crate::kernel::{DenseBinary, KernelOp};
 use std::time::Duration;
 
 impl Stream {

@@ -1,8 +1,8 @@
 //! [`Layout`]: shape, strides (in elements) and offset of a tensor over its storage, with the
 //! pure shape logic of views: dims, broadcasting, reshape-as-view (PyTorch's `computeStride`).
 
-use crate::driver::dims::Dims;
 use crate::error::{Error, Result};
+use crate::kernel::Dims;
 use std::borrow::Cow;
 
 /// Shape, strides and storage offset, all in elements.

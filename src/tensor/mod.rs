@@ -31,7 +31,7 @@
 //!
 //! Ops compute as PyTorch does: [`result_type`] promotion (dimensioned tensors > 0-dim tensors >
 //! Rust scalars), true division, comparisons into `Bool`, integer sums into `I64`. On the CPU
-//! and on the simulated GPU the same kernels run ([`crate::driver::kernel`]).
+//! and on the simulated GPU the same kernels run ([`crate::kernel`]).
 
 mod copy;
 mod create;

@@ -8,8 +8,8 @@
 //! where PyTorch allows it: one inferred dimension in `reshape` / `view`, "keep this size" in
 //! `expand`. Anywhere else a negative size is [`Error::InvalidShape`] naming the shape.
 
-use crate::driver::dims::Dims;
 use crate::error::{Error, Result};
+use crate::kernel::Dims;
 
 /// A shape as given to a tensor function: sizes, and `-1` where the function allows it.
 ///

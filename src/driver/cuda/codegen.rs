@@ -8,9 +8,9 @@
 //! the sources need no header. Floating-point math runs in `float` for `f16`/`bf16`/`f32` and
 //! `double` for `f64` (reductions and softmax accumulate in `double`), without fast math.
 
-use super::super::kernel::{BinaryOp, ReduceOp, UnaryOp};
 use super::templates::{COMMON, ELEMENTWISE, REDUCE, SOFTMAX};
 use crate::dtype::DType;
+use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::Write;
 
 /// The most (collapsed) dimensions a kernel's shape/stride arrays hold.

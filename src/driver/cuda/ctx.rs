@@ -6,8 +6,8 @@
 use super::codegen::{KernelId, MAXD, PARTIAL_BYTES, THREADS};
 use super::module_cache::{Func, FxMap, Kernels};
 use super::{driver_error, lock, DRIVER};
-use crate::driver::kernel::BufferView;
 use crate::error::{Error, Result, Sticky};
+use crate::kernel::BufferView;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use std::ffi::c_void;

@@ -9,9 +9,9 @@
 
 use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};
-use crate::driver::kernel::{BufferView, DenseBinary};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::kernel::{BufferView, DenseBinary};
 use std::sync::atomic::Ordering;
 
 /// Parameters of the fast elementwise kernels (`EwFast` in the generated C).

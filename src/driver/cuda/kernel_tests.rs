@@ -10,8 +10,8 @@
 use super::codegen::{EwOp, ModuleKey};
 use super::module_cache::{counters, forget_images, image};
 use super::*;
-use crate::driver::kernel::{BinaryOp, BufferView, DenseBinary, ReduceOp, UnaryOp};
 use crate::dtype::DType;
+use crate::kernel::{BinaryOp, BufferView, DenseBinary, ReduceOp, UnaryOp};
 use crate::kernels::cpu::{self, Memory};
 use crate::scalar::Scalar;
 use half::{bf16, f16};

@@ -18,8 +18,8 @@ use super::ctx::{Ctx, Launcher};
 use super::elementwise::{elementwise, scalar_bits};
 use super::gemm::Blas;
 use super::{Device, RawStream};
-use crate::driver::kernel::{BufferView, DenseBinary, KernelOp};
 use crate::error::Result;
+use crate::kernel::{BufferView, DenseBinary, KernelOp};
 
 /// A device's tensor-kernel state: the launch state and the cuBLASLt handle.
 pub(super) struct DeviceOps {

@@ -28,9 +28,9 @@
 //!   matrix products through cuBLASLt (`gemm.rs`). The TF32 switch is [`backends`].
 //! * Pinned host memory and the asynchronous copies between it and the devices live in `host.rs`.
 
-use super::kernel::KernelOp;
 use super::{DeviceProperties, DevicePtr, Driver, EventId, HostPtr, StreamId};
 use crate::error::{Error, Result, Sticky};
+use crate::kernel::KernelOp;
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 use kernels::SpinKernel;
@@ -711,7 +711,7 @@ impl Driver for CudaDriver {
         launch::launch(dev, s.raw, stream.0, op)
     }
 
-    fn launch_dense_binary(&self, stream: StreamId, op: &super::kernel::DenseBinary) -> Result<()> {
+    fn launch_dense_binary(&self, stream: StreamId, op: &crate::kernel::DenseBinary) -> Result<()> {
         op.validate()?;
         let s = self.stream(stream, "launch")?;
         let dev = self.enter(s.device)?;

@@ -18,8 +18,8 @@
 
 use super::codegen::{Entry, KernelId, ModuleKey, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
-use crate::driver::kernel::{BufferView, ReduceOp};
 use crate::error::Result;
+use crate::kernel::{BufferView, ReduceOp};
 
 /// The longest rows a warp reduces alone.
 const WARP_ROW: i64 = 2048;

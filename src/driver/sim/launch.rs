@@ -7,9 +7,9 @@ use super::memory::{device_of, DeviceMemory};
 use super::stream::Job;
 use super::time;
 use super::{lock, SimDriver};
-use crate::driver::kernel::KernelOp;
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
+use crate::kernel::KernelOp;
 use crate::kernels::cpu::{self, Memory};
 use std::sync::Arc;
 

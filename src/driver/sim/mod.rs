@@ -19,9 +19,9 @@ mod time;
 
 pub use config::{parse_bytes, PeerSpec, SimConfig};
 
-use super::kernel::KernelOp;
 use super::{DeviceProperties, DevicePtr, Driver, EventId, HostPtr, StreamId};
 use crate::error::{Error, Result};
+use crate::kernel::KernelOp;
 use memory::{lock, DeviceMemory, VMM_GRANULARITY};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -159,8 +159,8 @@ fn copies_are_priced_by_where_their_bytes_go() -> Result<()> {
 
 #[test]
 fn a_kernel_costs_its_memory_traffic() -> Result<()> {
-    use crate::driver::dims::Dims;
-    use crate::driver::kernel::{BinaryOp, BufferView, KernelOp};
+    use crate::kernel::Dims;
+    use crate::kernel::{BinaryOp, BufferView, KernelOp};
     use crate::DType;
     let d = machine(1);
     let s = d.create_stream(0, 0)?;

@@ -15,7 +15,7 @@
 //!
 //! [`Driver::delay`]: crate::driver::Driver::delay
 
-use crate::driver::kernel::{BufferView, KernelOp};
+use crate::kernel::{BufferView, KernelOp};
 use std::time::Duration;
 
 /// A point on the simulated clock, or a span of it, in nanoseconds.

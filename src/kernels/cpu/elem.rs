@@ -2,8 +2,8 @@
 //! PyTorch's conversions between them, strided iteration, and gather / scatter between strided
 //! byte views and dense vectors.
 
-use crate::driver::kernel::BufferView;
 use crate::dtype::DType;
+use crate::kernel::BufferView;
 use half::{bf16, f16};
 
 /// The three value domains the kernels compute in.
@@ -281,7 +281,7 @@ pub(crate) fn scatter_bytes(dense: &[u8], bytes: &mut [u8], v: &BufferView) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::DevicePtr;
+    use crate::kernel::DevicePtr;
 
     #[test]
     fn conversions_follow_pytorch() {

@@ -6,8 +6,8 @@
 use super::elem::{gather, gather_bytes, gather_via, kind, round_via, scatter, scatter_bytes, Elem, Kind};
 use super::math;
 use super::Operand;
-use crate::driver::kernel::{BinaryOp, BufferView, UnaryOp};
 use crate::dtype::DType;
+use crate::kernel::{BinaryOp, BufferView, UnaryOp};
 use crate::scalar::Scalar;
 
 pub(super) fn fill(out: &mut [u8], dst: &BufferView, value: Scalar) {

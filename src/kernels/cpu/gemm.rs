@@ -3,8 +3,8 @@
 
 use super::elem::{gather, scatter, Elem};
 use super::Operand;
-use crate::driver::kernel::BufferView;
 use crate::dtype::DType;
+use crate::kernel::BufferView;
 use gemm::Parallelism;
 
 /// Operand work above which `gemm` may use the rayon pool.

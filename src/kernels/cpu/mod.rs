@@ -13,9 +13,9 @@ mod gemm;
 mod math;
 mod reduce;
 
-use crate::driver::kernel::{BufferView, KernelOp};
-use crate::driver::DevicePtr;
 use crate::error::Result;
+use crate::kernel::DevicePtr;
+use crate::kernel::{BufferView, KernelOp};
 
 pub(crate) use elem::{encode, for_each_offset, gather_bytes};
 
@@ -119,8 +119,8 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::kernel::{BinaryOp, ReduceOp, UnaryOp};
     use crate::dtype::DType;
+    use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
     use crate::scalar::Scalar;
     use std::cell::RefCell;
 

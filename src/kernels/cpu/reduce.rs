@@ -6,7 +6,7 @@
 
 use super::elem::{gather, kind, scatter, Kind};
 use super::Operand;
-use crate::driver::kernel::{BufferView, ReduceOp};
+use crate::kernel::{BufferView, ReduceOp};
 
 /// `v` with its dimensions in `order`.
 fn permuted(v: &BufferView, order: &[usize]) -> BufferView {

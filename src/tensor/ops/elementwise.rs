@@ -2,10 +2,10 @@
 //! unary functions, and `where_cond` (`torch.where`).
 
 use super::operand::{result_type, Operand};
-use crate::driver::kernel::{BinaryOp, DenseBinary, KernelOp, UnaryOp};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::kernel::{BinaryOp, DenseBinary, KernelOp, UnaryOp};
 use crate::runtime::{current_of, Stream};
 use crate::scalar::Scalar;
 use crate::tensor::exec::{Exec, Place};

@@ -1,8 +1,8 @@
 //! Matrix products: `matmul` (PyTorch's rules for 1-D operands and broadcast batch dimensions)
 //! and `bmm` (strict 3-D batches).
 
-use crate::driver::kernel::KernelOp;
 use crate::error::{Error, Result};
+use crate::kernel::KernelOp;
 use crate::tensor::exec::Exec;
 use crate::tensor::layout::broadcast_shapes;
 use crate::tensor::Tensor;

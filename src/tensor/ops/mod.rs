@@ -1,5 +1,5 @@
 //! Tensor ops: each validates its operands (devices, dtypes, shapes), picks where it runs
-//! ([`super::exec::Exec`]) and lowers itself to one [`crate::driver::kernel::KernelOp`].
+//! ([`super::exec::Exec`]) and lowers itself to one [`crate::kernel::KernelOp`].
 
 mod elementwise;
 mod matmul;

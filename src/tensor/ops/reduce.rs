@@ -2,9 +2,9 @@
 //! `max` / `min` along one dim (values and indices), `max_all` / `min_all` (PyTorch's `t.max()`),
 //! `argmax`, `argmin` — and `softmax` / `log_softmax`.
 
-use crate::driver::kernel::{KernelOp, ReduceOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::kernel::{KernelOp, ReduceOp};
 use crate::tensor::exec::Exec;
 use crate::tensor::layout::{normalize_dim, normalize_dims, Layout};
 use crate::tensor::Tensor;

@@ -2,7 +2,7 @@
 //!
 //! The tensor layer validates an op (devices, dtypes, shapes, broadcasting) and lowers it to one
 //! [`KernelOp`] whose operands are strided views of device (or host) memory, already broadcast
-//! to the output's shape. A driver runs it with [`crate::driver::Driver::launch`], queued on a
+//! to the output's shape. A driver runs it (its `launch`), queued on a
 //! stream. The sim driver runs the same CPU kernels the CPU device uses; the CUDA driver will run
 //! NVRTC-compiled kernels keyed by (op, dtypes).
 //!
@@ -15,11 +15,14 @@
 //! * Floating-point math may be carried out in a wider type than the compute dtype (the CPU
 //!   kernels use `f64`); results are rounded once into the output dtype.
 
-pub use super::dims::Dims;
-use super::DevicePtr;
+pub mod dims;
+mod ptr;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::scalar::Scalar;
+pub use dims::Dims;
+pub use ptr::{DevicePtr, HostPtr};
 
 /// A strided view of a buffer: `shape` and `strides` in elements, from element `offset` of `ptr`.
 #[derive(Debug, Clone, PartialEq, Eq)]

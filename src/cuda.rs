@@ -22,6 +22,20 @@ pub use crate::runtime::{
     EventFlags, Stream, StreamGuard,
 };
 
+/// Allocator traces and their replay, and byte counts as PyTorch prints them (the
+/// `torch.cuda.memory` helpers that are not also in `torch.cuda`).
+///
+/// A trace is a PyTorch caching-allocator trace in CSV (`action,addr,size,stream` rows, recorded
+/// with `torch.cuda.memory._record_memory_history()`, or made from a [`Snapshot`]'s history with
+/// [`Trace::from_entries`](memory::Trace::from_entries)). [`replay_trace`](memory::replay_trace)
+/// runs it through cudasem's caching allocator on a simulated device of a chosen capacity and
+/// settings and reports the peaks, driver allocations and host time per operation, as the
+/// `cudasem replay TRACE.csv` command does.
+pub mod memory {
+    pub use crate::alloc::{replay_trace, ReplayOptions, ReplayReport, Trace, TraceEvent};
+    pub use crate::error::fmt_bytes as format_bytes;
+}
+
 /// `torch.backends.cuda`: `backends::matmul::set_allow_tf32(true)` mirrors
 /// `torch.backends.cuda.matmul.allow_tf32 = True`.
 pub use crate::driver::cuda::backends;

@@ -63,14 +63,14 @@ pub use block::PoolKind;
 pub use driver_memory::DriverMemory;
 pub use history::{TraceAction, TraceEntry};
 pub use host::{CachingHostAllocator, DurationStat, HostMemoryStats, HostUse, RawHostMemory};
-pub use replay::{replay, replay_with, ReplayOptions, ReplayReport};
+pub use replay::{replay, replay_trace, replay_with, ReplayOptions, ReplayReport};
 pub use settings::{
     AllocatorSettings, ALLOC_CONF_ENV, LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,
     SMALL_SIZE,
 };
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo, Snapshot};
 pub use stats::{MemoryStats, Stat, StatPool};
-pub use trace::Trace;
+pub use trace::{Trace, TraceEvent};
 
 use crate::driver::{DevicePtr, EventId, StreamId};
 use crate::error::{Error, Result};

@@ -1,13 +1,17 @@
 //! Trace replay: a trace's `alloc` / `free_completed` sequence through the real
-//! [`CachingAllocator`] over an [`AccountingMemory`], to compare allocation policies without a GPU.
+//! [`CachingAllocator`], to compare allocation policies without a GPU: on a simulated device of the
+//! sim driver ([`replay_trace`], public as `cudasem::cuda::memory::replay_trace`), or over an
+//! [`AccountingMemory`] or any [`RawMemory`] ([`replay`], [`replay_with`], internal).
 
 use super::accounting::AccountingMemory;
 use super::allocator::CachingAllocator;
+use super::driver_memory::DriverMemory;
 use super::history::TraceAction;
 use super::settings::AllocatorSettings;
 use super::stats::MemoryStats;
 use super::trace::Trace;
 use super::RawMemory;
+use crate::driver::sim::{PeerSpec, SimConfig, SimDriver};
 use crate::driver::DevicePtr;
 use crate::error::{fmt_bytes, Error, Result};
 use std::collections::HashMap;
@@ -15,12 +19,25 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// How to replay.
+/// How to replay a trace: the allocator's settings and the simulated device's memory.
+///
+/// ```
+/// use cudasem::cuda::{memory::ReplayOptions, AllocatorSettings};
+/// # fn main() -> cudasem::Result<()> {
+/// let options = ReplayOptions {
+///     settings: AllocatorSettings::parse("expandable_segments:True")?,
+///     capacity: 80 << 30,
+/// };
+/// assert!(options.settings.expandable_segments());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    /// The allocator's settings.
+    /// The allocator's settings (`CUDASEM_ALLOC_CONF` syntax: [`AllocatorSettings::parse`], or
+    /// [`AllocatorSettings::from_env`]).
     pub settings: AllocatorSettings,
-    /// The simulated device's memory (default 140 GiB, an H200's).
+    /// The simulated device's memory in bytes (default 140 GiB, an H200's). A replay that needs
+    /// more is [`Error::OutOfMemory`].
     pub capacity: usize,
 }
 
@@ -30,8 +47,11 @@ impl Default for ReplayOptions {
     }
 }
 
-/// What a replay reached.
-#[derive(Debug, Clone)]
+/// What a replay reached: peaks, driver allocations and host time per operation.
+///
+/// `Display` prints it as `cudasem replay` does; it serializes (serde) with these field names,
+/// the statistics as PyTorch's `memory_stats()` keys.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ReplayReport {
     /// `alloc` rows replayed.
     pub allocs: usize,
@@ -60,6 +80,12 @@ impl ReplayReport {
     pub fn reserved_over_live_requested(&self) -> f64 {
         self.peak_reserved as f64 / self.peak_live_requested.max(1) as f64
     }
+
+    /// Mean host time of one operation (a `malloc` or a `free`), in nanoseconds.
+    pub fn ns_per_op(&self) -> f64 {
+        let total = self.ns_per_alloc * self.allocs as f64 + self.ns_per_free * self.frees as f64;
+        total / (self.allocs + self.frees).max(1) as f64
+    }
 }
 
 impl fmt::Display for ReplayReport {
@@ -79,8 +105,46 @@ impl fmt::Display for ReplayReport {
     }
 }
 
-/// Replays `trace`'s `alloc` and `free_completed` rows (other rows are ignored: the allocator
-/// makes its own segments) through a [`CachingAllocator`] over an [`AccountingMemory`].
+/// Replays a PyTorch allocator trace through cudasem's caching allocator on one simulated device
+/// of `options.capacity` bytes, with `options.settings`, as `cudasem replay TRACE.csv` does.
+///
+/// The trace's `alloc` and `free_completed` rows are replayed in order (other rows are ignored:
+/// the allocator makes its own segments). The device is the sim driver's: its memory is only
+/// accounted, never touched, so a trace that peaked at many GiB replays in a few MiB of host
+/// memory. No runtime is started and the current driver is not used.
+///
+/// A `free_completed` of an address that is not live, or an `alloc` at a live address, is
+/// [`Error::InvalidTrace`] naming the line; running out of the simulated capacity is
+/// [`Error::OutOfMemory`].
+///
+/// ```
+/// use cudasem::cuda::memory::{replay_trace, ReplayOptions, Trace};
+/// # fn main() -> cudasem::Result<()> {
+/// let trace = Trace::parse(
+///     "action,addr,size,stream\n\
+///      alloc,4096,3145728,0\n\
+///      alloc,8192,3145728,0\n\
+///      free_completed,4096,3145728,0\n\
+///      free_completed,8192,3145728,0\n",
+/// )?;
+/// let r = replay_trace(&trace, &ReplayOptions::default())?;
+/// assert_eq!((r.allocs, r.frees, r.peak_live_requested), (2, 2, 6 << 20));
+/// assert_eq!(r.peak_reserved, 20 << 20); // one 20 MiB large-pool segment holds both
+///
+/// let bad = Trace::parse("free_completed,4096,512,0\n")?;
+/// assert!(matches!(
+///     replay_trace(&bad, &ReplayOptions::default()),
+///     Err(cudasem::Error::InvalidTrace { line: 1, .. })
+/// ));
+/// # Ok(()) }
+/// ```
+pub fn replay_trace(trace: &Trace, options: &ReplayOptions) -> Result<ReplayReport> {
+    let sim = Arc::new(SimDriver::new(SimConfig { devices: 1, memory: options.capacity, peer: PeerSpec::None }));
+    replay_with(trace, Arc::new(DriverMemory::for_replay(sim, 0)), &options.settings)
+}
+
+/// Replays `trace` like [`replay_trace`], through a [`CachingAllocator`] over an
+/// [`AccountingMemory`] instead of a simulated device.
 ///
 /// A `free_completed` of an address that is not live, or an `alloc` at a live address, is
 /// [`Error::InvalidTrace`] naming the line; running out of the simulated capacity is

@@ -1,7 +1,7 @@
 //! `cudasem info`: the driver, the devices and the peer matrix.
 
 use cudasem::cuda;
-use cudasem::error::fmt_bytes;
+use cudasem::cuda::memory::format_bytes;
 use std::process::ExitCode;
 
 /// Prints the machine; exits 1 if the environment's settings are invalid.
@@ -29,8 +29,8 @@ fn print() -> cudasem::Result<()> {
         println!(
             "  cuda:{i}  {}  memory {} ({} free)  {} SMs  compute capability {}.{}",
             p.name,
-            fmt_bytes(total),
-            fmt_bytes(free),
+            format_bytes(total),
+            format_bytes(free),
             p.multi_processor_count,
             p.major,
             p.minor

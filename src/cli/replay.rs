@@ -1,12 +1,10 @@
 //! `cudasem replay TRACE.csv`: a PyTorch allocator trace through cudasem's caching allocator.
 
-use cudasem::alloc::{replay_with, AllocatorSettings, DriverMemory, ReplayOptions, Trace};
-use cudasem::driver::sim::{PeerSpec, SimConfig, SimDriver};
-use cudasem::error::fmt_bytes;
+use cudasem::cuda::memory::{format_bytes, replay_trace, ReplayOptions, Trace};
+use cudasem::cuda::AllocatorSettings;
 use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// Replays the trace and prints the figures (one JSON object with `json`); exit code 2 on a bad
 /// file or setting.
@@ -48,19 +46,15 @@ fn rounded(v: f64, digits: i32) -> f64 {
 }
 
 fn report(path: &Path, json: bool) -> cudasem::Result<String> {
-    let settings = AllocatorSettings::from_env()?;
     let trace = Trace::from_file(path)?;
-    // One simulated H200-sized device: its memory is only accounted, never touched, so a trace
-    // that peaked at many GiB replays in a few MiB of host memory.
-    let capacity = ReplayOptions::default().capacity;
-    let sim = Arc::new(SimDriver::new(SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None }));
-    let r = replay_with(&trace, Arc::new(DriverMemory::for_replay(sim, 0)), &settings)?;
-    let ns_per_op =
-        (r.ns_per_alloc * r.allocs as f64 + r.ns_per_free * r.frees as f64) / (r.allocs + r.frees).max(1) as f64;
+    // One simulated H200-sized device (the default capacity).
+    let options = ReplayOptions { settings: AllocatorSettings::from_env()?, ..ReplayOptions::default() };
+    let r = replay_trace(&trace, &options)?;
+    let ns_per_op = r.ns_per_op();
     if json {
         let figures = ReplayJson {
             trace: path.display().to_string(),
-            settings: std::env::var(cudasem::alloc::ALLOC_CONF_ENV).unwrap_or_default(),
+            settings: options.settings.to_string(),
             allocs: r.allocs,
             frees: r.frees,
             peak_reserved_bytes: r.peak_reserved,
@@ -78,8 +72,8 @@ fn report(path: &Path, json: bool) -> cudasem::Result<String> {
     Ok(format!(
         "replayed {} through cudasem's caching allocator on a simulated {} device ({})\n{r}\nns per op (alloc or free)  {ns_per_op:.0}\nsegments hold at most {} over the live requested bytes",
         path.display(),
-        cudasem::error::fmt_bytes(capacity),
-        if settings.expandable_segments() { "expandable segments" } else { "default settings" },
-        fmt_bytes(r.peak_reserved.saturating_sub(r.peak_live_requested)),
+        format_bytes(options.capacity),
+        if options.settings.expandable_segments() { "expandable segments" } else { "default settings" },
+        format_bytes(r.peak_reserved.saturating_sub(r.peak_live_requested)),
     ))
 }

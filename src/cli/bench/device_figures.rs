@@ -3,11 +3,9 @@
 //! stream (`device_ms`), except the pageable upload, which is synchronous and timed on the host.
 
 use super::measure::{check, median, Sizes, StepResult, Stop};
-use cudasem::alloc::{replay_with, AllocatorSettings, DriverMemory, ReplayOptions, Trace};
-use cudasem::cuda::{self, backends, Event, EventFlags};
-use cudasem::driver::sim::{PeerSpec, SimConfig, SimDriver};
+use cudasem::cuda::memory::{replay_trace, ReplayOptions, Trace};
+use cudasem::cuda::{self, backends, AllocatorSettings, Event, EventFlags};
 use cudasem::{DType, Device, Tensor};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// `peak_live_requested_bytes` of the ResNet-50 trace (bench/traces/README.md): a property of the
@@ -225,11 +223,9 @@ fn p2p(s: &Sizes) -> StepResult {
 /// simulated H200-sized device (the policy decides the peak, not the device; this is
 /// `cudasem replay`): peak reserved bytes. `CUDASEM_ALLOC_CONF` applies.
 fn replay_resnet50() -> StepResult {
-    let settings = AllocatorSettings::from_env()?;
     let trace = Trace::parse(super::RESNET50_TRACE)?;
-    let capacity = ReplayOptions::default().capacity;
-    let sim = Arc::new(SimDriver::new(SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None }));
-    let r = replay_with(&trace, Arc::new(DriverMemory::for_replay(sim, 0)), &settings)?;
+    let r =
+        replay_trace(&trace, &ReplayOptions { settings: AllocatorSettings::from_env()?, ..ReplayOptions::default() })?;
     check(r.allocs == RESNET50_ALLOCS && r.frees == RESNET50_ALLOCS, || {
         format!("replayed {} allocs and {} frees, the trace has {RESNET50_ALLOCS} of each", r.allocs, r.frees)
     })?;

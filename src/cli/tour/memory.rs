@@ -2,7 +2,7 @@
 
 use super::section::{check, e, Failure, Outcome};
 use cudasem::cuda;
-use cudasem::error::fmt_bytes;
+use cudasem::cuda::memory::format_bytes;
 use cudasem::Error;
 use std::time::Instant;
 
@@ -14,8 +14,8 @@ fn stat(key: &str) -> Result<i64, Failure> {
 fn line(label: &str) -> Result<(), Failure> {
     println!(
         "   {label:<28} allocated {:>10}  reserved {:>10}  driver allocs {:>3}  driver frees {:>3}",
-        fmt_bytes(cuda::memory_allocated(None).map_err(e)?),
-        fmt_bytes(cuda::memory_reserved(None).map_err(e)?),
+        format_bytes(cuda::memory_allocated(None).map_err(e)?),
+        format_bytes(cuda::memory_reserved(None).map_err(e)?),
         stat("num_device_alloc")?,
         stat("num_device_free")?
     );
@@ -73,7 +73,7 @@ pub fn out_of_memory() -> Result<Outcome, Failure> {
     let (_, total) = cuda::mem_get_info(None).map_err(e)?;
     let ooms = stat("num_ooms")?;
     match cuda::caching_allocator_alloc(2 * total, None, None) {
-        Err(err @ Error::OutOfMemory { .. }) => println!("   alloc({}) → {err}", fmt_bytes(2 * total)),
+        Err(err @ Error::OutOfMemory { .. }) => println!("   alloc({}) → {err}", format_bytes(2 * total)),
         other => return Err(format!("allocating twice the device's memory should be OutOfMemory, got {other:?}")),
     }
     check(stat("num_ooms")? == ooms + 1, || "num_ooms did not count the failure".into())?;
@@ -90,15 +90,15 @@ pub fn out_of_memory() -> Result<Outcome, Failure> {
     let big = chunk / 2 * 3;
     println!(
         "   cache holds 2 × {} freed; driver has {} free; asking for {}",
-        fmt_bytes(chunk),
-        fmt_bytes(cuda::mem_get_info(None).map_err(e)?.0),
-        fmt_bytes(big)
+        format_bytes(chunk),
+        format_bytes(cuda::mem_get_info(None).map_err(e)?.0),
+        format_bytes(big)
     );
     let c = cuda::caching_allocator_alloc(big, None, None).map_err(e)?;
     let (retried, freed) = (stat("num_alloc_retries")? - retries, stat("num_device_free")? - frees);
     println!(
         "   → succeeded by giving {freed} cached segment(s) back to the driver (num_alloc_retries +{retried}); reserved now {}",
-        fmt_bytes(cuda::memory_reserved(None).map_err(e)?)
+        format_bytes(cuda::memory_reserved(None).map_err(e)?)
     );
     check(freed >= 1, || "the allocation fit only without the cache, yet no cached segment was freed".into())?;
     cuda::caching_allocator_delete(c).map_err(e)?;

@@ -21,8 +21,8 @@ pub fn devices() -> Result<Outcome, Failure> {
             p.multi_processor_count,
             p.major,
             p.minor,
-            cudasem::error::fmt_bytes(free),
-            cudasem::error::fmt_bytes(total)
+            cudasem::cuda::memory::format_bytes(free),
+            cudasem::cuda::memory::format_bytes(total)
         );
         check(free <= total && p.multi_processor_count > 0, || format!("implausible properties for cuda:{i}"))?;
     }
@@ -257,7 +257,7 @@ pub fn peer_access() -> Result<Outcome, Failure> {
     let gbps = bytes as f64 / (ms as f64 / 1e3) / 1e9;
     println!(
         "   copied {} cuda:0 → cuda:1 in {ms:.2} ms by events ({gbps:.1} GB/s, {}); every byte arrived: {}",
-        cudasem::error::fmt_bytes(bytes),
+        cudasem::cuda::memory::format_bytes(bytes),
         if can { "over the peer link" } else { "staged, no peer link" },
         back.iter().all(|&x| x == 0x5A)
     );

@@ -2,8 +2,8 @@
 //! non-blocking copies from pinned memory (overlap with compute, the host allocator, speed).
 
 use super::section::{check, e, ms_between, returns_before_done, timing_event, two_streams, Failure, Outcome, Seen};
+use cudasem::cuda::memory::format_bytes;
 use cudasem::cuda::{self, DeviceGuard, Stream};
-use cudasem::error::fmt_bytes;
 use cudasem::testing::delay;
 use cudasem::{DType, Device, Error, Tensor};
 use std::time::{Duration, Instant};
@@ -151,7 +151,7 @@ pub fn overlap() -> Result<Outcome, Failure> {
     end.record(Some(&copy_s)).map_err(e)?;
     end.synchronize().map_err(e)?;
     let (c, w, total) = (ms_between(&start, &copy_end)?, ms_between(&start, &work_end)?, ms_between(&start, &end)?);
-    println!("   {} pinned → device alone: {copy_ms:.2} ms by events", fmt_bytes(bytes));
+    println!("   {} pinned → device alone: {copy_ms:.2} ms by events", format_bytes(bytes));
     println!(
         "   copy on one stream and {:.1} ms of compute (a delay) on another, from one event: copy {c:.2} ms, \
          compute {w:.2} ms, both done after {total:.2} ms (sum {:.2}, max {:.2})",
@@ -214,7 +214,7 @@ pub fn pinned_memory() -> Result<Outcome, Failure> {
     let (allocs, held) = (stat("num_host_alloc")? - base.0, stat("allocated_bytes.current")?);
     println!(
         "   pinned 3 MiB, freed, pinned 4 MiB: the same {} block (reused: {}), driver allocations: {allocs}",
-        fmt_bytes(held as usize),
+        format_bytes(held as usize),
         b.data_ptr() == p
     );
     check(b.data_ptr() == p && allocs == 1, || "the cached power-of-two block was not reused".into())?;
@@ -258,7 +258,7 @@ pub fn pinned_vs_pageable() -> Result<Outcome, Failure> {
     let gbps = |ms: f64| bytes as f64 / (ms / 1e3) / 1e9;
     println!(
         "   {} host → device, best of 3 by events: pageable {:.2} ms ({:.1} GB/s), pinned {:.2} ms ({:.1} GB/s): pinned is {:.1}× as fast",
-        fmt_bytes(bytes),
+        format_bytes(bytes),
         best[0],
         gbps(best[0]),
         best[1],

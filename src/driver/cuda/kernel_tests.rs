@@ -140,18 +140,18 @@ impl Memory for Mirror {
     }
 }
 
-/// xorshift64*.
-struct Rng(u64);
+/// The tests' random numbers: rand's seeded `StdRng`, as every other test of the crate.
+struct Rng(rand::rngs::StdRng);
 
 impl Rng {
+    fn seeded(seed: u64) -> Rng {
+        Rng(rand::SeedableRng::seed_from_u64(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        rand::RngExt::random(&mut self.0)
     }
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        rand::RngExt::random(&mut self.0)
     }
 }
 
@@ -207,7 +207,7 @@ impl Bench {
             return None;
         }
         let s = d.create_stream(0, 0).unwrap();
-        Some(Bench { d, s, rng: Rng(0x9E37_79B9_7F4A_7C15), mirror: Mirror(RefCell::new(Vec::new())) })
+        Some(Bench { d, s, rng: Rng::seeded(0x9E37_79B9_7F4A_7C15), mirror: Mirror(RefCell::new(Vec::new())) })
     }
 
     /// A device buffer of `n` random elements (mirrored).

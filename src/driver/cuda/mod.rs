@@ -21,7 +21,8 @@
 //!   so this driver never waits for the whole context where its own streams suffice, and the
 //!   [`delay`](Driver::delay) kernel's module is loaded once per context and shared
 //!   (see `kernels.rs`).
-//! * Expandable segments (the `vmm_*` methods) live in `vmm.rs`.
+//! * Events live in `events.rs`; device memory, memsets and copies in `memory.rs`; expandable
+//!   segments (the `vmm_*` methods) in `vmm.rs`.
 //! * Tensor kernels ([`Driver::launch`]): CUDA C generated per (op, dtypes) (`codegen.rs`),
 //!   compiled by NVRTC for the device's architecture and cached in memory and on disk
 //!   (`module_cache.rs`), dispatched with their parameters by value (`launch.rs`, `reduce.rs`);
@@ -76,12 +77,14 @@ pub mod backends;
 mod codegen;
 mod ctx;
 mod elementwise;
+mod events;
 mod gemm;
 mod host;
 #[cfg(test)]
 mod kernel_tests;
 mod kernels;
 mod launch;
+mod memory;
 mod module_cache;
 mod reduce;
 mod status;
@@ -487,160 +490,51 @@ impl Driver for CudaDriver {
     }
 
     fn event_create(&self, device: usize, enable_timing: bool, blocking: bool) -> Result<EventId> {
-        use sys::CUevent_flags::*;
-        let mut flags = CU_EVENT_DEFAULT as u32;
-        if !enable_timing {
-            flags |= CU_EVENT_DISABLE_TIMING as u32;
-        }
-        if blocking {
-            flags |= CU_EVENT_BLOCKING_SYNC as u32;
-        }
-        self.enter(device)?;
-        let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY:
-        // `raw` is a valid out-pointer, `flags` combines documented `CUevent_flags` bits, and `device`'s
-        // context is current.
-        unsafe { sys::cuEventCreate(&mut raw, flags) }.result().map_err(|e| driver_error("cuEventCreate", e))?;
-        let id = self.next_id();
-        let entry = EventEntry { device, raw: RawEvent(raw), timing: enable_timing };
-        write(&self.events).insert(id, entry);
-        Ok(EventId(id))
+        events::create(self, device, enable_timing, blocking)
     }
 
     fn event_destroy(&self, event: EventId) {
-        let Some(ev) = write(&self.events).remove(&event.0) else {
-            return;
-        };
-        // Called from `Drop`: a failure is kept for the device's next synchronize.
-        let destroyed = self.enter(ev.device).and_then(|_| {
-            // SAFETY:
-            // - the event came from `cuEventCreate` and was just removed from the table, so it is
-            //   destroyed exactly once;
-            // - pending work on it is released by the driver.
-            unsafe { cu::event::destroy(ev.raw.0) }.map_err(|e| driver_error("cuEventDestroy", e))
-        });
-        if let (Err(e), Some(dev)) = (destroyed, self.devices.get(ev.device)) {
-            dev.dropped.record(e);
-        }
+        events::destroy(self, event)
     }
 
     fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
-        let ev = self.event(event, "event_record")?;
-        let s = self.stream(stream, "event_record")?;
-        self.enter(s.device)?;
-        // SAFETY: both handles are live and, as the runtime checks, of the current context.
-        unsafe { cu::event::record(ev.raw.0, s.raw.0) }.map_err(|e| driver_error("cuEventRecord", e))
+        events::record(self, event, stream)
     }
 
     fn event_query(&self, event: EventId) -> Result<bool> {
-        let ev = self.event(event, "event_query")?;
-        self.enter(ev.device)?;
-        // SAFETY: the event is live and belongs to the current context.
-        ready("cuEventQuery", unsafe { sys::cuEventQuery(ev.raw.0) })
+        events::query(self, event)
     }
 
     fn event_synchronize(&self, event: EventId) -> Result<()> {
-        let ev = self.event(event, "event_synchronize")?;
-        self.enter(ev.device)?;
-        // SAFETY: the event is live and belongs to the current context.
-        unsafe { cu::event::synchronize(ev.raw.0) }.map_err(|e| driver_error("cuEventSynchronize", e))
+        events::synchronize(self, event)
     }
 
     fn event_elapsed_ms(&self, start: EventId, end: EventId) -> Result<f32> {
-        let a = self.event(start, "event_elapsed_ms")?;
-        let b = self.event(end, "event_elapsed_ms")?;
-        if !a.timing || !b.timing {
-            return Err(Error::EventTimingDisabled);
-        }
-        self.enter(a.device)?;
-        // SAFETY: both events are live timing events made by `cuEventCreate`.
-        match unsafe { cu::event::elapsed(a.raw.0, b.raw.0) } {
-            Ok(ms) => Ok(ms),
-            Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Err(Error::EventNotReady),
-            // Both have timing enabled, so an invalid handle means one was never recorded.
-            Err(DriverError(CUresult::CUDA_ERROR_INVALID_HANDLE)) => Err(Error::EventNotRecorded),
-            Err(e) => Err(driver_error("cuEventElapsedTime", e)),
-        }
+        events::elapsed_ms(self, start, end)
     }
 
     fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
-        let dev = self.device(device)?;
-        if dev.fail_next_malloc.swap(false, Ordering::SeqCst) {
-            return Err(Error::Injected { device, op: "malloc" });
-        }
-        self.enter(device)?;
-        // SAFETY:
-        // - `device`'s context is current;
-        // - the memory is handed out as raw bytes, so its being uninitialized is fine. As in the sim driver,
-        //   a zero-byte request still gets a unique address (`cuMemAlloc` rejects 0).
-        match unsafe { cu::malloc_sync(bytes.max(1)) } {
-            Ok(ptr) => Ok(DevicePtr(ptr)),
-            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => Err(out_of_memory(device, bytes)),
-            Err(e) => Err(driver_error("cuMemAlloc", e)),
-        }
+        memory::malloc(self, device, bytes)
     }
 
     fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
-        if self.device(device)?.fail_next_free.swap(false, Ordering::SeqCst) {
-            return Err(Error::Injected { device, op: "free" });
-        }
-        self.enter(device)?;
-        // SAFETY:
-        // the runtime passes only live pointers from `malloc` on this device, once. `cuMemFree` waits for
-        // queued work that may use the memory.
-        unsafe { cu::free_sync(ptr.0) }.map_err(|e| driver_error("cuMemFree", e))
+        memory::free(self, device, ptr)
     }
 
     fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
-        let s = self.stream(stream, "memset_d8")?;
-        if bytes == 0 {
-            return Ok(());
-        }
-        self.enter(s.device)?;
-        // SAFETY:
-        // - the runtime guarantees `dst..dst+bytes` is live device memory reachable from the stream's device;
-        // - the stream is live and of the current context.
-        unsafe { cu::memset_d8_async(dst.0, value, bytes, s.raw.0) }.map_err(|e| driver_error("cuMemsetD8Async", e))
+        memory::memset_d8(self, dst, value, bytes, stream)
     }
 
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8], stream: StreamId) -> Result<()> {
-        let s = self.stream(stream, "memcpy_htod")?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.enter(s.device)?;
-        // SAFETY:
-        // - `dst` holds `src.len()` live bytes (runtime-checked);
-        // - `src` stays borrowed until the stream synchronization below has consumed it.
-        unsafe { cu::memcpy_htod_async(dst.0, src, s.raw.0) }.map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
-        // SAFETY: the stream is live and of the current context.
-        unsafe { cu::stream::synchronize(s.raw.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
+        memory::htod(self, dst, src, stream)
     }
 
     fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr, stream: StreamId) -> Result<()> {
-        let s = self.stream(stream, "memcpy_dtoh")?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.enter(s.device)?;
-        // SAFETY:
-        // - `src` holds `dst.len()` live bytes (runtime-checked);
-        // - `dst` stays mutably borrowed until the stream synchronization below has filled it.
-        unsafe { cu::memcpy_dtoh_async(dst, src.0, s.raw.0) }.map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
-        // SAFETY: the stream is live and of the current context.
-        unsafe { cu::stream::synchronize(s.raw.0) }.map_err(|e| driver_error("cuStreamSynchronize", e))
+        memory::dtoh(self, dst, src, stream)
     }
 
     fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: StreamId) -> Result<()> {
-        let s = self.stream(stream, "memcpy_dtod")?;
-        if bytes == 0 {
-            return Ok(());
-        }
-        self.enter(s.device)?;
-        // SAFETY:
-        // - both ranges are live device memory of `bytes` bytes (runtime-checked);
-        // - the stream is live and of the current context.
-        unsafe { cu::memcpy_dtod_async(dst.0, src.0, bytes, s.raw.0) }.map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+        memory::dtod(self, dst, src, bytes, stream)
     }
 
     fn memcpy_peer(
@@ -652,18 +546,7 @@ impl Driver for CudaDriver {
         bytes: usize,
         stream: StreamId,
     ) -> Result<()> {
-        let s = self.stream(stream, "memcpy_peer")?;
-        let dst_ctx = self.device(dst_device)?.ctx;
-        let src_ctx = self.device(src_device)?.ctx;
-        if bytes == 0 {
-            return Ok(());
-        }
-        self.enter(s.device)?;
-        // SAFETY:
-        // `dst` and `src` are live allocations of `bytes` bytes in the given devices' primary contexts
-        // (runtime-checked), both contexts are retained, and the stream is live and of the current context.
-        unsafe { cu::memcpy_peer_async(dst_ctx.0, dst.0, src_ctx.0, src.0, bytes, s.raw.0) }
-            .map_err(|e| driver_error("cuMemcpyPeerAsync", e))
+        memory::peer(self, dst_device, dst, src_device, src, bytes, stream)
     }
 
     fn host_alloc(&self, bytes: usize) -> Result<HostPtr> {

@@ -42,8 +42,11 @@ fn a_streams_raw_handle_wraps_back_into_the_same_stream() -> Result<()> {
                 assert_ne!(raw, 0, "a pool stream is not the null stream");
             }
             // SAFETY: the handle of a live cudasem stream, which lives for the whole process.
-            let again = unsafe { Stream::from_external(raw, Some(device))? };
+            let again = unsafe { Stream::from_external(raw, device)? };
             assert_eq!(again, s, "the same stream: equal handles");
+            // SAFETY: the same live handle, its device named as `"cuda:N"`.
+            let named = unsafe { Stream::from_external(raw, format!("cuda:{device}").as_str())? };
+            assert_eq!(named, s, "a device named as a string resolves to the same stream");
             assert_eq!((again.device(), again.priority(), again.is_default()), (device, s.priority(), false));
             assert_eq!(again.cuda_stream()?, raw);
         }
@@ -53,7 +56,7 @@ fn a_streams_raw_handle_wraps_back_into_the_same_stream() -> Result<()> {
             assert_eq!(raw, 0, "the default stream is the legacy null stream, as in PyTorch");
         }
         // SAFETY: the device's default stream (0 on CUDA) lives as long as the context.
-        let again = unsafe { Stream::from_external(raw, Some(device))? };
+        let again = unsafe { Stream::from_external(raw, device)? };
         assert!(again.is_default() && again == d, "{again:?} vs {d:?}");
     }
     Ok(())
@@ -64,7 +67,7 @@ fn ops_run_on_a_wrapped_stream_as_the_current_stream() -> Result<()> {
     let device = last_device();
     let s = Stream::new(Some(device), 0)?;
     // SAFETY: as above: a live cudasem stream's handle.
-    let wrapped = unsafe { Stream::from_external(s.cuda_stream()?, Some(device))? };
+    let wrapped = unsafe { Stream::from_external(s.cuda_stream()?, device)? };
     let (x, reference) = data(7, 4099);
     let y = {
         let _g = StreamGuard::new(&wrapped)?;
@@ -84,26 +87,26 @@ fn what_the_simulated_machine_cannot_have_is_a_typed_error() -> Result<()> {
         eprintln!("skipped: the simulated machine's refusals (the {} driver is in use)", cuda::driver_name());
         return Ok(());
     }
-    match cuda::primary_context(None) {
+    match cuda::primary_context("cuda") {
         Err(Error::Unsupported { op, driver, .. }) => assert_eq!((op, driver), ("primary_context", "sim")),
         other => panic!("primary_context on the simulated machine: expected Unsupported, got {other:?}"),
     }
     let foreign = 0xdead_0000_u64;
     // SAFETY: not a stream at all: the simulated machine checks its own handles and refuses it.
-    match unsafe { Stream::from_external(foreign, Some(0)) } {
+    match unsafe { Stream::from_external(foreign, 0) } {
         Err(e @ Error::Unsupported { .. }) => assert!(e.to_string().contains("0xdead0000"), "{e}"),
         other => panic!("a foreign handle on the simulated machine: expected Unsupported, got {other:?}"),
     }
     if cuda::device_count() >= 2 {
         let s1 = Stream::new(Some(1), 0)?;
         // SAFETY: a live cudasem stream's handle, named with the wrong device: refused.
-        match unsafe { Stream::from_external(s1.cuda_stream()?, Some(0)) } {
+        match unsafe { Stream::from_external(s1.cuda_stream()?, 0) } {
             Err(e @ Error::InvalidArgument { .. }) => assert!(e.to_string().contains("cuda:1"), "{e}"),
             other => panic!("a stream of cuda:1 named as cuda:0's: expected InvalidArgument, got {other:?}"),
         }
     }
     // SAFETY: any value: the device index is checked first.
-    let bad = unsafe { Stream::from_external(0, Some(cuda::device_count())) };
+    let bad = unsafe { Stream::from_external(0, cuda::device_count()) };
     assert!(matches!(bad, Err(Error::InvalidDevice { .. })), "{bad:?}");
     Ok(())
 }
@@ -117,7 +120,7 @@ fn native_work_and_native_streams_interoperate_on_cuda() -> Result<()> {
         eprintln!("skipped: needs the CUDA driver (CUDASEM_DRIVER=cuda on a GPU)");
         return Ok(());
     }
-    let ctx = cuda::primary_context(Some(0))?;
+    let ctx = cuda::primary_context(0)?;
     assert_ne!(ctx, 0);
     // SAFETY: the device's primary context, retained by cudasem for the whole process.
     unsafe { cu::ctx::set_current(ctx as usize as sys::CUcontext) }.expect("cuCtxSetCurrent");
@@ -153,7 +156,7 @@ fn native_work_and_native_streams_interoperate_on_cuda() -> Result<()> {
     // A stream made outside cudasem, wrapped: cudasem's ops run on it.
     let native = cu::stream::create(cu::stream::StreamKind::NonBlocking).expect("cuStreamCreate");
     // SAFETY: a live stream of device 0's primary context, never destroyed (the process keeps it).
-    let ext = unsafe { Stream::from_external(native as usize as u64, Some(0))? };
+    let ext = unsafe { Stream::from_external(native as usize as u64, 0)? };
     assert_eq!(ext.cuda_stream()?, native as usize as u64);
     // SAFETY: the same live stream again: the same cudasem stream.
     assert_eq!(unsafe { Stream::from_external(native as usize as u64, None)? }, ext);

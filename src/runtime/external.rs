@@ -10,6 +10,7 @@
 //! | (the CUDA runtime's primary context) | [`primary_context`] |
 
 use super::{rt, Stream};
+use crate::device::IntoCudaDevice;
 use crate::error::Result;
 
 impl Stream {
@@ -24,9 +25,10 @@ impl Stream {
         rt()?.driver.raw_stream(self.driver_id())
     }
 
-    /// A cudasem stream over the native stream `stream_ptr` of `device` (`None`: the current
-    /// device), made elsewhere (`torch.cuda.ExternalStream`): cudasem's ops can then run on it,
-    /// as the current stream ([`StreamGuard`](crate::cuda::StreamGuard)), ordered with the work
+    /// A cudasem stream over the native stream `stream_ptr` of `device` (an index, a
+    /// [`Device`](crate::Device), `"cuda:N"`, or `None`/`"cuda"` for the current device), made
+    /// elsewhere (`torch.cuda.ExternalStream`): cudasem's ops can then run on it, as the current
+    /// stream ([`StreamGuard`](crate::cuda::StreamGuard)), ordered with the work
     /// its owner queues there. A value from [`Stream::cuda_stream`] gives back that same stream
     /// (equal handles); 0 is the device's default stream.
     ///
@@ -41,9 +43,9 @@ impl Stream {
     /// returned stream (or a clone) exists, and until the memory allocated on it, or recorded on
     /// it with `record_stream`, has been freed and the stream synchronized. cudasem never
     /// destroys it.
-    pub unsafe fn from_external(stream_ptr: u64, device: Option<usize>) -> Result<Stream> {
+    pub unsafe fn from_external(stream_ptr: u64, device: impl IntoCudaDevice) -> Result<Stream> {
         let rt = rt()?;
-        let device = rt.resolve(device)?;
+        let device = rt.device(device)?;
         // SAFETY: the caller's guarantee above is the driver's contract for `import_stream`.
         let (id, priority) = unsafe { rt.driver.import_stream(device, stream_ptr)? };
         let state = &rt.devices[device];
@@ -56,11 +58,12 @@ impl Stream {
     }
 }
 
-/// The primary context (`CUcontext`, as a number) of `device` (`None`: the current device): the
+/// The primary context (`CUcontext`, as a number) of `device` (an index, a
+/// [`Device`](crate::Device), `"cuda:N"`, or `None`/`"cuda"` for the current device): the
 /// context of every cudasem stream and allocation on the device, and the one the CUDA runtime
 /// API and libraries (cuBLAS, NCCL, …) use. [`Error::Unsupported`](crate::Error::Unsupported) on
 /// the simulated machine, which has no contexts.
-pub fn primary_context(device: Option<usize>) -> Result<u64> {
+pub fn primary_context(device: impl IntoCudaDevice) -> Result<u64> {
     let rt = rt()?;
-    rt.driver.raw_context(rt.resolve(device)?)
+    rt.driver.raw_context(rt.device(device)?)
 }

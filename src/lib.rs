@@ -100,8 +100,9 @@
 //! ## Features
 //!
 //! `cli` (default): the `cudasem` command and its dependencies; a library user can turn it off
-//! with `default-features = false`. `unstable-internals`: the allocator, driver and kernel layers as
-//! hidden modules for this crate's own command, tests and benches; not public API.
+//! with `default-features = false` (the command itself uses only the public API).
+//! `unstable-internals`: the allocator, driver and kernel layers as hidden modules for this
+//! crate's own tests and benches; not public API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -109,7 +110,7 @@
 // The public API is the crate root, `cuda` and `testing`. The allocator and the driver layer are
 // internal: the `Driver` trait's contract ("indices are valid, handles are this driver's") is kept by
 // the runtime, not by the type system, so safe code outside the crate must not reach it. The
-// `unstable-internals` feature (for this crate's own CLI, tests and benches) makes them reachable,
+// `unstable-internals` feature (for this crate's own tests and benches) makes them reachable,
 // hidden from the docs and outside any stability promise.
 #[cfg(feature = "unstable-internals")]
 #[doc(hidden)]

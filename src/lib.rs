@@ -67,6 +67,10 @@
 //! | `t.record_stream(s)` | [`Tensor::record_stream`] |
 //! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()` | [`cuda::host_memory_stats`], [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`] |
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
+//! | `t.amax(dim)` / `t.max(dim)` (values and indices) / `t.max()` | [`Tensor::amax`] / [`Tensor::max`] / [`Tensor::max_all`] (and the `min` forms) |
+//! | `t[:, 2:5]` | [`Tensor::slice`]`(1, 2..5)` (Rust ranges), [`Tensor::slice_step`] |
+//! | `torch.cuda.memory` trace tools | [`cuda::memory::replay_trace`] (a PyTorch allocator trace through cudasem's allocator), [`cuda::memory::format_bytes`] |
+//! | environment read at first use | the same, or [`init`]`(`[`Config`]`)` in code before first use |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
 //!
 //! Tensors follow CUDA semantics: a tensor made on `"cuda"` lands on the current device; an op

@@ -1,11 +1,10 @@
 //! Trace replay through the caching allocator: a small inline trace, and PyTorch's real
-//! ResNet-50 trace when `../shared/traces` is present.
+//! ResNet-50 trace (`bench/traces/resnet50_train.csv`, built into the test).
 
 // In a module named `alloc` so that `cargo test alloc` selects these tests.
 mod alloc {
     use cudasem::alloc::{replay, AllocatorSettings, ReplayOptions, Trace};
     use cudasem::Error;
-    use std::path::PathBuf;
 
     const SMALL: &str = "action,addr,size,stream
 alloc,1000,100,0
@@ -44,19 +43,16 @@ free_completed,5000,3000000,0
         assert!(matches!(replay(&t, &tiny), Err(Error::OutOfMemory { .. })));
     }
 
-    fn shared_trace(name: &str) -> Option<Trace> {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/traces").join(name);
-        if !path.exists() {
-            eprintln!("skipped: {} not found", path.display());
-            return None;
-        }
-        Some(Trace::from_file(&path).unwrap())
+    /// The ResNet-50 training trace (PyTorch 2.11, one step), kept in the repository and built into
+    /// the test, so it runs wherever the test binary does.
+    fn resnet50_trace() -> Trace {
+        Trace::parse(include_str!("../bench/traces/resnet50_train.csv")).unwrap()
     }
 
     /// PyTorch 2.11 on this trace: 7,033,847,808 bytes reserved at the peak, 104 driver allocations.
     #[test]
     fn resnet50_default_settings_match_or_beat_pytorch() {
-        let Some(trace) = shared_trace("resnet50_train.csv") else { return };
+        let trace = resnet50_trace();
         let r = replay(&trace, &ReplayOptions::default()).unwrap();
         println!("default settings:\n{r}");
         assert_eq!(r.peak_live_requested, 5_762_142_352);
@@ -98,7 +94,7 @@ free_completed,5000,3000000,0
 
     #[test]
     fn resnet50_expandable_segments_stay_within_5_percent_of_live_bytes() {
-        let Some(trace) = shared_trace("resnet50_train.csv") else { return };
+        let trace = resnet50_trace();
         let settings = AllocatorSettings::parse("expandable_segments:True").unwrap();
         let r = replay(&trace, &ReplayOptions { settings, ..Default::default() }).unwrap();
         println!("expandable_segments:True:\n{r}");

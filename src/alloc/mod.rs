@@ -22,7 +22,7 @@
 //!
 //! The policy never touches a device: it runs over the small [`RawMemory`] trait (get and return
 //! segments, events, virtual memory), so it is tested and benchmarked with no GPU at all, on
-//! [`AccountingMemory`], and real PyTorch traces are replayed through it with [`replay`].
+//! [`AccountingMemory`], and real PyTorch traces are replayed through it with [`replay_trace`].
 //!
 //! Where cudasem departs from PyTorch, the departure is an improvement that holds whatever the
 //! settings, and is explained where it is made (look for "Beyond PyTorch" in this module's

@@ -1,5 +1,5 @@
 //! Allocator traces in CSV: `action,addr,size,stream` rows, as recorded from PyTorch with
-//! `torch.cuda.memory._record_memory_history()` (see `shared/traces/README.md`).
+//! `torch.cuda.memory._record_memory_history()` (see `bench/traces/README.md`).
 
 use super::history::{TraceAction, TraceEntry};
 use crate::driver::StreamId;

@@ -232,7 +232,7 @@ impl ReduceOp {
 /// number as the right operand). The short form of the [`KernelOp::Binary`] (or
 /// [`KernelOp::BinaryScalar`]) that [`to_kernel_op`](Self::to_kernel_op) makes (every view one run
 /// of `n`), for the most common small ops: drivers may launch it without building,
-/// validating or classifying views ([`Driver::launch_dense_binary`](super::Driver::launch_dense_binary)).
+/// validating or classifying views ([`Driver::launch_dense_binary`](crate::driver::Driver::launch_dense_binary)).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DenseBinary {
     /// The function.

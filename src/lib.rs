@@ -144,8 +144,11 @@ pub mod kernel;
 #[allow(dead_code, unused_imports)]
 mod kernel;
 mod kernels;
+#[cfg(all(test, loom))]
+mod loom_pinned;
 mod runtime;
 mod scalar;
+mod sync;
 mod tensor;
 pub mod testing;
 

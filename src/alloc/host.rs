@@ -20,8 +20,9 @@
 use super::stats::Stat;
 use crate::driver::{EventId, HostPtr, StreamId};
 use crate::error::{Error, Result};
+use crate::sync::{Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One use of a pinned block by a queued copy: an event recorded on the copy's stream right after

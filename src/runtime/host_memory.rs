@@ -26,12 +26,128 @@ use super::{rt, Runtime, Stream};
 use crate::alloc::{CachingHostAllocator, HostMemoryStats, HostUse, RawHostMemory};
 use crate::driver::{DevicePtr, Driver, EventId, HostPtr};
 use crate::error::{Error, Result};
+use crate::sync::{Mutex as ProtocolMutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the block's protocol needs from the events of its copies (the driver's in
+/// [`DriverHostMemory`]; a fake that a thread completes in the loom model check).
+pub(crate) trait UseEvents {
+    /// Blocks until the use's event has completed.
+    fn wait(&self, u: &HostUse) -> Result<()>;
+    /// Whether the use's event has completed (`false` when it cannot be queried).
+    fn done(&self, u: &HostUse) -> bool;
+    /// Gives the use's event back (it is never asked about again).
+    fn release(&self, u: HostUse);
+}
+
+impl UseEvents for DriverHostMemory {
+    fn wait(&self, u: &HostUse) -> Result<()> {
+        self.driver.event_synchronize(u.event)
+    }
+    fn done(&self, u: &HostUse) -> bool {
+        self.driver.event_query(u.event).unwrap_or(false)
+    }
+    fn release(&self, u: HostUse) {
+        self.give_back(u.device, u.event);
+    }
+}
+
+/// The protocol of a pinned block (see the [module docs](self)): host access and the queueing of
+/// copies under one read/write lock, and the copies' events.
+#[derive(Default)]
+pub(crate) struct BlockUses {
+    /// Host access (shared: reads and queueing device reads; exclusive: writes and queueing
+    /// device writes).
+    access: RwLock<()>,
+    /// Copies queued on the block, each with the event recorded after it.
+    uses: ProtocolMutex<Vec<HostUse>>,
+}
+
+/// The access lock held while a copy is queued: shared for a device read, exclusive for a write.
+enum Access<'a> {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+impl BlockUses {
+    fn uses(&self) -> crate::sync::MutexGuard<'_, Vec<HostUse>> {
+        self.uses.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Shared host access, once the queued copies that write the block have completed.
+    pub fn read(&self, ev: &impl UseEvents) -> Result<RwLockReadGuard<'_, ()>> {
+        let guard = self.access.read().unwrap_or_else(|e| e.into_inner());
+        self.wait_for(ev, |u| u.device_writes)?;
+        Ok(guard)
+    }
+
+    /// Exclusive host access, once every queued copy has completed.
+    pub fn write(&self, ev: &impl UseEvents) -> Result<RwLockWriteGuard<'_, ()>> {
+        let guard = self.access.write().unwrap_or_else(|e| e.into_inner());
+        self.wait_for(ev, |_| true)?;
+        Ok(guard)
+    }
+
+    /// Waits for the queued copies that `must_wait` selects, then forgets them.
+    fn wait_for(&self, ev: &impl UseEvents, must_wait: impl Fn(&HostUse) -> bool) -> Result<()> {
+        let targets: Vec<HostUse> = self.uses().iter().filter(|u| must_wait(u)).copied().collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        for u in &targets {
+            ev.wait(u)?;
+        }
+        let mut done = Vec::new();
+        self.uses().retain(|u| {
+            let finished = targets.contains(u);
+            if finished {
+                done.push(*u);
+            }
+            !finished
+        });
+        done.into_iter().for_each(|u| ev.release(u));
+        Ok(())
+    }
+
+    /// Queues a copy: under the access lock (exclusive when the copy writes the block), with the
+    /// uses still running, `queue` makes the copy wait on the device for those it races with,
+    /// queues it and returns its use (`None` when it waited for the copy instead); the use is in
+    /// the list before the lock is released.
+    pub fn queue(
+        &self,
+        ev: &impl UseEvents,
+        device_writes: bool,
+        queue: impl FnOnce(&[HostUse]) -> Result<Option<HostUse>>,
+    ) -> Result<()> {
+        let _access = if device_writes {
+            Access::Exclusive(self.access.write().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            Access::Shared(self.access.read().unwrap_or_else(|e| e.into_inner()))
+        };
+        let mut uses = self.uses();
+        uses.retain(|u| {
+            let done = ev.done(u);
+            if done {
+                ev.release(*u);
+            }
+            !done
+        });
+        if let Some(u) = queue(&uses)? {
+            uses.push(u);
+        }
+        Ok(())
+    }
+
+    /// The uses still recorded, for the allocator when the block is freed.
+    pub fn take(&mut self) -> Vec<HostUse> {
+        std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// The driver as the host allocator's [`RawHostMemory`], with a pool of copy events per device.
@@ -95,11 +211,8 @@ impl Runtime {
 pub(crate) struct PinnedBlock {
     ptr: HostPtr,
     len: usize,
-    /// Host access (shared: reads and queueing device reads; exclusive: writes and queueing
-    /// device writes).
-    access: RwLock<()>,
-    /// Copies queued on the block, each with the event recorded after it.
-    uses: Mutex<Vec<HostUse>>,
+    /// Host access and the copies queued on the block.
+    uses: BlockUses,
 }
 
 impl std::fmt::Debug for PinnedBlock {
@@ -144,7 +257,7 @@ impl PinnedBlock {
     /// `len` bytes of pinned memory (a cached block's old contents, or zeros for a new one).
     pub fn new(len: usize) -> Result<PinnedBlock> {
         let ptr = rt()?.host_memory().allocator.malloc(len)?;
-        Ok(PinnedBlock { ptr, len, access: RwLock::new(()), uses: Mutex::new(Vec::new()) })
+        Ok(PinnedBlock { ptr, len, uses: BlockUses::default() })
     }
 
     /// The host address of byte 0.
@@ -156,45 +269,9 @@ impl PinnedBlock {
         Ok(&rt()?.host_memory().raw)
     }
 
-    /// Waits for the queued copies that `must_wait` selects, then forgets every completed copy.
-    fn wait_for(&self, must_wait: impl Fn(&HostUse) -> bool) -> Result<()> {
-        let targets: Vec<HostUse> = lock(&self.uses).iter().filter(|u| must_wait(u)).copied().collect();
-        if targets.is_empty() {
-            return Ok(());
-        }
-        let raw = Self::raw()?;
-        for u in &targets {
-            raw.driver.event_synchronize(u.event)?;
-        }
-        let mut uses = lock(&self.uses);
-        let mut done = Vec::new();
-        uses.retain(|u| {
-            let finished = targets.contains(u);
-            if finished {
-                done.push(*u);
-            }
-            !finished
-        });
-        drop(uses);
-        done.into_iter().for_each(|u| raw.use_release(u));
-        Ok(())
-    }
-
-    /// Forgets the copies that have completed (keeps the list short). Holds `uses` locked.
-    fn prune(raw: &DriverHostMemory, uses: &mut Vec<HostUse>) {
-        uses.retain(|u| {
-            let done = raw.driver.event_query(u.event).unwrap_or(false);
-            if done {
-                raw.use_release(*u);
-            }
-            !done
-        });
-    }
-
     /// The bytes, for reading on the host: waits for queued copies that write them.
     pub fn read(&self) -> Result<PinnedRead<'_>> {
-        let guard = self.access.read().unwrap_or_else(|e| e.into_inner());
-        self.wait_for(|u| u.device_writes)?;
+        let guard = self.uses.read(Self::raw()?)?;
         let bytes: &[u8] = match self.ptr.as_non_null() {
             Some(ptr) if self.len > 0 => {
                 // SAFETY:
@@ -212,8 +289,7 @@ impl PinnedBlock {
 
     /// The bytes, for writing on the host: waits for every queued copy.
     pub fn write(&self) -> Result<PinnedWrite<'_>> {
-        let guard = self.access.write().unwrap_or_else(|e| e.into_inner());
-        self.wait_for(|_| true)?;
+        let guard = self.uses.write(Self::raw()?)?;
         let bytes: &mut [u8] = match self.ptr.as_non_null() {
             Some(ptr) if self.len > 0 => {
                 // SAFETY:
@@ -247,22 +323,21 @@ impl PinnedBlock {
         if bytes == 0 {
             return Ok(());
         }
-        let _guard = self.access.read().unwrap_or_else(|e| e.into_inner());
         let raw = Self::raw()?;
-        let mut uses = lock(&self.uses);
-        Self::prune(raw, &mut uses);
-        for u in uses.iter().filter(|u| u.device_writes && u.stream != stream.driver_id()) {
-            stream.wait_raw(u.event)?;
-        }
-        // SAFETY:
-        // - the span lies inside this live pinned block (checked above);
-        // - the block stays allocated until the copy's event (pushed to `uses` below, before the
-        //   lock is released) has completed: dropping the block hands the event to the
-        //   allocator, which reuses or frees the block only after it;
-        // - host writes wait for the event (`write`), and a copy that writes the block cannot
-        //   be queued meanwhile without waiting for it on the device.
-        unsafe { stream.memcpy_htod_async(dst, self.ptr.offset(offset), bytes) }?;
-        self.track(raw, &mut uses, stream, false)
+        self.uses.queue(raw, false, |uses| {
+            for u in uses.iter().filter(|u| u.device_writes && u.stream != stream.driver_id()) {
+                stream.wait_raw(u.event)?;
+            }
+            // SAFETY:
+            // - the span lies inside this live pinned block (checked above);
+            // - the block stays allocated until the copy's event (pushed to `uses` below, before the
+            //   lock is released) has completed: dropping the block hands the event to the
+            //   allocator, which reuses or frees the block only after it;
+            // - host writes wait for the event (`write`), and a copy that writes the block cannot
+            //   be queued meanwhile without waiting for it on the device.
+            unsafe { stream.memcpy_htod_async(dst, self.ptr.offset(offset), bytes) }?;
+            Self::track(raw, stream, false)
+        })
     }
 
     /// Queues a copy of `bytes` bytes of device memory at `src` into the block at `offset` on
@@ -273,33 +348,26 @@ impl PinnedBlock {
         if bytes == 0 {
             return Ok(());
         }
-        let _guard = self.access.write().unwrap_or_else(|e| e.into_inner());
         let raw = Self::raw()?;
-        let mut uses = lock(&self.uses);
-        Self::prune(raw, &mut uses);
-        for u in uses.iter().filter(|u| u.stream != stream.driver_id()) {
-            stream.wait_raw(u.event)?;
-        }
-        // SAFETY:
-        // - the span lies inside this live pinned block (checked above);
-        // - the block stays allocated until the copy's event (pushed to `uses` below, before the
-        //   write lock is released) has completed: the allocator reuses or frees it only after;
-        // - every host read or write waits for that event first, and the copies already queued
-        //   on other streams are waited for on the device, so nothing else touches these bytes
-        //   while the copy runs.
-        unsafe { stream.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes) }?;
-        self.track(raw, &mut uses, stream, true)
+        self.uses.queue(raw, true, |uses| {
+            for u in uses.iter().filter(|u| u.stream != stream.driver_id()) {
+                stream.wait_raw(u.event)?;
+            }
+            // SAFETY:
+            // - the span lies inside this live pinned block (checked above);
+            // - the block stays allocated until the copy's event (pushed to `uses` below, before the
+            //   write lock is released) has completed: the allocator reuses or frees it only after;
+            // - every host read or write waits for that event first, and the copies already queued
+            //   on other streams are waited for on the device, so nothing else touches these bytes
+            //   while the copy runs.
+            unsafe { stream.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes) }?;
+            Self::track(raw, stream, true)
+        })
     }
 
-    /// Records an event after the copy just queued on `stream` and keeps it as a use. If no event
-    /// can be recorded, waits for the stream instead, so the block is never left unprotected.
-    fn track(
-        &self,
-        raw: &DriverHostMemory,
-        uses: &mut Vec<HostUse>,
-        stream: &Stream,
-        device_writes: bool,
-    ) -> Result<()> {
+    /// Records an event after the copy just queued on `stream`: its use. If no event can be
+    /// recorded, waits for the stream instead (`None`), so the block is never left unprotected.
+    fn track(raw: &DriverHostMemory, stream: &Stream, device_writes: bool) -> Result<Option<HostUse>> {
         let device = stream.device();
         let recorded = raw.event(device).and_then(|event| match stream.record_raw(event) {
             Ok(()) => Ok(event),
@@ -309,18 +377,15 @@ impl PinnedBlock {
             }
         });
         match recorded {
-            Ok(event) => {
-                uses.push(HostUse { device, stream: stream.driver_id(), event, device_writes });
-                Ok(())
-            }
-            Err(_) => stream.synchronize(),
+            Ok(event) => Ok(Some(HostUse { device, stream: stream.driver_id(), event, device_writes })),
+            Err(_) => stream.synchronize().map(|()| None),
         }
     }
 }
 
 impl Drop for PinnedBlock {
     fn drop(&mut self) {
-        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let uses = self.uses.take();
         // The allocator keeps the block out of reuse until the copies' events completed. A failure
         // is kept for the next synchronize of the device of its first copy (device 0 if none).
         if let Ok(rt) = rt() {

@@ -23,6 +23,8 @@ pub use guard::{with_device, DeviceGuard};
 pub use host_memory::{
     host_empty_cache, host_memory_stats, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats,
 };
+#[cfg(all(test, loom))]
+pub(crate) use host_memory::{BlockUses, UseEvents};
 pub(crate) use host_memory::{PinnedBlock, PinnedRead, PinnedWrite};
 pub(crate) use memory::DeviceBlock;
 pub use memory::*;

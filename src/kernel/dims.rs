@@ -333,6 +333,19 @@ impl IntoIterator for Dims {
     }
 }
 
+/// Whether `strides` lay `shape` out densely in row-major order (C-contiguous); size-1 dimensions
+/// may have any stride. The one definition for tensors' layouts and kernels' views.
+pub fn is_row_major(shape: &[usize], strides: &[usize]) -> bool {
+    let mut expected = 1;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        if n != 1 && s != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

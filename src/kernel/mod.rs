@@ -60,14 +60,7 @@ impl BufferView {
 
     /// Whether the view is dense and row-major (C-contiguous).
     pub fn is_contiguous(&self) -> bool {
-        let mut expected = 1;
-        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
-            if n != 1 && s != expected {
-                return false;
-            }
-            expected *= n;
-        }
-        true
+        dims::is_row_major(&self.shape, &self.strides)
     }
 
     /// `(first element, element count)` of the smallest range of the buffer holding every element

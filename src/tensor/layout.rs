@@ -114,14 +114,7 @@ impl Layout {
 
     /// Dense and row-major (size-1 dimensions may have any stride).
     pub fn is_contiguous(&self) -> bool {
-        let mut expected = 1;
-        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
-            if n != 1 && s != expected {
-                return false;
-            }
-            expected *= n;
-        }
-        true
+        crate::kernel::dims::is_row_major(&self.shape, &self.strides)
     }
 
     /// Whether two elements share one address (a stride-0 dimension of size > 1), which makes

@@ -14,9 +14,12 @@ The allocator figures of PyTorch (alloc_free_pair, empty_tensor) are timed in C+
 on the spot with torch.utils.cpp_extension.load_inline) since Python's own call costs more than what is
 measured. small_op is torch.add through Python, as PyTorch users call it (the figure the goal was set
 against: PyTorch's small op costs about 2x a bare launch); small_op_cpp is the same op through C++ at::add.
+The e2e_ rows are whole programs (a pinned, two-stream bf16 MLP pipeline; a decode step of ten small ops),
+written here as in src/cli/bench/e2e.rs, stream for stream and op for op.
 """
 import argparse
 import gc
+import math
 import os
 import statistics
 import sys
@@ -26,14 +29,16 @@ import time
 STEPS = [
     "alloc_free_pair", "empty_tensor", "small_op", "add_f32_256m", "sum_f32_1gib", "matmul_fp32_8192",
     "matmul_tf32_8192", "matmul_bf16_8192", "h2d_pinned_1gib", "d2h_pinned_1gib", "h2d_pageable_1gib",
-    "p2p_copy_1gib", "replay_resnet50",
+    "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step",
 ]
 
-# The same table as `Sizes` in src/cli/bench/figures.rs.
+# The same table as `Sizes` in src/cli/bench/measure.rs.
 FULL = dict(pairs=200_000, empties=100_000, host_runs=7, small_ops=200, small_runs=51, elems=1 << 28,
-            mm=8192, copy_elems=1 << 28, warmup=3, runs=15, reps=10)
+            mm=8192, copy_elems=1 << 28, warmup=3, runs=15, reps=10,
+            mlp_rows=1024, mlp_hidden=4096, mlp_ff=16384, mlp_batches=50, decode_hidden=4096, decode_steps=200)
 QUICK = dict(pairs=20_000, empties=5_000, host_runs=3, small_ops=200, small_runs=5, elems=1 << 16,
-             mm=128, copy_elems=1 << 18, warmup=1, runs=3, reps=2)
+             mm=128, copy_elems=1 << 18, warmup=1, runs=3, reps=2,
+             mlp_rows=32, mlp_hidden=64, mlp_ff=256, mlp_batches=4, decode_hidden=256, decode_steps=20)
 
 CPP = r"""
 #include <torch/extension.h>
@@ -112,6 +117,17 @@ def device_ms(torch, s, f):
 
 def gb_per_s(nbytes, ms):
     return nbytes / (ms * 1e-3) / 1e9
+
+
+# Pinned buffers per direction of the MLP pipeline: batch i uses buffer i % BUFFERS.
+BUFFERS = 2
+# The decode step's variance epsilon (LayerNorm's default).
+DECODE_EPS = 1e-5
+
+
+def sample_rows(rows):
+    """The rows the MLP pipeline's check samples: first, two inner ones, last."""
+    return [0, rows // 3, 2 * rows // 3, rows - 1]
 
 
 class Bench:
@@ -313,6 +329,114 @@ class Bench:
         torch.cuda.empty_cache()
         say("RESULT replay_resnet50", str(peak), "bytes")
 
+    # The end-to-end rows: the programs of src/cli/bench/e2e.rs, op for op and stream for stream.
+
+    def e2e_mlp_pipeline_bf16(self):
+        """bf16 batches uploaded from pinned memory on a side stream while the previous batch computes
+        softmax(float(gelu(x @ w1) @ w2), -1) on the current stream, each result downloaded without
+        blocking into pinned memory: one untimed pass (its last batch checked), then timed passes (the
+        last one's last batch checked again); median device ms per batch."""
+        torch, s = self.torch, self.s
+        rows, hidden, ff, n = s["mlp_rows"], s["mlp_hidden"], s["mlp_ff"], s["mlp_batches"]
+        gelu = torch.nn.functional.gelu
+        w1 = (torch.randn(hidden, ff, device="cuda") * (1.0 / math.sqrt(hidden))).to(torch.bfloat16)
+        w2 = (torch.randn(ff, hidden, device="cuda") * (1.0 / math.sqrt(ff))).to(torch.bfloat16)
+        inputs = [torch.randn(rows, hidden).to(torch.bfloat16).pin_memory() for _ in range(BUFFERS)]
+        outputs = [torch.empty(rows, hidden, pin_memory=True) for _ in range(BUFFERS)]
+        side = torch.cuda.Stream()
+
+        def upload(i):
+            with torch.cuda.stream(side):
+                return inputs[i % BUFFERS].to("cuda", non_blocking=True)
+
+        def one_pass():
+            current = torch.cuda.current_stream()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            side.wait_stream(current)
+            nxt = upload(0)
+            for i in range(n):
+                current.wait_stream(side)
+                x = nxt
+                x.record_stream(current)
+                if i + 1 < n:
+                    nxt = upload(i + 1)
+                y = torch.softmax((gelu(x @ w1) @ w2).float(), dim=-1)
+                outputs[i % BUFFERS].copy_(y, non_blocking=True)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+
+        def check_batch(i):
+            # float64 from the same bf16 inputs, rounded to bf16 where the device's bf16 ops round; a
+            # logit's rounding that falls the other way moves a probability by up to 1.6 %.
+            w1d, w2d = w1.cpu().double(), w2.cpu().double()
+
+            def bf(t):
+                return t.to(torch.bfloat16).double()
+
+            for row in sample_rows(rows):
+                g = bf(gelu(bf(inputs[i % BUFFERS][row].double() @ w1d)))
+                want = torch.softmax(bf(g @ w2d), dim=-1)
+                got = outputs[i % BUFFERS][row].double()
+                bad = ~((got - want).abs() <= 3e-2 * want)
+                if bool(bad.any()):
+                    j = int(bad.nonzero()[0])
+                    raise Wrong(f"mlp pipeline batch {i}: output ({row}, {j}) is {float(got[j])}, "
+                                f"the CPU (float64) {float(want[j])}")
+
+        one_pass()
+        check_batch(n - 1)
+        times = [one_pass() / n for _ in range(s["runs"])]
+        check_batch(n - 1)
+        say("RESULT e2e_mlp_pipeline_bf16", f"{statistics.median_high(times):.6g}", "ms")
+
+    def e2e_decode_step(self):
+        """Ten small ops on a [1, hidden] float32 vector, each step's output the next one's input: one
+        step checked, an untimed run, timed runs of chained steps between events, one more step
+        checked; median µs per step (launch-bound: the host's pace shows in the device's timeline)."""
+        torch, s = self.torch, self.s
+        hidden, steps = s["decode_hidden"], s["decode_steps"]
+        gelu = torch.nn.functional.gelu
+        w = torch.randn(hidden, hidden, device="cuda") * (1.0 / math.sqrt(hidden))
+        gamma = torch.randn(hidden, device="cuda") * 0.1 + 1.0
+        beta = torch.randn(hidden, device="cuda") * 0.1
+
+        def step(x, w, gamma, beta):
+            # The mul-add is a mul and an add, as cudasem's tensor API has no fused one.
+            h = x @ w
+            mu = h.mean(-1, keepdim=True)
+            d = h - mu
+            var = (d * d).mean(-1, keepdim=True)
+            r = (var + DECODE_EPS).rsqrt()
+            return gelu(d * r) * gamma + beta
+
+        def check_step(x, when):
+            got = step(x, w, gamma, beta).cpu().double()
+            want = step(*(t.cpu().double() for t in (x, w, gamma, beta)))
+            bad = ~((got - want).abs() <= 1e-3 * (1.0 + want.abs()))
+            if bool(bad.any()):
+                j = int(bad.flatten().nonzero()[0])
+                raise Wrong(f"decode step {when}: element {j} is {float(got.flatten()[j])}, "
+                            f"the CPU (float64) {float(want.flatten()[j])}")
+
+        x = torch.randn(1, hidden, device="cuda")
+        check_step(x, "before timing")
+        for _ in range(steps):
+            x = step(x, w, gamma, beta)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(s["runs"]):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(steps):
+                x = step(x, w, gamma, beta)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / steps)
+        check_step(x, "after timing")
+        say("RESULT e2e_decode_step", f"{statistics.median_high(times):.6g}", "\u00b5s")
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -321,6 +445,10 @@ def main():
     ap.add_argument("--trace", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces",
                                                      "resnet50_train.csv"), help="the allocator trace")
     args = ap.parse_args()
+    try:  # the units include µs: UTF-8 whatever the locale
+        sys.stdout.reconfigure(encoding="utf-8")
+    except (AttributeError, ValueError):
+        pass
     steps = [x for x in args.only.split(",") if x]
     for x in steps:
         if x not in STEPS:  # a newer cudasem than this script: say so, measure the rest

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 16] = [
+const ROWS: [&str; 18] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -26,6 +26,8 @@ const ROWS: [&str; 16] = [
     "h2d_pageable_1gib",
     "p2p_copy_1gib",
     "replay_resnet50",
+    "e2e_mlp_pipeline_bf16",
+    "e2e_decode_step",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -122,9 +124,16 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     // The policy's figure is deterministic: below PyTorch's recorded 7,033,847,808 bytes.
     let replay = rows["replay_resnet50"].key("cudasem").num().unwrap();
     assert!((5_762_142_352.0..7_033_847_808.0).contains(&replay), "{replay}");
+    // The end-to-end rows are times, checked against their f64 references before they count.
+    for (name, unit, goal) in [("e2e_mlp_pipeline_bf16", "ms", 1.05), ("e2e_decode_step", "µs", 1.5)] {
+        let r = &rows[name];
+        assert_eq!(r.key("unit").text(), Some(unit), "{name}");
+        assert_eq!(r.key("lower_is_better"), &Json::Bool(true), "{name}");
+        assert_eq!(r.key("goal").num(), Some(goal), "{name}");
+    }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 14 && err.contains("bench 13/13 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 16 && err.contains("bench 15/15 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -1,12 +1,13 @@
 //! cudasem's side: every step in order (`measure_all`) and the host-cost figures. The device
-//! figures are in `device_figures.rs`, the sizes and checks both use in `measure.rs`.
+//! figures are in `device_figures.rs`, the end-to-end ones in `e2e.rs`, the sizes and checks they
+//! all use in `measure.rs`.
 //!
 //! Every figure checks its result against a CPU reference before timing; a disagreement is a
 //! failed figure, never a number.
 
-use super::device_figures;
 use super::measure::{check, median, Sizes, StepResult, Stop};
 use super::progress::Progress;
+use super::{device_figures, e2e};
 use super::{Outcome, ROWS};
 use cudasem::cuda;
 use cudasem::{DType, Tensor};
@@ -81,6 +82,7 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "alloc_free_pair" => alloc_free_pair(s),
         "empty_tensor" => empty_tensor(s),
         "small_op" => small_op(s),
+        "e2e_mlp_pipeline_bf16" | "e2e_decode_step" => e2e::measure(step, s),
         _ => device_figures::measure(step, s),
     }
 }

@@ -28,6 +28,18 @@ pub struct Sizes {
     pub runs: usize,
     /// Calls per event-timed run.
     pub reps: usize,
+    /// Rows of one batch of the MLP pipeline (`e2e_mlp_pipeline_bf16`).
+    pub mlp_rows: usize,
+    /// The MLP's model width: columns of a batch and of its output.
+    pub mlp_hidden: usize,
+    /// The MLP's inner width (the first weight is hidden × ff, the second ff × hidden).
+    pub mlp_ff: usize,
+    /// Batches per timed pass of the pipeline.
+    pub mlp_batches: usize,
+    /// Width of the decode step's vector and square weight (`e2e_decode_step`).
+    pub decode_hidden: usize,
+    /// Decode steps per timed run.
+    pub decode_steps: usize,
 }
 
 impl Sizes {
@@ -47,6 +59,12 @@ impl Sizes {
                 warmup: 1,
                 runs: 3,
                 reps: 2,
+                mlp_rows: 32,
+                mlp_hidden: 64,
+                mlp_ff: 256,
+                mlp_batches: 4,
+                decode_hidden: 256,
+                decode_steps: 20,
             }
         } else {
             Sizes {
@@ -62,6 +80,12 @@ impl Sizes {
                 warmup: 3,
                 runs: 15,
                 reps: 10,
+                mlp_rows: 1024,
+                mlp_hidden: 4096,
+                mlp_ff: 16384,
+                mlp_batches: 50,
+                decode_hidden: 4096,
+                decode_steps: 200,
             }
         }
     }

@@ -1,9 +1,9 @@
 //! `cudasem bench`: cudasem's figures and PyTorch's, measured the same way on the same machine in one
 //! command, then one table and one JSON file (BENCHMARKS.md explains every figure).
 //!
-//! Order: every cudasem figure first (`figures.rs`, `device_figures.rs`; what both use in
-//! `measure.rs`), then the device's caches are emptied and `bench/pytorch_bench.py` runs as a child
-//! process (`pytorch.rs`) — never both at once.
+//! Order: every cudasem figure first (`figures.rs`, `device_figures.rs`, the end-to-end rows in
+//! `e2e.rs`; what they share in `measure.rs`), then the device's caches are emptied and
+//! `bench/pytorch_bench.py` runs as a child process (`pytorch.rs`) — never both at once.
 //! One progress bar covers both (`progress.rs`); the table and the JSON come last (`report.rs`).
 //!
 //! Exit status: 0 when every selected cudasem figure was measured (or skipped with a reason, like the
@@ -13,6 +13,7 @@
 //! reason is printed and written to the JSON.
 
 mod device_figures;
+mod e2e;
 mod figures;
 mod measure;
 mod progress;
@@ -63,6 +64,8 @@ pub const ROWS: &[RowSpec] = &[
     row("h2d_pageable_1gib", "h2d_pageable_1gib", "GB/s", false, 0.0),
     row("p2p_copy_1gib", "p2p_copy_1gib", "GB/s", false, 0.95),
     row("replay_resnet50", "replay_resnet50", "bytes", true, 1.0),
+    row("e2e_mlp_pipeline_bf16", "e2e_mlp_pipeline_bf16", "ms", true, 1.05),
+    row("e2e_decode_step", "e2e_decode_step", "µs", true, 1.5),
 ];
 
 /// The steps (what `--only` names), in run order.
@@ -218,7 +221,7 @@ mod tests {
         assert_eq!(parse_only(Some("small_op_cpp")).unwrap(), ["small_op"]);
         assert!(parse_only(Some("nope")).unwrap_err().contains("unknown figure `nope`"));
         assert!(parse_only(Some(",")).is_err());
-        assert_eq!(parse_only(None).unwrap().len(), 13);
+        assert_eq!(parse_only(None).unwrap().len(), 15);
     }
 
     #[test]

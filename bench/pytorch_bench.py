@@ -369,7 +369,8 @@ class Bench:
 
         def check_batch(i):
             # float64 from the same bf16 inputs, rounded to bf16 where the device's bf16 ops round; a
-            # logit's rounding that falls the other way moves a probability by up to 1.6 %.
+            # logit's rounding that falls the other way (or a GEMM's reduced-precision reduction) moves a
+            # probability by 1.6 % per ulp of a logit near 2: 5 % allows three.
             w1d, w2d = w1.cpu().double(), w2.cpu().double()
 
             def bf(t):
@@ -379,7 +380,7 @@ class Bench:
                 g = bf(gelu(bf(inputs[i % BUFFERS][row].double() @ w1d)))
                 want = torch.softmax(bf(g @ w2d), dim=-1)
                 got = outputs[i % BUFFERS][row].double()
-                bad = ~((got - want).abs() <= 3e-2 * want)
+                bad = ~((got - want).abs() <= 5e-2 * want)
                 if bool(bad.any()):
                     j = int(bad.nonzero()[0])
                     raise Wrong(f"mlp pipeline batch {i}: output ({row}, {j}) is {float(got[j])}, "

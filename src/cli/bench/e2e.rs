@@ -122,8 +122,9 @@ impl Pipeline {
             let x: Vec<bf16> = self.inputs[i % BUFFERS].narrow(0, row, 1)?.to_vec()?;
             let got: Vec<f32> = self.outputs[i % BUFFERS].narrow(0, row, 1)?.to_vec()?;
             let want = mlp_reference(&x, &w1, &w2);
-            // A bf16 rounding of a logit that falls the other way moves a probability by up to 1.6 %.
-            let bad = first_outside(&got, &want, |w| 3e-2 * w);
+            // A logit's bf16 rounding that falls the other way (or a GEMM's reduced-precision
+            // reduction) moves a probability by 1.6 % per ulp of a logit near 2: 5 % allows three.
+            let bad = first_outside(&got, &want, |w| 5e-2 * w);
             check(bad.is_none(), || {
                 let j = bad.unwrap_or(0);
                 format!("mlp pipeline batch {i}: output ({row}, {j}) is {}, the CPU (f64) {}", got[j], want[j])

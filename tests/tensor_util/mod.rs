@@ -1,9 +1,15 @@
 //! Helpers for the tensor tests: random non-zero data of every dtype, tensors in several layouts
-//! (contiguous, transposed, strided, broadcast), float64 references, tolerances per dtype.
+//! (contiguous, transposed, strided, broadcast), float64 references (`reference`), and the
+//! tolerances of every op per dtype, in one place (`tolerance`).
 #![allow(dead_code)]
+
+pub mod reference;
+pub mod tolerance;
 
 use cudasem::{DType, Device, Result, Tensor};
 use half::{bf16, f16};
+#[allow(unused_imports)]
+pub use tolerance::{assert_close, assert_sums_close, tolerance};
 
 /// The devices every op is tested on: the host, and the current driver's device 0 (a run that
 /// must cover a GPU fails without one: `cudasem::testing::has_devices`).
@@ -78,29 +84,21 @@ pub fn round_to(dtype: DType, x: f64) -> f64 {
 pub fn sample(rng: &mut Rng, dtype: DType, n: usize, domain: Domain) -> Vec<f64> {
     (0..n)
         .map(|_| {
+            // One draw per element (the tests draw millions): the top bit is the sign, the low 53
+            // bits a uniform fraction, the middle bits a small integer.
+            let u = rng.next_u64();
+            let sign = if u >> 63 == 0 { 1.0 } else { -1.0 };
+            let unit = (u & ((1 << 53) - 1)) as f64 / (1u64 << 53) as f64;
+            let small = |k: u64| ((u >> 53) % k) as f64;
             let v = match (dtype, domain) {
-                (DType::Bool, _) => (rng.next_u64() & 1) as f64,
-                (DType::U8, Domain::Exponent) | (_, Domain::Exponent) if !dtype.is_float() => rng.int(0, 3) as f64,
-                (_, Domain::Exponent) => rng.uniform(-2.0, 2.0),
-                (DType::U8, _) => rng.int(1, 15) as f64,
-                (_, Domain::Positive) if !dtype.is_float() => rng.int(1, 9) as f64,
-                (_, Domain::Any) if !dtype.is_float() => {
-                    let v = rng.int(1, 9);
-                    if rng.next_u64() & 1 == 0 {
-                        v as f64
-                    } else {
-                        -v as f64
-                    }
-                }
-                (_, Domain::Positive) => rng.uniform(0.25, 3.0),
-                _ => {
-                    let v = rng.uniform(0.25, 2.5);
-                    if rng.next_u64() & 1 == 0 {
-                        v
-                    } else {
-                        -v
-                    }
-                }
+                (DType::Bool, _) => (u & 1) as f64,
+                (_, Domain::Exponent) if !dtype.is_float() => small(4),
+                (_, Domain::Exponent) => -2.0 + 4.0 * unit,
+                (DType::U8, _) => 1.0 + small(15),
+                (_, Domain::Positive) if !dtype.is_float() => 1.0 + small(9),
+                (_, Domain::Any) if !dtype.is_float() => sign * (1.0 + small(9)),
+                (_, Domain::Positive) => 0.25 + 2.75 * unit,
+                _ => sign * (0.25 + 2.25 * unit),
             };
             let r = round_to(dtype, v);
             if r == 0.0 && dtype.is_float() {
@@ -177,39 +175,4 @@ pub fn laid_out(vals: &[f64], r: usize, c: usize, dtype: DType, device: Device, 
     assert_eq!(t.shape(), [r, c]);
     assert_eq!(t.is_contiguous(), layout == Layout::Contiguous, "{layout:?}");
     Ok(t)
-}
-
-/// Relative tolerance of results computed in `dtype` (0: exact).
-pub fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F64 => 1e-12,
-        DType::F32 => 2e-6,
-        DType::F16 => 2e-3,
-        DType::BF16 => 1.6e-2,
-        _ => 0.0,
-    }
-}
-
-/// Asserts `got` equals `want` elementwise within `dtype`'s tolerance (NaN equals NaN).
-#[track_caller]
-pub fn assert_close(got: &[f64], want: &[f64], dtype: DType, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let tol = tolerance(dtype);
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1e-3);
-        assert!(ok, "{what}: element {i} is {g}, want {w} (dtype {dtype}); got {got:?}, want {want:?}");
-    }
-}
-
-/// `erf` by Simpson's rule on `2/√π e^{-t²}` — independent of the library's series and
-/// continued fraction.
-pub fn erf_reference(x: f64) -> f64 {
-    let n = 2000;
-    let h = x / n as f64;
-    let f = |t: f64| (-t * t).exp();
-    let mut s = f(0.0) + f(x);
-    for i in 1..n {
-        s += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
-    }
-    s * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
 }

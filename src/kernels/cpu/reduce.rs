@@ -120,9 +120,9 @@ pub(super) fn softmax(src: Operand<'_>, dim: usize, log: bool, out: &mut [u8], d
     let mut x = gather::<f64>(src.bytes, &view);
     if n > 0 {
         for g in x.chunks_mut(n) {
-            let m = g.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            // All -inf (or NaN) rows give NaN, as PyTorch's do.
-            let shift = if m.is_finite() { m } else { 0.0 };
+            // The shift is the row's maximum, infinite or not, as PyTorch's: a row of -inf
+            // (-inf - -inf), one holding +inf (inf - inf) or one holding NaN gives a NaN row.
+            let shift = g.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let total: f64 = g.iter().map(|&v| (v - shift).exp()).sum();
             for v in g.iter_mut() {
                 *v = if log { *v - shift - total.ln() } else { (*v - shift).exp() / total };
@@ -142,5 +142,31 @@ mod tests {
         assert_eq!(arg_extreme(&[1.0, f64::NAN, 3.0], |a, b| a > b), 1);
         assert_eq!(arg_extreme(&[4.0, 1.0, 1.0], |a, b| a < b), 1);
         assert!(extreme_f64(&[1.0, f64::NAN], true).is_nan());
+    }
+
+    /// Softmax rows as PyTorch's: −inf entries give 0 (log: −inf); a row of −inf, one holding
+    /// +inf and one holding NaN are NaN rows.
+    #[test]
+    fn softmax_rows_with_infinities_and_nan_are_pytorchs() {
+        use crate::dtype::DType;
+        use crate::kernel::DevicePtr;
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let rows = [[0.0, -inf, 0.0], [-inf, -inf, -inf], [1.0, inf, 2.0], [1.0, nan, 2.0], [inf, inf, 1.0]];
+        let view = BufferView {
+            ptr: DevicePtr(0),
+            dtype: DType::F64,
+            shape: [rows.len(), 3].into(),
+            strides: [3, 1].into(),
+            offset: 0,
+        };
+        let bytes: Vec<u8> = rows.iter().flatten().flat_map(|x| x.to_ne_bytes()).collect();
+        for log in [false, true] {
+            let mut out = vec![0u8; bytes.len()];
+            softmax(Operand { bytes: &bytes, view: &view }, 1, log, &mut out, &view);
+            let got = gather::<f64>(&out, &view);
+            let first = if log { [-(2f64.ln()), -inf, -(2f64.ln())] } else { [0.5, 0.0, 0.5] };
+            assert_eq!(got[..3], first, "log {log}");
+            assert!(got[3..].iter().all(|v| v.is_nan()), "log {log}: NaN rows, got {got:?}");
+        }
     }
 }

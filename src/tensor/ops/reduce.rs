@@ -5,6 +5,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelOp, ReduceOp};
+use crate::scalar::Scalar;
 use crate::tensor::exec::Exec;
 use crate::tensor::layout::{normalize_dim, normalize_dims, Layout};
 use crate::tensor::Tensor;
@@ -34,8 +35,15 @@ impl Tensor {
             self.shape().iter().enumerate().map(|(d, &n)| if dims.contains(&d) { 1 } else { n }).collect();
         let exec = Exec::on(self.place());
         let out = exec.empty(&keep, out_dtype)?;
-        let k = KernelOp::Reduce { op, src: self.buffer_view(), dst: out.buffer_view(), dims: dims.clone() };
-        exec.run(&k, &[self, &out])?;
+        if dims.iter().any(|&d| self.shape()[d] == 0) {
+            // Groups of no elements (sum or mean only): PyTorch's identity, 0, and 0 / 0 = NaN for
+            // the mean, written here so that no kernel meets a reduction of nothing.
+            let value = if op == ReduceOp::Mean { Scalar::Float(f64::NAN) } else { Scalar::Int(0) };
+            out.fill_(value)?;
+        } else {
+            let k = KernelOp::Reduce { op, src: self.buffer_view(), dst: out.buffer_view(), dims: dims.clone() };
+            exec.run(&k, &[self, &out])?;
+        }
         if keepdim {
             return Ok(out);
         }

@@ -185,12 +185,15 @@ impl Tensor {
         Ok(out)
     }
 
-    /// `exp(x) / Σ exp(x)` along `dim` (`torch.softmax(t, dim)`); floating point only.
+    /// `exp(x) / Σ exp(x)` along `dim` (`torch.softmax(t, dim)`); floating point only. Shifted by
+    /// the maximum, as PyTorch's: a −inf element gives 0, and a row of −inf, one holding +inf and
+    /// one holding NaN give NaN rows.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         self.softmax_impl(dim, false)
     }
 
-    /// `log(softmax(x))` along `dim`, computed stably (`torch.log_softmax(t, dim)`).
+    /// `log(softmax(x))` along `dim`, computed stably (`torch.log_softmax(t, dim)`): `x - max -
+    /// log Σ exp(x - max)`, with the NaN rows of [`Tensor::softmax`].
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         self.softmax_impl(dim, true)
     }

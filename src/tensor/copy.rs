@@ -243,7 +243,8 @@ impl Tensor {
         bytes
             .chunks_exact(self.dtype.size())
             .map(|c| {
-                T::read_bytes(c).ok_or(Error::InvalidArgument {
+                // `_else`: the message is formatted only for a bad element, not for every one.
+                T::read_bytes(c).ok_or_else(|| Error::InvalidArgument {
                     op: "to_vec",
                     reason: format!("byte pattern {c:?} is not a valid {}", self.dtype),
                 })

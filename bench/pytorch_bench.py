@@ -439,6 +439,28 @@ class Bench:
         say("RESULT e2e_decode_step", f"{statistics.median_high(times):.6g}", "\u00b5s")
 
 
+def start_torch():
+    """Imports torch and says its versions and the GPUs (`INFO` lines); None, after a `FATAL` line,
+    when torch or its CUDA is missing."""
+    try:
+        import torch
+    except Exception as e:
+        say(f"FATAL torch is not importable with {sys.executable}: {type(e).__name__}: {e}")
+        return None
+    say("INFO torch", torch.__version__)
+    if not torch.cuda.is_available():
+        say(f"FATAL torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)")
+        return None
+    try:
+        v = torch._C._cuda_getDriverVersion()  # the driver's CUDA version, e.g. 13000
+        say("INFO cuda", f"{v // 1000}.{v % 1000 // 10}")
+    except Exception:
+        say("INFO cuda", torch.version.cuda)
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    say("INFO machine", " + ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names)))
+    return torch
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes and few repeats")
@@ -455,22 +477,9 @@ def main():
         if x not in STEPS:  # a newer cudasem than this script: say so, measure the rest
             say("SKIP", x, "bench/pytorch_bench.py does not know this figure")
     steps = [x for x in steps if x in STEPS]
-    try:
-        import torch
-    except Exception as e:
-        say(f"FATAL torch is not importable with {sys.executable}: {type(e).__name__}: {e}")
+    torch = start_torch()
+    if torch is None:
         return 3
-    say("INFO torch", torch.__version__)
-    if not torch.cuda.is_available():
-        say(f"FATAL torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)")
-        return 3
-    try:
-        v = torch._C._cuda_getDriverVersion()  # the driver's CUDA version, e.g. 13000
-        say("INFO cuda", f"{v // 1000}.{v % 1000 // 10}")
-    except Exception:
-        say("INFO cuda", torch.version.cuda)
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    say("INFO machine", " + ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names)))
     torch.manual_seed(20261201)
     bench = Bench(torch, QUICK if args.quick else FULL, args.trace)
     for step in steps:

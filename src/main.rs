@@ -46,16 +46,27 @@ enum Command {
         /// The Python interpreter that runs the PyTorch script.
         #[arg(long, value_name = "PATH", default_value = "python3")]
         python: std::path::PathBuf,
-        /// PyTorch's side of the bench.
-        #[arg(long, value_name = "PATH", default_value = "bench/pytorch_bench.py")]
-        script: std::path::PathBuf,
-        /// Only these figures, comma-separated (e.g. small_op,add_f32_256m).
+        /// PyTorch's side of the bench [default: bench/pytorch_bench.py; with --ops:
+        /// bench/pytorch_ops.py].
+        #[arg(long, value_name = "PATH")]
+        script: Option<std::path::PathBuf>,
+        /// Only these figures, comma-separated (e.g. small_op,add_f32_256m); with --ops, the cases
+        /// whose names contain one of these (e.g. softmax,add_f16).
         #[arg(long, value_name = "NAME,NAME")]
         only: Option<String>,
         /// Tiny sizes and few repeats (seconds on the sim driver, for CI); writes no JSON unless
         /// --json is given.
         #[arg(long)]
         quick: bool,
+        /// The op matrix instead: every tensor op × dtype × layout beside PyTorch
+        /// (bench/pytorch_ops.py), checked against a CPU reference, written to
+        /// bench/results/ops.json.
+        #[arg(long)]
+        ops: bool,
+        /// With --ops: only write the cases as bench/pytorch_ops.py reads them (its --cases file)
+        /// to PATH, and measure nothing.
+        #[arg(long, value_name = "PATH", requires = "ops")]
+        write_spec: Option<std::path::PathBuf>,
     },
 }
 
@@ -65,8 +76,9 @@ fn main() -> ExitCode {
         Command::Info => cli::info::run(),
         Command::Tour => cli::tour::run(),
         Command::Replay { trace, json } => cli::replay::run(&trace, json),
-        Command::Bench { json, no_pytorch, python, script, only, quick } => {
-            cli::bench::run(cli::bench::Options { json, no_pytorch, python, script, only, quick })
+        Command::Bench { json, no_pytorch, python, script, only, quick, ops, write_spec } => {
+            let script = script.unwrap_or_else(|| cli::bench::default_script(ops));
+            cli::bench::run(cli::bench::Options { json, no_pytorch, python, script, only, quick, ops, write_spec })
         }
     }
 }

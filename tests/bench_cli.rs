@@ -293,3 +293,167 @@ fn an_unknown_figure_is_a_clear_error() {
     assert!(err.contains("unknown figure `warp_speed`") && err.contains("alloc_free_pair"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// The cases of `cudasem bench --ops` by name, from its JSON (names unique).
+fn ops_cases(json: &Json) -> BTreeMap<String, Json> {
+    let Json::Array(cases) = json.key("cases").clone() else { panic!("cases is not an array") };
+    let n = cases.len();
+    let by_name: BTreeMap<String, Json> =
+        cases.into_iter().map(|c| (c.key("name").text().unwrap().to_string(), c)).collect();
+    assert_eq!(by_name.len(), n, "case names are unique");
+    by_name
+}
+
+#[test]
+fn the_op_matrix_checks_every_case_on_the_sim() {
+    let dir = temp_dir("ops");
+    let path = dir.join("ops.json");
+    let o = bench(&["--ops", "--quick", "--no-pytorch", "--json", path.to_str().unwrap()], &[], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let json: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!((json.key("driver").text(), json.key("quick")), (Some("sim"), &Json::Bool(true)));
+    assert!(json.key("pytorch_error").text().unwrap().contains("--no-pytorch"));
+    let cases = ops_cases(&json);
+    assert!(cases.len() >= 200, "{} cases", cases.len());
+    for name in [
+        "copy_d2d",
+        "gelu_bf16",
+        "add_f16_bcast_row",
+        "div_f32_bcast_col",
+        "exp_f16_transposed",
+        "mul_f32_vec",
+        "pow_f32",
+        "ge_f32",
+        "where_bf16",
+        "cast_f32_to_bf16",
+        "contiguous_f32_transposed",
+        "sum_f32_first",
+        "argmax_f32_all",
+        "max_f16_last",
+        "sum_i64_all",
+        "softmax_bf16_rows1024",
+        "log_softmax_f16_rows32768",
+    ] {
+        assert!(cases.contains_key(name), "no case {name}: {:?}", cases.keys());
+    }
+    for (name, c) in &cases {
+        assert_eq!(c.key("passed"), &Json::Bool(true), "{name} failed its check: {c}");
+        let (us, gbps) = (c.key("cudasem_us").num().unwrap(), c.key("cudasem_gbps").num().unwrap());
+        let bytes = c.key("bytes").num().unwrap();
+        assert!(us > 0.0 && bytes > 0.0, "{name}: {c}");
+        assert!((gbps - bytes / (us * 1e3)).abs() <= 1e-4 * gbps, "{name}: GB/s is bytes / time: {c}");
+        assert_eq!((c.key("pytorch_us"), c.key("ratio")), (&Json::Null, &Json::Null), "{name}");
+        assert_eq!(c.key("memory_bound"), &Json::Bool(!name.ends_with("_vec")), "{name}");
+    }
+    let s = json.key("summary");
+    assert_eq!(s.key("cases").num(), Some(cases.len() as f64));
+    assert_eq!((s.key("failed").num(), s.key("compared").num()), (Some(0.0), Some(0.0)));
+    assert_eq!((s.key("geomean_ratio"), s.key("worst")), (&Json::Null, &Json::Null));
+    let copy = s.key("copy_d2d_gbps").num().unwrap();
+    assert_eq!(Some(copy), cases["copy_d2d"].key("cudasem_gbps").num());
+    assert!(s.key("below_85pct_of_copy").as_array().is_some());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("softmax_bf16_rows1024") && out.contains("summary:"), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("bench {0}/{0} ", cases.len())), "one progress line per case: {err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_op_matrix_reads_pytorchs_times_and_selects_cases_by_substring() {
+    let dir = temp_dir("ops-fake");
+    let script = fake_script(
+        &dir,
+        r#"[ "$1" = "--cases" ] && grep -q '"name":"softmax_f32_rows128"' "$2" || { echo "FATAL bad spec: $*"; exit 3; }
+echo "INFO torch 9.9.9+fake"
+echo "PROGRESS copy_d2d"
+echo "RESULT copy_d2d 1e12 us"
+echo "PROGRESS add_f32"
+echo "RESULT add_f32 2e12 us"
+echo "RESULT softmax_f32_rows128 1e-9 us"
+echo "ERROR add_f32_vec RuntimeError: boom"
+"#,
+    );
+    let path = dir.join("ops.json");
+    let args = ["--ops", "--quick", "--python", "sh", "--script", script.to_str().unwrap()];
+    let o = bench(
+        &[&args[..], &["--only", "add_f32,softmax_f32_rows128", "--json", path.to_str().unwrap()]].concat(),
+        &[],
+        None,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let json: Json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!((json.key("torch").text(), json.key("pytorch_error")), (Some("9.9.9+fake"), &Json::Null));
+    let cases = ops_cases(&json);
+    let names: Vec<&str> = cases.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "add_f32",
+            "add_f32_bcast_col",
+            "add_f32_bcast_row",
+            "add_f32_inplace",
+            "add_f32_transposed",
+            "add_f32_vec",
+            "copy_d2d",
+            "log_softmax_f32_rows128",
+            "softmax_f32_rows128"
+        ],
+        "the yardstick always comes along"
+    );
+    for name in ["copy_d2d", "add_f32", "softmax_f32_rows128"] {
+        let c = &cases[name];
+        let ratio = c.key("pytorch_us").num().unwrap() / c.key("cudasem_us").num().unwrap();
+        let got = c.key("ratio").num().unwrap();
+        assert!((got - ratio).abs() <= 1e-5 * ratio, "{name}: ratio {got}, expected {ratio}");
+    }
+    assert!(cases["add_f32_vec"].key("pytorch_note").text().unwrap().contains("boom"));
+    let s = json.key("summary");
+    assert_eq!(s.key("compared").num(), Some(3.0));
+    assert_eq!(s.key("worst").text(), Some("softmax_f32_rows128"));
+    assert_eq!((s.key("below_parity").num(), s.key("below_0_95").num()), (Some(1.0), Some(1.0)));
+    let (a, b) = (cases["copy_d2d"].key("ratio").num().unwrap(), cases["add_f32"].key("ratio").num().unwrap());
+    let c = cases["softmax_f32_rows128"].key("ratio").num().unwrap();
+    let geomean = s.key("geomean_ratio").num().unwrap();
+    assert!((geomean - (a * b * c).cbrt()).abs() <= 1e-5 * geomean, "{geomean}");
+    assert!(s.key("pytorch_copy_d2d_gbps").num().unwrap() < s.key("copy_d2d_gbps").num().unwrap());
+
+    let o = bench(&["--ops", "--quick", "--no-pytorch", "--only", "warp_speed"], &[], None);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("matches no case"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `bench/pytorch_ops.py` knows every case cudasem sends it (its `--check-spec` needs no torch, so
+/// this runs wherever python3 is).
+#[test]
+fn the_pytorch_ops_script_knows_every_case() {
+    let dir = temp_dir("ops-script");
+    let spec = dir.join("spec.json");
+    let o = bench(&["--ops", "--quick", "--write-spec", spec.to_str().unwrap()], &[], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let json: Json = serde_json::from_str(&std::fs::read_to_string(&spec).unwrap()).unwrap();
+    let n = json.key("cases").as_array().unwrap().len();
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("{n} cases written")), "{}", text(&o));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/pytorch_ops.py");
+    let o = Command::new("python3")
+        .arg(&script)
+        .args(["--cases", spec.to_str().unwrap(), "--check-spec"])
+        .output()
+        .expect("python3 runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains(&format!("KNOWN {n} of {n}")), "{}", text(&o));
+
+    // A case it does not know is an ERROR line for that case, not a crash.
+    let mut odd = json.clone();
+    odd["cases"][0]["kind"] = "teleport".into();
+    std::fs::write(&spec, odd.to_string()).unwrap();
+    let o = Command::new("python3")
+        .arg(&script)
+        .args(["--cases", spec.to_str().unwrap(), "--check-spec"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success() && out.contains("does not know this case (kind `teleport`)"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -2,9 +2,9 @@
 //! pageable, peer) and the allocator trace replay. Device time comes from events on the current
 //! stream (`device_ms`), except the pageable upload, which is synchronous and timed on the host.
 
-use super::measure::{check, median, Sizes, StepResult, Stop};
+use super::measure::{check, event_ms, median, Sizes, StepResult, Stop};
 use cudasem::cuda::memory::{replay_trace, ReplayOptions, Trace};
-use cudasem::cuda::{self, backends, AllocatorSettings, Event, EventFlags};
+use cudasem::cuda::{self, backends, AllocatorSettings};
 use cudasem::{DType, Device, Tensor};
 use std::time::Instant;
 
@@ -31,25 +31,9 @@ pub fn measure(step: &str, s: &Sizes) -> StepResult {
     }
 }
 
-/// Median device ms per call of `f`: `warmup` calls, then `runs` runs of `reps` calls between two
-/// timing events recorded on the current stream.
-fn device_ms(s: &Sizes, mut f: impl FnMut() -> cudasem::Result<()>) -> cudasem::Result<f64> {
-    for _ in 0..s.warmup {
-        f()?;
-    }
-    cuda::synchronize(None)?;
-    let mut times = Vec::with_capacity(s.runs);
-    for _ in 0..s.runs {
-        let (start, end) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
-        start.record(None)?;
-        for _ in 0..s.reps {
-            f()?;
-        }
-        end.record(None)?;
-        end.synchronize()?;
-        times.push(start.elapsed_time(&end)? as f64 / s.reps as f64);
-    }
-    Ok(median(times))
+/// Median device ms per call of `f` ([`event_ms`] with the figure's repeat counts).
+fn device_ms(s: &Sizes, f: impl FnMut() -> cudasem::Result<()>) -> cudasem::Result<f64> {
+    event_ms(s.warmup, s.runs, s.reps, f)
 }
 
 /// GB/s (10^9 bytes per second) for `bytes` moved in `ms`.

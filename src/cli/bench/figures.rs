@@ -5,7 +5,7 @@
 //! Every figure checks its result against a CPU reference before timing; a disagreement is a
 //! failed figure, never a number.
 
-use super::measure::{check, median, Sizes, StepResult, Stop};
+use super::measure::{check, median, panic_message, Sizes, StepResult, Stop};
 use super::progress::Progress;
 use super::{device_figures, e2e};
 use super::{Outcome, ROWS};
@@ -42,14 +42,8 @@ pub fn measure_all(steps: &[&'static str], quick: bool, progress: &mut Progress)
     let mut out = HashMap::new();
     for &step in steps {
         progress.step("cudasem", step);
-        let result = catch_unwind(AssertUnwindSafe(|| measure(step, &sizes))).unwrap_or_else(|panic| {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err(Stop::Fail(format!("panicked: {msg}")))
-        });
+        let result = catch_unwind(AssertUnwindSafe(|| measure(step, &sizes)))
+            .unwrap_or_else(|panic| Err(Stop::Fail(format!("panicked: {}", panic_message(&*panic)))));
         // Whatever the step left cached goes back before the next one.
         let _ = cuda::synchronize(None);
         let _ = cuda::empty_cache();

@@ -1,5 +1,8 @@
 //! What every figure shares: the sizes (`bench/pytorch_bench.py` mirrors them), why a step has no
-//! figure, the check of a result against its CPU reference, and the median.
+//! figure, the check of a result against its CPU reference, the event-timed repeat loop and the
+//! median.
+
+use cudasem::cuda::{self, Event, EventFlags};
 
 /// Sizes and repeat counts; `bench/pytorch_bench.py` has the same table (`Sizes` there).
 #[derive(Debug, Clone, Copy)]
@@ -116,6 +119,41 @@ pub fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Stop> {
     } else {
         Err(Stop::Fail(format!("wrong result: {}", what())))
     }
+}
+
+/// Median device ms per call of `f`: `warmup` calls, then `runs` runs of `reps` calls between two
+/// timing events recorded on the current stream.
+pub fn event_ms(
+    warmup: usize,
+    runs: usize,
+    reps: usize,
+    mut f: impl FnMut() -> cudasem::Result<()>,
+) -> cudasem::Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    cuda::synchronize(None)?;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (start, end) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
+        start.record(None)?;
+        for _ in 0..reps {
+            f()?;
+        }
+        end.record(None)?;
+        end.synchronize()?;
+        times.push(start.elapsed_time(&end)? as f64 / reps as f64);
+    }
+    Ok(median(times))
+}
+
+/// The message of a caught panic (empty when it carried none).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 /// The median (the upper one of an even count; NaN for none).

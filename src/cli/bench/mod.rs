@@ -16,6 +16,7 @@ mod device_figures;
 mod e2e;
 mod figures;
 mod measure;
+mod ops;
 mod progress;
 mod pytorch;
 mod report;
@@ -94,6 +95,15 @@ pub struct Options {
     pub only: Option<String>,
     /// Small sizes and few repeats.
     pub quick: bool,
+    /// The op matrix (`ops/`) instead of the figures.
+    pub ops: bool,
+    /// With `ops`: only write the PyTorch script's spec there.
+    pub write_spec: Option<PathBuf>,
+}
+
+/// The default PyTorch script of `--ops` or of the figures.
+pub fn default_script(ops: bool) -> PathBuf {
+    PathBuf::from(if ops { ops::DEFAULT_SCRIPT } else { "bench/pytorch_bench.py" })
 }
 
 /// The default JSON path of a full run.
@@ -156,6 +166,9 @@ pub fn parse_only(only: Option<&str>) -> Result<Vec<&'static str>, String> {
 /// Runs the bench; see the module documentation for the exit status. On the sim driver the sizes are
 /// always `--quick`'s (so no JSON is written unless `--json` says where).
 pub fn run(options: Options) -> ExitCode {
+    if options.ops {
+        return ops::run(options);
+    }
     let steps = match parse_only(options.only.as_deref()) {
         Ok(s) => s,
         Err(e) => {
@@ -163,17 +176,8 @@ pub fn run(options: Options) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut options = options;
-    if !options.quick && cudasem::cuda::driver_name() == "sim" {
-        // Device work runs on CPU threads there: full sizes would take hours and measure nothing.
-        eprintln!("note: the sim driver runs --quick sizes (force a GPU with CUDASEM_DRIVER=cuda)");
-        options.quick = true;
-    }
-    let json_path = match (&options.json, options.quick) {
-        (Some(p), _) => Some(p.clone()),
-        (None, false) => Some(PathBuf::from(DEFAULT_JSON)),
-        (None, true) => None,
-    };
+    let options = sim_runs_quick(options);
+    let json_path = json_path(&options, DEFAULT_JSON);
     let total = steps.len() * if options.no_pytorch { 1 } else { 2 };
     let mut progress = Progress::new(total);
 
@@ -193,8 +197,38 @@ pub fn run(options: Options) -> ExitCode {
     let rows = report::rows(&steps, &ours, &theirs);
     let out = report::Report { env, quick: options.quick, rows, pytorch: theirs };
     println!("{}", out.table());
-    if let Some(path) = json_path {
-        match out.write_json(&path) {
+    let failed = out.rows.iter().any(|r| matches!(r.cudasem, Outcome::Failed(_)));
+    finish(json_path, |p| out.write_json(p), failed)
+}
+
+/// `options`, made `--quick` on the sim driver (device work runs on CPU threads there: full sizes
+/// would take hours and measure nothing).
+fn sim_runs_quick(mut options: Options) -> Options {
+    if !options.quick && cudasem::cuda::driver_name() == "sim" {
+        eprintln!("note: the sim driver runs --quick sizes (force a GPU with CUDASEM_DRIVER=cuda)");
+        options.quick = true;
+    }
+    options
+}
+
+/// Where the JSON goes: `--json`, else `default` for a full run and nowhere for a quick one.
+fn json_path(options: &Options, default: &str) -> Option<PathBuf> {
+    match (&options.json, options.quick) {
+        (Some(p), _) => Some(p.clone()),
+        (None, false) => Some(PathBuf::from(default)),
+        (None, true) => None,
+    }
+}
+
+/// Writes the JSON (with `write`) where `path` says and gives the exit status: 1 when it could
+/// not be written or a cudasem figure `failed`.
+fn finish(
+    path: Option<PathBuf>,
+    write: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+    failed: bool,
+) -> ExitCode {
+    if let Some(path) = path {
+        match write(&path) {
             Ok(()) => println!("results written to {}", path.display()),
             Err(e) => {
                 eprintln!("error: could not write {}: {e}", path.display());
@@ -204,7 +238,7 @@ pub fn run(options: Options) -> ExitCode {
     } else {
         println!("quick run: no JSON written (pass --json PATH to keep one)");
     }
-    if out.rows.iter().any(|r| matches!(r.cudasem, Outcome::Failed(_))) {
+    if failed {
         eprintln!("error: a cudasem figure failed (see the table)");
         return ExitCode::from(1);
     }

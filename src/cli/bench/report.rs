@@ -112,7 +112,7 @@ pub struct Report {
 }
 
 /// A value for the table: bytes in GB, others with 3–4 significant digits.
-fn show(v: f64, unit: &str) -> String {
+pub fn show(v: f64, unit: &str) -> String {
     match v {
         _ if unit == "bytes" => format!("{:.2} GB", v / 1e9),
         v if v >= 1000.0 => format!("{v:.0}"),
@@ -123,7 +123,38 @@ fn show(v: f64, unit: &str) -> String {
     }
 }
 
-fn show_outcome(o: &Outcome, unit: &str) -> String {
+/// A table's first line: what ran (`title`, `--quick`), where, beside which PyTorch, when.
+pub fn header(title: &str, quick: bool, env: &Environment, p: &Results) -> String {
+    format!(
+        "{title}{} — {} driver, {}; PyTorch {}, CUDA {}; {}",
+        if quick { " --quick (tiny sizes: shows it runs, measures nothing)" } else { "" },
+        env.driver,
+        env.machine,
+        p.torch.as_deref().unwrap_or("-"),
+        p.cuda.as_deref().unwrap_or("-"),
+        env.date
+    )
+}
+
+/// The notes under a table: why each cudasem figure is missing, why PyTorch's column is empty
+/// (`error`), and why each PyTorch figure that was reported as missing is (rows: name, cudasem's
+/// outcome, PyTorch's).
+pub fn write_notes(t: &mut String, rows: &[(&str, &Outcome, &Outcome)], error: Option<&str>) {
+    for (name, ours, _) in rows {
+        if let Some(note) = ours.note() {
+            let _ = writeln!(t, "  {name}: cudasem {note}");
+        }
+    }
+    if let Some(why) = error {
+        let _ = writeln!(t, "  pytorch: {why}");
+    }
+    for (name, _, theirs) in rows.iter().filter(|r| !matches!(r.2, Outcome::Value(_) | Outcome::Missing(_))) {
+        let _ = writeln!(t, "  {name}: pytorch {}", theirs.note().unwrap_or_default());
+    }
+}
+
+/// An outcome in a table cell: the value, `skipped`, `FAILED` or `-`.
+pub fn show_outcome(o: &Outcome, unit: &str) -> String {
     match o {
         Outcome::Value(v) => show(*v, unit),
         Outcome::Skipped(_) => "skipped".into(),
@@ -134,7 +165,7 @@ fn show_outcome(o: &Outcome, unit: &str) -> String {
 
 /// A figure for the JSON: an integer for bytes, else 7 significant digits; `None` (null) when
 /// missing or not finite.
-fn json_num(v: Option<f64>, unit: &str) -> Option<serde_json::Number> {
+pub fn json_num(v: Option<f64>, unit: &str) -> Option<serde_json::Number> {
     match v {
         Some(v) if v.is_finite() && unit == "bytes" && v >= 0.0 => Some((v.round() as u64).into()),
         Some(v) if v.is_finite() => serde_json::Number::from_f64(format!("{v:.6e}").parse::<f64>().unwrap_or(v)),
@@ -142,9 +173,9 @@ fn json_num(v: Option<f64>, unit: &str) -> Option<serde_json::Number> {
     }
 }
 
-/// The JSON file `bench/results/latest.json` (its schema: BENCHMARKS.md).
+/// The first keys of the bench's JSON files: where, when, beside which PyTorch.
 #[derive(Debug, Serialize)]
-pub struct JsonReport<'a> {
+pub struct JsonHead<'a> {
     /// UTC, ISO 8601.
     pub date: &'a str,
     /// The GPUs cudasem saw.
@@ -159,6 +190,29 @@ pub struct JsonReport<'a> {
     pub quick: bool,
     /// Why PyTorch's column is empty or incomplete.
     pub pytorch_error: Option<&'a str>,
+}
+
+impl<'a> JsonHead<'a> {
+    /// The head of a run in `env`, beside PyTorch's `p`.
+    pub fn new(env: &'a Environment, quick: bool, p: &'a Results) -> JsonHead<'a> {
+        JsonHead {
+            date: &env.date,
+            machine: &env.machine,
+            driver: &env.driver,
+            cuda: p.cuda.as_deref(),
+            torch: p.torch.as_deref(),
+            quick,
+            pytorch_error: p.error.as_deref(),
+        }
+    }
+}
+
+/// The JSON file `bench/results/latest.json` (its schema: BENCHMARKS.md).
+#[derive(Debug, Serialize)]
+pub struct JsonReport<'a> {
+    /// Where, when, beside which PyTorch.
+    #[serde(flatten)]
+    pub head: JsonHead<'a>,
     /// One object per row, in table order.
     pub results: Vec<JsonRow<'a>>,
 }
@@ -258,18 +312,9 @@ impl serde_json::ser::Formatter for RowPerLine {
 impl Report {
     /// The table, with the notes that explain missing figures under it.
     pub fn table(&self) -> String {
-        let mut t = String::new();
         let p = &self.pytorch;
-        let _ = writeln!(
-            t,
-            "cudasem bench{} — {} driver, {}; PyTorch {}, CUDA {}; {}",
-            if self.quick { " --quick (tiny sizes: shows it runs, measures nothing)" } else { "" },
-            self.env.driver,
-            self.env.machine,
-            p.torch.as_deref().unwrap_or("-"),
-            p.cuda.as_deref().unwrap_or("-"),
-            self.env.date
-        );
+        let mut t = header("cudasem bench", self.quick, &self.env, p);
+        t.push('\n');
         let _ = writeln!(t, "speedup > 1: cudasem better (times, bytes: PyTorch's / ours; rates: ours / PyTorch's)");
         let _ = writeln!(
             t,
@@ -296,51 +341,46 @@ impl Report {
                 met
             );
         }
-        for r in &self.rows {
-            if let Some(note) = r.cudasem.note() {
-                let _ = writeln!(t, "  {}: cudasem {note}", r.spec.name);
-            }
-        }
-        if let Some(why) = &p.error {
-            let _ = writeln!(t, "  pytorch: {why}");
-        }
-        for r in self.rows.iter().filter(|r| !matches!(r.pytorch, Outcome::Value(_) | Outcome::Missing(_))) {
-            let _ = writeln!(t, "  {}: pytorch {}", r.spec.name, r.pytorch.note().unwrap_or_default());
-        }
+        let sides: Vec<_> = self.rows.iter().map(|r| (r.spec.name, &r.cudasem, &r.pytorch)).collect();
+        write_notes(&mut t, &sides, p.error.as_deref());
         t.trim_end().to_string()
     }
 
     /// The JSON file's content.
     pub fn to_json(&self) -> JsonReport<'_> {
-        let p = &self.pytorch;
         JsonReport {
-            date: &self.env.date,
-            machine: &self.env.machine,
-            driver: &self.env.driver,
-            cuda: p.cuda.as_deref(),
-            torch: p.torch.as_deref(),
-            quick: self.quick,
-            pytorch_error: p.error.as_deref(),
+            head: JsonHead::new(&self.env, self.quick, &self.pytorch),
             results: self.rows.iter().map(JsonRow::from).collect(),
         }
     }
 
     /// The JSON text (one result per line).
     pub fn json(&self) -> String {
-        let mut out = Vec::new();
-        let mut ser = serde_json::Serializer::with_formatter(&mut out, RowPerLine::default());
-        self.to_json().serialize(&mut ser).expect("writing to a Vec does not fail");
-        out.extend_from_slice(b"\n");
-        String::from_utf8(out).expect("serde_json writes UTF-8")
+        json_text(&self.to_json())
     }
 
     /// Writes [`Report::json`] to `path`, making its folder if needed.
     pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(path, self.json())
+        write_file(path, &self.json())
     }
+}
+
+/// `value` as JSON text in the bench files' layout: the top object one key per line, the items of
+/// its arrays one per line.
+pub fn json_text(value: &impl Serialize) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, RowPerLine::default());
+    value.serialize(&mut ser).expect("writing to a Vec does not fail");
+    out.extend_from_slice(b"\n");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// Writes `text` to `path`, making its folder if needed.
+pub fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, text)
 }
 
 #[cfg(test)]

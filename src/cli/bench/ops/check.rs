@@ -1,7 +1,7 @@
 //! Each case through cudasem's public API ([`Call`]), and its check against the float64 reference
 //! before it is timed.
 //!
-//! Big outputs are checked on a sample: elementwise and softmax outputs of more than 2^16 elements
+//! Tolerances: `reference.rs` (the op tests' table). Big outputs are checked on a sample: elementwise and softmax outputs of more than 2^16 elements
 //! on their first and last rows (at least 8,192 elements each) and 8 random rows; reductions on every
 //! output element (their reference reads every input element anyway).
 
@@ -77,33 +77,29 @@ impl<'a> Call<'a> {
         })
     }
 
-    /// Row `i` of the reference of an elementwise case, and its tolerance.
-    fn elementwise_row(&self, views: &[View], i: usize) -> (Vec<f64>, Tol) {
+    /// Row `i` of the reference of an elementwise case, rounded to the output's dtype.
+    fn elementwise_row(&self, views: &[View], i: usize) -> Vec<f64> {
         let case = self.case;
-        let cols = views[0].cols;
         let at = |k: usize, j: usize| views[k].at(i, j);
-        let (exact, f): (bool, Box<dyn Fn(usize) -> f64>) = match case.op {
-            Op::Unary(u) => (reference::unary_exact(u), Box::new(move |j| reference::unary(u, at(0, j)))),
+        let f: Box<dyn Fn(usize) -> f64> = match case.op {
+            Op::Unary(u) => Box::new(move |j| reference::unary(u, at(0, j))),
             Op::Binary(b) if case.layout == Layout::Scalar => {
                 let s = reference::cast(case.dtype, SCALAR, true);
-                (reference::binary_exact(b, case.dtype), Box::new(move |j| reference::binary(b, at(0, j), s)))
+                Box::new(move |j| reference::binary(b, at(0, j), s))
             }
-            Op::Binary(b) => {
-                (reference::binary_exact(b, case.dtype), Box::new(move |j| reference::binary(b, at(0, j), at(1, j))))
-            }
-            Op::Where => (true, Box::new(move |j| if at(0, j) != 0.0 { at(1, j) } else { at(2, j) })),
-            Op::Cast(to) => (true, Box::new(move |j| reference::cast(to, at(0, j), case.dtype.is_float()))),
-            _ => (true, Box::new(move |j| at(0, j))),
+            Op::Binary(b) => Box::new(move |j| reference::binary(b, at(0, j), at(1, j))),
+            Op::Where => Box::new(move |j| if at(0, j) != 0.0 { at(1, j) } else { at(2, j) }),
+            Op::Cast(to) => Box::new(move |j| reference::cast(to, at(0, j), case.dtype.is_float())),
+            _ => Box::new(move |j| at(0, j)),
         };
-        ((0..cols).map(f).collect(), reference::elementwise(exact, case.out_dtype()))
+        let out = case.out_dtype();
+        (0..views[0].cols).map(|j| reference::round(out, f(j))).collect()
     }
 
-    /// Compares sampled rows of the 2-D output `out` with `want(views, row)`.
-    fn check_rows(
-        &self,
-        out: &Tensor,
-        want: impl Fn(&[View], usize) -> (Vec<f64>, Tol),
-    ) -> std::result::Result<(), Mismatch> {
+    /// Compares sampled rows of the 2-D output `out` with `want(views, row)`, within the case's
+    /// tolerance.
+    fn check_rows(&self, out: &Tensor, want: impl Fn(&[View], usize) -> Vec<f64>) -> std::result::Result<(), Mismatch> {
+        let tol = reference::tolerance(self.case);
         let views: Vec<View> = self.ops.iter().map(|o| o.view.clone()).collect();
         let (rows, cols) = (views[0].rows, views[0].cols);
         if out.shape() != [rows, cols] {
@@ -112,7 +108,7 @@ impl<'a> Call<'a> {
         for (start, len) in sample_rows(rows, cols)? {
             let got = host_f64(&out.narrow(0, start, len)?)?;
             for i in start..start + len {
-                let (w, tol) = want(&views, i);
+                let w = want(&views, i);
                 let g = &got[(i - start) * cols..(i - start + 1) * cols];
                 if let Some(j) = (0..cols).find(|&j| !tol.accepts(g[j], w[j])) {
                     return Err(mismatch(&format!("({i}, {j})"), g[j], w[j], tol));
@@ -132,8 +128,10 @@ impl<'a> Call<'a> {
         if values.len() != accs.len() {
             return Err(Mismatch::Value(format!("{} results, expected {}", values.len(), accs.len())));
         }
+        let tol = reference::tolerance(self.case);
         for (k, acc) in accs.iter().enumerate() {
-            let (w, tol) = acc.result(r, out_dtype);
+            let (w, abs_sum) = acc.result(r, out_dtype);
+            let tol = Tol { abs: tol.abs + reference::accumulation(self.case.dtype, acc.len(), abs_sum), ..tol };
             if !tol.accepts(values[k], w) {
                 return Err(mismatch(&format!("{k}"), values[k], w, tol));
             }
@@ -167,8 +165,8 @@ fn mismatch(at: &str, got: f64, want: f64, tol: Tol) -> Mismatch {
     Mismatch::Value(format!("element {at} is {got}, the CPU (f64) {want} ({allowed})"))
 }
 
-/// Row `i` of the softmax reference.
-fn softmax_row(views: &[View], i: usize, log: bool, dtype: DType) -> (Vec<f64>, Tol) {
+/// Row `i` of the softmax reference, rounded to `dtype`.
+fn softmax_row(views: &[View], i: usize, log: bool, dtype: DType) -> Vec<f64> {
     let v = &views[0];
     let row: Vec<f64> = (0..v.cols).map(|j| v.at(i, j)).collect();
     reference::softmax(&row, log, dtype)

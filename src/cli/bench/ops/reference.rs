@@ -1,46 +1,20 @@
-//! The float64 CPU reference of every op of the matrix, and the tolerances, in one place.
+//! The float64 CPU reference of every op of the matrix, and its tolerances.
 //!
-//! Tolerances (a result `g` against the reference `w`, computed in f64 from the downloaded inputs):
-//! * exact (`g == w`): casts (rounded to nearest even, float → integer truncated), comparisons,
-//!   `maximum` / `minimum`, `neg` / `abs` / `relu`, `where`, copies, integer arithmetic, `amax` /
-//!   `amin` / `max` / `min` values, integer sums and every index (the first extreme, as PyTorch documents);
-//! * other elementwise ops: `|g − w| ≤ rel(dtype)·|w| + 1e-5`, with `rel` the rounding of the
-//!   output dtype as the tests state it (f32 2e-6, f16 2e-3, bf16 1.6e-2);
-//! * sums of floats and means: `rel(dtype)·|w| + 1e-5·Σ|x|` (f32 accumulation, over the summed terms; a
-//!   mean divides both by n);
-//! * softmax: `(rel(dtype) + 1e-5)·|w|` plus the dtype's subnormal spacing (f16: 2^-24);
-//!   log-softmax: `(rel(dtype) + 1e-5)·|w| + 1e-5`.
+//! The tolerances are the op tests' own, from their one table (`tests/tensor_util/tolerance.rs`,
+//! compiled in here so that the bench and the tests cannot drift apart): a result `g` passes
+//! against the f64 reference `w` rounded to the result's dtype when `|g − w| ≤ atol + rtol·|w|`,
+//! with `(rtol, atol)` per op family and dtype (exact for casts, comparisons, `where`, extremes,
+//! indices, correctly rounded arithmetic and integer results; `torch.testing`'s defaults for the
+//! transcendental functions; their stated departures for softmax and log-softmax), plus, for sums
+//! and means, the accumulation term `(⌈log2 n⌉ + 2)·2^-24·Σ|x|`. Copies (`contiguous`, `copy_`) are
+//! exact.
 
-use super::cases::{Binary, Reduce, Unary};
+use super::cases::{Binary, Case, Op, Reduce, Unary};
 use cudasem::DType;
 use half::{bf16, f16};
 
-/// The relative rounding of results stored in `dtype` (0: exact), the tests' table.
-pub fn rel(dtype: DType) -> f64 {
-    match dtype {
-        DType::F64 => 1e-12,
-        DType::F32 => 2e-6,
-        DType::F16 => 2e-3,
-        DType::BF16 => 1.6e-2,
-        _ => 0.0,
-    }
-}
-
-/// The spacing of `dtype`'s subnormal numbers: below its smallest normal number a result is only
-/// this exact (f16's is 2^-24 ≈ 6e-8: a softmax over 32,768 columns lives there).
-pub fn subnormal_step(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 2f64.powi(-24),
-        DType::BF16 => 2f64.powi(-133),
-        DType::F32 => 2f64.powi(-149),
-        _ => 0.0,
-    }
-}
-
-/// The absolute part of the tolerance of elementwise float results (values of order 1).
-pub const ABS: f64 = 1e-5;
-/// The relative error of f32 accumulation, over the accumulated magnitudes.
-pub const ACCUM: f64 = 1e-5;
+#[path = "../../../../tests/tensor_util/tolerance.rs"]
+mod table;
 
 /// How close a result must be: `|g − w| ≤ rel·|w| + abs` (both 0: exactly equal).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,29 +29,46 @@ impl Tol {
     /// Equality.
     pub const EXACT: Tol = Tol { rel: 0.0, abs: 0.0 };
 
-    /// Whether `got` is close enough to `want` (NaN matches NaN, infinities match themselves).
+    /// Whether `got` is close enough to `want` (NaN matches NaN, an infinity only itself).
     pub fn accepts(self, got: f64, want: f64) -> bool {
-        got == want || (got.is_nan() && want.is_nan()) || (got - want).abs() <= self.rel * want.abs() + self.abs
+        table::close(got, want, self.rel, self.abs, 0.0)
     }
 }
 
-/// The tolerance of an elementwise op whose result is stored in `out` (`exact` when it is exact).
-pub fn elementwise(exact: bool, out: DType) -> Tol {
-    if exact || !out.is_float() {
-        Tol::EXACT
+/// The name the tests' table knows `case`'s op by (`None`: a copy, exact).
+fn table_name(case: &Case) -> Option<String> {
+    Some(match case.op {
+        Op::Unary(u) => u.name().to_string(),
+        Op::Binary(b) if case.layout == super::cases::Layout::Scalar => format!("{}_number", b.name()),
+        Op::Binary(b) => b.name().to_string(),
+        Op::Where => "where".into(),
+        Op::Cast(_) => "cast".into(),
+        Op::Reduce(Reduce::Sum, _) if !case.dtype.is_float() => "sum_of_integers".into(),
+        Op::Reduce(r, _) => r.name().to_string(),
+        Op::Softmax { log: false, .. } => "softmax".into(),
+        Op::Softmax { log: true, .. } => "log_softmax".into(),
+        Op::Contiguous | Op::Copy => return None,
+    })
+}
+
+/// The tolerance of `case`'s (first) output against its rounded reference.
+pub fn tolerance(case: &Case) -> Tol {
+    match table_name(case) {
+        Some(op) => {
+            let (rel, abs) = table::tolerance(&op, case.out_dtype());
+            Tol { rel, abs }
+        }
+        None => Tol::EXACT,
+    }
+}
+
+/// `w` rounded to `dtype` (as the result is stored): floats to nearest even, others as they are.
+pub fn round(dtype: DType, w: f64) -> f64 {
+    if dtype.is_float() {
+        cast(dtype, w, true)
     } else {
-        Tol { rel: rel(out), abs: ABS }
+        w
     }
-}
-
-/// Whether a unary op's result is exact (one of its input's values, or its negation).
-pub fn unary_exact(u: Unary) -> bool {
-    matches!(u, Unary::Neg | Unary::Abs | Unary::Relu)
-}
-
-/// Whether a binary op's result is exact for operands of `dtype`.
-pub fn binary_exact(b: Binary, dtype: DType) -> bool {
-    b.is_comparison() || matches!(b, Binary::Maximum | Binary::Minimum) || (!dtype.is_float() && b != Binary::Div)
 }
 
 /// The error function, for GELU (libm's, accurate to an ulp).
@@ -168,18 +159,27 @@ impl Acc {
         self.n += 1;
     }
 
-    /// `(value, tolerance)` of `r` over what was pushed, stored in `out` (indices as numbers).
-    pub fn result(&self, r: Reduce, out: DType) -> (f64, Tol) {
+    /// The value of `r` over what was pushed (indices as numbers), rounded to `out`, and Σ|x| of
+    /// its terms (a mean's divided by n) for the accumulation allowance.
+    pub fn result(&self, r: Reduce, out: DType) -> (f64, f64) {
         let n = self.n.max(1) as f64;
         match r {
-            // Integers sum exactly (into i64).
-            Reduce::Sum if !out.is_float() => (self.sum, Tol::EXACT),
-            Reduce::Sum => (self.sum, Tol { rel: rel(out), abs: ACCUM * self.abs }),
-            Reduce::Mean => (self.sum / n, Tol { rel: rel(out), abs: ACCUM * self.abs / n }),
-            Reduce::Amax | Reduce::Amin | Reduce::MaxDim | Reduce::MinDim => (self.best, Tol::EXACT),
-            Reduce::Argmax | Reduce::Argmin => (self.at as f64, Tol::EXACT),
+            Reduce::Sum => (round(out, self.sum), self.abs),
+            Reduce::Mean => (round(out, self.sum / n), self.abs / n),
+            Reduce::Amax | Reduce::Amin | Reduce::MaxDim | Reduce::MinDim => (self.best, 0.0),
+            Reduce::Argmax | Reduce::Argmin => (self.at as f64, 0.0),
         }
     }
+
+    /// How many values were pushed.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+}
+
+/// The allowance of a sum of `n` terms in `dtype` whose magnitudes add up to `abs_sum`.
+pub fn accumulation(dtype: DType, n: usize, abs_sum: f64) -> f64 {
+    table::accumulation(dtype, n) * abs_sum
 }
 
 /// Whether `r` tracks the maximum (else the minimum; sums track either).
@@ -187,22 +187,21 @@ pub fn tracks_max(r: Reduce) -> bool {
     matches!(r, Reduce::Amax | Reduce::Argmax | Reduce::MaxDim)
 }
 
-/// Softmax (or log-softmax) of one row, and the tolerance of results stored in `dtype`.
-pub fn softmax(row: &[f64], log: bool, dtype: DType) -> (Vec<f64>, Tol) {
+/// Softmax (or log-softmax) of one row, rounded to `dtype`.
+pub fn softmax(row: &[f64], log: bool, dtype: DType) -> Vec<f64> {
     let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let sum: f64 = row.iter().map(|&x| (x - max).exp()).sum();
-    let tol = Tol { rel: rel(dtype) + ACCUM, abs: if log { ACCUM } else { subnormal_step(dtype) } };
-    let out = if log {
+    if log {
         let lse = sum.ln();
-        row.iter().map(|&x| x - max - lse).collect()
+        row.iter().map(|&x| round(dtype, x - max - lse)).collect()
     } else {
-        row.iter().map(|&x| (x - max).exp() / sum).collect()
-    };
-    (out, tol)
+        row.iter().map(|&x| round(dtype, (x - max).exp() / sum)).collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::cases::Layout;
     use super::*;
 
     #[test]
@@ -218,43 +217,47 @@ mod tests {
         assert_eq!(cast(DType::BF16, 1.0 + 3.0 / 256.0, true), 1.0 + 4.0 / 256.0);
         assert_eq!(cast(DType::I32, -2.75, true), -2.0);
         assert_eq!(cast(DType::F16, 65520.0, true), f64::INFINITY);
+        assert_eq!((round(DType::F16, 1.0 + 1e-4), round(DType::I64, 7.0)), (1.0, 7.0));
     }
 
     #[test]
-    fn reductions_keep_the_first_extreme_and_bound_the_sum() {
+    fn reductions_keep_the_first_extreme_and_their_magnitudes() {
         let mut acc = Acc::default();
         for (k, x) in [1.0, 3.0, -2.0, 3.0].into_iter().enumerate() {
             acc.push(x, k, true);
         }
-        assert_eq!(acc.result(Reduce::Argmax, DType::I64).0, 1.0);
-        assert_eq!(acc.result(Reduce::Amax, DType::F32), (3.0, Tol::EXACT));
-        let (sum, tol) = acc.result(Reduce::Sum, DType::F32);
-        assert_eq!(sum, 5.0);
-        assert!(tol.accepts(5.0 + 1e-5, sum) && !tol.accepts(5.01, sum));
-        assert_eq!(acc.result(Reduce::Sum, DType::I64), (5.0, Tol::EXACT));
-        let (mean, _) = acc.result(Reduce::Mean, DType::F32);
-        assert_eq!(mean, 1.25);
+        assert_eq!(acc.result(Reduce::Argmax, DType::I64), (1.0, 0.0));
+        assert_eq!(acc.result(Reduce::Amax, DType::F32), (3.0, 0.0));
+        assert_eq!(acc.result(Reduce::Sum, DType::F32), (5.0, 9.0));
+        assert_eq!(acc.result(Reduce::Mean, DType::F32), (1.25, 2.25));
+        assert_eq!(acc.len(), 4);
         let mut min = Acc::default();
         for (k, x) in [2.0, -1.0, -1.0].into_iter().enumerate() {
             min.push(x, k, false);
         }
         assert_eq!(min.result(Reduce::Argmin, DType::I64).0, 1.0);
+        assert!(accumulation(DType::F32, 4096, 1.0) > 0.0 && accumulation(DType::I64, 4096, 1.0) == 0.0);
     }
 
     #[test]
-    fn softmax_rows_sum_to_one_and_tolerances_reject_what_they_should() {
-        let (s, _) = softmax(&[1.0, 2.0, 3.0, 1e4], false, DType::F32);
-        assert!((s.iter().sum::<f64>() - 1.0).abs() < 1e-15 && s[3] == 1.0);
-        let (s, tol) = softmax(&[1.0, 2.0, 3.0], false, DType::F32);
-        assert!(tol.accepts(s[2] * (1.0 + 1e-5), s[2]) && !tol.accepts(s[2] * 1.001, s[2]));
-        let (_, tol) = softmax(&[1.0], false, DType::F16);
-        assert!(tol.accepts(1.2e-5 + 5e-8, 1.2e-5), "an f16 subnormal's spacing");
-        let (l, _) = softmax(&[0.0, 0.0], true, DType::BF16);
-        assert!((l[0] + std::f64::consts::LN_2).abs() < 1e-15);
-        assert!(Tol::EXACT.accepts(f64::NAN, f64::NAN) && !Tol::EXACT.accepts(1.0, 1.0 + 1e-16 * 4.0));
-        let t = elementwise(false, DType::BF16);
-        assert!(t.accepts(1.01, 1.0) && !t.accepts(1.02, 1.0));
-        assert_eq!(elementwise(false, DType::I32), Tol::EXACT);
-        assert!(binary_exact(Binary::Add, DType::I64) && !binary_exact(Binary::Div, DType::I32));
+    fn softmax_rows_sum_to_one_and_tolerances_come_from_the_tests_table() {
+        let s = softmax(&[1.0, 2.0, 3.0, 1e4], false, DType::F32);
+        assert!(s[3] == 1.0 && s[0] == 0.0);
+        let s = softmax(&[0.0, 0.0], true, DType::F64);
+        assert!((s[0] + std::f64::consts::LN_2).abs() < 1e-15);
+        let case = |op, dtype, layout| tolerance(&Case::new(op, dtype, layout));
+        assert_eq!(case(Op::Binary(Binary::Add), DType::BF16, Layout::Contig), Tol::EXACT);
+        assert_eq!(case(Op::Contiguous, DType::F32, Layout::Transposed), Tol::EXACT);
+        assert_eq!(
+            case(Op::Reduce(Reduce::Sum, super::super::cases::Axis::All), DType::I32, Layout::Contig),
+            Tol::EXACT
+        );
+        let exp = case(Op::Unary(Unary::Exp), DType::BF16, Layout::Contig);
+        assert!(exp.accepts(1.01, 1.0) && !exp.accepts(1.02, 1.0));
+        let mul = case(Op::Binary(Binary::Mul), DType::F32, Layout::Scalar);
+        assert!(mul.rel > 0.0, "a tensor and a number: one rounding more");
+        let sm = case(Op::Softmax { log: false, row: 128 }, DType::F32, Layout::Contig);
+        assert!(sm.accepts(1e-4 * (1.0 + 5e-6), 1e-4) && !sm.accepts(1e-4 * 1.001, 1e-4));
+        assert!(Tol::EXACT.accepts(f64::NAN, f64::NAN) && !Tol::EXACT.accepts(1.0, 1.0 + 4e-16));
     }
 }

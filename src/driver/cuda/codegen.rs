@@ -66,12 +66,18 @@ pub(super) enum Entry {
     Fast(u8),
     /// Elementwise over strided operands.
     Strided,
+    /// Elementwise over two collapsed dims with a dense output (broadcast rows and columns,
+    /// transposed inputs).
+    Two,
     /// One block per (output, split) task.
     Block,
     /// One warp per output.
     Warp,
     /// One thread per (output, split) task.
     Thread,
+    /// Softmax rows: by a warp (or the block, `block`) holding each row in registers, `w`
+    /// elements per access and `ch` chunks per thread; `ch == 0`: by the block in two passes.
+    Rows { block: bool, w: u8, ch: u8 },
 }
 
 /// One kernel: its module and entry point.
@@ -92,9 +98,13 @@ impl Entry {
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
             Entry::Strided => "ew_s".into(),
+            Entry::Two => "ew_2d".into(),
             Entry::Block => format!("{prefix}_block"),
             Entry::Warp => format!("{prefix}_warp"),
             Entry::Thread => format!("{prefix}_thread"),
+            Entry::Rows { ch: 0, w, .. } => format!("sm_o{w}"),
+            Entry::Rows { block: true, w, ch } => format!("sm_b{w}_{ch}"),
+            Entry::Rows { block: false, w, ch } => format!("sm_w{w}_{ch}"),
         }
     }
 }
@@ -106,7 +116,20 @@ impl ModuleKey {
             ModuleKey::Elementwise { op, .. } => {
                 let mut v: Vec<Entry> = (0..fast_masks(*op)).map(Entry::Fast).collect();
                 v.push(Entry::Strided);
+                v.push(Entry::Two);
                 v
+            }
+            ModuleKey::Softmax { src, dst, .. } => {
+                let v = softmax_vec(*src, *dst) as u8;
+                let (warp, block) = softmax_layouts(v as usize);
+                let mut e: Vec<Entry> = warp.into_iter().map(|(w, ch)| Entry::Rows { block: false, w, ch }).collect();
+                e.extend(block.into_iter().map(|ch| Entry::Rows { block: true, w: v, ch }));
+                e.push(Entry::Rows { block: true, w: 1, ch: 0 });
+                if v > 1 {
+                    e.push(Entry::Rows { block: true, w: v, ch: 0 });
+                }
+                e.push(Entry::Thread);
+                e
             }
             _ => vec![Entry::Block, Entry::Warp, Entry::Thread],
         }
@@ -201,37 +224,28 @@ fn fname(name: &str, m: DType) -> String {
 }
 
 /// The body of `apply` (statements ending in `return`) for a unary op computed in `c`.
+///
+/// Half-precision results (`c` is `f16` or `bf16`, computed in `float`) use the fast intrinsics
+/// where their error stays far below the half type's rounding (`__expf`, `__logf`, `rsqrtf`,
+/// a fast reciprocal in sigmoid) and PyTorch's `erf` form of gelu; `f32` and `f64` use the
+/// accurate library functions (gelu through `erfc`, which keeps its relative accuracy for
+/// negative inputs).
 fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
     let m = math(c);
     let x = conv(c, m, &conv(src, c, "a"));
     let mt = ctype(m);
     let f = |n: &str| fname(n, m);
     let lit = |v: &str| if m == DType::F32 { format!("{v}f") } else { v.to_owned() };
+    let half = matches!(c, DType::F16 | DType::BF16);
     let r = match (m, op) {
-        (DType::F32 | DType::F64, _) => match op {
-            UnaryOp::Neg => "-x".to_owned(),
-            UnaryOp::Abs => format!("{}(x)", f("fabs")),
-            UnaryOp::Exp => format!("{}(x)", f("exp")),
-            UnaryOp::Log => format!("{}(x)", f("log")),
-            UnaryOp::Sqrt => format!("{}(x)", f("sqrt")),
-            UnaryOp::Rsqrt => format!("{} / {}(x)", lit("1.0"), f("sqrt")),
-            UnaryOp::Sin => format!("{}(x)", f("sin")),
-            UnaryOp::Cos => format!("{}(x)", f("cos")),
-            UnaryOp::Tanh => format!("{}(x)", f("tanh")),
-            UnaryOp::Sigmoid => format!(
-                "x >= {z} ? {one} / ({one} + {e}(-x)) : {e}(x) / ({one} + {e}(x))",
-                z = lit("0.0"),
-                one = lit("1.0"),
-                e = f("exp")
-            ),
-            UnaryOp::Relu => format!("(x > {z} || isnan(x)) ? x : {z}", z = lit("0.0")),
-            UnaryOp::Gelu => format!(
-                "{half} * x * {erfc}(-x * {r})",
-                half = lit("0.5"),
-                erfc = f("erfc"),
-                r = lit("0.70710678118654752440")
-            ),
+        (DType::F32, _) if half => match op {
+            UnaryOp::Exp => "__expf(x)".to_owned(),
+            UnaryOp::Rsqrt => "rsqrtf(x)".to_owned(),
+            UnaryOp::Sigmoid => "__frcp_rn(1.0f + __expf(-x))".to_owned(),
+            UnaryOp::Gelu => "0.5f * x * (1.0f + erff(x * 0.70710678118654752440f))".to_owned(),
+            _ => float_unary(op, &f, &lit),
         },
+        (DType::F32 | DType::F64, _) => float_unary(op, &f, &lit),
         (DType::I64, UnaryOp::Neg) => "(i64)(0ull - (u64)x)".to_owned(),
         (DType::I64, UnaryOp::Abs) => "x < 0 ? (i64)(0ull - (u64)x) : x".to_owned(),
         (DType::I64, UnaryOp::Relu) => "x > 0 ? x : 0".to_owned(),
@@ -239,14 +253,36 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
         // and relu are the identity.
         _ => "x".to_owned(),
     };
-    let heavy = matches!(m, DType::F32 | DType::F64) && !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu);
-    let (calc, r) = if heavy {
-        // Transcendentals are called, not inlined into every unrolled copy: NVRTC compiles faster.
-        (format!("__device__ __noinline__ {mt} calc({mt} x) {{ return {r}; }}\n"), "calc(x)".to_owned())
-    } else {
-        (String::new(), r)
-    };
-    format!("{calc}@@    const {mt} x = {x};\n    const {mt} r = {r};\n    return {};\n", conv(m, c, "r"))
+    format!("    const {mt} x = {x};\n    const {mt} r = {r};\n    return {};\n", conv(m, c, "r"))
+}
+
+/// A unary function of a float `x` with the accurate library functions (`f`: the name in the
+/// domain, `lit`: a literal in it).
+fn float_unary(op: UnaryOp, f: &dyn Fn(&str) -> String, lit: &dyn Fn(&str) -> String) -> String {
+    match op {
+        UnaryOp::Neg => "-x".to_owned(),
+        UnaryOp::Abs => format!("{}(x)", f("fabs")),
+        UnaryOp::Exp => format!("{}(x)", f("exp")),
+        UnaryOp::Log => format!("{}(x)", f("log")),
+        UnaryOp::Sqrt => format!("{}(x)", f("sqrt")),
+        UnaryOp::Rsqrt => format!("{} / {}(x)", lit("1.0"), f("sqrt")),
+        UnaryOp::Sin => format!("{}(x)", f("sin")),
+        UnaryOp::Cos => format!("{}(x)", f("cos")),
+        UnaryOp::Tanh => format!("{}(x)", f("tanh")),
+        UnaryOp::Sigmoid => format!(
+            "x >= {z} ? {one} / ({one} + {e}(-x)) : {e}(x) / ({one} + {e}(x))",
+            z = lit("0.0"),
+            one = lit("1.0"),
+            e = f("exp")
+        ),
+        UnaryOp::Relu => format!("(x > {z} || isnan(x)) ? x : {z}", z = lit("0.0")),
+        UnaryOp::Gelu => format!(
+            "{half} * x * {erfc}(-x * {r})",
+            half = lit("0.5"),
+            erfc = f("erfc"),
+            r = lit("0.70710678118654752440")
+        ),
+    }
 }
 
 /// The body of `apply` for a binary op computed in `c`, written to `out`.
@@ -276,7 +312,7 @@ fn binary_body(op: BinaryOp, lhs: DType, rhs: DType, c: DType, out: DType) -> St
             BinaryOp::Div => "x / y".to_owned(),
             BinaryOp::Maximum => "(isnan(x) || isnan(y)) ? x + y : (x > y ? x : y)".to_owned(),
             BinaryOp::Minimum => "(isnan(x) || isnan(y)) ? x + y : (x < y ? x : y)".to_owned(),
-            _ => format!("({mt})pow((double)x, (double)y)"),
+            _ => format!("{}(x, y)", fname("pow", m)),
         },
         DType::I64 => match op {
             BinaryOp::Add => "(i64)((u64)x + (u64)y)".to_owned(),
@@ -295,21 +331,13 @@ fn binary_body(op: BinaryOp, lhs: DType, rhs: DType, c: DType, out: DType) -> St
             _ => "(u8)(x | (y ^ 1))".to_owned(),
         },
     };
-    let (calc, r) = if op == BinaryOp::Pow && matches!(m, DType::F32 | DType::F64) {
-        (format!("__device__ __noinline__ {mt} calc({mt} x, {mt} y) {{ return {r}; }}\n"), "calc(x, y)".to_owned())
-    } else {
-        (String::new(), r)
-    };
-    format!("{calc}@@{head}    const {mt} r = {r};\n    return {};\n", conv(c, out, &conv(m, c, "r")))
+    format!("{head}    const {mt} r = {r};\n    return {};\n", conv(c, out, &conv(m, c, "r")))
 }
 
 /// Fast kernels of an elementwise op: masks `0..fast_masks(op)` (every combination of broadcast
-/// inputs for up to two inputs; only the all-dense one for `where`).
+/// inputs).
 pub(super) fn fast_masks(op: EwOp) -> u8 {
-    match op.inputs() {
-        3 => 1,
-        n => 1 << n,
-    }
+    1 << op.inputs()
 }
 
 /// A dtype with the storage type of `d`'s size, for raw fills and copies.
@@ -353,11 +381,9 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
         EwOp::Binary(b, compute) => binary_body(b, ins[0], ins[1], compute, out),
         EwOp::Where => format!("    return a ? {} : {};\n", conv(ins[1], out, "b"), conv(ins[2], out, "c")),
     };
-    // A body may start with a helper function, separated from it by `@@`.
-    let (calc, body) = body.split_once("@@").unwrap_or(("", &body));
     let _ = write!(
         s,
-        "{calc}__device__ __forceinline__ TO apply(T0 a, T1 b, T2 c, u64 value) {{\n    (void)a; (void)b; (void)c; (void)value;\n{body}}}\n"
+        "__device__ __forceinline__ TO apply(T0 a, T1 b, T2 c, u64 value) {{\n    (void)a; (void)b; (void)c; (void)value;\n{body}}}\n"
     );
     s.push_str(ELEMENTWISE);
     for mask in 0..fast_masks(op) {
@@ -377,16 +403,23 @@ fn reduce(s: &mut String, op: ReduceOp, src: DType, dst: DType) {
     let float = src.is_float();
     let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
     let max = matches!(op, ReduceOp::Max | ReduceOp::ArgMax);
-    // The accumulator's scalar domain: f64 for float values and means, i64 otherwise.
-    let dom = if float || op == ReduceOp::Mean { DType::F64 } else { DType::I64 };
+    // The accumulator's scalar domain: sums and means of floats in f64; extremes of the narrow
+    // floats in f32 (exact: a comparison loses nothing), of f64 in f64; integers in i64.
+    let extreme = !matches!(op, ReduceOp::Sum | ReduceOp::Mean);
+    let dom = match (float, op) {
+        (true, _) if extreme && src != DType::F64 => DType::F32,
+        (true, _) | (_, ReduceOp::Mean) => DType::F64,
+        _ => DType::I64,
+    };
+    let fdom = matches!(dom, DType::F32 | DType::F64);
     let vt = ctype(dom);
     let x = conv(src, dom, "x");
     let better = if max { "b.v > a.v" } else { "b.v < a.v" };
-    let nan = |v: &str| if dom == DType::F64 { format!("isnan({v})") } else { "false".to_owned() };
+    let nan = |v: &str| if fdom { format!("isnan({v})") } else { "false".to_owned() };
     if arg {
-        let ident = match (dom, max) {
-            (DType::F64, true) => "-d_inf()",
-            (DType::F64, false) => "d_inf()",
+        let ident = match (fdom, max) {
+            (true, true) => "-d_inf()",
+            (true, false) => "d_inf()",
             (_, true) => "I64_MIN",
             _ => "I64_MAX",
         };
@@ -415,7 +448,7 @@ __device__ __forceinline__ void store(TD* out, acc a, i64 n) {{ *out = {store}; 
         let (ident, comb) = match (op, dom) {
             (ReduceOp::Sum | ReduceOp::Mean, DType::F64) => ("0.0", "a + b".to_owned()),
             (ReduceOp::Sum, _) => ("0", "(i64)((u64)a + (u64)b)".to_owned()),
-            (_, DType::F64) => (
+            (_, DType::F64 | DType::F32) => (
                 if max { "-d_inf()" } else { "d_inf()" },
                 format!("isnan(a) ? a : (isnan(b) ? b : (b {} a ? b : a))", if max { ">" } else { "<" }),
             ),
@@ -425,6 +458,7 @@ __device__ __forceinline__ void store(TD* out, acc a, i64 n) {{ *out = {store}; 
             (ReduceOp::Mean, _) => "a / (double)n".to_owned(),
             (ReduceOp::Sum, _) => "a".to_owned(),
             (_, DType::F64) => "n == 0 ? d_nan() : a".to_owned(),
+            (_, DType::F32) => "n == 0 ? __int_as_float(0x7fc00000) : a".to_owned(),
             _ => "n == 0 ? 0 : a".to_owned(),
         };
         let _ = write!(
@@ -444,19 +478,69 @@ __device__ __forceinline__ void store(TD* out, acc a, i64 n) {{ (void)n; const a
     s.push_str(REDUCE);
 }
 
+/// Elements per 16-byte access of a softmax module: of the wider of its two dtypes.
+pub(super) fn softmax_vec(src: DType, dst: DType) -> usize {
+    16 / src.size().max(dst.size())
+}
+
+/// The softmax kernels' register layouts: `(w, ch)` of the warp kernels (`w` elements per
+/// access, `ch` chunks per lane, at most 32 values per lane) and `ch` of the block kernels
+/// (`v` elements per access, at most 64 values per thread).
+pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8)>, Vec<u8>) {
+    let mut warp = Vec::new();
+    for w in [1, v] {
+        if warp.iter().any(|&(x, _)| x as usize == w) {
+            continue;
+        }
+        let mut ch = 1;
+        while ch * w <= 32 {
+            warp.push((w as u8, ch as u8));
+            ch *= 2;
+        }
+    }
+    let block = [2u8, 4, 8, 16].into_iter().filter(|&ch| ch as usize * v <= 64).collect();
+    (warp, block)
+}
+
 fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
+    let wide = src == DType::F64 || dst == DType::F64;
+    let c = if wide { DType::F64 } else { DType::F32 };
+    // A half-precision output hides the fast exponential's error; f32 and f64 use the accurate one.
+    let (ex, lg) = match (wide, matches!(dst, DType::F16 | DType::BF16)) {
+        (true, _) => ("exp", "log"),
+        (false, true) => ("__expf", "logf"),
+        (false, false) => ("expf", "logf"),
+    };
+    let v = softmax_vec(src, dst);
     let _ = write!(
         s,
-        "#define LOG {}\ntypedef {} TS;\ntypedef {} TD;\n\
-         __device__ __forceinline__ double to_d(TS x) {{ return {}; }}\n\
-         __device__ __forceinline__ TD from_d(double v) {{ return {}; }}\n",
+        "#define LOG {}\n#define V {v}\ntypedef {} TS;\ntypedef {} TD;\ntypedef {} TC;\n\
+         __device__ __forceinline__ TC to_c(TS x) {{ return {}; }}\n\
+         __device__ __forceinline__ TD from_c(TC v) {{ return {}; }}\n\
+         __device__ __forceinline__ TC ex(TC v) {{ return {ex}(v); }}\n\
+         __device__ __forceinline__ TC lg(TC v) {{ return {lg}(v); }}\n",
         log as u8,
         ctype(src),
         ctype(dst),
-        conv(src, DType::F64, "x"),
-        conv(DType::F64, dst, "v"),
+        ctype(c),
+        conv(src, c, "x"),
+        conv(c, dst, "v"),
     );
     s.push_str(SOFTMAX);
+    let (warp, block) = softmax_layouts(v);
+    let head = "extern \"C\" __global__ void __launch_bounds__(256)";
+    for (w, ch) in warp {
+        let _ = writeln!(s, "{head} sm_w{w}_{ch}(const __grid_constant__ SmP p) {{ sm_warp_rows<{w}, {ch}>(p); }}");
+    }
+    for ch in block {
+        let _ = writeln!(s, "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ sm_block_rows<{ch}>(p); }}");
+    }
+    for w in [1, v] {
+        let _ = writeln!(s, "{head} sm_o{w}(const __grid_constant__ SmP p) {{ sm_online_rows<{w}>(p); }}");
+        if v == 1 {
+            break;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -481,7 +565,7 @@ mod tests {
             ins: [DType::F32, DType::F32, DType::Bool],
         };
         let entries = m.entries();
-        assert_eq!(entries.len(), 5);
+        assert_eq!(entries.len(), 6);
         let src = m.source();
         for e in entries {
             assert!(src.contains(&format!("void __launch_bounds__(256) {}(", e.name(&m))), "{e:?}");
@@ -490,5 +574,24 @@ mod tests {
         assert_eq!(ew_vec(EwOp::Cast, DType::F16, [DType::F64, DType::Bool, DType::Bool]), 2);
         let r = ModuleKey::Reduce { op: ReduceOp::ArgMax, src: DType::BF16, dst: DType::I64 };
         assert!(r.source().contains("red_thread"));
+        for (src, dst) in [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32), (DType::F64, DType::F64)] {
+            let m = ModuleKey::Softmax { src, dst, log: true };
+            let text = m.source();
+            for e in m.entries() {
+                let name = e.name(&m);
+                assert_eq!(text.matches(&format!(" {name}(")).count(), 1, "{src:?}->{dst:?}: {name}");
+            }
+        }
+        if let Ok(dir) = std::env::var("CUDASEM_DUMP_SOURCES") {
+            let sm = ModuleKey::Softmax { src: DType::BF16, dst: DType::BF16, log: false };
+            std::fs::write(format!("{dir}/sm.cu"), sm.source()).unwrap();
+            std::fs::write(format!("{dir}/ew.cu"), m.source()).unwrap();
+            let w = ModuleKey::Elementwise { op: EwOp::Where, out: DType::BF16, ins: [DType::Bool, DType::BF16, DType::BF16] };
+            std::fs::write(format!("{dir}/where.cu"), w.source()).unwrap();
+            let g = ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Gelu), out: DType::BF16, ins: [DType::BF16, DType::Bool, DType::Bool] };
+            std::fs::write(format!("{dir}/gelu.cu"), g.source()).unwrap();
+            let r = ModuleKey::Reduce { op: ReduceOp::Max, src: DType::F32, dst: DType::F32 };
+            std::fs::write(format!("{dir}/max.cu"), r.source()).unwrap();
+        }
     }
 }

@@ -36,6 +36,31 @@ struct EwStrided {
     st: [[i64; MAXD]; 4],
 }
 
+/// Parameters of the two-dimensional elementwise kernel (`EwTwo`): a dense output of rows of
+/// `inner` elements, each input's inner and outer strides and class (0: dense along the inner
+/// dim, 1: constant along it, 2: strided), and the multiply-shift division by `inner`.
+#[repr(C)]
+struct EwTwo {
+    b: EwFast,
+    inner: u64,
+    so: [i64; 3],
+    si: [i64; 3],
+    cls: [i32; 3],
+    magic: u32,
+    shift: u32,
+    wide: i32,
+    pad: i32,
+}
+
+/// `(magic, shift)` with `x / d == (umulhi(x, magic) + x) >> shift` for every `x < 2^32`
+/// (`1 <= d < 2^32`; the sum taken in 64 bits).
+pub(super) fn magic_divider(d: u64) -> (u32, u32) {
+    debug_assert!((1..1 << 32).contains(&d));
+    let shift = if d <= 1 { 0 } else { 64 - (d - 1).leading_zeros() };
+    let magic = ((1u128 << 32) * ((1u128 << shift) - d as u128)) / d as u128 + 1;
+    (magic as u32, shift)
+}
+
 /// Queues a dense binary op (already validated): the fast kernel at once, with no views to
 /// classify.
 pub(super) fn dense_binary(c: &Ctx, op: &DenseBinary) -> Result<()> {
@@ -168,10 +193,50 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         return ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p);
     }
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
+    if let Some(mut t) = two_dims(&dims, p, ins.len(), out_dtype, &dtypes, ew_vec(op, out_dtype, dtypes)) {
+        let f = c.kernel(KernelId { module, entry: Entry::Two })?;
+        let work = if t.b.vec != 0 { n / ew_vec(op, out_dtype, dtypes) as u64 } else { n };
+        let grid = c.grid(f, work);
+        return c.run(f, grid, &mut t);
+    }
     let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
     let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
     let grid = c.grid(f, n);
     c.run(f, grid, &mut s)
+}
+
+/// The parameters of the two-dimensional kernel when the collapsed dims are at most two and the
+/// output is dense over them; `None` otherwise.
+fn two_dims<const K: usize>(d: &Dims<K>, b: EwFast, nin: usize, out: DType, dtypes: &[DType; 3], vec: usize) -> Option<EwTwo> {
+    if d.n == 0 || d.n > 2 || d.st[0][0] != 1 || (d.n == 2 && d.st[0][1] != d.shape[0]) {
+        return None;
+    }
+    let inner = d.shape[0] as u64;
+    let outer = |k: usize| if d.n == 2 { d.st[k][1] } else { 0 };
+    let vec = vec as u64;
+    let fits = |a: u64, size: usize| a.is_multiple_of(size as u64 * vec);
+    let mut t = EwTwo { b, inner, so: [0; 3], si: [0; 3], cls: [0; 3], magic: 0, shift: 0, wide: 0, pad: 0 };
+    let mut aligned = vec > 1 && inner.is_multiple_of(vec) && fits(b.out, out.size());
+    for (k, dtype) in dtypes.iter().enumerate().take(nin) {
+        let (si, so) = (d.st[k + 1][0], outer(k + 1));
+        t.si[k] = si;
+        t.so[k] = so;
+        t.cls[k] = match si {
+            1 => 0,
+            0 => 1,
+            _ => 2,
+        };
+        if si == 1 {
+            aligned &= fits(b.ins[k], dtype.size()) && so % vec as i64 == 0;
+        }
+    }
+    t.b.vec = aligned as i32;
+    if b.n > u32::MAX as u64 {
+        t.wide = 1;
+    } else {
+        (t.magic, t.shift) = magic_divider(inner);
+    }
+    Some(t)
 }
 
 #[cfg(test)]
@@ -181,6 +246,36 @@ mod tests {
 
     fn view(shape: &[usize], strides: &[usize]) -> BufferView {
         BufferView { ptr: DevicePtr(4096), dtype: DType::F32, shape: shape.into(), strides: strides.into(), offset: 0 }
+    }
+
+    /// The multiply-shift division agrees with `/` (the kernel's arithmetic, in 64 bits).
+    #[test]
+    fn magic_division_divides() {
+        let div = |x: u32, (m, s): (u32, u32)| ((((x as u64) * (m as u64)) >> 32) + x as u64) >> s;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let ds = [1u64, 2, 3, 7, 128, 1000, 4096, 4097, 65535, 1 << 20, (1 << 31) - 1, 1 << 31, (1 << 31) + 1, u32::MAX as u64];
+        for &d in &ds {
+            let md = magic_divider(d);
+            for x in [0u32, 1, d as u32 - 1, d as u32, u32::MAX, u32::MAX - 1] {
+                assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
+            }
+            for _ in 0..20_000 {
+                let x = next() as u32;
+                assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
+            }
+        }
+        for _ in 0..2_000 {
+            let d = (next() % u32::MAX as u64) + 1;
+            let md = magic_divider(d);
+            let x = next() as u32;
+            assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
+        }
     }
 
     /// The classification without collapsing agrees with the collapse wherever it answers, and

@@ -16,13 +16,15 @@
 //! Floating-point values accumulate in `f64` (results within an ulp of the CPU reference, and
 //! deterministic: every combination order is fixed), integers in wrapping `i64`.
 
-use super::codegen::{Entry, KernelId, ModuleKey, MAXD};
+use super::codegen::{softmax_vec, Entry, KernelId, ModuleKey, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::error::Result;
 use crate::kernel::{BufferView, ReduceOp};
 
 /// The longest rows a warp reduces alone.
 const WARP_ROW: i64 = 2048;
+/// The longest rows a warp reduces alone when the rows are many.
+const LONG_WARP_ROW: i64 = 16384;
 /// The fewest elements per block of a row split over blocks.
 const BLOCK_CHUNK: i64 = 8192;
 /// The fewest elements a thread's chunk of a split column holds.
@@ -86,9 +88,11 @@ pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, 
     let red_inner = if red.n > 0 { red.st[0][0] } else { 0 };
     let kept_inner = if kept.n > 0 { kept.st[0][0] } else { i64::MAX };
     let rows = n_out == 1 || (red.n > 0 && red_inner < kept_inner);
+    // Long rows go to a warp each too when there are enough of them to fill the GPU with warps.
+    let many = n_out >= c.info.sms as i64 * 16;
     let entry = if !rows || n_red <= 16 {
         Entry::Thread
-    } else if n_red <= WARP_ROW && n_out > 1 {
+    } else if (n_red <= WARP_ROW && n_out > 1) || (n_red <= LONG_WARP_ROW && many) {
         Entry::Warp
     } else {
         Entry::Block
@@ -142,6 +146,10 @@ pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, 
 }
 
 /// Queues `dst = softmax(src)` (or its log) along `dim` (already validated; not empty).
+///
+/// Contiguous rows of up to 1,024 elements go to a warp each, held in registers; longer ones
+/// to a block each, in registers up to 256 × 16 vectors, else in two passes over the row; rows
+/// laid out across threads (the softmax dim strided, outer to the others) to a thread each.
 pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, log: bool) -> Result<()> {
     let kept = collapse(&src.shape, [Some(&src.strides), Some(&dst.strides)], |d| d != dim)
         .ok_or_else(|| too_many_dims(src))?;
@@ -149,12 +157,27 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
     let rows = (dst.numel() as i64) / n.max(1);
     let (sst, dst_st) = (src.strides[dim] as i64, dst.strides[dim] as i64);
     let kept_inner = if kept.n > 0 { kept.st[0][0] } else { i64::MAX };
-    let entry = if n <= 8 || (sst > kept_inner && rows > 1) {
+    let v = softmax_vec(src.dtype, dst.dtype) as i64;
+    let entry = if n > 1 && sst > kept_inner && rows > 1 {
         Entry::Thread
-    } else if n <= WARP_ROW && rows > 1 {
-        Entry::Warp
+    } else if n == 1 || (sst == 1 && dst_st == 1) {
+        let fits = |a: u64, size: usize| a.is_multiple_of(size as u64 * v as u64);
+        let aligned = v > 1
+            && n % v == 0
+            && fits(addr(src), src.dtype.size())
+            && fits(addr(dst), dst.dtype.size())
+            && (0..kept.n).all(|d| kept.st[0][d] % v == 0 && kept.st[1][d] % v == 0);
+        let w = if aligned { v } else { 1 };
+        let chunks = |per: i64| (ceil_div(n, per).max(1) as u64).next_power_of_two();
+        if n <= 1024 {
+            Entry::Rows { block: false, w: w as u8, ch: chunks(32 * w) as u8 }
+        } else if aligned && chunks(256 * v) <= 16 && chunks(256 * v) * v as u64 <= 64 {
+            Entry::Rows { block: true, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
+        } else {
+            Entry::Rows { block: true, w: w as u8, ch: 0 }
+        }
     } else {
-        Entry::Block
+        Entry::Rows { block: true, w: 1, ch: 0 }
     };
     let module = ModuleKey::Softmax { src: src.dtype, dst: dst.dtype, log };
     let f = c.kernel(KernelId { module, entry })?;
@@ -163,18 +186,17 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         dst: addr(dst),
         rows,
         n,
-        sst,
-        dst_st,
+        sst: if n == 1 { 1 } else { sst },
+        dst_st: if n == 1 { 1 } else { dst_st },
         out_ndim: kept.n as i32,
         pad: 0,
         out_shape: kept.shape,
         out_sst: kept.st[0],
         out_dst: kept.st[1],
     };
-    let wave = c.info.sms as u64 * f.blocks_per_sm as u64;
     let grid = match entry {
-        Entry::Block => (rows as u64).min(wave) as u32,
-        Entry::Warp => c.grid(f, rows as u64 * 32),
+        Entry::Rows { block: false, .. } => c.grid(f, rows as u64 * 32),
+        Entry::Rows { .. } => c.grid(f, rows as u64 * 256),
         _ => c.grid(f, rows as u64),
     };
     c.run(f, grid.max(1), &mut p)

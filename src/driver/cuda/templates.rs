@@ -138,6 +138,73 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
     }
 }
 
+/* Two collapsed dims (inner `inner` elements, then rows) and a dense output: every input is
+   dense along the inner dim (class 0: vector loads), constant along it (class 1: a row value,
+   a broadcast column, a number), or strided (class 2: gathered). Row and column come from one
+   multiply-shift division (`magic`, `shift`) unless the elements pass 2^32 (`wide`). */
+struct EwTwo { EwFast b; u64 inner; i64 so[3]; i64 si[3]; int cls[3]; u32 magic; u32 shift; int wide; int pad; };
+
+__device__ __forceinline__ u64 two_row(const EwTwo& p, u64 e) {
+    if (p.wide) return e / p.inner;
+    const u32 x = (u32)e;
+    return ((u64)__umulhi(x, p.magic) + x) >> p.shift;
+}
+template <typename T>
+__device__ __forceinline__ T two_one(const EwTwo& p, int k, const T* base, u64 row, u64 col, T s) {
+    return base ? base[(i64)row * p.so[k] + (i64)col * p.si[k]] : s;
+}
+template <typename T, int K>
+__device__ __forceinline__ Pack<T, VEC> two_vec(const EwTwo& p, const T* base, u64 row, u64 col, T s) {
+    Pack<T, VEC> v;
+    if (K >= NIN || !base) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v.v[j] = s;
+        return v;
+    }
+    const T* q = base + (i64)row * p.so[K];
+    if (p.cls[K] == 0) return ldv<T, VEC>(q + col);
+    if (p.cls[K] == 1) {
+        const T x = q[0];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v.v[j] = x;
+        return v;
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v.v[j] = q[(i64)(col + j) * p.si[K]];
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ EwTwo p) {
+    const u64 n = p.b.n;
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 step = (u64)gridDim.x * blockDim.x;
+    TO* out = (TO*)p.b.out;
+    const T0* a = (const T0*)p.b.in0;
+    const T1* b = (const T1*)p.b.in1;
+    const T2* c = (const T2*)p.b.in2;
+    const T1 sb = (NIN > 1 && !b) ? imm<T1>(p.b.value) : T1();
+    if (VEC > 1 && p.b.vec) {
+        for (u64 i = tid; i < n / VEC; i += step) {
+            const u64 e = i * VEC, row = two_row(p, e), col = e - row * p.inner;
+            const Pack<T0, VEC> x0 = two_vec<T0, 0>(p, a, row, col, T0());
+            const Pack<T1, VEC> x1 = two_vec<T1, 1>(p, b, row, col, sb);
+            const Pack<T2, VEC> x2 = two_vec<T2, 2>(p, c, row, col, T2());
+            Pack<TO, VEC> r;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) r.v[j] = apply(x0.v[j], x1.v[j], x2.v[j], p.b.value);
+            stv<TO, VEC>(out + e, r);
+        }
+        return;
+    }
+    for (u64 e = tid; e < n; e += step) {
+        const u64 row = two_row(p, e), col = e - row * p.inner;
+        const T0 x0 = NIN > 0 ? two_one<T0>(p, 0, a, row, col, T0()) : T0();
+        const T1 x1 = NIN > 1 ? two_one<T1>(p, 1, b, row, col, sb) : T1();
+        const T2 x2 = NIN > 2 ? two_one<T2>(p, 2, c, row, col, T2()) : T2();
+        out[e] = apply(x0, x1, x2, p.b.value);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) ew_s(const __grid_constant__ EwStrided p) {
     const u64 n = p.b.n;
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -343,7 +410,15 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
 }
 "#;
 
-/// The softmax kernels, after the generated `TS`, `TD`, `LOG`, `to_d` and `from_d`.
+/// The softmax kernels, after the generated `TS`, `TD`, `TC` (the compute type), `V` (elements
+/// per 16-byte access of the wider of `TS` and `TD`), `LOG`, `to_c`, `from_c`, `ex` and `lg`.
+///
+/// Semantics are the CPU kernel's: the shift is the row's maximum when it is finite, else 0 (so
+/// a row of −inf, or one holding NaN, gives NaN; one holding +inf gives NaN there and 0 or NaN
+/// elsewhere). Kernels: a warp per row with the row in registers (`sm_w{W}_{CH}`: lane `l` holds
+/// chunks `c·32 + l` of `W` elements), a block per row with the row in registers (`sm_b{V}_{CH}`),
+/// a block per row of any length in two passes (`sm_o{W}`: an online maximum and sum, then the
+/// output), and a thread per row for rows strided across threads (`sm_thread`).
 pub(super) const SOFTMAX: &str = r#"
 struct SmP {
     const char* src; char* dst; i64 rows, n, sst, dst_st;
@@ -351,36 +426,8 @@ struct SmP {
     i64 out_shape[MAXD]; i64 out_sst[MAXD]; i64 out_dst[MAXD];
 };
 
-__device__ __forceinline__ double warp_max(double v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v = fmax(v, __shfl_down_sync(FULL, v, off));
-    return __shfl_sync(FULL, v, 0);
-}
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(FULL, v, off);
-    return __shfl_sync(FULL, v, 0);
-}
-template <bool MAX>
-__device__ __forceinline__ double block_all(double v, double* sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = MAX ? warp_max(v) : warp_sum(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = lane < nw ? sh[lane] : (MAX ? -d_inf() : 0.0);
-        v = MAX ? warp_max(v) : warp_sum(v);
-        if (lane == 0) sh[32] = v;
-    }
-    __syncthreads();
-    return sh[32];
-}
-
-/* MODE 0: the block does the row, 1: a warp, 2: one thread. */
-template <int MODE>
-__device__ __forceinline__ void sm_row(const SmP& p, i64 row, i64 lane, i64 width, double* sh) {
-    i64 so = 0, dof = 0, o = row;
+__device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& dof) {
+    so = 0; dof = 0;
 #pragma unroll 1
     for (int d = 0; d < p.out_ndim; ++d) {
         const i64 q = o / p.out_shape[d];
@@ -389,36 +436,186 @@ __device__ __forceinline__ void sm_row(const SmP& p, i64 row, i64 lane, i64 widt
         so += k * p.out_sst[d];
         dof += k * p.out_dst[d];
     }
-    const TS* x = (const TS*)p.src + so;
-    TD* y = (TD*)p.dst + dof;
-    double m = -d_inf();
-    for (i64 r = lane; r < p.n; r += width) m = fmax(m, to_d(x[r * p.sst]));
-    if (MODE == 0) m = block_all<true>(m, sh);
-    if (MODE == 1) m = warp_max(m);
-    const double shift = isfinite(m) ? m : 0.0;
-    double s = 0.0;
-    for (i64 r = lane; r < p.n; r += width) s += exp(to_d(x[r * p.sst]) - shift);
-    if (MODE == 0) s = block_all<false>(s, sh);
-    if (MODE == 1) s = warp_sum(s);
-    const double ls = log(s);
-    for (i64 r = lane; r < p.n; r += width) {
-        const double v = to_d(x[r * p.sst]) - shift;
-        y[r * p.dst_st] = from_d(LOG ? v - ls : exp(v) / s);
+}
+__device__ __forceinline__ TC neg_inf() { return (TC)(-d_inf()); }
+__device__ __forceinline__ TC shift_of(TC m) { return isfinite(m) ? m : (TC)0; }
+__device__ __forceinline__ TC out_of(TC v, TC sh, TC k) { return LOG ? v - sh - k : v * k; }
+template <int W> __device__ __forceinline__ TC all_max(TC v) {
+#pragma unroll
+    for (int off = W / 2; off > 0; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL, v, off));
+    return v;
+}
+template <int W> __device__ __forceinline__ TC all_sum(TC v) {
+#pragma unroll
+    for (int off = W / 2; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    return v;
+}
+/* The block's maximum (MAX) or sum of `v`, in every thread. */
+template <bool MAX> __device__ __forceinline__ TC block_all(TC v, TC* sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = MAX ? all_max<32>(v) : all_sum<32>(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (MAX ? neg_inf() : (TC)0);
+    v = MAX ? all_max<32>(v) : all_sum<32>(v);
+    __syncthreads();
+    return v;
+}
+/* The running (maximum, sum of ex(x - shift_of(maximum))) of two parts, combined. */
+__device__ __forceinline__ void online_merge(TC& m, TC& s, TC m2, TC s2) {
+    const TC mm = fmax(m, m2), sh = shift_of(mm);
+    const TC a = s == (TC)0 ? (TC)0 : s * ex(shift_of(m) - sh);
+    const TC b = s2 == (TC)0 ? (TC)0 : s2 * ex(shift_of(m2) - sh);
+    m = mm;
+    s = a + b;
+}
+template <int W> __device__ __forceinline__ void load_c(const TS* x, i64 i, TC* v) {
+    if (W > 1) {
+        const Pack<TS, W> k = ldv<TS, W>(x + i);
+#pragma unroll
+        for (int j = 0; j < W; ++j) v[j] = to_c(k.v[j]);
+    } else {
+        v[0] = to_c(x[i]);
     }
-    (void)ls;
+}
+template <int W> __device__ __forceinline__ void store_c(TD* y, i64 i, const TC* v, TC sh, TC k) {
+    if (W > 1) {
+        Pack<TD, W> o;
+#pragma unroll
+        for (int j = 0; j < W; ++j) o.v[j] = from_c(out_of(v[j], sh, k));
+        stv<TD, W>(y + i, o);
+    } else {
+        y[i] = from_c(out_of(v[0], sh, k));
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(256) sm_block(const __grid_constant__ SmP p) {
-    __shared__ double sh[33];
-    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_row<0>(p, row, threadIdx.x, blockDim.x, sh);
+/* A row of contiguous elements held in registers by `THR` threads (a warp or the block): thread
+   `t` holds chunks `c·THR + t` of `W` elements. */
+template <int W, int CH, int THR>
+__device__ __forceinline__ void sm_regs(const SmP& p, i64 row, int t, TC* shm) {
+    i64 so, dof;
+    sm_offsets(p, row, so, dof);
+    const TS* x = (const TS*)p.src + so;
+    TD* y = (TD*)p.dst + dof;
+    TC v[CH][W];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < p.n) {
+            load_c<W>(x, i, v[c]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; ++j) v[c][j] = neg_inf();
+        }
+    }
+    TC m = neg_inf();
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+#pragma unroll
+        for (int j = 0; j < W; ++j) m = fmax(m, v[c][j]);
+    m = THR == 32 ? all_max<32>(m) : block_all<true>(m, shm);
+    const TC sh = shift_of(m);
+    TC s = 0;
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const TC e = ex(v[c][j] - sh);
+            s += e;
+            if (!LOG) v[c][j] = e;
+        }
+    s = THR == 32 ? all_sum<32>(s) : block_all<false>(s, shm);
+    const TC k = LOG ? lg(s) : (TC)1 / s;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < p.n) store_c<W>(y, i, v[c], LOG ? sh : (TC)0, k);
+    }
 }
-extern "C" __global__ void __launch_bounds__(256) sm_warp(const __grid_constant__ SmP p) {
+
+template <int W, int CH>
+__device__ __forceinline__ void sm_warp_rows(const SmP& p) {
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
     for (i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < p.rows; row += warps)
-        sm_row<1>(p, row, threadIdx.x & 31, 32, 0);
+        sm_regs<W, CH, 32>(p, row, threadIdx.x & 31, 0);
 }
+template <int CH>
+__device__ __forceinline__ void sm_block_rows(const SmP& p) {
+    __shared__ TC shm[32];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs<V, CH, 256>(p, row, threadIdx.x, shm);
+}
+
+/* A row of any length by the block, in two passes: the online maximum and sum, then the output. */
+template <int W>
+__device__ __forceinline__ void sm_online_row(const SmP& p, i64 row, TC* shm) {
+    i64 so, dof;
+    sm_offsets(p, row, so, dof);
+    const TS* x = (const TS*)p.src + so;
+    TD* y = (TD*)p.dst + dof;
+    const i64 n = W > 1 ? p.n : p.n * p.sst, step = W > 1 ? (i64)blockDim.x * W : (i64)blockDim.x * p.sst;
+    TC m = neg_inf(), s = 0;
+    for (i64 i = (i64)threadIdx.x * (W > 1 ? W : p.sst); i < n; i += step) {
+        TC v[W];
+        load_c<W>(x, i, v);
+        TC vm = v[0];
+#pragma unroll
+        for (int j = 1; j < W; ++j) vm = fmax(vm, v[j]);
+        const TC mm = fmax(m, vm), sh = shift_of(mm);
+        TC t = s == (TC)0 ? (TC)0 : s * ex(shift_of(m) - sh);
+#pragma unroll
+        for (int j = 0; j < W; ++j) t += ex(v[j] - sh);
+        m = mm;
+        s = t;
+    }
+    /* Combine the threads' parts: warps by shuffles, then the warps' in shared memory. */
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) { shm[w] = m; shm[32 + w] = s; }
+    __syncthreads();
+    m = lane < nw ? shm[lane] : neg_inf();
+    s = lane < nw ? shm[32 + lane] : (TC)0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
+    __syncthreads();
+    const TC sh = shift_of(m), k = LOG ? lg(s) : (TC)1 / s;
+    const i64 dn = W > 1 ? p.n : p.n * p.dst_st, dstep = W > 1 ? step : (i64)blockDim.x * p.dst_st;
+    for (i64 i = (i64)threadIdx.x * (W > 1 ? W : p.sst), o = (i64)threadIdx.x * (W > 1 ? W : p.dst_st); o < dn; i += step, o += dstep) {
+        TC v[W];
+        load_c<W>(x, i, v);
+        if (!LOG) {
+#pragma unroll
+            for (int j = 0; j < W; ++j) v[j] = ex(v[j] - sh);
+        }
+        store_c<W>(y, o, v, LOG ? sh : (TC)0, k);
+    }
+}
+template <int W>
+__device__ __forceinline__ void sm_online_rows(const SmP& p) {
+    __shared__ TC shm[64];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_online_row<W>(p, row, shm);
+}
+
+/* A thread per row (rows next to each other in memory, the softmax dim strided): two passes. */
 extern "C" __global__ void __launch_bounds__(256) sm_thread(const __grid_constant__ SmP p) {
     const i64 step = (i64)gridDim.x * blockDim.x;
-    for (i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x; row < p.rows; row += step) sm_row<2>(p, row, 0, 1, 0);
+    for (i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x; row < p.rows; row += step) {
+        i64 so, dof;
+        sm_offsets(p, row, so, dof);
+        const TS* x = (const TS*)p.src + so;
+        TD* y = (TD*)p.dst + dof;
+        TC m = neg_inf(), s = 0;
+        for (i64 r = 0; r < p.n; ++r) {
+            const TC v = to_c(x[r * p.sst]);
+            const TC mm = fmax(m, v), sh = shift_of(mm);
+            s = (s == (TC)0 ? (TC)0 : s * ex(shift_of(m) - sh)) + ex(v - sh);
+            m = mm;
+        }
+        const TC sh = shift_of(m), k = LOG ? lg(s) : (TC)1 / s;
+        for (i64 r = 0; r < p.n; ++r) {
+            const TC v = to_c(x[r * p.sst]);
+            y[r * p.dst_st] = from_c(out_of(LOG ? v : ex(v - sh), LOG ? sh : (TC)0, k));
+        }
+    }
 }
 "#;

@@ -67,8 +67,10 @@ pub(super) enum Entry {
     /// Elementwise over strided operands.
     Strided,
     /// Elementwise over two collapsed dims with a dense output (broadcast rows and columns,
-    /// transposed inputs).
+    /// strided inputs).
     Two,
+    /// [`Entry::Two`] with a transposed input: 32 × 32 tiles through shared memory.
+    Tile,
     /// One block per (output, split) task.
     Block,
     /// One warp per output.
@@ -99,6 +101,7 @@ impl Entry {
             Entry::Fast(mask) => format!("ew_f{mask}"),
             Entry::Strided => "ew_s".into(),
             Entry::Two => "ew_2d".into(),
+            Entry::Tile => "ew_tile".into(),
             Entry::Block => format!("{prefix}_block"),
             Entry::Warp => format!("{prefix}_warp"),
             Entry::Thread => format!("{prefix}_thread"),
@@ -117,6 +120,7 @@ impl ModuleKey {
                 let mut v: Vec<Entry> = (0..fast_masks(*op)).map(Entry::Fast).collect();
                 v.push(Entry::Strided);
                 v.push(Entry::Two);
+                v.push(Entry::Tile);
                 v
             }
             ModuleKey::Softmax { src, dst, .. } => {
@@ -565,7 +569,7 @@ mod tests {
             ins: [DType::F32, DType::F32, DType::Bool],
         };
         let entries = m.entries();
-        assert_eq!(entries.len(), 6);
+        assert_eq!(entries.len(), 7);
         let src = m.source();
         for e in entries {
             assert!(src.contains(&format!("void __launch_bounds__(256) {}(", e.name(&m))), "{e:?}");

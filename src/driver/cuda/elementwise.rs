@@ -38,7 +38,8 @@ struct EwStrided {
 
 /// Parameters of the two-dimensional elementwise kernel (`EwTwo`): a dense output of rows of
 /// `inner` elements, each input's inner and outer strides and class (0: dense along the inner
-/// dim, 1: constant along it, 2: strided), and the multiply-shift division by `inner`.
+/// dim, 1: constant along it, 2: strided, 3: transposed — dense along the outer dim, staged
+/// through shared memory by the tiled kernel), and the multiply-shift division by `inner`.
 #[repr(C)]
 struct EwTwo {
     b: EwFast,
@@ -194,6 +195,13 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
     }
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     if let Some(mut t) = two_dims(&dims, p, ins.len(), out_dtype, &dtypes, ew_vec(op, out_dtype, dtypes)) {
+        if t.cls.contains(&3) {
+            // 32 × 32 tiles, a block (of 256 threads) each.
+            let tiles = t.inner.div_ceil(32) * (n / t.inner).div_ceil(32);
+            let f = c.kernel(KernelId { module, entry: Entry::Tile })?;
+            let grid = c.grid(f, tiles * 256);
+            return c.run(f, grid, &mut t);
+        }
         let f = c.kernel(KernelId { module, entry: Entry::Two })?;
         let work = if t.b.vec != 0 { n / ew_vec(op, out_dtype, dtypes) as u64 } else { n };
         let grid = c.grid(f, work);
@@ -224,6 +232,7 @@ fn two_dims<const K: usize>(d: &Dims<K>, b: EwFast, nin: usize, out: DType, dtyp
         t.cls[k] = match si {
             1 => 0,
             0 => 1,
+            _ if so == 1 => 3,
             _ => 2,
         };
         if si == 1 {

@@ -6,7 +6,10 @@
 //! wrap, anything → bool is `!= 0`, and `f64` → `f16`/`bf16` rounds once (through a round-to-odd
 //! `f32`). Half types are stored as `u16` and converted with PTX `cvt` / bit manipulation, so
 //! the sources need no header. Floating-point math runs in `float` for `f16`/`bf16`/`f32` and
-//! `double` for `f64` (reductions and softmax accumulate in `double`), without fast math.
+//! `double` for `f64`, without fast math, except where a half-precision result hides a fast
+//! intrinsic's error (see `unary_body`, and softmax's exponential). Sums and means of floats
+//! accumulate in `double`; maxima and minima compare in the input's precision (exact);
+//! softmax accumulates in `float` (in `double` when a side is `f64`), as PyTorch's does.
 
 use super::templates::{COMMON, ELEMENTWISE, REDUCE, SOFTMAX};
 use crate::dtype::DType;

@@ -3,9 +3,14 @@
 //! Elementwise ops collapse the dimensions their operands agree on (innermost first, size-1 dims
 //! dropped). When the output is then one dense run and every input is either the same dense run
 //! or a single broadcast element, the *fast* kernel runs: a grid-stride loop over 16-byte
-//! vectors when every dense operand is aligned, one element at a time otherwise. Any other
-//! layout runs the *strided* kernel, which takes the collapsed shape and strides (up to [`MAXD`]
-//! dims) by value. Parameters are `#[repr(C)]` structs on the stack.
+//! vectors when every dense operand is aligned, one element at a time otherwise. When they
+//! collapse to at most two dims with a dense output (a broadcast row or column, a strided or
+//! transposed input), the *two-dimensional* kernel runs: the row and column of each element come
+//! from one multiply-shift division, inputs dense along the row are loaded as vectors, inputs
+//! constant along it once per vector; a transposed input sends the op to the *tiled* kernel
+//! instead (32 × 32 tiles through shared memory). Any other layout runs the *strided* kernel,
+//! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
+//! `#[repr(C)]` structs on the stack.
 
 use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};

@@ -9,12 +9,14 @@
 //!   through one window of the row at a time), whose partial results go to per-stream scratch
 //!   memory and are combined, in a fixed order, by the last block to finish (an atomic counter
 //!   per output), all in one launch;
-//! * **warp**: a warp per output, for rows of up to [`WARP_ROW`] elements;
+//! * **warp**: a warp per output, for rows of up to [`WARP_ROW`] elements, or of up to
+//!   [`LONG_WARP_ROW`] when the outputs are enough to fill the GPU with warps;
 //! * **thread**: a thread per output (outputs near each other in memory: a reduction over an
 //!   outer dim is coalesced), also split into chunks when outputs are few.
 //!
-//! Floating-point values accumulate in `f64` (results within an ulp of the CPU reference, and
-//! deterministic: every combination order is fixed), integers in wrapping `i64`.
+//! Floating-point sums and means accumulate in `f64` (results within an ulp of the CPU
+//! reference, and deterministic: every combination order is fixed), extremes compare in the
+//! input's precision, integers accumulate in wrapping `i64`.
 
 use super::codegen::{softmax_vec, Entry, KernelId, ModuleKey, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};

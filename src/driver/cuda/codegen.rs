@@ -80,9 +80,10 @@ pub(super) enum Entry {
     Warp,
     /// One thread per (output, split) task.
     Thread,
-    /// Softmax rows: by a warp (or the block, `block`) holding each row in registers, `w`
-    /// elements per access and `ch` chunks per thread; `ch == 0`: by the block in two passes.
-    Rows { block: bool, w: u8, ch: u8 },
+    /// Softmax rows: by `g` lanes of a warp (`g == 0`: the block) holding each row in
+    /// registers, `w` elements per access and `ch` chunks per thread; `ch == 0`: by the block in
+    /// two passes.
+    Rows { g: u8, w: u8, ch: u8 },
 }
 
 /// One kernel: its module and entry point.
@@ -109,8 +110,8 @@ impl Entry {
             Entry::Warp => format!("{prefix}_warp"),
             Entry::Thread => format!("{prefix}_thread"),
             Entry::Rows { ch: 0, w, .. } => format!("sm_o{w}"),
-            Entry::Rows { block: true, w, ch } => format!("sm_b{w}_{ch}"),
-            Entry::Rows { block: false, w, ch } => format!("sm_w{w}_{ch}"),
+            Entry::Rows { g: 0, w, ch } => format!("sm_b{w}_{ch}"),
+            Entry::Rows { g, w, ch } => format!("sm_w{w}_{ch}_{g}"),
         }
     }
 }
@@ -129,11 +130,11 @@ impl ModuleKey {
             ModuleKey::Softmax { src, dst, .. } => {
                 let v = softmax_vec(*src, *dst) as u8;
                 let (warp, block) = softmax_layouts(v as usize);
-                let mut e: Vec<Entry> = warp.into_iter().map(|(w, ch)| Entry::Rows { block: false, w, ch }).collect();
-                e.extend(block.into_iter().map(|ch| Entry::Rows { block: true, w: v, ch }));
-                e.push(Entry::Rows { block: true, w: 1, ch: 0 });
+                let mut e: Vec<Entry> = warp.into_iter().map(|(w, ch, g)| Entry::Rows { g, w, ch }).collect();
+                e.extend(block.into_iter().map(|ch| Entry::Rows { g: 0, w: v, ch }));
+                e.push(Entry::Rows { g: 0, w: 1, ch: 0 });
                 if v > 1 {
-                    e.push(Entry::Rows { block: true, w: v, ch: 0 });
+                    e.push(Entry::Rows { g: 0, w: v, ch: 0 });
                 }
                 e.push(Entry::Thread);
                 e
@@ -233,8 +234,8 @@ fn fname(name: &str, m: DType) -> String {
 /// The body of `apply` (statements ending in `return`) for a unary op computed in `c`.
 ///
 /// Half-precision results (`c` is `f16` or `bf16`, computed in `float`) use the fast intrinsics
-/// where their error stays far below the half type's rounding (`__expf`, `__logf`, `rsqrtf`,
-/// a fast reciprocal in sigmoid) and PyTorch's `erf` form of gelu; `f32` and `f64` use the
+/// where their error stays far below the half type's rounding (`__expf`, `rsqrtf`, a fast
+/// division in sigmoid, `tanh.approx` for bf16) and PyTorch's `erf` form of gelu; `f32` and `f64` use the
 /// accurate library functions (gelu through `erfc`, which keeps its relative accuracy for
 /// negative inputs).
 fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
@@ -248,7 +249,9 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
         (DType::F32, _) if half => match op {
             UnaryOp::Exp => "__expf(x)".to_owned(),
             UnaryOp::Rsqrt => "rsqrtf(x)".to_owned(),
-            UnaryOp::Sigmoid => "__frcp_rn(1.0f + __expf(-x))".to_owned(),
+            UnaryOp::Sigmoid => "__fdividef(1.0f, 1.0f + __expf(-x))".to_owned(),
+            // tanh.approx's relative error (2^-10.99) is below bf16's rounding, not f16's.
+            UnaryOp::Tanh if c == DType::BF16 => "tanh_approx(x)".to_owned(),
             UnaryOp::Gelu => "0.5f * x * (1.0f + erff(x * 0.70710678118654752440f))".to_owned(),
             _ => float_unary(op, &f, &lit),
         },
@@ -276,11 +279,12 @@ fn float_unary(op: UnaryOp, f: &dyn Fn(&str) -> String, lit: &dyn Fn(&str) -> St
         UnaryOp::Sin => format!("{}(x)", f("sin")),
         UnaryOp::Cos => format!("{}(x)", f("cos")),
         UnaryOp::Tanh => format!("{}(x)", f("tanh")),
+        // One exponential of -|x| (never overflows), then 1 / (1 + e) or e / (1 + e).
         UnaryOp::Sigmoid => format!(
-            "x >= {z} ? {one} / ({one} + {e}(-x)) : {e}(x) / ({one} + {e}(x))",
+            "sigmoid_of(x >= {z}, {e}(-{abs}(x)))",
             z = lit("0.0"),
-            one = lit("1.0"),
-            e = f("exp")
+            e = f("exp"),
+            abs = f("fabs")
         ),
         UnaryOp::Relu => format!("(x > {z} || isnan(x)) ? x : {z}", z = lit("0.0")),
         UnaryOp::Gelu => format!(
@@ -490,18 +494,22 @@ pub(super) fn softmax_vec(src: DType, dst: DType) -> usize {
     16 / src.size().max(dst.size())
 }
 
-/// The softmax kernels' register layouts: `(w, ch)` of the warp kernels (`w` elements per
-/// access, `ch` chunks per lane, at most 32 values per lane) and `ch` of the block kernels
-/// (`v` elements per access, at most 64 values per thread).
-pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8)>, Vec<u8>) {
+/// The softmax kernels' register layouts: `(w, ch, g)` of the warp kernels (`w` elements per
+/// access, `ch` chunks per lane, at most 32 values per lane, groups of `g` lanes per row: 32,
+/// or fewer for rows of one chunk) and `ch` of the block kernels (`v` elements per access, at
+/// most 64 values per thread).
+pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8, u8)>, Vec<u8>) {
     let mut warp = Vec::new();
     for w in [1, v] {
-        if warp.iter().any(|&(x, _)| x as usize == w) {
+        if warp.iter().any(|&(x, _, _)| x as usize == w) {
             continue;
+        }
+        for g in [1u8, 2, 4, 8, 16] {
+            warp.push((w as u8, 1, g));
         }
         let mut ch = 1;
         while ch * w <= 32 {
-            warp.push((w as u8, ch as u8));
+            warp.push((w as u8, ch as u8, 32));
             ch *= 2;
         }
     }
@@ -513,10 +521,10 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
     let wide = src == DType::F64 || dst == DType::F64;
     let c = if wide { DType::F64 } else { DType::F32 };
     // A half-precision output hides the fast exponential's error; f32 and f64 use the accurate one.
-    let (ex, lg) = match (wide, matches!(dst, DType::F16 | DType::BF16)) {
-        (true, _) => ("exp", "log"),
-        (false, true) => ("__expf", "logf"),
-        (false, false) => ("expf", "logf"),
+    let ex = match (wide, matches!(dst, DType::F16 | DType::BF16)) {
+        (true, _) => "exp",
+        (false, true) => "__expf",
+        (false, false) => "expf",
     };
     let v = softmax_vec(src, dst);
     let _ = write!(
@@ -524,8 +532,7 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
         "#define LOG {}\n#define V {v}\ntypedef {} TS;\ntypedef {} TD;\ntypedef {} TC;\n\
          __device__ __forceinline__ TC to_c(TS x) {{ return {}; }}\n\
          __device__ __forceinline__ TD from_c(TC v) {{ return {}; }}\n\
-         __device__ __forceinline__ TC ex(TC v) {{ return {ex}(v); }}\n\
-         __device__ __forceinline__ TC lg(TC v) {{ return {lg}(v); }}\n",
+         __device__ __forceinline__ TC ex(TC v) {{ return {ex}(v); }}\n",
         log as u8,
         ctype(src),
         ctype(dst),
@@ -536,8 +543,9 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
     s.push_str(SOFTMAX);
     let (warp, block) = softmax_layouts(v);
     let head = "extern \"C\" __global__ void __launch_bounds__(256)";
-    for (w, ch) in warp {
-        let _ = writeln!(s, "{head} sm_w{w}_{ch}(const __grid_constant__ SmP p) {{ sm_warp_rows<{w}, {ch}>(p); }}");
+    for (w, ch, g) in warp {
+        let _ =
+            writeln!(s, "{head} sm_w{w}_{ch}_{g}(const __grid_constant__ SmP p) {{ sm_warp_rows<{w}, {ch}, {g}>(p); }}");
     }
     for ch in block {
         let _ = writeln!(s, "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ sm_block_rows<{ch}>(p); }}");
@@ -592,6 +600,10 @@ mod tests {
         if let Ok(dir) = std::env::var("CUDASEM_DUMP_SOURCES") {
             let sm = ModuleKey::Softmax { src: DType::BF16, dst: DType::BF16, log: false };
             std::fs::write(format!("{dir}/sm.cu"), sm.source()).unwrap();
+            let sm = ModuleKey::Softmax { src: DType::F32, dst: DType::F32, log: true };
+            std::fs::write(format!("{dir}/smlog.cu"), sm.source()).unwrap();
+            let sg = ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Sigmoid), out: DType::F32, ins: [DType::F32, DType::Bool, DType::Bool] };
+            std::fs::write(format!("{dir}/sig.cu"), sg.source()).unwrap();
             std::fs::write(format!("{dir}/ew.cu"), m.source()).unwrap();
             let w = ModuleKey::Elementwise { op: EwOp::Where, out: DType::BF16, ins: [DType::Bool, DType::BF16, DType::BF16] };
             std::fs::write(format!("{dir}/where.cu"), w.source()).unwrap();

@@ -172,14 +172,17 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         let w = if aligned { v } else { 1 };
         let chunks = |per: i64| (ceil_div(n, per).max(1) as u64).next_power_of_two();
         if n <= 1024 {
-            Entry::Rows { block: false, w: w as u8, ch: chunks(32 * w) as u8 }
+            // Rows of one chunk per lane take as few lanes as hold them.
+            let ch = chunks(32 * w) as u8;
+            let g = if ch == 1 { chunks(w).min(32) as u8 } else { 32 };
+            Entry::Rows { g, w: w as u8, ch }
         } else if aligned && chunks(256 * v) <= 16 && chunks(256 * v) * v as u64 <= 64 {
-            Entry::Rows { block: true, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
+            Entry::Rows { g: 0, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
         } else {
-            Entry::Rows { block: true, w: w as u8, ch: 0 }
+            Entry::Rows { g: 0, w: w as u8, ch: 0 }
         }
     } else {
-        Entry::Rows { block: true, w: 1, ch: 0 }
+        Entry::Rows { g: 0, w: 1, ch: 0 }
     };
     let module = ModuleKey::Softmax { src: src.dtype, dst: dst.dtype, log };
     let f = c.kernel(KernelId { module, entry })?;
@@ -197,8 +200,11 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         out_dst: kept.st[1],
     };
     let grid = match entry {
-        Entry::Rows { block: false, .. } => c.grid(f, rows as u64 * 32),
-        Entry::Rows { .. } => c.grid(f, rows as u64 * 256),
+        // Two passes over long rows: few enough blocks at once that their rows stay in L2
+        // between the passes.
+        Entry::Rows { g: 0, ch: 0, .. } => (rows as u64).min(c.info.sms as u64 * 2) as u32,
+        Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
+        Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
         _ => c.grid(f, rows as u64),
     };
     c.run(f, grid.max(1), &mut p)

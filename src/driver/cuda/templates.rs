@@ -19,6 +19,11 @@ __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;"
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float b2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
 __device__ __forceinline__ u16 f2b(float f) {
+#if __CUDA_ARCH__ >= 800
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
     u32 u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -32,6 +37,17 @@ __device__ __forceinline__ float d2f_odd(double d) {
 }
 __device__ __forceinline__ u16 d2h(double d) { return f2h(d2f_odd(d)); }
 __device__ __forceinline__ u16 d2b(double d) { return f2b(d2f_odd(d)); }
+__device__ __forceinline__ float sigmoid_of(bool pos, float e) { return pos ? 1.0f / (1.0f + e) : e / (1.0f + e); }
+__device__ __forceinline__ double sigmoid_of(bool pos, double e) { return pos ? 1.0 / (1.0 + e) : e / (1.0 + e); }
+__device__ __forceinline__ float tanh_approx(float x) {
+#if __CUDA_ARCH__ >= 750
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return tanhf(x);
+#endif
+}
 __device__ __forceinline__ double d_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
 __device__ __forceinline__ double d_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
 __device__ __forceinline__ i64 ipow(i64 b, i64 e) {
@@ -471,6 +487,11 @@ struct SmP {
 };
 
 __device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& dof) {
+    if (p.out_ndim <= 1) {
+        so = p.out_ndim ? o * p.out_sst[0] : 0;
+        dof = p.out_ndim ? o * p.out_dst[0] : 0;
+        return;
+    }
     so = 0; dof = 0;
 #pragma unroll 1
     for (int d = 0; d < p.out_ndim; ++d) {
@@ -484,32 +505,39 @@ __device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& do
 __device__ __forceinline__ TC neg_inf() { return (TC)(-d_inf()); }
 __device__ __forceinline__ TC shift_of(TC m) { return isfinite(m) ? m : (TC)0; }
 __device__ __forceinline__ TC out_of(TC v, TC sh, TC k) { return LOG ? v - sh - k : v * k; }
-template <int W> __device__ __forceinline__ TC all_max(TC v) {
+/* The sum's type: a log-softmax takes the log of the sum, whose rounding would be an absolute
+   error in every output, so it adds in double. */
+#if LOG
+typedef double TA;
+#else
+typedef TC TA;
+#endif
+template <int G, typename T> __device__ __forceinline__ T all_max(T v) {
 #pragma unroll
-    for (int off = W / 2; off > 0; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL, v, off));
+    for (int off = G / 2; off > 0; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL, v, off));
     return v;
 }
-template <int W> __device__ __forceinline__ TC all_sum(TC v) {
+template <int G, typename T> __device__ __forceinline__ T all_sum(T v) {
 #pragma unroll
-    for (int off = W / 2; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    for (int off = G / 2; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
     return v;
 }
 /* The block's maximum (MAX) or sum of `v`, in every thread. */
-template <bool MAX> __device__ __forceinline__ TC block_all(TC v, TC* sh) {
+template <bool MAX, typename T> __device__ __forceinline__ T block_all(T v, T* sh) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = MAX ? all_max<32>(v) : all_sum<32>(v);
     if (lane == 0) sh[w] = v;
     __syncthreads();
-    v = lane < nw ? sh[lane] : (MAX ? neg_inf() : (TC)0);
+    v = lane < nw ? sh[lane] : (MAX ? (T)neg_inf() : (T)0);
     v = MAX ? all_max<32>(v) : all_sum<32>(v);
     __syncthreads();
     return v;
 }
 /* The running (maximum, sum of ex(x - shift_of(maximum))) of two parts, combined. */
-__device__ __forceinline__ void online_merge(TC& m, TC& s, TC m2, TC s2) {
+__device__ __forceinline__ void online_merge(TC& m, TA& s, TC m2, TA s2) {
     const TC mm = fmax(m, m2), sh = shift_of(mm);
-    const TC a = s == (TC)0 ? (TC)0 : s * ex(shift_of(m) - sh);
-    const TC b = s2 == (TC)0 ? (TC)0 : s2 * ex(shift_of(m2) - sh);
+    const TA a = s == (TA)0 ? (TA)0 : s * (TA)ex(shift_of(m) - sh);
+    const TA b = s2 == (TA)0 ? (TA)0 : s2 * (TA)ex(shift_of(m2) - sh);
     m = mm;
     s = a + b;
 }
@@ -533,19 +561,21 @@ template <int W> __device__ __forceinline__ void store_c(TD* y, i64 i, const TC*
     }
 }
 
-/* A row of contiguous elements held in registers by `THR` threads (a warp or the block): thread
-   `t` holds chunks `c·THR + t` of `W` elements. */
+/* A row of contiguous elements held in registers by `THR` threads (`THR` ≤ 32 lanes of a warp,
+   or the block): thread `t` holds chunks `c·THR + t` of `W` elements. A thread of a row past the
+   last (`live` false) takes part in the shuffles only. */
 template <int W, int CH, int THR>
-__device__ __forceinline__ void sm_regs(const SmP& p, i64 row, int t, TC* shm) {
-    i64 so, dof;
-    sm_offsets(p, row, so, dof);
+__device__ __forceinline__ void sm_regs(const SmP& p, i64 row, int t, bool live, TA* shm) {
+    i64 so = 0, dof = 0;
+    if (live) sm_offsets(p, row, so, dof);
     const TS* x = (const TS*)p.src + so;
     TD* y = (TD*)p.dst + dof;
+    const i64 n = live ? p.n : 0;
     TC v[CH][W];
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
         const i64 i = ((i64)c * THR + t) * W;
-        if (i < p.n) {
+        if (i < n) {
             load_c<W>(x, i, v[c]);
         } else {
 #pragma unroll
@@ -557,86 +587,106 @@ __device__ __forceinline__ void sm_regs(const SmP& p, i64 row, int t, TC* shm) {
     for (int c = 0; c < CH; ++c)
 #pragma unroll
         for (int j = 0; j < W; ++j) m = fmax(m, v[c][j]);
-    m = THR == 32 ? all_max<32>(m) : block_all<true>(m, shm);
+    m = THR <= 32 ? all_max<THR>(m) : (TC)block_all<true>((TA)m, shm);
     const TC sh = shift_of(m);
-    TC s = 0;
+    TA s = 0;
 #pragma unroll
     for (int c = 0; c < CH; ++c)
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             const TC e = ex(v[c][j] - sh);
-            s += e;
+            s += (TA)e;
             if (!LOG) v[c][j] = e;
         }
-    s = THR == 32 ? all_sum<32>(s) : block_all<false>(s, shm);
-    const TC k = LOG ? lg(s) : (TC)1 / s;
+    s = THR <= 32 ? all_sum<THR>(s) : block_all<false>(s, shm);
+    const TC k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
         const i64 i = ((i64)c * THR + t) * W;
-        if (i < p.n) store_c<W>(y, i, v[c], LOG ? sh : (TC)0, k);
+        if (i < n) store_c<W>(y, i, v[c], LOG ? sh : (TC)0, k);
     }
 }
 
-template <int W, int CH>
+/* Groups of G lanes, a row each (32 / G rows per warp at a time). */
+template <int W, int CH, int G>
 __device__ __forceinline__ void sm_warp_rows(const SmP& p) {
+    const i64 per = 32 / G;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
-    for (i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < p.rows; row += warps)
-        sm_regs<W, CH, 32>(p, row, threadIdx.x & 31, 0);
+    const int lane = threadIdx.x & 31;
+    for (i64 r0 = (((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * per; r0 < p.rows; r0 += warps * per) {
+        const i64 row = r0 + lane / G;
+        sm_regs<W, CH, G>(p, row, lane % G, row < p.rows, 0);
+    }
 }
 template <int CH>
 __device__ __forceinline__ void sm_block_rows(const SmP& p) {
-    __shared__ TC shm[32];
-    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs<V, CH, 256>(p, row, threadIdx.x, shm);
+    __shared__ TA shm[32];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs<V, CH, 256>(p, row, threadIdx.x, true, shm);
 }
 
-/* A row of any length by the block, in two passes: the online maximum and sum, then the output. */
+/* Folds `W` elements into the running (maximum, sum). */
+template <int W> __device__ __forceinline__ void online_add(TC& m, TA& s, const TC* v) {
+    TC vm = v[0];
+#pragma unroll
+    for (int j = 1; j < W; ++j) vm = fmax(vm, v[j]);
+    const TC mm = fmax(m, vm), sh = shift_of(mm);
+    TA t = s == (TA)0 ? (TA)0 : s * (TA)ex(shift_of(m) - sh);
+#pragma unroll
+    for (int j = 0; j < W; ++j) t += (TA)ex(v[j] - sh);
+    m = mm;
+    s = t;
+}
+
+/* A row of any length by the block, in two passes: the online maximum and sum (four accesses in
+   flight per thread), then the output. */
 template <int W>
-__device__ __forceinline__ void sm_online_row(const SmP& p, i64 row, TC* shm) {
+__device__ __forceinline__ void sm_online_row(const SmP& p, i64 row, TA* shm) {
     i64 so, dof;
     sm_offsets(p, row, so, dof);
     const TS* x = (const TS*)p.src + so;
     TD* y = (TD*)p.dst + dof;
-    const i64 n = W > 1 ? p.n : p.n * p.sst, step = W > 1 ? (i64)blockDim.x * W : (i64)blockDim.x * p.sst;
-    TC m = neg_inf(), s = 0;
-    for (i64 i = (i64)threadIdx.x * (W > 1 ? W : p.sst); i < n; i += step) {
+    const i64 ist = W > 1 ? 1 : p.sst, ost = W > 1 ? 1 : p.dst_st;
+    const i64 nv = p.n / W, B = blockDim.x;
+    TC m = neg_inf();
+    TA s = 0;
+    i64 k = threadIdx.x;
+    for (; k + 3 * B < nv; k += 4 * B) {
+        TC v[4][W];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) load_c<W>(x, (k + u * B) * W * ist, v[u]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) online_add<W>(m, s, v[u]);
+    }
+    for (; k < nv; k += B) {
         TC v[W];
-        load_c<W>(x, i, v);
-        TC vm = v[0];
-#pragma unroll
-        for (int j = 1; j < W; ++j) vm = fmax(vm, v[j]);
-        const TC mm = fmax(m, vm), sh = shift_of(mm);
-        TC t = s == (TC)0 ? (TC)0 : s * ex(shift_of(m) - sh);
-#pragma unroll
-        for (int j = 0; j < W; ++j) t += ex(v[j] - sh);
-        m = mm;
-        s = t;
+        load_c<W>(x, k * W * ist, v);
+        online_add<W>(m, s, v);
     }
     /* Combine the threads' parts: warps by shuffles, then the warps' in shared memory. */
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) { shm[w] = m; shm[32 + w] = s; }
+    if (lane == 0) { shm[w] = (TA)m; shm[32 + w] = s; }
     __syncthreads();
-    m = lane < nw ? shm[lane] : neg_inf();
-    s = lane < nw ? shm[32 + lane] : (TC)0;
+    m = lane < nw ? (TC)shm[lane] : neg_inf();
+    s = lane < nw ? shm[32 + lane] : (TA)0;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
     __syncthreads();
-    const TC sh = shift_of(m), k = LOG ? lg(s) : (TC)1 / s;
-    const i64 dn = W > 1 ? p.n : p.n * p.dst_st, dstep = W > 1 ? step : (i64)blockDim.x * p.dst_st;
-    for (i64 i = (i64)threadIdx.x * (W > 1 ? W : p.sst), o = (i64)threadIdx.x * (W > 1 ? W : p.dst_st); o < dn; i += step, o += dstep) {
+    const TC sh = shift_of(m), kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+    for (i64 q = threadIdx.x; q < nv; q += B) {
         TC v[W];
-        load_c<W>(x, i, v);
+        load_c<W>(x, q * W * ist, v);
         if (!LOG) {
 #pragma unroll
             for (int j = 0; j < W; ++j) v[j] = ex(v[j] - sh);
         }
-        store_c<W>(y, o, v, LOG ? sh : (TC)0, k);
+        store_c<W>(y, q * W * ost, v, LOG ? sh : (TC)0, kk);
     }
 }
 template <int W>
 __device__ __forceinline__ void sm_online_rows(const SmP& p) {
-    __shared__ TC shm[64];
+    __shared__ TA shm[64];
     for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_online_row<W>(p, row, shm);
 }
 
@@ -648,14 +698,13 @@ extern "C" __global__ void __launch_bounds__(256) sm_thread(const __grid_constan
         sm_offsets(p, row, so, dof);
         const TS* x = (const TS*)p.src + so;
         TD* y = (TD*)p.dst + dof;
-        TC m = neg_inf(), s = 0;
+        TC m = neg_inf();
+        TA s = 0;
         for (i64 r = 0; r < p.n; ++r) {
             const TC v = to_c(x[r * p.sst]);
-            const TC mm = fmax(m, v), sh = shift_of(mm);
-            s = (s == (TC)0 ? (TC)0 : s * ex(shift_of(m) - sh)) + ex(v - sh);
-            m = mm;
+            online_add<1>(m, s, &v);
         }
-        const TC sh = shift_of(m), k = LOG ? lg(s) : (TC)1 / s;
+        const TC sh = shift_of(m), k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
         for (i64 r = 0; r < p.n; ++r) {
             const TC v = to_c(x[r * p.sst]);
             y[r * p.dst_st] = from_c(out_of(LOG ? v : ex(v - sh), LOG ? sh : (TC)0, k));

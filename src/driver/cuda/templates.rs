@@ -473,9 +473,9 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
 /// The softmax kernels, after the generated `TS`, `TD`, `TC` (the compute type), `V` (elements
 /// per 16-byte access of the wider of `TS` and `TD`), `LOG`, `to_c`, `from_c`, `ex` and `lg`.
 ///
-/// Semantics are the CPU kernel's: the shift is the row's maximum when it is finite, else 0 (so
-/// a row of −inf, or one holding NaN, gives NaN; one holding +inf gives NaN there and 0 or NaN
-/// elsewhere). Kernels: a warp per row with the row in registers (`sm_w{W}_{CH}`: lane `l` holds
+/// Semantics are PyTorch's (and the CPU kernel's): a row of −inf, one holding NaN and one holding
+/// +inf give NaN rows; sums shift by the running maximum only while it is finite, and a +inf
+/// maximum makes the sum NaN. Kernels: a warp per row with the row in registers (`sm_w{W}_{CH}`: lane `l` holds
 /// chunks `c·32 + l` of `W` elements), a block per row with the row in registers (`sm_b{V}_{CH}`),
 /// a block per row of any length in two passes (`sm_o{W}`: an online maximum and sum, then the
 /// output), and a thread per row for rows strided across threads (`sm_thread`).
@@ -504,6 +504,8 @@ __device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& do
 }
 __device__ __forceinline__ TC neg_inf() { return (TC)(-d_inf()); }
 __device__ __forceinline__ TC shift_of(TC m) { return isfinite(m) ? m : (TC)0; }
+/* PyTorch shifts by the maximum even when it is +inf, which makes the whole row NaN. */
+__device__ __forceinline__ TA final_sum(TC m, TA s) { return m == (TC)d_inf() ? (TA)d_nan() : s; }
 __device__ __forceinline__ TC out_of(TC v, TC sh, TC k) { return LOG ? v - sh - k : v * k; }
 /* The sum's type: a log-softmax takes the log of the sum, whose rounding would be an absolute
    error in every output, so it adds in double. */
@@ -598,7 +600,7 @@ __device__ __forceinline__ void sm_regs(const SmP& p, i64 row, int t, bool live,
             s += (TA)e;
             if (!LOG) v[c][j] = e;
         }
-    s = THR <= 32 ? all_sum<THR>(s) : block_all<false>(s, shm);
+    s = final_sum(m, THR <= 32 ? all_sum<THR>(s) : block_all<false>(s, shm));
     const TC k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
@@ -673,6 +675,7 @@ __device__ __forceinline__ void sm_online_row(const SmP& p, i64 row, TA* shm) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
     __syncthreads();
+    s = final_sum(m, s);
     const TC sh = shift_of(m), kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
     for (i64 q = threadIdx.x; q < nv; q += B) {
         TC v[W];
@@ -704,6 +707,7 @@ extern "C" __global__ void __launch_bounds__(256) sm_thread(const __grid_constan
             const TC v = to_c(x[r * p.sst]);
             online_add<1>(m, s, &v);
         }
+        s = final_sum(m, s);
         const TC sh = shift_of(m), k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
         for (i64 r = 0; r < p.n; ++r) {
             const TC v = to_c(x[r * p.sst]);

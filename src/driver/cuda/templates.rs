@@ -504,8 +504,6 @@ __device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& do
 }
 __device__ __forceinline__ TC neg_inf() { return (TC)(-d_inf()); }
 __device__ __forceinline__ TC shift_of(TC m) { return isfinite(m) ? m : (TC)0; }
-/* PyTorch shifts by the maximum even when it is +inf, which makes the whole row NaN. */
-__device__ __forceinline__ TA final_sum(TC m, TA s) { return m == (TC)d_inf() ? (TA)d_nan() : s; }
 __device__ __forceinline__ TC out_of(TC v, TC sh, TC k) { return LOG ? v - sh - k : v * k; }
 /* The sum's type: a log-softmax takes the log of the sum, whose rounding would be an absolute
    error in every output, so it adds in double. */
@@ -514,6 +512,8 @@ typedef double TA;
 #else
 typedef TC TA;
 #endif
+/* PyTorch shifts by the maximum even when it is +inf, which makes the whole row NaN. */
+__device__ __forceinline__ TA final_sum(TC m, TA s) { return m == (TC)d_inf() ? (TA)d_nan() : s; }
 template <int G, typename T> __device__ __forceinline__ T all_max(T v) {
 #pragma unroll
     for (int off = G / 2; off > 0; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL, v, off));

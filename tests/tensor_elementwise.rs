@@ -441,3 +441,28 @@ fn in_place_ops_read_partly_overlapping_inputs_as_they_were() -> Result<()> {
     }
     Ok(())
 }
+
+/// As PyTorch's `preserve_format`: a unary op of a dense but permuted tensor (a transpose) keeps
+/// its strides, of a tensor with gaps (a slice) gives a contiguous one; the values are the same.
+#[test]
+fn unary_ops_of_permuted_tensors_keep_their_layout() -> Result<()> {
+    for device in ["cpu", "cuda"] {
+        let base = Tensor::randn([5, 7, 3], DType::F32, device)?;
+        let slice = base.slice(1, 1..6)?;
+        for (x, keeps) in [(base.permute(&[2, 0, 1])?, true), (base.transpose(0, 2)?, true), (slice, false)] {
+            let y = x.exp()?;
+            if keeps {
+                assert_eq!(y.stride(), x.stride(), "{device}: {:?}", x.shape());
+            } else {
+                assert!(y.is_contiguous(), "{device}: a slice's result is contiguous");
+            }
+            let (xv, yv) = (x.to_vec::<f32>()?, y.to_vec::<f32>()?);
+            assert_eq!(xv.len(), yv.len());
+            for (a, b) in xv.iter().zip(&yv) {
+                let want = (*a as f64).exp();
+                assert!((*b as f64 - want).abs() <= 1e-6 * want, "{device}: exp({a}) = {b}, want {want}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -84,6 +84,9 @@ pub(super) enum Entry {
     /// registers, `w` elements per access and `ch` chunks per thread; `ch == 0`: by the block in
     /// two passes.
     Rows { g: u8, w: u8, ch: u8 },
+    /// Softmax rows by a block of 1,024 threads holding each row in registers, `w` elements
+    /// per access, `ch` chunks per thread.
+    BigRows { w: u8, ch: u8 },
 }
 
 /// One kernel: its module and entry point.
@@ -112,6 +115,7 @@ impl Entry {
             Entry::Rows { ch: 0, w, .. } => format!("sm_o{w}"),
             Entry::Rows { g: 0, w, ch } => format!("sm_b{w}_{ch}"),
             Entry::Rows { g, w, ch } => format!("sm_w{w}_{ch}_{g}"),
+            Entry::BigRows { w, ch } => format!("sm_B{w}_{ch}"),
         }
     }
 }
@@ -132,6 +136,8 @@ impl ModuleKey {
                 let (warp, block) = softmax_layouts(v as usize);
                 let mut e: Vec<Entry> = warp.into_iter().map(|(w, ch, g)| Entry::Rows { g, w, ch }).collect();
                 e.extend(block.into_iter().map(|ch| Entry::Rows { g: 0, w: v, ch }));
+                let big = softmax_big_layouts(v as usize, softmax_value_bytes(*src, *dst));
+                e.extend(big.into_iter().map(|ch| Entry::BigRows { w: v, ch }));
                 e.push(Entry::Rows { g: 0, w: 1, ch: 0 });
                 if v > 1 {
                     e.push(Entry::Rows { g: 0, w: v, ch: 0 });
@@ -280,12 +286,9 @@ fn float_unary(op: UnaryOp, f: &dyn Fn(&str) -> String, lit: &dyn Fn(&str) -> St
         UnaryOp::Cos => format!("{}(x)", f("cos")),
         UnaryOp::Tanh => format!("{}(x)", f("tanh")),
         // One exponential of -|x| (never overflows), then 1 / (1 + e) or e / (1 + e).
-        UnaryOp::Sigmoid => format!(
-            "sigmoid_of(x >= {z}, {e}(-{abs}(x)))",
-            z = lit("0.0"),
-            e = f("exp"),
-            abs = f("fabs")
-        ),
+        UnaryOp::Sigmoid => {
+            format!("sigmoid_of(x >= {z}, {e}(-{abs}(x)))", z = lit("0.0"), e = f("exp"), abs = f("fabs"))
+        }
         UnaryOp::Relu => format!("(x > {z} || isnan(x)) ? x : {z}", z = lit("0.0")),
         UnaryOp::Gelu => format!(
             "{half} * x * {erfc}(-x * {r})",
@@ -517,6 +520,21 @@ pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8, u8)>, Vec<u8>) {
     (warp, block)
 }
 
+/// `ch` of the softmax kernels of 1,024-thread blocks (`v` elements per access; at most 32
+/// registers of values per thread, the most a full-size block leaves).
+pub(super) fn softmax_big_layouts(v: usize, value_bytes: usize) -> Vec<u8> {
+    [2u8, 4, 8, 16].into_iter().filter(|&ch| ch as usize * v * value_bytes <= 128).collect()
+}
+
+/// Bytes of a softmax module's compute type.
+pub(super) fn softmax_value_bytes(src: DType, dst: DType) -> usize {
+    if src == DType::F64 || dst == DType::F64 {
+        8
+    } else {
+        4
+    }
+}
+
 fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
     let wide = src == DType::F64 || dst == DType::F64;
     let c = if wide { DType::F64 } else { DType::F32 };
@@ -544,11 +562,17 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
     let (warp, block) = softmax_layouts(v);
     let head = "extern \"C\" __global__ void __launch_bounds__(256)";
     for (w, ch, g) in warp {
-        let _ =
-            writeln!(s, "{head} sm_w{w}_{ch}_{g}(const __grid_constant__ SmP p) {{ sm_warp_rows<{w}, {ch}, {g}>(p); }}");
+        let _ = writeln!(
+            s,
+            "{head} sm_w{w}_{ch}_{g}(const __grid_constant__ SmP p) {{ sm_warp_rows<{w}, {ch}, {g}>(p); }}"
+        );
     }
     for ch in block {
-        let _ = writeln!(s, "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ sm_block_rows<{ch}>(p); }}");
+        let _ = writeln!(s, "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ sm_block_rows<{ch}, 256>(p); }}");
+    }
+    let big = "extern \"C\" __global__ void __launch_bounds__(1024)";
+    for ch in softmax_big_layouts(v, softmax_value_bytes(src, dst)) {
+        let _ = writeln!(s, "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ sm_block_rows<{ch}, 1024>(p); }}");
     }
     for w in [1, v] {
         let _ = writeln!(s, "{head} sm_o{w}(const __grid_constant__ SmP p) {{ sm_online_rows<{w}>(p); }}");
@@ -589,7 +613,9 @@ mod tests {
         assert_eq!(ew_vec(EwOp::Cast, DType::F16, [DType::F64, DType::Bool, DType::Bool]), 2);
         let r = ModuleKey::Reduce { op: ReduceOp::ArgMax, src: DType::BF16, dst: DType::I64 };
         assert!(r.source().contains("red_thread"));
-        for (src, dst) in [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32), (DType::F64, DType::F64)] {
+        for (src, dst) in
+            [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32), (DType::F64, DType::F64)]
+        {
             let m = ModuleKey::Softmax { src, dst, log: true };
             let text = m.source();
             for e in m.entries() {
@@ -602,12 +628,24 @@ mod tests {
             std::fs::write(format!("{dir}/sm.cu"), sm.source()).unwrap();
             let sm = ModuleKey::Softmax { src: DType::F32, dst: DType::F32, log: true };
             std::fs::write(format!("{dir}/smlog.cu"), sm.source()).unwrap();
-            let sg = ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Sigmoid), out: DType::F32, ins: [DType::F32, DType::Bool, DType::Bool] };
+            let sg = ModuleKey::Elementwise {
+                op: EwOp::Unary(UnaryOp::Sigmoid),
+                out: DType::F32,
+                ins: [DType::F32, DType::Bool, DType::Bool],
+            };
             std::fs::write(format!("{dir}/sig.cu"), sg.source()).unwrap();
             std::fs::write(format!("{dir}/ew.cu"), m.source()).unwrap();
-            let w = ModuleKey::Elementwise { op: EwOp::Where, out: DType::BF16, ins: [DType::Bool, DType::BF16, DType::BF16] };
+            let w = ModuleKey::Elementwise {
+                op: EwOp::Where,
+                out: DType::BF16,
+                ins: [DType::Bool, DType::BF16, DType::BF16],
+            };
             std::fs::write(format!("{dir}/where.cu"), w.source()).unwrap();
-            let g = ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Gelu), out: DType::BF16, ins: [DType::BF16, DType::Bool, DType::Bool] };
+            let g = ModuleKey::Elementwise {
+                op: EwOp::Unary(UnaryOp::Gelu),
+                out: DType::BF16,
+                ins: [DType::BF16, DType::Bool, DType::Bool],
+            };
             std::fs::write(format!("{dir}/gelu.cu"), g.source()).unwrap();
             let r = ModuleKey::Reduce { op: ReduceOp::Max, src: DType::F32, dst: DType::F32 };
             std::fs::write(format!("{dir}/max.cu"), r.source()).unwrap();

@@ -145,13 +145,19 @@ impl Ctx<'_> {
     /// Queues `f` with the one by-value parameter `p`.
     #[inline]
     pub(super) fn run<P>(&self, f: Func, grid: u32, p: &mut P) -> Result<()> {
+        self.run_threads(f, grid, THREADS, p)
+    }
+
+    /// [`Ctx::run`] with blocks of `threads` threads (at most the kernel's launch bound).
+    #[inline]
+    pub(super) fn run_threads<P>(&self, f: Func, grid: u32, threads: u32, p: &mut P) -> Result<()> {
         let mut args = [(p as *mut P).cast::<c_void>()];
         // SAFETY:
         // - `f` is a live kernel of the current context taking one parameter whose C layout is `P`'s
         //   (`#[repr(C)]`, mirrored in codegen);
         // - `cuLaunchKernel` copies it before returning;
         // - the stream is live and of the current context.
-        unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (THREADS, 1, 1), 0, self.stream, &mut args) }
+        unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (threads, 1, 1), 0, self.stream, &mut args) }
             .map_err(|e| driver_error("cuLaunchKernel", e))
     }
 

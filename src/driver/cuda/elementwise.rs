@@ -220,7 +220,14 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
 
 /// The parameters of the two-dimensional kernel when the collapsed dims are at most two and the
 /// output is dense over them; `None` otherwise.
-fn two_dims<const K: usize>(d: &Dims<K>, b: EwFast, nin: usize, out: DType, dtypes: &[DType; 3], vec: usize) -> Option<EwTwo> {
+fn two_dims<const K: usize>(
+    d: &Dims<K>,
+    b: EwFast,
+    nin: usize,
+    out: DType,
+    dtypes: &[DType; 3],
+    vec: usize,
+) -> Option<EwTwo> {
     if d.n == 0 || d.n > 2 || d.st[0][0] != 1 || (d.n == 2 && d.st[0][1] != d.shape[0]) {
         return None;
     }
@@ -273,7 +280,22 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        let ds = [1u64, 2, 3, 7, 128, 1000, 4096, 4097, 65535, 1 << 20, (1 << 31) - 1, 1 << 31, (1 << 31) + 1, u32::MAX as u64];
+        let ds = [
+            1u64,
+            2,
+            3,
+            7,
+            128,
+            1000,
+            4096,
+            4097,
+            65535,
+            1 << 20,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 31) + 1,
+            u32::MAX as u64,
+        ];
         for &d in &ds {
             let md = magic_divider(d);
             for x in [0u32, 1, d as u32 - 1, d as u32, u32::MAX, u32::MAX - 1] {

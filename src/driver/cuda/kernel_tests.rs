@@ -561,7 +561,10 @@ fn softmax_rows_columns_and_long_rows() {
             for log in [false, true] {
                 let src = b.dense(d, &shape);
                 let dst = b.dense(d, &shape);
-                b.check(&KernelOp::Softmax { src, dst, dim, log }, tol(d) * 2.0);
+                // A log-softmax output near 0 is a difference of O(1) terms summed in the
+                // compute type (f32 for the narrow floats, as PyTorch's): its error is absolute.
+                let abs = if log && d != DType::F64 { 1e-5 } else { 0.0 };
+                b.check_abs(&KernelOp::Softmax { src, dst, dim, log }, tol(d) * 2.0, abs);
             }
         }
     }

@@ -18,7 +18,7 @@
 //! reference, and deterministic: every combination order is fixed), extremes compare in the
 //! input's precision, integers accumulate in wrapping `i64`.
 
-use super::codegen::{softmax_vec, Entry, KernelId, ModuleKey, MAXD};
+use super::codegen::{softmax_big_layouts, softmax_value_bytes, softmax_vec, Entry, KernelId, ModuleKey, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::error::Result;
 use crate::kernel::{BufferView, ReduceOp};
@@ -150,7 +150,8 @@ pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, 
 /// Queues `dst = softmax(src)` (or its log) along `dim` (already validated; not empty).
 ///
 /// Contiguous rows of up to 1,024 elements go to a warp each, held in registers; longer ones
-/// to a block each, in registers up to 256 × 16 vectors, else in two passes over the row; rows
+/// to a block each, in registers of 256 threads (up to 64 values each) or of 1,024 (up to 32),
+/// else in two passes over the row; rows
 /// laid out across threads (the softmax dim strided, outer to the others) to a thread each.
 pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, log: bool) -> Result<()> {
     let kept = collapse(&src.shape, [Some(&src.strides), Some(&dst.strides)], |d| d != dim)
@@ -178,6 +179,11 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
             Entry::Rows { g, w: w as u8, ch }
         } else if aligned && chunks(256 * v) <= 16 && chunks(256 * v) * v as u64 <= 64 {
             Entry::Rows { g: 0, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
+        } else if aligned
+            && softmax_big_layouts(v as usize, softmax_value_bytes(src.dtype, dst.dtype))
+                .contains(&(chunks(1024 * v).max(2) as u8))
+        {
+            Entry::BigRows { w: v as u8, ch: chunks(1024 * v).max(2) as u8 }
         } else {
             Entry::Rows { g: 0, w: w as u8, ch: 0 }
         }
@@ -205,6 +211,7 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         Entry::Rows { g: 0, ch: 0, .. } => (rows as u64).min(c.info.sms as u64 * 2) as u32,
         Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
         Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
+        Entry::BigRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), 1024, &mut p),
         _ => c.grid(f, rows as u64),
     };
     c.run(f, grid.max(1), &mut p)

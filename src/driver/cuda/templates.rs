@@ -19,11 +19,6 @@ __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;"
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float b2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
 __device__ __forceinline__ u16 f2b(float f) {
-#if __CUDA_ARCH__ >= 800
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#endif
     u32 u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -374,8 +369,17 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
         for (i64 r = r0 + nv * VEC + lane; r < r1; r += width) a = combine(a, load(base[r], r));
         return a;
     }
-    for (i64 r = r0 + lane; r < r1; r += width) a = combine(a, load(base[r * st], r));
-    return a;
+    /* Four independent accumulators keep four loads in flight (a fixed order: deterministic). */
+    acc b1 = identity(), b2 = identity(), b3 = identity();
+    i64 r = r0 + lane;
+    for (; r + 3 * width < r1; r += 4 * width) {
+        a = combine(a, load(base[r * st], r));
+        b1 = combine(b1, load(base[(r + width) * st], r + width));
+        b2 = combine(b2, load(base[(r + 2 * width) * st], r + 2 * width));
+        b3 = combine(b3, load(base[(r + 3 * width) * st], r + 3 * width));
+    }
+    for (; r < r1; r += width) a = combine(a, load(base[r * st], r));
+    return combine(combine(a, b1), combine(b2, b3));
 }
 
 __device__ __forceinline__ acc warp_reduce(acc a) {
@@ -476,7 +480,8 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
 /// Semantics are PyTorch's (and the CPU kernel's): a row of −inf, one holding NaN and one holding
 /// +inf give NaN rows; sums shift by the running maximum only while it is finite, and a +inf
 /// maximum makes the sum NaN. Kernels: a warp per row with the row in registers (`sm_w{W}_{CH}`: lane `l` holds
-/// chunks `c·32 + l` of `W` elements), a block per row with the row in registers (`sm_b{V}_{CH}`),
+/// chunks `c·32 + l` of `W` elements), a block of 256 or 1,024 threads per row with the row in
+/// registers (`sm_b{V}_{CH}`, `sm_B{V}_{CH}`),
 /// a block per row of any length in two passes (`sm_o{W}`: an online maximum and sum, then the
 /// output), and a thread per row for rows strided across threads (`sm_thread`).
 pub(super) const SOFTMAX: &str = r#"
@@ -505,13 +510,8 @@ __device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& do
 __device__ __forceinline__ TC neg_inf() { return (TC)(-d_inf()); }
 __device__ __forceinline__ TC shift_of(TC m) { return isfinite(m) ? m : (TC)0; }
 __device__ __forceinline__ TC out_of(TC v, TC sh, TC k) { return LOG ? v - sh - k : v * k; }
-/* The sum's type: a log-softmax takes the log of the sum, whose rounding would be an absolute
-   error in every output, so it adds in double. */
-#if LOG
-typedef double TA;
-#else
+/* The sum's type (the compute type, as PyTorch's accumulate type). */
 typedef TC TA;
-#endif
 /* PyTorch shifts by the maximum even when it is +inf, which makes the whole row NaN. */
 __device__ __forceinline__ TA final_sum(TC m, TA s) { return m == (TC)d_inf() ? (TA)d_nan() : s; }
 template <int G, typename T> __device__ __forceinline__ T all_max(T v) {
@@ -620,10 +620,10 @@ __device__ __forceinline__ void sm_warp_rows(const SmP& p) {
         sm_regs<W, CH, G>(p, row, lane % G, row < p.rows, 0);
     }
 }
-template <int CH>
+template <int CH, int THR>
 __device__ __forceinline__ void sm_block_rows(const SmP& p) {
     __shared__ TA shm[32];
-    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs<V, CH, 256>(p, row, threadIdx.x, true, shm);
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs<V, CH, THR>(p, row, threadIdx.x, true, shm);
 }
 
 /* Folds `W` elements into the running (maximum, sum). */

@@ -623,32 +623,5 @@ mod tests {
                 assert_eq!(text.matches(&format!(" {name}(")).count(), 1, "{src:?}->{dst:?}: {name}");
             }
         }
-        if let Ok(dir) = std::env::var("CUDASEM_DUMP_SOURCES") {
-            let sm = ModuleKey::Softmax { src: DType::BF16, dst: DType::BF16, log: false };
-            std::fs::write(format!("{dir}/sm.cu"), sm.source()).unwrap();
-            let sm = ModuleKey::Softmax { src: DType::F32, dst: DType::F32, log: true };
-            std::fs::write(format!("{dir}/smlog.cu"), sm.source()).unwrap();
-            let sg = ModuleKey::Elementwise {
-                op: EwOp::Unary(UnaryOp::Sigmoid),
-                out: DType::F32,
-                ins: [DType::F32, DType::Bool, DType::Bool],
-            };
-            std::fs::write(format!("{dir}/sig.cu"), sg.source()).unwrap();
-            std::fs::write(format!("{dir}/ew.cu"), m.source()).unwrap();
-            let w = ModuleKey::Elementwise {
-                op: EwOp::Where,
-                out: DType::BF16,
-                ins: [DType::Bool, DType::BF16, DType::BF16],
-            };
-            std::fs::write(format!("{dir}/where.cu"), w.source()).unwrap();
-            let g = ModuleKey::Elementwise {
-                op: EwOp::Unary(UnaryOp::Gelu),
-                out: DType::BF16,
-                ins: [DType::BF16, DType::Bool, DType::Bool],
-            };
-            std::fs::write(format!("{dir}/gelu.cu"), g.source()).unwrap();
-            let r = ModuleKey::Reduce { op: ReduceOp::Max, src: DType::F32, dst: DType::F32 };
-            std::fs::write(format!("{dir}/max.cu"), r.source()).unwrap();
-        }
     }
 }

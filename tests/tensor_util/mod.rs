@@ -71,8 +71,8 @@ pub fn round_to(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F64 => x,
         DType::F32 => x as f32 as f64,
-        DType::F16 => f16::from_f64(x).to_f64(),
-        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::F16 => f16::from_f32(f32_odd(x)).to_f64(),
+        DType::BF16 => bf16::from_f32(f32_odd(x)).to_f64(),
         DType::I64 => x as i64 as f64,
         DType::I32 => x as i64 as i32 as f64,
         DType::U8 => x as i64 as u8 as f64,
@@ -115,9 +115,11 @@ pub fn tensor(values: &[f64], shape: &[usize], dtype: DType, device: Device) -> 
     match dtype {
         DType::F64 => Tensor::from_slice(values, shape, device),
         DType::F32 => Tensor::from_slice(&values.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape, device),
-        DType::F16 => Tensor::from_slice(&values.iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>(), shape, device),
+        DType::F16 => {
+            Tensor::from_slice(&values.iter().map(|&x| f16::from_f32(f32_odd(x))).collect::<Vec<_>>(), shape, device)
+        }
         DType::BF16 => {
-            Tensor::from_slice(&values.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>(), shape, device)
+            Tensor::from_slice(&values.iter().map(|&x| bf16::from_f32(f32_odd(x))).collect::<Vec<_>>(), shape, device)
         }
         DType::I64 => Tensor::from_slice(&values.iter().map(|&x| x as i64).collect::<Vec<_>>(), shape, device),
         DType::I32 => Tensor::from_slice(&values.iter().map(|&x| x as i32).collect::<Vec<_>>(), shape, device),
@@ -175,4 +177,15 @@ pub fn laid_out(vals: &[f64], r: usize, c: usize, dtype: DType, device: Device, 
     assert_eq!(t.shape(), [r, c]);
     assert_eq!(t.is_contiguous(), layout == Layout::Contiguous, "{layout:?}");
     Ok(t)
+}
+
+/// `x` rounded to `f32` toward odd, so that rounding it again to `f16`/`bf16` is correctly
+/// rounded (`half`'s `from_f64` drops the low 32 bits of the `f64` first, so it is not).
+pub fn f32_odd(x: f64) -> f32 {
+    let f = x as f32;
+    if x.is_nan() || f as f64 == x {
+        return f;
+    }
+    let rz = if f.is_infinite() || (f as f64).abs() > x.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    f32::from_bits(rz.to_bits() | 1)
 }

@@ -33,7 +33,7 @@ fn gelu(x: f64) -> f64 {
 
 /// `x` rounded to the nearest bf16 (what a bf16 op's output keeps).
 fn round_bf16(x: f64) -> f64 {
-    bf16::from_f64(x).to_f64()
+    bf16::from_f32(super::ops::reference::f32_odd(x)).to_f64()
 }
 
 /// The first index where `got` is not within `tol(want)` of `want` (NaN is never within).

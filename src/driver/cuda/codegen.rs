@@ -239,7 +239,8 @@ fn fname(name: &str, m: DType) -> String {
 
 /// The body of `apply` (statements ending in `return`) for a unary op computed in `c`.
 ///
-/// Half-precision results (`c` is `f16` or `bf16`, computed in `float`) use the fast intrinsics
+/// Half-precision results (`c` is `f16` or `bf16`, computed in `float`; `bf16` stored with the
+/// `cvt.rn.bf16.f32` instruction on sm_80 and newer) use the fast intrinsics
 /// where their error stays far below the half type's rounding (`__expf`, `rsqrtf`, a fast
 /// division in sigmoid, `tanh.approx` for bf16) and PyTorch's `erf` form of gelu; `f32` and `f64` use the
 /// accurate library functions (gelu through `erfc`, which keeps its relative accuracy for
@@ -413,7 +414,13 @@ pub(super) const PARTIAL_BYTES: usize = 16;
 
 fn reduce(s: &mut String, op: ReduceOp, src: DType, dst: DType) {
     let vec = 16 / src.size();
-    let _ = write!(s, "#define VEC {vec}\ntypedef {} TS;\ntypedef {} TD;\n", ctype(src), ctype(dst));
+    let split = !matches!(op, ReduceOp::Sum | ReduceOp::Mean) as u8;
+    let _ = write!(
+        s,
+        "#define VEC {vec}\n#define SPLIT_ACC {split}\ntypedef {} TS;\ntypedef {} TD;\n",
+        ctype(src),
+        ctype(dst)
+    );
     let float = src.is_float();
     let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
     let max = matches!(op, ReduceOp::Max | ReduceOp::ArgMax);

@@ -185,13 +185,16 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
 #[inline(never)]
 fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
     let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
-    let mut strides: [Option<&[usize]>; 4] = [Some(&dst.strides), None, None, None];
-    for (i, v) in ins.iter().enumerate() {
-        strides[i + 1] = Some(&v.strides);
+    // Dims in the output's memory order (an elementwise op may take them in any order), so a
+    // permuted output (a transposed one, say) streams as one dense run.
+    let (shape, views) = memory_order(dst, ins);
+    let mut strides: [Option<&[usize]>; 4] = [None; 4];
+    for (slot, v) in strides.iter_mut().zip(&views) {
+        *slot = Some(v);
     }
     let n = dst.numel() as u64;
     let p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
-    let dims = collapse(&dst.shape, strides, |_| true)
+    let dims = collapse(&shape, strides, |_| true)
         .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
     let (dense, mask) = collapsed_mask(&dims, ins.len());
     let mask = mask | imm;
@@ -216,6 +219,17 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
     let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
     let grid = c.grid(f, n);
     c.run(f, grid, &mut s)
+}
+
+/// The shape and the strides of the output and then of each input, with the dims sorted by the
+/// output's strides, largest first (the order unchanged when it already is).
+fn memory_order(dst: &BufferView, ins: &[&BufferView]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut order: Vec<usize> = (0..dst.shape.len()).collect();
+    order.sort_by_key(|&d| std::cmp::Reverse(dst.strides[d]));
+    let pick = |v: &[usize]| order.iter().map(|&d| v[d]).collect::<Vec<usize>>();
+    let mut views = vec![pick(&dst.strides)];
+    views.extend(ins.iter().map(|v| pick(&v.strides)));
+    (pick(&dst.shape), views)
 }
 
 /// The parameters of the two-dimensional kernel when the collapsed dims are at most two and the

@@ -165,8 +165,8 @@ fn random(rng: &mut Rng, dtype: DType, n: usize, nan: bool) -> Vec<u8> {
         match dtype {
             DType::F32 => out.extend((x as f32).to_ne_bytes()),
             DType::F64 => out.extend(x.to_ne_bytes()),
-            DType::F16 => out.extend(f16::from_f64(x).to_ne_bytes()),
-            DType::BF16 => out.extend(bf16::from_f64(x).to_ne_bytes()),
+            DType::F16 => out.extend(crate::kernels::cpu::f64_to_f16(x).to_ne_bytes()),
+            DType::BF16 => out.extend(crate::kernels::cpu::f64_to_bf16(x).to_ne_bytes()),
             DType::I32 => out.extend((i as i32).to_ne_bytes()),
             DType::I64 => out.extend(i.to_ne_bytes()),
             DType::U8 => out.push(rng.next() as u8),

@@ -19,6 +19,11 @@ __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;"
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float b2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
 __device__ __forceinline__ u16 f2b(float f) {
+#if __CUDA_ARCH__ >= 800
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
     u32 u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -369,9 +374,11 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
         for (i64 r = r0 + nv * VEC + lane; r < r1; r += width) a = combine(a, load(base[r], r));
         return a;
     }
-    /* Four independent accumulators keep four loads in flight (a fixed order: deterministic). */
-    acc b1 = identity(), b2 = identity(), b3 = identity();
     i64 r = r0 + lane;
+#if SPLIT_ACC
+    /* Extremes: four independent accumulators keep four loads in flight past the compare chain
+       (the result does not depend on the order). Sums keep one, which the compiler pipelines. */
+    acc b1 = identity(), b2 = identity(), b3 = identity();
     for (; r + 3 * width < r1; r += 4 * width) {
         a = combine(a, load(base[r * st], r));
         b1 = combine(b1, load(base[(r + width) * st], r + width));
@@ -380,6 +387,10 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
     }
     for (; r < r1; r += width) a = combine(a, load(base[r * st], r));
     return combine(combine(a, b1), combine(b2, b3));
+#else
+    for (; r < r1; r += width) a = combine(a, load(base[r * st], r));
+    return a;
+#endif
 }
 
 __device__ __forceinline__ acc warp_reduce(acc a) {

@@ -87,14 +87,37 @@ macro_rules! number {
     };
 }
 
+/// `x` rounded to `f32` toward odd (toward zero, the last bit set when inexact): rounding that
+/// once more to a type of at most 22 significant bits is correctly rounded, which `half`'s own
+/// `from_f64` is not (it drops the low 32 bits of the `f64` before rounding).
+pub(crate) fn f64_to_f32_odd(x: f64) -> f32 {
+    let f = x as f32;
+    if x.is_nan() || f as f64 == x {
+        return f;
+    }
+    // The neighbour of `f` toward zero when `f` rounded away from zero (or overflowed).
+    let rz = if f.is_infinite() || (f as f64).abs() > x.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    f32::from_bits(rz.to_bits() | 1)
+}
+
+/// `x` correctly rounded (to nearest, ties to even) to `f16`.
+pub(crate) fn f64_to_f16(x: f64) -> f16 {
+    f16::from_f32(f64_to_f32_odd(x))
+}
+
+/// `x` correctly rounded (to nearest, ties to even) to `bf16`.
+pub(crate) fn f64_to_bf16(x: f64) -> bf16 {
+    bf16::from_f32(f64_to_f32_odd(x))
+}
+
 number!(f32, 4, Float, to_f64: |x: f32| x as f64, to_i64: |x: f32| x as i64,
     from_f64: |x: f64| x as f32, from_i64: |x: i64| x as f32);
 number!(f64, 8, Float, to_f64: |x: f64| x, to_i64: |x: f64| x as i64,
     from_f64: |x: f64| x, from_i64: |x: i64| x as f64);
 number!(f16, 2, Float, to_f64: |x: f16| x.to_f64(), to_i64: |x: f16| x.to_f64() as i64,
-    from_f64: f16::from_f64, from_i64: |x: i64| f16::from_f64(x as f64));
+    from_f64: f64_to_f16, from_i64: |x: i64| f64_to_f16(x as f64));
 number!(bf16, 2, Float, to_f64: |x: bf16| x.to_f64(), to_i64: |x: bf16| x.to_f64() as i64,
-    from_f64: bf16::from_f64, from_i64: |x: i64| bf16::from_f64(x as f64));
+    from_f64: f64_to_bf16, from_i64: |x: i64| f64_to_bf16(x as f64));
 number!(i32, 4, Int, to_f64: |x: i32| x as f64, to_i64: |x: i32| x as i64,
     from_f64: |x: f64| x as i64 as i32, from_i64: |x: i64| x as i32);
 number!(i64, 8, Int, to_f64: |x: i64| x as f64, to_i64: |x: i64| x,
@@ -292,6 +315,16 @@ mod tests {
         assert!(!cast::<i64, bool>(0));
         assert_eq!(cast::<bool, f32>(true), 1.0);
         assert_eq!(cast::<f64, f16>(1.0 / 3.0), f16::from_f64(1.0 / 3.0));
+        // Just above a tie by less than the low 32 bits of an f64: rounds up (half's from_f64
+        // would see a tie and round to even).
+        let above = f64::from_bits(1.00390625f64.to_bits() + 1);
+        assert_eq!(f64_to_bf16(above).to_f64(), 1.0078125);
+        assert_eq!(f64_to_bf16(1.00390625).to_f64(), 1.0, "a tie rounds to even");
+        let f32_above = f32::from_bits(0x3FE4_8001); // a tie plus one f32 ulp: its deciding bit is below bit 20
+        assert_eq!(f64_to_bf16(f32_above as f64), bf16::from_f32(f32_above));
+        assert_eq!(f64_to_f16(1e6).to_f64(), f64::INFINITY);
+        assert_eq!(f64_to_bf16(-1e39).to_f64(), f64::NEG_INFINITY);
+        assert!(f64_to_bf16(f64::NAN).is_nan());
         assert_eq!(cast::<f64, i64>(f64::NAN), 0);
     }
 

@@ -18,6 +18,8 @@ use crate::kernel::DevicePtr;
 use crate::kernel::{BufferView, KernelOp};
 
 pub(crate) use elem::{encode, for_each_offset, gather_bytes};
+#[cfg(test)]
+pub(crate) use elem::{f64_to_bf16, f64_to_f16};
 
 /// `value` converted to `dtype`, as the bytes of one element.
 pub(crate) fn scalar_bytes(value: crate::scalar::Scalar, dtype: crate::dtype::DType) -> Vec<u8> {

@@ -12,7 +12,7 @@
 mod cases;
 mod check;
 mod inputs;
-mod reference;
+pub(super) mod reference;
 mod report;
 
 use super::measure::{event_ms, panic_message};

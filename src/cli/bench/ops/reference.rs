@@ -120,8 +120,8 @@ pub fn cast(to: DType, x: f64, from_float: bool) -> f64 {
     match to {
         DType::F64 => x,
         DType::F32 => f64::from(x as f32),
-        DType::BF16 => bf16::from_f64(x).to_f64(),
-        DType::F16 => f16::from_f64(x).to_f64(),
+        DType::BF16 => bf16::from_f32(f32_odd(x)).to_f64(),
+        DType::F16 => f16::from_f32(f32_odd(x)).to_f64(),
         _ if from_float => x.trunc(),
         DType::I32 => f64::from(x as i64 as i32),
         DType::U8 => f64::from(x as i64 as u8),
@@ -197,6 +197,17 @@ pub fn softmax(row: &[f64], log: bool, dtype: DType) -> Vec<f64> {
     } else {
         row.iter().map(|&x| round(dtype, (x - max).exp() / sum)).collect()
     }
+}
+
+/// `x` rounded to `f32` toward odd, so that rounding it again to `f16`/`bf16` is correctly
+/// rounded, as the device's conversions are (`half`'s `from_f64` drops the low 32 bits first).
+pub fn f32_odd(x: f64) -> f32 {
+    let f = x as f32;
+    if x.is_nan() || f as f64 == x {
+        return f;
+    }
+    let rz = if f.is_infinite() || (f as f64).abs() > x.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    f32::from_bits(rz.to_bits() | 1)
 }
 
 #[cfg(test)]

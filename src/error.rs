@@ -106,6 +106,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A memory snapshot file that cannot be read as cudasem's JSON or PyTorch's pickle (see
+    /// `cudasem::memviz::load_snapshot`).
+    #[error("invalid memory snapshot: {reason}; expected cudasem's JSON (Snapshot::to_json) or PyTorch's pickle (torch.cuda.memory._dump_snapshot)")]
+    InvalidSnapshot {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A device pointer that is not (or no longer) a live allocation of that device.
     #[error("invalid device pointer {ptr:#x} on cuda:{device}: {reason}")]
     InvalidPointer {

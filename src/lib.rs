@@ -105,6 +105,8 @@
 //!
 //! `cli` (default): the `cudasem` command and its dependencies; a library user can turn it off
 //! with `default-features = false` (the command itself uses only the public API).
+//! `memviz` (default, and with `cli`): [`memviz`], pictures of allocator snapshots (the renderer of
+//! `cudasem memviz`; no dependencies of its own).
 //! `unstable-internals`: the allocator, driver and kernel layers as hidden modules for this
 //! crate's own tests and benches; not public API.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -146,6 +148,8 @@ mod kernel;
 mod kernels;
 #[cfg(all(test, loom))]
 mod loom_pinned;
+#[cfg(feature = "memviz")]
+pub mod memviz;
 mod runtime;
 mod scalar;
 mod sync;

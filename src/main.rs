@@ -1,6 +1,6 @@
 //! The `cudasem` command: `info` (the machine), `tour` (a self-checking walk through the CUDA
-//! semantics on whatever machine it runs on), `replay` (an allocator trace) and `bench` (cudasem's
-//! figures beside PyTorch's, BENCHMARKS.md).
+//! semantics on whatever machine it runs on), `replay` (an allocator trace), `memviz` (pictures of
+//! a memory snapshot) and `bench` (cudasem's figures beside PyTorch's, BENCHMARKS.md).
 
 mod cli;
 
@@ -32,6 +32,29 @@ enum Command {
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Pictures of a memory snapshot (cudasem's JSON or pickle, or PyTorch's
+    /// torch.cuda.memory._dump_snapshot pickle) as one self-contained HTML page or SVG: the active
+    /// memory timeline, the segments at the peak (or --at an event), and a summary. Exit code 2 on
+    /// a bad file or option.
+    Memviz {
+        /// The snapshot file.
+        snapshot: std::path::PathBuf,
+        /// The HTML page to write.
+        #[arg(short = 'o', long = "output", value_name = "OUT.html")]
+        html: Option<std::path::PathBuf>,
+        /// The SVG document to write.
+        #[arg(long, value_name = "OUT.svg")]
+        svg: Option<std::path::PathBuf>,
+        /// The device [default: the first with a history or segments].
+        #[arg(long)]
+        device: Option<usize>,
+        /// Show the segments just after this event of the history (0-based) [default: the peak].
+        #[arg(long, value_name = "N")]
+        at: Option<usize>,
+        /// Colour the timeline's allocations by stream instead of by size.
+        #[arg(long)]
+        by_stream: bool,
     },
     /// cudasem's figures, then PyTorch's (bench/pytorch_bench.py) measured the same way, as one
     /// table and a JSON file (BENCHMARKS.md). Exit code 1 if a cudasem figure fails, 2 on bad options;
@@ -76,6 +99,9 @@ fn main() -> ExitCode {
         Command::Info => cli::info::run(),
         Command::Tour => cli::tour::run(),
         Command::Replay { trace, json } => cli::replay::run(&trace, json),
+        Command::Memviz { snapshot, html, svg, device, at, by_stream } => {
+            cli::memviz::run(cli::memviz::Args { snapshot, html, svg, device, at, by_stream })
+        }
         Command::Bench { json, no_pytorch, python, script, only, quick, ops, write_spec } => {
             let script = script.unwrap_or_else(|| cli::bench::default_script(ops));
             cli::bench::run(cli::bench::Options { json, no_pytorch, python, script, only, quick, ops, write_spec })

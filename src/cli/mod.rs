@@ -2,5 +2,6 @@
 
 pub mod bench;
 pub mod info;
+pub mod memviz;
 pub mod replay;
 pub mod tour;

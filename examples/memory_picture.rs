@@ -1,0 +1,76 @@
+//! A picture of device memory: record the caching allocator's history, run a small workload,
+//! and write the page `cudasem memviz` writes (the active memory timeline, the segments at the
+//! peak, a summary) — `torch.cuda.memory._record_memory_history()` + `_dump_snapshot()` +
+//! `pytorch.org/memory_viz`, in one program. Checks the picture's figures against the
+//! allocator's own and exits non-zero if they disagree.
+//!
+//! `cargo run --example memory_picture [OUT.html]` (default: memory_picture.html in the temporary
+//! folder); the snapshot is written beside it as a pickle PyTorch's memory_viz opens too.
+use cudasem::cuda::{self, memory::format_bytes};
+use cudasem::memviz::{self, Options};
+use cudasem::{DType, Tensor};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = std::env::args().nth(1).map_or_else(|| std::env::temp_dir().join("memory_picture.html"), Into::into);
+    cuda::record_memory_history(true, 100_000)?;
+
+    // A two-layer MLP forward over four batches, keeping each batch's row sums: the weights
+    // stay, activations come and go, and the small results left behind split the cache.
+    let w1 = Tensor::randn([1024, 2048], DType::F32, "cuda")?; // 8 MiB
+    let w2 = Tensor::randn([2048, 512], DType::F32, "cuda")?; // 4 MiB
+    let mut kept = Vec::new();
+    for _ in 0..4 {
+        let x = Tensor::randn([512, 1024], DType::F32, "cuda")?; // 2 MiB
+        let h = x.matmul(&w1)?.gelu()?; // 4 MiB (and the matmul's output before gelu)
+        let y = h.matmul(&w2)?.softmax(-1)?; // 1 MiB
+        kept.push(y.sum(&[-1], false)?); // 2 KiB, kept
+    }
+    let row_sums = kept[3].to_vec::<f32>()?;
+    assert!(row_sums.iter().all(|s| (s - 1.0).abs() < 1e-3), "softmax rows sum to 1");
+
+    let device = cuda::current_device()?;
+    let snapshot = cuda::memory_snapshot()?;
+    let picture = memviz::render(&snapshot, &Options { device: Some(device), ..Options::default() })?;
+    let s = picture.summary();
+    println!("{s}");
+
+    // The picture's figures are the allocator's.
+    let weights = 12 << 20;
+    check(s.peak_reserved == cuda::max_memory_reserved(device)?, "peak reserved is the allocator's")?;
+    check(
+        s.peak_allocated >= weights + (2 << 20) + (4 << 20),
+        "the peak holds the weights, a batch and its activation",
+    )?;
+    check(s.peak_allocated <= cuda::max_memory_allocated(device)?, "requested bytes stay under the rounded peak")?;
+    check(s.events > 0 && s.driver_allocations > 0 && s.ooms == 0, "the history has the segments' allocations")?;
+    // At the last event the segments are the snapshot's own.
+    let end =
+        memviz::render(&snapshot, &Options { device: Some(device), at: Some(s.events - 1), ..Options::default() })?;
+    let now = end.summary();
+    check(now.reserved == cuda::memory_reserved(device)?, "at the end, the reserved bytes are memory_reserved()")?;
+    check(now.allocated == cuda::memory_allocated(device)?, "at the end, the allocated bytes are memory_allocated()")?;
+    let segments = snapshot.segments.iter().filter(|g| g.device == device).count();
+    check(now.segments == segments, "at the end, the segments are the snapshot's")?;
+
+    let html = picture.to_html();
+    check(html.contains("<svg") && !html.contains("src=") && !html.contains("href="), "one file: nothing to fetch")?;
+    std::fs::write(&out, html)?;
+    let pickle = out.with_extension("pickle");
+    std::fs::write(&pickle, snapshot.to_pickle())?;
+    println!(
+        "wrote {} ({} peak allocated) and {} (opens in pytorch.org/memory_viz)",
+        out.display(),
+        format_bytes(s.peak_allocated),
+        pickle.display()
+    );
+    drop((w1, w2, kept));
+    Ok(())
+}
+
+fn check(ok: bool, what: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("check failed: {what}"))
+    }
+}

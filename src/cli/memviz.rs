@@ -1,0 +1,65 @@
+//! `cudasem memviz SNAPSHOT -o OUT.html [--svg OUT.svg]`: the timeline and segment pictures of a
+//! snapshot (cudasem's JSON or pickle, or PyTorch's `_dump_snapshot` pickle).
+
+use cudasem::memviz::{read_snapshot, render, ColorBy, Options};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// What to read, what to write, and what to draw.
+pub struct Args {
+    /// The snapshot file.
+    pub snapshot: PathBuf,
+    /// The HTML page to write.
+    pub html: Option<PathBuf>,
+    /// The SVG document to write.
+    pub svg: Option<PathBuf>,
+    /// The device.
+    pub device: Option<usize>,
+    /// The segment view's event.
+    pub at: Option<usize>,
+    /// Colour allocations by stream instead of size.
+    pub by_stream: bool,
+}
+
+/// Renders and writes the files, prints the summary; exit code 2 on a bad file or option.
+pub fn run(args: Args) -> ExitCode {
+    match write(&args) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> cudasem::Result<()> {
+    std::fs::write(path, text).map_err(|e| cudasem::Error::InvalidArgument {
+        op: "memviz",
+        reason: format!("cannot write {}: {e}", path.display()),
+    })
+}
+
+fn write(args: &Args) -> cudasem::Result<String> {
+    if args.html.is_none() && args.svg.is_none() {
+        return Err(cudasem::Error::InvalidArgument {
+            op: "memviz",
+            reason: "nothing to write: give -o OUT.html and/or --svg OUT.svg".into(),
+        });
+    }
+    let snapshot = read_snapshot(&args.snapshot)?;
+    let color_by = if args.by_stream { ColorBy::Stream } else { ColorBy::Size };
+    let picture = render(&snapshot, &Options { device: args.device, at: args.at, color_by })?;
+    let mut wrote = Vec::new();
+    if let Some(path) = &args.html {
+        write_file(path, &picture.to_html())?;
+        wrote.push(path.display().to_string());
+    }
+    if let Some(path) = &args.svg {
+        write_file(path, &picture.to_svg())?;
+        wrote.push(path.display().to_string());
+    }
+    Ok(format!("{}\nwrote {}", picture.summary(), wrote.join(", ")))
+}

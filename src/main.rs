@@ -32,6 +32,10 @@ enum Command {
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also write a page with reserved and allocated bytes over the trace's rows: cudasem's,
+        /// and PyTorch's reserved from the trace's segment rows.
+        #[arg(long, value_name = "OUT.html")]
+        plot: Option<std::path::PathBuf>,
     },
     /// Pictures of a memory snapshot (cudasem's JSON or pickle, or PyTorch's
     /// torch.cuda.memory._dump_snapshot pickle) as one self-contained HTML page or SVG: the active
@@ -98,7 +102,7 @@ fn main() -> ExitCode {
     match args.command {
         Command::Info => cli::info::run(),
         Command::Tour => cli::tour::run(),
-        Command::Replay { trace, json } => cli::replay::run(&trace, json),
+        Command::Replay { trace, json, plot } => cli::replay::run(&trace, json, plot.as_deref()),
         Command::Memviz { snapshot, html, svg, device, at, by_stream } => {
             cli::memviz::run(cli::memviz::Args { snapshot, html, svg, device, at, by_stream })
         }

@@ -109,6 +109,11 @@ fn on_white(c: [u8; 3], line: [u8; 3]) -> bool {
         && [0, 2].iter().all(|&i| ((255.0 - a * (255.0 - line[i] as f64)) - c[i] as f64).abs() <= 14.0)
 }
 
+/// Whether `c` is mostly `line` (at least half of the pixel covered).
+fn strong(c: [u8; 3], line: [u8; 3]) -> bool {
+    on_white(c, line) && (255.0 - c[1] as f64) / (255.0 - line[1] as f64) >= 0.5
+}
+
 /// Whether a timeline pixel belongs to the area: not the page, the grid, the reserved line or
 /// the marks' ink (nor their antialiased edges).
 fn is_area(c: [u8; 3]) -> bool {
@@ -424,5 +429,39 @@ fn the_command_writes_a_page_and_an_svg() {
     assert!(err.contains("invalid memory snapshot") && !err.contains("panicked"), "{err}");
     let o = cudasem(&["memviz", pickle.to_str().unwrap(), "-o", html.to_str().unwrap(), "--at", "100000"]);
     assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn replay_plots_cudasems_reserved_beside_pytorchs() {
+    // Two 3 MiB blocks, then a 2 MiB one in the first's place: one 20 MiB segment for cudasem;
+    // PyTorch's rows say it held 40 MiB.
+    let trace = "action,addr,size,stream\nsegment_alloc,0,41943040,0\nalloc,4096,3145728,0\nalloc,8192,3145728,0\nfree_requested,4096,3145728,0\nfree_completed,4096,3145728,0\nalloc,12288,2097152,0\nfree_completed,8192,3145728,0\nfree_completed,12288,2097152,0\n";
+    let dir = std::env::temp_dir().join(format!("cudasem-replay-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, html) = (dir.join("t.csv"), dir.join("plot.html"));
+    std::fs::write(&csv, trace).unwrap();
+    let o = Command::new(common::cudasem_binary())
+        .args(["replay", csv.to_str().unwrap(), "--json", "--plot", html.to_str().unwrap()])
+        .env("CUDASEM_ALLOC_CONF", "")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout stays one JSON object");
+    assert_eq!(report["peak_reserved_bytes"].as_u64(), Some(20 * MIB as u64));
+    let page = std::fs::read_to_string(&html).unwrap();
+    let svg = &page[page.find("<svg").unwrap()..page.find("</svg>").unwrap() + 6];
+    let [x, y, w, h] = attribute(svg, "data-plot")[..] else { panic!("four numbers") };
+    assert_eq!(attribute(svg, "data-ymax"), [40.0 * MIB as f64], "PyTorch's 40 MiB sets the scale");
+    let map = pixels(svg);
+    let top = |line: &str| {
+        (y as u32 - 2..(y + h) as u32)
+            .find(|&r| (x as u32 + 2..(x + w) as u32).any(|c| strong(rgb(&map, c, r), hex(line))))
+            .map(|r| r as f64)
+    };
+    let cudasem = top("#c0392b").expect("cudasem's reserved line");
+    let pytorch = top("#e69138").expect("PyTorch's reserved line");
+    assert!((cudasem - (y + h / 2.0)).abs() <= 1.5, "cudasem's 20 MiB at half height: {cudasem}");
+    assert!((pytorch - y).abs() <= 1.5, "PyTorch's 40 MiB at the top: {pytorch}");
     let _ = std::fs::remove_dir_all(&dir);
 }

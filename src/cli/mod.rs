@@ -4,4 +4,5 @@ pub mod bench;
 pub mod info;
 pub mod memviz;
 pub mod replay;
+pub mod replay_plot;
 pub mod tour;

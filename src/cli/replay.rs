@@ -6,12 +6,19 @@ use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;
 
-/// Replays the trace and prints the figures (one JSON object with `json`); exit code 2 on a bad
-/// file or setting.
-pub fn run(path: &Path, json: bool) -> ExitCode {
-    match report(path, json) {
-        Ok(text) => {
+/// Replays the trace and prints the figures (one JSON object with `json`), and with `plot` writes
+/// the page of `replay_plot` there; exit code 2 on a bad file or setting.
+pub fn run(path: &Path, json: bool, plot: Option<&Path>) -> ExitCode {
+    let plotted = |text: String| match plot {
+        Some(out) => super::replay_plot::write(path, out).map(|wrote| (text, Some(wrote))),
+        None => Ok((text, None)),
+    };
+    match report(path, json).and_then(plotted) {
+        Ok((text, wrote)) => {
             println!("{text}");
+            if let Some(wrote) = wrote {
+                eprintln!("{wrote}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

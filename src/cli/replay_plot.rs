@@ -1,0 +1,134 @@
+//! `cudasem replay TRACE --plot OUT.html`: reserved and allocated bytes over the trace's rows for
+//! cudasem's policy, PyTorch's reserved bytes beside them (the trace's own `segment_alloc` /
+//! `segment_free` rows: what PyTorch's allocator held when the trace was recorded), and the live
+//! requested bytes no allocator can go under.
+//!
+//! cudasem's figures come from the same caching allocator and settings as the report, replayed
+//! here through the public API on a one-device simulated machine of the report's capacity (this
+//! process starts no other work): `caching_allocator_alloc` / `_delete` per row, each trace stream
+//! one stream of the device (the default stream for stream 0, pool streams for the others, so up
+//! to 32 side streams stay apart), and `memory_reserved` / `memory_allocated` after each row.
+
+use cudasem::cuda::memory::{format_bytes, ReplayOptions, Trace};
+use cudasem::cuda::{self, AllocatorSettings, Stream, TraceAction};
+use cudasem::memviz::chart::{Chart, Series, Style};
+use cudasem::{Config, DriverKind, Error, PeerSpec, Result, SimConfig};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The series of one replay: a value after each row of the trace.
+struct Replayed {
+    reserved: Vec<usize>,
+    allocated: Vec<usize>,
+    live: Vec<usize>,
+}
+
+fn stream_for(streams: &mut HashMap<u64, Stream>, id: u64) -> Result<Stream> {
+    if let Some(s) = streams.get(&id) {
+        return Ok(s.clone());
+    }
+    let s = if id == 0 { cuda::default_stream(Some(0))? } else { Stream::new(0, 0)? };
+    streams.insert(id, s.clone());
+    Ok(s)
+}
+
+fn replay(trace: &Trace) -> Result<Replayed> {
+    let mut streams = HashMap::new();
+    let mut live_blocks: HashMap<u64, (u64, usize)> = HashMap::new();
+    let (mut reserved, mut allocated, mut live) = (Vec::new(), Vec::new(), Vec::new());
+    let mut requested = 0usize;
+    for e in &trace.events {
+        match e.action {
+            TraceAction::Alloc => {
+                if live_blocks.contains_key(&e.addr) {
+                    let reason = format!("alloc at {:#x}, which is still live", e.addr);
+                    return Err(Error::InvalidTrace { line: e.line, reason });
+                }
+                let stream = stream_for(&mut streams, e.stream.0)?;
+                let ptr = cuda::caching_allocator_alloc(e.size, 0, Some(&stream))?;
+                live_blocks.insert(e.addr, (ptr, e.size));
+                requested += e.size;
+            }
+            TraceAction::FreeCompleted => {
+                let Some((ptr, size)) = live_blocks.remove(&e.addr) else {
+                    let reason = format!("free_completed of {:#x}, which is not live", e.addr);
+                    return Err(Error::InvalidTrace { line: e.line, reason });
+                };
+                cuda::caching_allocator_delete(ptr)?;
+                requested -= size;
+            }
+            _ => {}
+        }
+        reserved.push(cuda::memory_reserved(0)?);
+        allocated.push(cuda::memory_allocated(0)?);
+        live.push(requested);
+    }
+    Ok(Replayed { reserved, allocated, live })
+}
+
+/// PyTorch's reserved bytes after each row, from the trace's segment rows (`None` when it has
+/// none).
+fn pytorch_reserved(trace: &Trace) -> Option<Vec<usize>> {
+    let segment_rows = |a| matches!(a, TraceAction::SegmentAlloc | TraceAction::SegmentFree);
+    if !trace.events.iter().any(|e| segment_rows(e.action)) {
+        return None;
+    }
+    let mut now = 0i128;
+    let series: Vec<i128> = trace
+        .events
+        .iter()
+        .map(|e| {
+            now += match e.action {
+                TraceAction::SegmentAlloc => e.size as i128,
+                TraceAction::SegmentFree => -(e.size as i128),
+                _ => 0,
+            };
+            now
+        })
+        .collect();
+    // A trace that starts with memory already held frees more than it allocates.
+    let start = -series.iter().copied().min().unwrap_or(0).min(0);
+    Some(series.into_iter().map(|v| (v + start) as usize).collect())
+}
+
+fn series(label: &str, color: &str, style: Style, values: Vec<usize>) -> Series {
+    Series { label: label.into(), color: color.into(), style, values }
+}
+
+/// Replays `path` for the plot and writes the page to `out`; returns what it wrote.
+pub fn write(path: &Path, out: &Path) -> Result<String> {
+    let trace = Trace::from_file(path)?;
+    let settings = AllocatorSettings::from_env()?;
+    let capacity = ReplayOptions::default().capacity;
+    let sim = SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None };
+    cudasem::init(Config { driver: DriverKind::Sim, sim, allocator: settings.clone() })?;
+    let r = replay(&trace)?;
+    let peak = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    let mut notes = vec![
+        ("trace".to_string(), format!("{} ({} rows)", path.display(), trace.events.len())),
+        ("cudasem's settings".into(), Some(settings.to_string()).filter(|s| !s.is_empty()).unwrap_or("default".into())),
+        ("cudasem peak reserved".into(), format_bytes(peak(&r.reserved))),
+        ("cudasem peak allocated".into(), format_bytes(peak(&r.allocated))),
+        ("live requested (the floor)".into(), format_bytes(peak(&r.live))),
+    ];
+    let pytorch = pytorch_reserved(&trace);
+    let mut lines = vec![
+        series("cudasem allocated", "#93bce8", Style::Area, r.allocated),
+        series("live requested (the floor)", "#555555", Style::Line, r.live),
+        series("cudasem reserved", "#c0392b", Style::Line, r.reserved),
+    ];
+    match pytorch {
+        Some(p) => {
+            notes.push(("PyTorch peak reserved (the trace's segment rows)".into(), format_bytes(peak(&p))));
+            lines.push(series("PyTorch reserved (the trace's segment rows)", "#e69138", Style::Dashed, p));
+        }
+        None => notes.push(("PyTorch reserved".into(), "the trace has no segment rows".into())),
+    }
+    let title = format!("Replay of {} through cudasem's caching allocator", path.display());
+    let chart = Chart { title, x_label: "rows of the trace".into(), series: lines, notes };
+    std::fs::write(out, chart.to_html()).map_err(|e| Error::InvalidArgument {
+        op: "replay --plot",
+        reason: format!("cannot write {}: {e}", out.display()),
+    })?;
+    Ok(format!("wrote {}", out.display()))
+}

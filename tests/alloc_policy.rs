@@ -311,7 +311,7 @@ mod alloc {
         let p = a.malloc(30 * MIB, S0).unwrap();
         let q = a.malloc(30 * MIB, S0).unwrap();
         assert_eq!(q.0, p.0 + 30 * MIB as u64, "the segment grew instead of a new one being made");
-        assert_eq!(a.memory_reserved(), 60 * MIB, "three 20 MiB pages");
+        assert_eq!(a.memory_reserved(), 60 * MIB, "fifteen 4 MiB pages");
         assert_eq!(mem.reservations(), 1);
         let snap = a.snapshot();
         assert_eq!(snap.segments.len(), 1);
@@ -322,7 +322,7 @@ mod alloc {
         a.free(p).unwrap();
         consistent(&a);
         a.empty_cache().unwrap();
-        assert_eq!(a.memory_reserved(), 2 * MIB + 40 * MIB, "the page holding only freed bytes was unmapped");
+        assert_eq!(a.memory_reserved(), 2 * MIB + 32 * MIB, "the pages holding only freed bytes were unmapped");
         consistent(&a);
         a.free(q).unwrap();
         a.free(s).unwrap();
@@ -334,18 +334,40 @@ mod alloc {
     }
 
     #[test]
-    fn expandable_segments_unmap_free_pages_before_running_out() {
-        let (_, a) = setup("expandable_segments:True", 100 * MIB);
+    fn expandable_segments_move_free_pages_where_a_segment_grows() {
+        let (mem, a) = setup("expandable_segments:True", 100 * MIB);
         let keep = a.malloc(10 * MIB, S1).unwrap();
         let p = a.malloc(50 * MIB, S1).unwrap();
         a.free(p).unwrap();
-        // Stream 0 has its own segment; the 40 MiB of stream 1's free pages are unmapped for it.
+        assert_eq!(a.memory_reserved(), 60 * MIB);
+        // Stream 0 has its own segment; growing it past the 60 MiB ever held takes stream 1's
+        // whole free pages (12 to 60 MiB of its segment) instead: one wait, one unmap call.
+        let (syncs, unmaps) = (mem.counts().syncs, mem.counts().unmaps);
         let q = a.malloc(60 * MIB, S0).unwrap();
-        assert_eq!(a.memory_stats().num_alloc_retries(), 1);
-        assert_eq!(a.memory_reserved(), 20 * MIB + 60 * MIB);
+        assert_eq!(a.memory_stats().num_alloc_retries(), 0, "no out-of-memory retry");
+        let moved = a.page_moves();
+        assert_eq!((moved.events, moved.unmaps, moved.bytes), (1, 1, 48 * MIB));
+        assert_eq!((mem.counts().syncs - syncs, mem.counts().unmaps - unmaps), (1, 1));
+        assert_eq!(a.memory_reserved(), 12 * MIB + 60 * MIB, "the device holds the high-water mark plus 12 MiB");
+        consistent(&a);
+        // At the high-water mark, growing takes free pages again (here stream 0's).
         a.free(q).unwrap();
+        let r = a.malloc(40 * MIB, S1).unwrap();
+        assert_eq!(a.page_moves().events, 2);
+        assert_eq!(a.memory_reserved(), 72 * MIB);
+        a.free(r).unwrap();
+        // Below it (the cache emptied), growing moves nothing.
+        a.empty_cache().unwrap();
+        assert_eq!(a.memory_reserved(), 12 * MIB);
+        let moved = a.page_moves();
+        let r = a.malloc(40 * MIB, S1).unwrap();
+        assert_eq!(a.page_moves(), moved);
+        assert_eq!(a.memory_reserved(), 52 * MIB);
+        a.free(r).unwrap();
         a.free(keep).unwrap();
         consistent(&a);
+        a.empty_cache().unwrap();
+        assert_eq!((a.memory_reserved(), mem.used()), (0, 0));
     }
 
     #[test]

@@ -85,7 +85,7 @@ fn grow_large_segment(d: usize, s: &Stream, lp: usize, rng: &mut TestRng) -> Res
     let l2_data = write_and_check(&l2, s, rng)?; // across the page border
     let n2 = maps(d)?;
     assert!(n2 > n1);
-    let l3 = RawBuffer::cached(Some(d), 2 * lp + 5 * MIB, Some(s))?;
+    let l3 = RawBuffer::cached(Some(d), 2 * lp + MIB, Some(s))?;
     assert_eq!(l3.ptr(), l2.ptr() + (2 * MIB) as u64);
     let seg = the_segment(d, s, PoolKind::Large, &[&l1, &l2, &l3]);
     assert_eq!(seg.total_size, 4 * lp, "grown to four pages, still one segment");
@@ -177,15 +177,15 @@ fn expandable_segments_grow_in_place_and_give_pages_back() -> Result<()> {
     let Some(g) = granularity else {
         return ordinary_segments_without_vmm(d, &s, &mut rng);
     };
-    // Pages: 2 MiB (small pool) and 20 MiB (large pool), rounded up to the granularity.
+    // Pages: 2 MiB (small pool) and 4 MiB (large pool), rounded up to the granularity.
     let sp = (2 * MIB).div_ceil(g) * g;
-    let lp = (20 * MIB).div_ceil(g) * g;
+    let lp = (4 * MIB).div_ceil(g) * g;
     cuda::record_memory_history(true, 10_000)?;
     let mut large = grow_large_segment(d, &s, lp, &mut rng)?;
     let (small, small_data) = grow_small_segment(d, &s, sp, &mut rng)?;
 
     // Another stream gets a segment of its own.
-    let other = RawBuffer::cached(Some(d), 5 * MIB, Some(&s2))?;
+    let other = RawBuffer::cached(Some(d), lp - MIB, Some(&s2))?;
     let seg2 = the_segment(d, &s2, PoolKind::Large, &[&other]);
     assert_eq!(seg2.total_size, lp);
     assert_stats_match_snapshot(d);

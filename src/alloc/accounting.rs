@@ -266,10 +266,22 @@ impl RawMemory for AccountingMemory {
 
     fn vmm_unmap(&self, at: DevicePtr, bytes: usize) -> Result<()> {
         let mut s = self.lock();
-        if s.mapped.get(&at.0) != Some(&bytes) {
-            return Err(self.bad("vmm_unmap", format!("{:#x} (+{bytes}) is not one mapping", at.0)));
+        // Exactly a union of whole mappings, contiguous from `at`.
+        let end = at.0 + bytes as u64;
+        let pieces: Vec<(u64, usize)> = s.mapped.range(at.0..end).map(|(&a, &l)| (a, l)).collect();
+        let mut cursor = at.0;
+        for &(a, l) in &pieces {
+            if a != cursor {
+                break;
+            }
+            cursor = a + l as u64;
         }
-        s.mapped.remove(&at.0);
+        if bytes == 0 || cursor != end {
+            return Err(self.bad("vmm_unmap", format!("{:#x} (+{bytes}) is not a union of whole mappings", at.0)));
+        }
+        for (a, _) in pieces {
+            s.mapped.remove(&a);
+        }
         s.used -= bytes;
         s.counts.unmaps += 1;
         Ok(())

@@ -1,5 +1,6 @@
 //! [`CachingAllocator`]: one device's caching allocator behind one mutex.
 
+use super::expandable::PageMoves;
 use super::settings::AllocatorSettings;
 use super::snapshot::Snapshot;
 use super::state::State;
@@ -152,6 +153,12 @@ impl CachingAllocator {
     /// and unmaps every free page of expandable segments. Counts one `num_sync_all_streams`.
     pub fn empty_cache(&self) -> Result<()> {
         self.lock().release_cached_blocks(&*self.memory)
+    }
+
+    /// With expandable segments: the free pages moved so far to where a segment had to grow
+    /// (instead of the device holding more memory). Not one of PyTorch's statistics.
+    pub fn page_moves(&self) -> PageMoves {
+        self.lock().page_moves()
     }
 
     /// `memory_stats()`: a copy of the statistics.

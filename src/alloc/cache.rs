@@ -7,6 +7,7 @@
 //! pool, making and freeing a segment.
 
 use super::block::{Block, BlockId, Blocks, PoolKind};
+use super::departures::DepartureBooks;
 use super::history::{History, TraceAction};
 use super::settings::AllocatorSettings;
 use super::stats::{Count, DeviceStats, Metric};
@@ -22,6 +23,11 @@ pub(crate) struct Cache {
     pub history: History,
     /// `set_memory_fraction`: the fraction and the byte limit it makes.
     fraction: Option<(f64, usize)>,
+    /// What the departures from PyTorch keep track of (`departures.rs`).
+    pub departures: DepartureBooks,
+    /// The most bytes ever held from the driver (not reset with the peak statistics): expandable
+    /// segments move free pages rather than map memory past it.
+    high_water: usize,
 }
 
 impl Cache {
@@ -32,6 +38,8 @@ impl Cache {
             blocks: Blocks::default(),
             history: History::default(),
             fraction: None,
+            departures: DepartureBooks::default(),
+            high_water: 0,
         }
     }
 
@@ -44,6 +52,19 @@ impl Cache {
     #[inline]
     pub fn reserved(&self) -> usize {
         self.stats.get(Metric::ReservedBytes).max(0) as usize
+    }
+
+    /// The most bytes ever reserved.
+    #[inline]
+    pub fn high_water(&self) -> usize {
+        self.high_water
+    }
+
+    /// `bytes` more of `pool` are held from the driver.
+    #[inline]
+    pub fn reserve(&mut self, pool: PoolKind, bytes: usize) {
+        self.stats.increase(Metric::ReservedBytes, pool, bytes);
+        self.high_water = self.high_water.max(self.reserved());
     }
 
     /// `set_memory_fraction`: at most `limit` bytes reserved.
@@ -60,18 +81,20 @@ impl Cache {
         self.fraction.is_some_and(|(_, limit)| self.reserved().saturating_add(bytes) > limit)
     }
 
-    /// A new segment of `bytes` at `ptr` for `stream`, in no list yet.
-    pub fn add_segment(&mut self, ptr: DevicePtr, bytes: usize, stream: StreamId, pool: PoolKind) -> BlockId {
+    /// A new segment of `bytes` at `ptr` for `stream`'s request of `size` (rounded) bytes, in no
+    /// list yet.
+    pub fn add_segment(&mut self, ptr: DevicePtr, bytes: usize, stream: StreamId, pool: PoolKind, size: usize) -> BlockId {
         let mut b = Block::new(ptr.0, bytes, stream, pool);
         b.free_stamp = self.blocks.clock();
         let id = self.blocks.insert(b);
         self.stats.increase(Metric::Segment, pool, 1);
-        self.stats.increase(Metric::ReservedBytes, pool, bytes);
+        self.reserve(pool, bytes);
         if bytes >= self.settings.max_split() {
             self.stats.oversize_segment(true);
         }
         self.stats.count(Count::DeviceAlloc);
         self.history.record(TraceAction::SegmentAlloc, ptr.0, bytes, stream);
+        self.departures.segment_made(ptr.0, bytes, stream, pool, size);
         id
     }
 
@@ -89,6 +112,7 @@ impl Cache {
         }
         self.stats.count(Count::DeviceFree);
         self.history.record(TraceAction::SegmentFree, addr, size, stream);
+        self.departures.segment_freed(addr);
         Ok(())
     }
 
@@ -100,6 +124,7 @@ impl Cache {
         b.requested = orig;
         let (addr, size, stream) = (b.addr, b.size, b.stream);
         self.blocks.live_insert(addr, id);
+        self.departures.allocated(stream);
         let s = &mut self.stats;
         s.increase(Metric::Allocation, pool, 1);
         s.increase(Metric::AllocatedBytes, pool, size);

@@ -1,47 +1,141 @@
 //! Where cudasem's policy departs from PyTorch's: how large a new segment is, and which cached
 //! segments may serve a request. Each departure holds whatever the settings (ordinary segments
-//! only; expandable segments grow page by page as in PyTorch).
+//! only; expandable segments have their own rules in `expandable.rs`). The figures are from
+//! `cudasem replay` on PyTorch 2.11's own traces (`bench/traces/`), BENCHMARKS.md.
 //!
 //! Beyond PyTorch:
 //!
-//! 1. **Small segments grow with the small pool.** PyTorch asks for 2 MiB per small segment
-//!    however many it already holds, so a program with 100 MB of small tensors makes 50 driver
-//!    calls (each `cudaMalloc` costs 70 µs or more, and freeing them later synchronizes the
-//!    device). Here a new small segment is a quarter of what the small pool already holds (2 to
-//!    20 MiB, in 2 MiB steps): the number of driver calls grows logarithmically, and the extra
-//!    memory this can hold back is bounded by a quarter of the small pool, itself small next to
-//!    the large pool. If the larger segment cannot be had, PyTorch's size is asked for.
-//! 2. **Idle segments of other streams are adopted.** PyTorch reuses a cached block only on the
-//!    stream that allocated it, because another stream's work may still be using it: a program
-//!    that allocates on several streams holds one cache per stream, and each grows to its own
-//!    peak. Here, before a new segment is made, a cached segment that is *wholly* free on another
-//!    stream is handed to the requesting stream if an event recorded now on its owner stream has
-//!    already completed — then no work queued on the owner can still touch it (and blocks used
-//!    on further streams only enter the cache once their `record_stream` events completed). The
-//!    check never waits; a busy owner keeps its segment.
-//! 3. **Cached segments that are too small are coalesced instead of kept.** When a large request
+//! 1. **New segments grow with what their class already holds.** PyTorch asks for 2 MiB per
+//!    small segment and 20 MiB per segment for a large request under 10 MiB, however many it
+//!    already holds, so a program with 100 MB of small tensors makes 50 driver calls, and a
+//!    transformer's hundreds of 2–9 MiB weights, gradients and optimizer states make hundreds
+//!    (each `cudaMalloc` costs 70 µs or more, and freeing them later synchronizes the device).
+//!    Here a new segment of either class is a quarter of what the class already holds, from
+//!    its PyTorch size up to ten times it, in steps of it (small: 2 to 20 MiB; large requests
+//!    under 10 MiB: 20 to 200 MiB, counted per stream): the number of driver calls grows
+//!    logarithmically, the memory this can hold back is bounded by a quarter of the class (and
+//!    by ten units), and the larger segments' free remainders serve any request of the pool —
+//!    best fit packs the large tensors of a step with a changing shape into them, where PyTorch
+//!    makes a segment of the tensor's exact size (BERT fine-tuning: 287 → 156 driver
+//!    allocations, peak reserved 11.4 → 8.8 GB with departure 3). If the larger segment cannot
+//!    be had, PyTorch's size is asked for. Requests of 10 MiB and more get PyTorch's segment:
+//!    a step that repeats with the same shapes (an MLP training under a prefetching stream)
+//!    fits them exactly, and any larger segment would only hold memory back.
+//! 2. **Idle segments of finished streams are adopted.** PyTorch reuses a cached block only on
+//!    the stream that allocated it, because another stream's work may still be using it: a
+//!    program that allocates on a stream in one phase and on another in the next holds both
+//!    caches. Here, before a new segment is made, a cached segment that is *wholly* free on
+//!    another stream is handed to the requesting stream if that stream holds no allocated block
+//!    at all and an event recorded now on it has already completed — then no work queued on it
+//!    can still touch the memory, and it has nothing in use that the segment could be wanted
+//!    for. A stream that still holds blocks keeps its segments: two streams that both keep
+//!    working (a side stream uploading batches that the main stream `record_stream`s) would
+//!    otherwise take segments from each other, each time making the other grow again
+//!    (two-stream trace: peak reserved 1.08 × PyTorch's with adoption from busy streams, 1.00
+//!    without). The check never waits.
+//! 3. **When much of the cache is idle, it is coalesced instead of kept.** When a large request
 //!    finds no cached block big enough, PyTorch adds a segment and keeps every cached one; in a
-//!    training step whose later requests are larger than the earlier ones (ResNet-50: 2.5 GB
-//!    cached in whole 14–50 MB segments while a 300 MB request makes a new segment), reserved
-//!    memory grows by the request although the cache could have covered it. Here, when the
-//!    stream's cached *whole* free segments of the large pool add up to the request, the oldest
-//!    are returned to the driver until they cover it (the driver keeps queued work valid, as
-//!    `cudaFree` does), and one segment of their combined size is made instead: reserved memory
-//!    does not grow, this request is served, and the remainder is split for what the old
-//!    segments served. It costs a few driver frees at the moments PyTorch grows (ResNet-50 trace:
-//!    peak reserved 6.96 → 5.96 GB for one more driver allocation, and no segment traffic left by
-//!    the third training step). Only the requesting stream's segments are coalesced: taking other
-//!    streams' would let two streams take memory from each other through the driver on every
-//!    iteration. Segments are never coalesced into an oversize block (`max_split_size_mb`), which
-//!    could not be split.
+//!    program whose shapes change (a training step with new sizes, ResNet-50's first step, BERT
+//!    with sequence lengths drawn per step), reserved memory grows by the request although the
+//!    cache could have covered it (ResNet-50: 2.5 GB cached in whole 14–50 MB segments while a
+//!    300 MB request makes a new segment). Here, when the requesting stream's cached *whole*
+//!    free segments of the large pool cover the request and amount to at least an eighth of the
+//!    large pool, all of them are returned to the driver (the driver keeps queued work valid, as
+//!    `cudaFree` does) and one segment of their combined size is made instead: reserved memory
+//!    does not grow, this request is served, and the remainder, one block, serves what the old
+//!    segments served and more. Below an eighth, idle whole segments are the working set of a
+//!    step that repeats (activations between two iterations): coalescing them would mix
+//!    long-lived tensors into them and make the next iteration grow again (two-stream trace:
+//!    1.07 × PyTorch's peak without the threshold). All of them go at once, so a step with new
+//!    shapes coalesces once rather than at each of its requests (BERT: 347 → 287 driver
+//!    allocations before departure 1's large class). Only the requesting stream's segments are
+//!    coalesced (taking other streams' would let two streams take memory from each other
+//!    through the driver), and never into an oversize block (`max_split_size_mb`), which could
+//!    not be split.
 
 use super::block::{BlockId, PoolKind};
 use super::cache::Cache;
-use super::settings::{LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
+use super::settings::{LARGE_BUFFER, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use super::stats::Metric;
 use super::RawMemory;
 use crate::driver::StreamId;
 use crate::error::Result;
+
+/// Departure 1: a new segment is this share of what its class holds …
+const GROWTH_SHARE: usize = 4;
+/// … up to this many of its PyTorch size.
+const GROWTH_UNITS: usize = 10;
+/// Departure 3: coalesce when the idle whole segments are at least this share of the large pool.
+const IDLE_SHARE: usize = 8;
+
+/// A large-pool segment made for a request under [`MIN_LARGE_ALLOC`] (departure 1's large class).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GrownSegment {
+    addr: u64,
+    stream: StreamId,
+    bytes: usize,
+}
+
+/// The books of the departures: what they need to know beyond PyTorch's state.
+#[derive(Debug, Default)]
+pub(crate) struct DepartureBooks {
+    /// Departure 1: the large-pool segments made for requests under 10 MiB (few: tens).
+    grown: Vec<GrownSegment>,
+    /// Departure 2: allocated blocks per stream.
+    live: Vec<(StreamId, usize)>,
+}
+
+impl DepartureBooks {
+    /// A block of `stream` was handed out.
+    #[inline]
+    pub fn allocated(&mut self, stream: StreamId) {
+        match self.live.iter_mut().find(|(s, _)| *s == stream) {
+            Some((_, n)) => *n += 1,
+            None => self.live.push((stream, 1)),
+        }
+    }
+
+    /// A block of `stream` was freed by the program.
+    #[inline]
+    pub fn freed(&mut self, stream: StreamId) {
+        if let Some((_, n)) = self.live.iter_mut().find(|(s, _)| *s == stream) {
+            *n -= 1;
+        }
+    }
+
+    fn holds_blocks(&self, stream: StreamId) -> bool {
+        self.live.iter().any(|&(s, n)| s == stream && n > 0)
+    }
+
+    /// A segment of `bytes` at `addr` was made for `stream`'s request of `size` (rounded) bytes.
+    pub fn segment_made(&mut self, addr: u64, bytes: usize, stream: StreamId, pool: PoolKind, size: usize) {
+        if pool == PoolKind::Large && size < MIN_LARGE_ALLOC {
+            self.grown.push(GrownSegment { addr, stream, bytes });
+        }
+    }
+
+    /// The segment at `addr` went back to the driver.
+    pub fn segment_freed(&mut self, addr: u64) {
+        if let Some(i) = self.grown.iter().position(|g| g.addr == addr) {
+            self.grown.swap_remove(i);
+        }
+    }
+
+    fn segment_adopted(&mut self, addr: u64, stream: StreamId) {
+        if let Some(g) = self.grown.iter_mut().find(|g| g.addr == addr) {
+            g.stream = stream;
+        }
+    }
+
+    fn grown_bytes(&self, stream: StreamId) -> usize {
+        self.grown.iter().filter(|g| g.stream == stream).map(|g| g.bytes).sum()
+    }
+}
+
+/// A quarter of `held`, in whole `unit`s, from one to ten units.
+fn grown_size(held: usize, unit: usize) -> usize {
+    (held / GROWTH_SHARE / unit * unit).clamp(unit, GROWTH_UNITS * unit)
+}
 
 impl Cache {
     /// The segment size to ask for first (the caller falls back to `alloc_size`, PyTorch's size,
@@ -57,10 +151,18 @@ impl Cache {
         match pool {
             PoolKind::Small if size <= SMALL_SIZE => {
                 let held = self.stats.pool_current(Metric::ReservedBytes, pool).max(0) as usize;
-                Ok((held / 4 / SMALL_BUFFER * SMALL_BUFFER).clamp(SMALL_BUFFER, LARGE_BUFFER))
+                Ok(grown_size(held, SMALL_BUFFER))
             }
             PoolKind::Small => Ok(alloc_size),
-            PoolKind::Large => self.coalesce_cached_segments(mem, stream, alloc_size),
+            PoolKind::Large => {
+                if let Some(merged) = self.coalesce_idle_segments(mem, stream, alloc_size)? {
+                    return Ok(merged);
+                }
+                if size < MIN_LARGE_ALLOC {
+                    return Ok(grown_size(self.departures.grown_bytes(stream), LARGE_BUFFER));
+                }
+                Ok(alloc_size)
+            }
         }
     }
 
@@ -72,39 +174,45 @@ impl Cache {
         })
     }
 
-    /// Returns the stream's oldest whole cached large segments to the driver until they cover
-    /// `alloc_size`, if they can; the size of the segment to make instead.
-    fn coalesce_cached_segments(&mut self, mem: &dyn RawMemory, stream: StreamId, alloc_size: usize) -> Result<usize> {
+    /// Departure 3: when the stream's whole cached large segments cover `alloc_size` and are at
+    /// least an eighth of the large pool, returns them to the driver (oldest first, all that stay
+    /// under `max_split_size`); the size of the one segment to make instead.
+    fn coalesce_idle_segments(&mut self, mem: &dyn RawMemory, stream: StreamId, alloc_size: usize) -> Result<Option<usize>> {
         let mut whole: Vec<(u64, BlockId, usize)> = self
             .whole_free_segments(PoolKind::Large)
             .filter(|&id| self.blocks[id].stream == stream)
             .map(|id| (self.blocks[id].free_stamp, id, self.blocks[id].size))
             .collect();
-        if whole.iter().map(|w| w.2).sum::<usize>() < alloc_size {
-            return Ok(alloc_size);
+        let idle: usize = whole.iter().map(|w| w.2).sum();
+        let held = self.stats.pool_current(Metric::ReservedBytes, PoolKind::Large).max(0) as usize;
+        if idle < alloc_size || idle < held / IDLE_SHARE {
+            return Ok(None);
         }
         whole.sort_unstable();
+        let max_split = self.settings.max_split();
         let (mut victims, mut covered) = (Vec::new(), 0usize);
         for (_, id, bytes) in whole {
-            if covered >= alloc_size {
+            let next = covered + bytes;
+            if covered >= alloc_size && next.div_ceil(ROUND_LARGE) * ROUND_LARGE >= max_split {
                 break;
             }
             victims.push(id);
-            covered += bytes;
+            covered = next;
         }
         let merged = covered.div_ceil(ROUND_LARGE) * ROUND_LARGE;
-        if merged >= self.settings.max_split() {
-            return Ok(alloc_size);
+        if merged >= max_split {
+            return Ok(None);
         }
         for id in victims {
             self.release_block(mem, id)?;
         }
-        Ok(merged)
+        Ok(Some(merged))
     }
 
-    /// The smallest wholly free segment of another stream that can serve `size` bytes and whose
-    /// owner stream is idle, handed over to `stream` (taken out of its pool), if any. (Not with
-    /// expandable segments in use: the caller asks only without.)
+    /// Departure 2: the smallest wholly free segment of another stream that can serve `size`
+    /// bytes, whose owner stream holds no allocated block and is idle, handed over to `stream`
+    /// (taken out of its pool), if any. (Not with expandable segments in use: the caller asks
+    /// only without.)
     pub(crate) fn adopt_idle_segment(
         &mut self,
         mem: &dyn RawMemory,
@@ -117,8 +225,10 @@ impl Cache {
             .whole_free_segments(pool)
             .map(|id| (self.blocks[id].size, id))
             .filter(|&(bytes, id)| {
+                let owner = self.blocks[id].stream;
                 bytes >= size
-                    && self.blocks[id].stream != stream
+                    && owner != stream
+                    && !self.departures.holds_blocks(owner)
                     && !(size < max_split && bytes >= max_split)
                     && !(size >= max_split && bytes >= size.saturating_add(rounding))
             })
@@ -137,9 +247,11 @@ impl Cache {
             if idle {
                 self.blocks.pool_remove(id);
                 self.blocks[id].stream = stream;
+                self.departures.segment_adopted(self.blocks[id].addr, stream);
                 return Some(id);
             }
         }
         None
     }
 }
+

@@ -5,7 +5,7 @@
 use super::block::{Block, BlockId, Blocks, PoolKind, NIL};
 use super::cache::Cache;
 use super::history::TraceAction;
-use super::settings::{LARGE_BUFFER, SMALL_BUFFER};
+use super::settings::SMALL_BUFFER;
 use super::stats::{Count, Metric};
 use super::RawMemory;
 use crate::driver::{DevicePtr, StreamId};
@@ -20,6 +20,26 @@ struct ExpandableSegment {
     page: usize,
 }
 
+/// Free pages moved to where a segment had to grow (see [`ExpandableSegments::try_allocate`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PageMoves {
+    /// Times a segment's growth moved pages (each waits for the device once).
+    pub events: usize,
+    /// Driver unmap calls that moved pages (one per contiguous run of free pages).
+    pub unmaps: usize,
+    /// Bytes of pages moved.
+    pub bytes: usize,
+}
+
+/// Where a request will go in an expandable segment ([`ExpandableSegments::find_room`]).
+#[derive(Debug)]
+pub(crate) struct Room {
+    /// The free and unmapped blocks, in address order, from the one the request starts in.
+    chain: Vec<BlockId>,
+    /// Bytes of pages to map for it.
+    pub need: usize,
+}
+
 /// An allocator's expandable segments: the memory's virtual-memory granularity and the reserved
 /// ranges, by the index their blocks name ([`Block::expandable`]).
 #[derive(Debug, Default)]
@@ -27,7 +47,11 @@ pub(crate) struct ExpandableSegments {
     /// Virtual-memory granularity, `None` when the memory has none.
     granularity: Option<usize>,
     segments: Vec<Option<ExpandableSegment>>,
+    moves: PageMoves,
 }
+
+/// The large pool's mapping unit (the small pool's is 2 MiB, [`SMALL_BUFFER`]).
+const LARGE_PAGE: usize = 4 << 20;
 
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to).saturating_mul(to)
@@ -36,7 +60,16 @@ fn round_up(x: usize, to: usize) -> usize {
 impl ExpandableSegments {
     /// Segments of a memory whose granularity is `granularity` (`None` or 0: it has none).
     pub fn new(granularity: Option<usize>) -> ExpandableSegments {
-        ExpandableSegments { granularity: granularity.filter(|&g| g > 0), segments: Vec::new() }
+        ExpandableSegments {
+            granularity: granularity.filter(|&g| g > 0),
+            segments: Vec::new(),
+            moves: PageMoves::default(),
+        }
+    }
+
+    /// The free pages moved so far.
+    pub fn moves(&self) -> PageMoves {
+        self.moves
     }
 
     /// Whether the memory supports them.
@@ -46,7 +79,7 @@ impl ExpandableSegments {
     }
 
     fn page_size(&self, pool: PoolKind) -> usize {
-        let base = if pool == PoolKind::Small { SMALL_BUFFER } else { LARGE_BUFFER };
+        let base = if pool == PoolKind::Small { SMALL_BUFFER } else { LARGE_PAGE };
         round_up(base, self.granularity.unwrap_or(1))
     }
 
@@ -58,18 +91,38 @@ impl ExpandableSegments {
         }
     }
 
-    /// Serves a request of `size` bytes from mapped free memory plus newly mapped pages.
-    pub fn try_allocate(
+    /// Where a request of `size` bytes on `stream` will be served from mapped free memory plus
+    /// newly mapped pages (a new segment if none of the stream's has the room), `None` when no
+    /// room can be had.
+    pub fn find_room(
         &mut self,
         mem: &dyn RawMemory,
         c: &mut Cache,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
-    ) -> Result<Option<BlockId>> {
-        let Some(mut at) = self.find_expandable_block(mem, c, pool, stream, size)? else {
+    ) -> Result<Option<Room>> {
+        let Some(at) = self.find_expandable_block(mem, c, pool, stream, size)? else {
             return Ok(None);
         };
+        let page = self.segment(&c.blocks, at).page;
+        let (mut chain, mut room, mut need, mut b) = (Vec::new(), 0usize, 0usize, at);
+        while room < size && b != NIL {
+            let block = &c.blocks[b];
+            if !block.mapped {
+                need += round_up((size - room).min(block.size), page).min(block.size);
+            }
+            room += block.size;
+            chain.push(b);
+            b = block.next;
+        }
+        Ok(Some(Room { chain, need }))
+    }
+
+    /// Maps the pages `room` needs and returns its first block, grown to at least `size` bytes
+    /// and taken out of its pool; `None` when memory (or the memory fraction) ran out.
+    pub fn map_room(&self, mem: &dyn RawMemory, c: &mut Cache, room: &Room, size: usize) -> Result<Option<BlockId>> {
+        let mut at = room.chain[0];
         if !c.blocks[at].mapped {
             let n = size.min(c.blocks[at].size);
             if !self.map_block(mem, c, at, n)? {
@@ -80,7 +133,7 @@ impl ExpandableSegments {
         while c.blocks[at].size < size {
             let next = c.blocks[at].next;
             if next == NIL || c.blocks[next].mapped || !c.blocks[next].is_available() {
-                // `find_expandable_block` checked the room.
+                // `find_room` checked the room.
                 return Err(Error::Internal {
                     op: "malloc",
                     reason: "an expandable segment's free room ended before the request was mapped".into(),
@@ -94,6 +147,59 @@ impl ExpandableSegments {
         }
         c.blocks.pool_remove(at);
         Ok(Some(at))
+    }
+
+    /// The free blocks of every expandable segment (any stream, either pool) with whole pages
+    /// that can move, but those next to `room` (its pieces would change under it): `(bytes of
+    /// whole pages, block)`, largest first.
+    pub fn movable(&self, c: &Cache, room: &Room) -> Vec<(usize, BlockId)> {
+        let near = |id: BlockId| room.chain.contains(&id);
+        let mut runs: Vec<(usize, BlockId)> = [PoolKind::Large, PoolKind::Small]
+            .into_iter()
+            .flat_map(|pool| c.blocks.free_list(pool).ids())
+            .filter(|&id| {
+                let b = &c.blocks[id];
+                b.is_expandable() && !near(id) && !near(b.prev) && !near(b.next)
+            })
+            .map(|id| (self.whole_pages(&c.blocks, id).1, id))
+            .filter(|&(bytes, _)| bytes > 0)
+            .collect();
+        runs.sort_unstable_by(|a, b| b.cmp(a));
+        runs
+    }
+
+    /// Unmaps at least `want` bytes of the whole free pages in `runs` (from [`Self::movable`]),
+    /// if there are that many, largest runs first, one driver call per run, so that `room` can
+    /// be mapped without the device holding more. The caller waited for the device (the pages'
+    /// last work may still have been queued).
+    pub fn move_free_pages(
+        &mut self,
+        mem: &dyn RawMemory,
+        c: &mut Cache,
+        runs: &[(usize, BlockId)],
+        want: usize,
+    ) -> Result<()> {
+        self.moves.events += 1;
+        let mut moved = 0;
+        for &(_, id) in runs {
+            if moved >= want {
+                break;
+            }
+            let n = self.unmap_block(mem, c, id, want - moved)?;
+            moved += n;
+            self.moves.unmaps += 1;
+            self.moves.bytes += n;
+        }
+        Ok(())
+    }
+
+    /// The whole pages inside block `b`: `(start offset in its segment, bytes)`.
+    fn whole_pages(&self, blocks: &Blocks, b: BlockId) -> (usize, usize) {
+        let seg = self.segment(blocks, b);
+        let offset = (blocks[b].addr - seg.base) as usize;
+        let begin = round_up(offset, seg.page);
+        let end = (offset + blocks[b].size) / seg.page * seg.page;
+        (begin, end.saturating_sub(begin))
     }
 
     /// The start of enough contiguous free or unmapped room on `stream`'s expandable segments
@@ -195,7 +301,7 @@ impl ExpandableSegments {
         c.blocks.try_merge(id, c.blocks[id].next);
         c.blocks[id].free_stamp = c.blocks.clock();
         c.blocks.pool_insert(id);
-        c.stats.increase(Metric::ReservedBytes, pool, bytes);
+        c.reserve(pool, bytes);
         // Beyond PyTorch: the `segment` statistic counts an expandable segment's contiguous mapped
         // ranges, which is what snapshots list as its segments (PyTorch leaves the statistic
         // alone here, so its statistics and snapshots disagree with expandable segments).
@@ -209,73 +315,64 @@ impl ExpandableSegments {
         Ok(true)
     }
 
-    /// Unmaps the whole pages inside the free mapped block `id`.
-    pub fn unmap_block(&self, mem: &dyn RawMemory, c: &mut Cache, id: BlockId) -> Result<()> {
+    /// Unmaps whole pages inside the free mapped block `id`, at least `limit` bytes of them
+    /// (all, if fewer), those at its end, in one driver call; returns the bytes unmapped.
+    pub fn unmap_block(&self, mem: &dyn RawMemory, c: &mut Cache, id: BlockId, limit: usize) -> Result<usize> {
         let seg = self.segment(&c.blocks, id);
         let (base, page) = (seg.base, seg.page);
+        let (first, whole) = self.whole_pages(&c.blocks, id);
+        let len = round_up(limit, page).min(whole);
+        if len == 0 {
+            return Ok(0);
+        }
         let b = &c.blocks[id];
         let (addr, size, stream, pool, prev, next, stamp) =
             (b.addr, b.size, b.stream, b.pool, b.prev, b.next, b.free_stamp);
-        let offset = (addr - base) as usize;
-        let begin = round_up(offset, page);
-        let end = (offset + size) / page * page;
-        if begin >= end {
-            return Ok(());
+        let start = base + (first + whole - len) as u64;
+        mem.vmm_unmap(DevicePtr(start), len)?;
+        c.blocks.pool_remove(id);
+        let before = (start - addr) as usize;
+        let after = size - before - len;
+        let left_mapped = before > 0 || (prev != NIL && c.blocks[prev].mapped);
+        let right_mapped = after > 0 || (next != NIL && c.blocks[next].mapped);
+        let expandable = c.blocks[id].expandable;
+        let piece = |blocks: &mut Blocks, at: u64, n: usize, p: BlockId, q: BlockId| {
+            let mut f = Block::new(at, n, stream, pool);
+            f.expandable = expandable;
+            f.prev = p;
+            f.next = q;
+            f.free_stamp = stamp;
+            let fid = blocks.insert(f);
+            if p != NIL {
+                blocks[p].next = fid;
+            }
+            if q != NIL {
+                blocks[q].prev = fid;
+            }
+            blocks.pool_insert(fid);
+        };
+        if before > 0 {
+            piece(&mut c.blocks, addr, before, prev, id);
         }
-        let start = base + begin as u64;
-        let (mut len, mut failure) = (0, None);
-        while len < end - begin {
-            if let Err(e) = mem.vmm_unmap(DevicePtr(start + len as u64), page) {
-                failure = Some(e);
-                break;
-            }
-            len += page;
+        if after > 0 {
+            piece(&mut c.blocks, start + len as u64, after, id, next);
         }
-        if len > 0 {
-            c.blocks.pool_remove(id);
-            let before = (start - addr) as usize;
-            let after = size - before - len;
-            let left_mapped = before > 0 || (prev != NIL && c.blocks[prev].mapped);
-            let right_mapped = after > 0 || (next != NIL && c.blocks[next].mapped);
-            let expandable = c.blocks[id].expandable;
-            let piece = |blocks: &mut Blocks, at: u64, n: usize, p: BlockId, q: BlockId| {
-                let mut f = Block::new(at, n, stream, pool);
-                f.expandable = expandable;
-                f.prev = p;
-                f.next = q;
-                f.free_stamp = stamp;
-                let fid = blocks.insert(f);
-                if p != NIL {
-                    blocks[p].next = fid;
-                }
-                if q != NIL {
-                    blocks[q].prev = fid;
-                }
-                blocks.pool_insert(fid);
-            };
-            if before > 0 {
-                piece(&mut c.blocks, addr, before, prev, id);
-            }
-            if after > 0 {
-                piece(&mut c.blocks, start + len as u64, after, id, next);
-            }
-            let b = &mut c.blocks[id];
-            b.addr = start;
-            b.size = len;
-            b.mapped = false;
-            c.blocks.try_merge(id, c.blocks[id].prev);
-            c.blocks.try_merge(id, c.blocks[id].next);
-            c.blocks.pool_insert(id);
-            c.stats.decrease(Metric::ReservedBytes, pool, len);
-            match (left_mapped, right_mapped) {
-                (false, false) => c.stats.decrease(Metric::Segment, pool, 1),
-                (true, true) => c.stats.increase(Metric::Segment, pool, 1),
-                _ => {}
-            }
-            c.stats.count(Count::DeviceFree);
-            c.history.record(TraceAction::SegmentUnmap, start, len, stream);
+        let b = &mut c.blocks[id];
+        b.addr = start;
+        b.size = len;
+        b.mapped = false;
+        c.blocks.try_merge(id, c.blocks[id].prev);
+        c.blocks.try_merge(id, c.blocks[id].next);
+        c.blocks.pool_insert(id);
+        c.stats.decrease(Metric::ReservedBytes, pool, len);
+        match (left_mapped, right_mapped) {
+            (false, false) => c.stats.decrease(Metric::Segment, pool, 1),
+            (true, true) => c.stats.increase(Metric::Segment, pool, 1),
+            _ => {}
         }
-        failure.map_or(Ok(()), Err)
+        c.stats.count(Count::DeviceFree);
+        c.history.record(TraceAction::SegmentUnmap, start, len, stream);
+        Ok(len)
     }
 
     /// Releases the reservations of `pool`'s expandable segments that are wholly unmapped.

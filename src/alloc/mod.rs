@@ -61,6 +61,7 @@ pub use accounting::{AccountingMemory, MemoryCounts};
 pub use allocator::CachingAllocator;
 pub use block::PoolKind;
 pub use driver_memory::DriverMemory;
+pub use expandable::PageMoves;
 pub use history::{TraceAction, TraceEntry};
 pub use host::{CachingHostAllocator, DurationStat, HostMemoryStats, HostUse, RawHostMemory};
 pub use replay::{replay, replay_trace, replay_with, ReplayOptions, ReplayReport};

@@ -8,7 +8,7 @@
 use super::block::{Block, BlockId, PoolKind, NIL};
 use super::cache::Cache;
 use super::deferred::DeferredMerge;
-use super::expandable::ExpandableSegments;
+use super::expandable::{ExpandableSegments, PageMoves, Room};
 use super::history::TraceAction;
 use super::settings::{allocation_size, AllocatorSettings, MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::snapshot::Snapshot;
@@ -56,6 +56,11 @@ impl State {
     /// Bytes held from the driver.
     pub fn reserved(&self) -> usize {
         self.cache.reserved()
+    }
+
+    /// The free pages expandable segments moved so far.
+    pub fn page_moves(&self) -> PageMoves {
+        self.expandable.moves()
     }
 
     /// A copy of the statistics.
@@ -234,7 +239,7 @@ impl State {
             self.cache.stats.count(Count::AllocRetry);
         }
         if self.expandable_active() {
-            return self.expandable.try_allocate(mem, &mut self.cache, pool, stream, size);
+            return self.alloc_expandable(mem, pool, stream, size);
         }
         let preferred = self.cache.preferred_segment_size(mem, pool, stream, size, alloc_size)?;
         let sizes: &[usize] = if preferred > alloc_size { &[preferred, alloc_size] } else { &[alloc_size] };
@@ -255,7 +260,42 @@ impl State {
         let Some((ptr, alloc_size)) = attempt else {
             return Ok(None);
         };
-        Ok(Some(self.cache.add_segment(ptr, alloc_size, stream, pool)))
+        Ok(Some(self.cache.add_segment(ptr, alloc_size, stream, pool, size)))
+    }
+
+    /// A block of `size` bytes in `stream`'s expandable segment of `pool`, mapping the pages it
+    /// needs. Beyond PyTorch: mapping pages past the most memory ever held first moves whole
+    /// free pages there from the holes of every expandable segment (waiting for the device once),
+    /// so the device never holds more while free pages could move; below that mark, pages are
+    /// mapped without waiting, as in PyTorch.
+    fn alloc_expandable(
+        &mut self,
+        mem: &dyn RawMemory,
+        pool: PoolKind,
+        stream: StreamId,
+        size: usize,
+    ) -> Result<Option<BlockId>> {
+        let Some(mut room) = self.expandable.find_room(mem, &mut self.cache, pool, stream, size)? else {
+            return Ok(None);
+        };
+        let over = |c: &Cache, room: &Room| (c.reserved() + room.need).saturating_sub(c.high_water());
+        if over(&self.cache, &room) > 0 && !self.expandable.movable(&self.cache, &room).is_empty() {
+            // Blocks waiting for events are released by the wait; one may now serve the request.
+            self.synchronize_and_free_events(mem)?;
+            if let Some(id) = self.get_free_block(pool, stream, size) {
+                return Ok(Some(id));
+            }
+            room = match self.expandable.find_room(mem, &mut self.cache, pool, stream, size)? {
+                Some(r) => r,
+                None => return Ok(None),
+            };
+            let runs = self.expandable.movable(&self.cache, &room);
+            let want = over(&self.cache, &room);
+            if want > 0 && !runs.is_empty() {
+                self.expandable.move_free_pages(mem, &mut self.cache, &runs, want)?;
+            }
+        }
+        self.expandable.map_room(mem, &mut self.cache, &room, size)
     }
 
     fn should_split(&self, b: &Block, size: usize) -> bool {
@@ -338,6 +378,7 @@ impl State {
         let requested = b.requested;
         c.stats.decrease(Metric::Allocation, pool, 1);
         c.stats.decrease(Metric::AllocatedBytes, pool, size);
+        c.departures.freed(stream);
         if size >= c.settings.max_split() {
             c.stats.oversize_allocation(false);
         }
@@ -506,7 +547,7 @@ impl State {
             }
         }
         for id in to_unmap {
-            self.expandable.unmap_block(mem, &mut self.cache, id)?;
+            self.expandable.unmap_block(mem, &mut self.cache, id, usize::MAX)?;
         }
         self.expandable.release_unmapped(mem, &mut self.cache, pool)
     }

@@ -32,7 +32,9 @@ pub use crate::runtime::{
 /// settings and reports the peaks, driver allocations and host time per operation, as the
 /// `cudasem replay TRACE.csv` command does.
 pub mod memory {
-    pub use crate::alloc::{replay_trace, ReplayOptions, ReplayReport, Trace, TraceEvent};
+    pub use crate::alloc::{
+        replay_trace, PageMoves, PytorchExpandable, PytorchOutcome, ReplayOptions, ReplayReport, Trace, TraceEvent,
+    };
     pub use crate::error::fmt_bytes as format_bytes;
 }
 

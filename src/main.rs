@@ -24,17 +24,27 @@ enum Command {
     Info,
     /// A guided, self-checking walk through the CUDA semantics; exits non-zero if a section fails.
     Tour,
-    /// Replays a PyTorch allocator trace (CSV: action,addr,size,stream) through cudasem's caching
-    /// allocator on a simulated device; `CUDASEM_ALLOC_CONF` applies. Exit code 2 on a bad file.
+    /// Replays a PyTorch allocator trace (CSV: action,addr,size,stream; `.csv.gz` too) through
+    /// cudasem's caching allocator on a simulated device: peaks, live floor, driver calls, moved
+    /// pages, ns per op; `CUDASEM_ALLOC_CONF` applies. Exit code 2 on a bad file.
     Replay {
         /// The trace file.
-        trace: std::path::PathBuf,
-        /// Print one JSON object instead of a table.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        trace: Option<std::path::PathBuf>,
+        /// PyTorch's outcome on the trace (`NAME.pytorch.json`, as in bench/traces/), set beside
+        /// cudasem's figures.
+        #[arg(long, value_name = "PYTORCH.json")]
+        compare: Option<std::path::PathBuf>,
+        /// Replays every trace of a folder (with its NAME.pytorch.json where there is one) and
+        /// prints one table.
+        #[arg(long, value_name = "DIR")]
+        all: Option<std::path::PathBuf>,
+        /// Print JSON (one object, or an array with --all) instead of text.
         #[arg(long)]
         json: bool,
         /// Also write a page with reserved and allocated bytes over the trace's rows: cudasem's,
         /// and PyTorch's reserved from the trace's segment rows.
-        #[arg(long, value_name = "OUT.html")]
+        #[arg(long, value_name = "OUT.html", conflicts_with = "all")]
         plot: Option<std::path::PathBuf>,
     },
     /// Pictures of a memory snapshot (cudasem's JSON or pickle, or PyTorch's
@@ -102,7 +112,9 @@ fn main() -> ExitCode {
     match args.command {
         Command::Info => cli::info::run(),
         Command::Tour => cli::tour::run(),
-        Command::Replay { trace, json, plot } => cli::replay::run(&trace, json, plot.as_deref()),
+        Command::Replay { trace, compare, all, json, plot } => {
+            cli::replay::run(cli::replay::Options { trace, compare, all, json, plot })
+        }
         Command::Memviz { snapshot, html, svg, device, at, by_stream } => {
             cli::memviz::run(cli::memviz::Args { snapshot, html, svg, device, at, by_stream })
         }

@@ -21,7 +21,7 @@ pub struct MemoryCounts {
     pub frees: u64,
     /// Successful page mappings.
     pub maps: u64,
-    /// Page unmappings.
+    /// Unmap calls (each of one page or a run of adjacent pages).
     pub unmaps: u64,
     /// `synchronize` calls.
     pub syncs: u64,

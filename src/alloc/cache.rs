@@ -83,7 +83,14 @@ impl Cache {
 
     /// A new segment of `bytes` at `ptr` for `stream`'s request of `size` (rounded) bytes, in no
     /// list yet.
-    pub fn add_segment(&mut self, ptr: DevicePtr, bytes: usize, stream: StreamId, pool: PoolKind, size: usize) -> BlockId {
+    pub fn add_segment(
+        &mut self,
+        ptr: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+        pool: PoolKind,
+        size: usize,
+    ) -> BlockId {
         let mut b = Block::new(ptr.0, bytes, stream, pool);
         b.free_stamp = self.blocks.clock();
         let id = self.blocks.insert(b);

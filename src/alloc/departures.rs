@@ -177,7 +177,12 @@ impl Cache {
     /// Departure 3: when the stream's whole cached large segments cover `alloc_size` and are at
     /// least an eighth of the large pool, returns them to the driver (oldest first, all that stay
     /// under `max_split_size`); the size of the one segment to make instead.
-    fn coalesce_idle_segments(&mut self, mem: &dyn RawMemory, stream: StreamId, alloc_size: usize) -> Result<Option<usize>> {
+    fn coalesce_idle_segments(
+        &mut self,
+        mem: &dyn RawMemory,
+        stream: StreamId,
+        alloc_size: usize,
+    ) -> Result<Option<usize>> {
         let mut whole: Vec<(u64, BlockId, usize)> = self
             .whole_free_segments(PoolKind::Large)
             .filter(|&id| self.blocks[id].stream == stream)
@@ -254,4 +259,3 @@ impl Cache {
         None
     }
 }
-

@@ -26,12 +26,14 @@
 //!
 //! Where cudasem departs from PyTorch, the departure is an improvement that holds whatever the
 //! settings, and is explained where it is made (look for "Beyond PyTorch" in this module's
-//! sources): small segments grow with the small pool, idle streams' wholly free segments are
-//! adopted instead of new ones made, and a stream's whole cached segments that are each too
-//! small for a large request are coalesced into one instead of a segment being added (on
-//! PyTorch's ResNet-50 training trace: peak reserved 7.03 GB → 5.96 GB, 104 → 96 driver
-//! allocations); statistics count the mapped ranges of expandable segments as segments, so
-//! statistics always equal a snapshot's totals.
+//! sources; `departures.rs` lists those of ordinary segments): new segments grow with what their
+//! class already holds (small blocks, and large requests under 10 MiB), idle segments of streams
+//! that hold nothing are adopted instead of new ones made, and when much of a stream's cache is
+//! idle in whole segments too small for a large request they are coalesced into one; with
+//! expandable segments, mapping past the most memory ever held first moves whole free pages
+//! there from the holes of every segment. Statistics count the mapped ranges of expandable
+//! segments as segments, so statistics always equal a snapshot's totals. The figures on
+//! PyTorch's own traces are in BENCHMARKS.md.
 //!
 //! Design for speed (a cached malloc + free pair costs ~100–200 ns of host time, PyTorch's
 //! 410–500 ns): one mutex per device, blocks in a slab linked by index, per-stream free lists in
@@ -48,6 +50,7 @@ mod driver_memory;
 mod expandable;
 mod history;
 mod host;
+mod outcome;
 mod replay;
 mod settings;
 mod snapshot;
@@ -64,6 +67,7 @@ pub use driver_memory::DriverMemory;
 pub use expandable::PageMoves;
 pub use history::{TraceAction, TraceEntry};
 pub use host::{CachingHostAllocator, DurationStat, HostMemoryStats, HostUse, RawHostMemory};
+pub use outcome::{PytorchExpandable, PytorchOutcome};
 pub use replay::{replay, replay_trace, replay_with, ReplayOptions, ReplayReport};
 pub use settings::{
     AllocatorSettings, ALLOC_CONF_ENV, LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,
@@ -114,15 +118,17 @@ pub trait RawMemory: Send + Sync {
         Err(vmm_unsupported("vmm_reserve"))
     }
     /// Backs one page `[at, at + bytes)` of a reservation with new physical memory, readable and
-    /// writable by the device. The allocator maps one page per call (2 MiB for the small pool,
-    /// 20 MiB for the large pool, rounded up to the granularity), so every unmap matches a map.
-    /// [`Error::OutOfMemory`] makes the allocator free cached memory and retry.
+    /// writable by the device. The allocator maps one page per call (2 MiB units for the small
+    /// pool; 4 to 16 MiB for the large pool, by the size of the growth), so every page can be
+    /// unmapped on its own. [`Error::OutOfMemory`] makes the allocator free cached memory and
+    /// retry.
     fn vmm_map(&self, at: DevicePtr, bytes: usize) -> Result<()> {
         let _ = (at, bytes);
         Err(vmm_unsupported("vmm_map"))
     }
-    /// Unmaps one page mapped by [`RawMemory::vmm_map`] (same `at` and `bytes`) and frees its
-    /// physical memory. Called only after [`RawMemory::synchronize`], with no block on the page.
+    /// Unmaps `[at, at + bytes)`, one page mapped by [`RawMemory::vmm_map`] or a run of adjacent
+    /// ones, and frees their physical memory. Called only after [`RawMemory::synchronize`], with
+    /// no block on the pages.
     fn vmm_unmap(&self, at: DevicePtr, bytes: usize) -> Result<()> {
         let _ = (at, bytes);
         Err(vmm_unsupported("vmm_unmap"))

@@ -279,20 +279,27 @@ impl State {
             return Ok(None);
         };
         let over = |c: &Cache, room: &Room| (c.reserved() + room.need).saturating_sub(c.high_water());
-        if over(&self.cache, &room) > 0 && !self.expandable.movable(&self.cache, &room).is_empty() {
-            // Blocks waiting for events are released by the wait; one may now serve the request.
-            self.synchronize_and_free_events(mem)?;
-            if let Some(id) = self.get_free_block(pool, stream, size) {
-                return Ok(Some(id));
-            }
-            room = match self.expandable.find_room(mem, &mut self.cache, pool, stream, size)? {
-                Some(r) => r,
-                None => return Ok(None),
-            };
-            let runs = self.expandable.movable(&self.cache, &room);
-            let want = over(&self.cache, &room);
-            if want > 0 && !runs.is_empty() {
-                self.expandable.move_free_pages(mem, &mut self.cache, &runs, want)?;
+        if over(&self.cache, &room) > 0 {
+            let mut runs = self.expandable.movable(&self.cache, &room);
+            if !runs.is_empty() {
+                let waiting = self.pending_events > 0;
+                self.synchronize_and_free_events(mem)?;
+                if waiting {
+                    // Blocks waiting for events went back to their pools: one may serve the
+                    // request now, or change the room.
+                    if let Some(id) = self.get_free_block(pool, stream, size) {
+                        return Ok(Some(id));
+                    }
+                    room = match self.expandable.find_room(mem, &mut self.cache, pool, stream, size)? {
+                        Some(r) => r,
+                        None => return Ok(None),
+                    };
+                    runs = self.expandable.movable(&self.cache, &room);
+                }
+                let want = over(&self.cache, &room);
+                if want > 0 && !runs.is_empty() {
+                    self.expandable.move_free_pages(mem, &mut self.cache, &runs, want)?;
+                }
             }
         }
         self.expandable.map_room(mem, &mut self.cache, &room, size)

@@ -81,12 +81,36 @@ impl Trace {
         Ok(Trace { events })
     }
 
-    /// Reads and parses a trace file.
+    /// Reads and parses a trace file: CSV, or gzip-compressed CSV when the name ends in `.gz`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Trace> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument {
+        let unreadable = |e: std::io::Error| Error::InvalidArgument {
             op: "Trace::from_file",
             reason: format!("cannot read {}: {e}", path.display()),
+        };
+        let bytes = std::fs::read(path).map_err(unreadable)?;
+        if path.extension().is_some_and(|x| x == "gz") {
+            return Trace::from_gzip(&bytes).map_err(|e| match e {
+                Error::InvalidArgument { reason, .. } => {
+                    Error::InvalidArgument { op: "Trace::from_file", reason: format!("{}: {reason}", path.display()) }
+                }
+                e => e,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|e| Error::InvalidArgument {
+            op: "Trace::from_file",
+            reason: format!("{} is not UTF-8 text: {e}", path.display()),
+        })?;
+        Trace::parse(&text)
+    }
+
+    /// Parses gzip-compressed CSV (how the repository keeps its larger traces).
+    pub fn from_gzip(bytes: &[u8]) -> Result<Trace> {
+        use std::io::Read;
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(bytes).read_to_string(&mut text).map_err(|e| Error::InvalidArgument {
+            op: "Trace::from_gzip",
+            reason: format!("not gzip-compressed UTF-8 text: {e}"),
         })?;
         Trace::parse(&text)
     }

@@ -7,7 +7,7 @@
 //! pool, making and freeing a segment.
 
 use super::block::{Block, BlockId, Blocks, PoolKind};
-use super::departures::DepartureBooks;
+use super::books::DepartureBooks;
 use super::history::{History, TraceAction};
 use super::settings::AllocatorSettings;
 use super::stats::{Count, DeviceStats, Metric};

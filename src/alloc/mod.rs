@@ -43,6 +43,7 @@
 mod accounting;
 mod allocator;
 mod block;
+mod books;
 mod cache;
 mod deferred;
 mod departures;

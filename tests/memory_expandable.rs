@@ -78,7 +78,7 @@ fn grow_large_segment(d: usize, s: &Stream, lp: usize, rng: &mut TestRng) -> Res
     assert_eq!((seg.address, seg.total_size), (l1.ptr(), lp), "one page mapped");
     let n1 = maps(d)?;
     assert!(n1 > n0, "mapping a page is a driver allocation");
-    let l2 = RawBuffer::cached(Some(d), 2 * MIB, Some(s))?;
+    let l2 = RawBuffer::cached(Some(d), lp, Some(s))?;
     assert_eq!(l2.ptr(), l1.ptr() + (lp - MIB) as u64, "the segment grows in place: right after the first block");
     let seg = the_segment(d, s, PoolKind::Large, &[&l1, &l2]);
     assert_eq!((seg.address, seg.total_size), (l1.ptr(), 2 * lp), "a second page mapped behind the first");
@@ -86,7 +86,7 @@ fn grow_large_segment(d: usize, s: &Stream, lp: usize, rng: &mut TestRng) -> Res
     let n2 = maps(d)?;
     assert!(n2 > n1);
     let l3 = RawBuffer::cached(Some(d), 2 * lp + MIB, Some(s))?;
-    assert_eq!(l3.ptr(), l2.ptr() + (2 * MIB) as u64);
+    assert_eq!(l3.ptr(), l2.ptr() + lp as u64);
     let seg = the_segment(d, s, PoolKind::Large, &[&l1, &l2, &l3]);
     assert_eq!(seg.total_size, 4 * lp, "grown to four pages, still one segment");
     assert!(maps(d)? > n2);
@@ -177,7 +177,8 @@ fn expandable_segments_grow_in_place_and_give_pages_back() -> Result<()> {
     let Some(g) = granularity else {
         return ordinary_segments_without_vmm(d, &s, &mut rng);
     };
-    // Pages: 2 MiB (small pool) and 4 MiB (large pool), rounded up to the granularity.
+    // Pages: 2 MiB (small pool) and, for growths of up to 64 MiB, 4 MiB (large pool), rounded up
+    // to the granularity.
     let sp = (2 * MIB).div_ceil(g) * g;
     let lp = (4 * MIB).div_ceil(g) * g;
     cuda::record_memory_history(true, 10_000)?;
@@ -195,7 +196,7 @@ fn expandable_segments_grow_in_place_and_give_pages_back() -> Result<()> {
 
     // Growing again after the unmap maps pages again, in place.
     let l4 = RawBuffer::cached(Some(d), lp + 3 * MIB, Some(&s))?;
-    assert_eq!(l4.ptr(), large.l2.ptr() + (2 * MIB) as u64, "the freed room behind l2 grows again");
+    assert_eq!(l4.ptr(), large.l2.ptr() + lp as u64, "the freed room behind l2 grows again");
     write_and_check(&l4, &s, &mut rng)?;
     assert_stats_match_snapshot(d);
 

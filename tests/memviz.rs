@@ -231,15 +231,26 @@ fn a_free_hole_is_drawn_free_and_a_pending_block_pending() {
     assert!(near(hole, hex("#eeeeee")) && near(beside, hex("#2f6db5")), "hole {hole:?}, block {beside:?}");
 }
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+/// The PyTorch-format pickle (embedded: the tests also run from a copy of the built executables).
+const PYTORCH_PICKLE: &[u8] = include_bytes!("fixtures/pytorch_snapshot.pickle");
+/// What a forward run of the fixture's allocator reached.
+const PYTORCH_EXPECTED: &str = include_str!("fixtures/pytorch_snapshot.expected.json");
+
+/// `bytes` in a file of its own under the temporary folder.
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cudasem-memviz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
 }
 
 #[test]
 fn pytorchs_pickle_reads_and_its_segments_walk_back_to_the_peak() {
-    let snapshot = memviz::read_snapshot(fixture("pytorch_snapshot.pickle")).unwrap();
-    let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("pytorch_snapshot.expected.json")).unwrap()).unwrap();
+    let path = temp_file("pytorch.pickle", PYTORCH_PICKLE);
+    let snapshot = memviz::read_snapshot(&path).unwrap();
+    let _ = std::fs::remove_file(path);
+    let expected: serde_json::Value = serde_json::from_str(PYTORCH_EXPECTED).unwrap();
     let n = |v: &serde_json::Value| v.as_u64().unwrap() as usize;
     let picture = memviz::render(&snapshot, &Options::default()).unwrap();
     let s = picture.summary();
@@ -399,10 +410,9 @@ fn cudasem(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_command_writes_a_page_and_an_svg() {
-    let dir = std::env::temp_dir().join(format!("cudasem-memviz-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let pickle = temp_file("command.pickle", PYTORCH_PICKLE);
+    let dir = pickle.parent().unwrap().to_path_buf();
     let (html, svg) = (dir.join("out.html"), dir.join("out.svg"));
-    let pickle = fixture("pytorch_snapshot.pickle");
     let o = cudasem(&[
         "memviz",
         pickle.to_str().unwrap(),
@@ -429,7 +439,9 @@ fn the_command_writes_a_page_and_an_svg() {
     assert!(err.contains("invalid memory snapshot") && !err.contains("panicked"), "{err}");
     let o = cudasem(&["memviz", pickle.to_str().unwrap(), "-o", html.to_str().unwrap(), "--at", "100000"]);
     assert_eq!(o.status.code(), Some(2));
-    let _ = std::fs::remove_dir_all(&dir);
+    for f in [json, html, svg, pickle] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 #[test]
@@ -450,6 +462,9 @@ fn replay_plots_cudasems_reserved_beside_pytorchs() {
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout stays one JSON object");
     assert_eq!(report["peak_reserved_bytes"].as_u64(), Some(20 * MIB as u64));
     let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<svg").count(), 3, "the chart, then cudasem's timeline and segments");
+    // Its history: a segment, three allocs, and a free_requested and free_completed for each free.
+    assert!(page.contains("Active memory timeline: cuda:0, 10 events"), "the replay's own history is drawn");
     let svg = &page[page.find("<svg").unwrap()..page.find("</svg>").unwrap() + 6];
     let [x, y, w, h] = attribute(svg, "data-plot")[..] else { panic!("four numbers") };
     assert_eq!(attribute(svg, "data-ymax"), [40.0 * MIB as f64], "PyTorch's 40 MiB sets the scale");

@@ -1,7 +1,8 @@
 //! `cudasem replay TRACE --plot OUT.html`: reserved and allocated bytes over the trace's rows for
 //! cudasem's policy, PyTorch's reserved bytes beside them (the trace's own `segment_alloc` /
 //! `segment_free` rows: what PyTorch's allocator held when the trace was recorded), and the live
-//! requested bytes no allocator can go under.
+//! requested bytes no allocator can go under; below the chart, cudasem's allocator over the trace
+//! as `cudasem memviz` draws it (the active memory timeline, the segments at the peak).
 //!
 //! cudasem's figures come from the same caching allocator and settings as the report, replayed
 //! here through the public API on a one-device simulated machine of the report's capacity (this
@@ -11,7 +12,10 @@
 
 use cudasem::cuda::memory::{format_bytes, ReplayOptions, Trace};
 use cudasem::cuda::{self, AllocatorSettings, Stream, TraceAction};
-use cudasem::memviz::chart::{Chart, Series, Style};
+use cudasem::memviz::{
+    self,
+    chart::{Chart, Series, Style},
+};
 use cudasem::{Config, DriverKind, Error, PeerSpec, Result, SimConfig};
 use std::collections::HashMap;
 use std::path::Path;
@@ -102,7 +106,11 @@ pub fn write(path: &Path, out: &Path) -> Result<String> {
     let capacity = ReplayOptions::default().capacity;
     let sim = SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None };
     cudasem::init(Config { driver: DriverKind::Sim, sim, allocator: settings.clone() })?;
+    // Every event of cudasem's allocator, for the pictures below the chart.
+    cuda::record_memory_history(true, 4 * trace.events.len() + 64)?;
     let r = replay(&trace)?;
+    let picture =
+        memviz::render(&cuda::memory_snapshot()?, &memviz::Options { device: Some(0), ..Default::default() })?;
     let peak = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
     let mut notes = vec![
         ("trace".to_string(), format!("{} ({} rows)", path.display(), trace.events.len())),
@@ -125,8 +133,11 @@ pub fn write(path: &Path, out: &Path) -> Result<String> {
         None => notes.push(("PyTorch reserved".into(), "the trace has no segment rows".into())),
     }
     let title = format!("Replay of {} through cudasem's caching allocator", path.display());
-    let chart = Chart { title, x_label: "rows of the trace".into(), series: lines, notes };
-    std::fs::write(out, chart.to_html()).map_err(|e| Error::InvalidArgument {
+    let chart = Chart { title: title.clone(), x_label: "rows of the trace".into(), series: lines, notes };
+    let mut body = chart.to_html_body();
+    body.push_str("<h1>cudasem's allocator over the trace</h1>\n");
+    body.push_str(&picture.to_html_body());
+    std::fs::write(out, memviz::html_page(&title, &body)).map_err(|e| Error::InvalidArgument {
         op: "replay --plot",
         reason: format!("cannot write {}: {e}", out.display()),
     })?;

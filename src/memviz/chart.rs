@@ -111,8 +111,13 @@ impl Chart {
 
     /// One self-contained HTML page: the notes as a table, the chart as inline SVG.
     pub fn to_html(&self) -> String {
+        super::html_page(&self.title, &self.to_html_body())
+    }
+
+    /// The page's content without the document around it (see [`super::html_page`]).
+    pub fn to_html_body(&self) -> String {
         let mut body = super::html::table(&self.notes);
         body.push_str(&self.to_svg());
-        super::html::document(&self.title, &body)
+        body
     }
 }

@@ -32,7 +32,8 @@ pub(crate) fn table(rows: &[(String, String)]) -> String {
     t
 }
 
-pub(crate) fn page(p: &Picture) -> String {
+/// The page's content: the summary table, the views, their notes.
+pub(crate) fn body(p: &Picture) -> String {
     let s = p.summary();
     let b = format_bytes;
     let rows = vec![
@@ -61,12 +62,16 @@ pub(crate) fn page(p: &Picture) -> String {
     let mut body = table(&rows);
     match p.timeline_svg() {
         Some(svg) => {
+            body.push_str("<div id=\"timeline\">");
             body.push_str(&svg);
+            body.push_str("</div>");
             body.push_str("<p class=\"note\">Each band is one allocation, from its alloc to its free_completed, stacked in the order they were made; when one is freed, those above it move down. Where many events share a pixel column, the column shows its highest moment; allocations thinner than a pixel are summed into the grey band. Hover a band for its size and events.</p>\n");
         }
         None => body.push_str("<p class=\"note\">No history for this device: record one with record_memory_history (torch.cuda.memory._record_memory_history) before the workload.</p>\n"),
     }
+    body.push_str("<div id=\"segments\">");
     body.push_str(&p.segments_svg());
+    body.push_str("</div>");
     body.push_str("<p class=\"note\">One bar per segment (one driver allocation, or one mapped range of an expandable segment), all to one scale, grouped by stream and pool. Free stretches between allocated blocks are fragmentation: memory held from the driver that a larger request cannot use. Hover a bar or a block for its figures.</p>\n");
-    document(&format!("Memory of cuda:{}", s.device), &body)
+    body
 }

@@ -185,8 +185,20 @@ impl Picture {
 
     /// One self-contained HTML page (inline SVG, no script, nothing fetched).
     pub fn to_html(&self) -> String {
-        html::page(self)
+        html_page(&format!("Memory of cuda:{}", self.summary.device), &self.to_html_body())
     }
+
+    /// The page's content without the document around it (the summary table, the views), to put
+    /// into a page with more (see [`html_page`]).
+    pub fn to_html_body(&self) -> String {
+        html::body(self)
+    }
+}
+
+/// A self-contained HTML page titled `title` around `body` (HTML, such as
+/// [`Picture::to_html_body`] and [`chart::Chart::to_html_body`]), with the style the pictures use.
+pub fn html_page(title: &str, body: &str) -> String {
+    html::document(title, body)
 }
 
 /// The devices a snapshot covers.

@@ -43,7 +43,8 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Also write a page with reserved and allocated bytes over the trace's rows: cudasem's,
-        /// and PyTorch's reserved from the trace's segment rows.
+        /// PyTorch's reserved from the trace's segment rows (and, with --compare, its outcome's
+        /// peak), and cudasem's allocator over the trace as memviz draws it.
         #[arg(long, value_name = "OUT.html", conflicts_with = "all")]
         plot: Option<std::path::PathBuf>,
     },

@@ -478,5 +478,31 @@ fn replay_plots_cudasems_reserved_beside_pytorchs() {
     let pytorch = top("#e69138").expect("PyTorch's reserved line");
     assert!((cudasem - (y + h / 2.0)).abs() <= 1.5, "cudasem's 20 MiB at half height: {cudasem}");
     assert!((pytorch - y).abs() <= 1.5, "PyTorch's 40 MiB at the top: {pytorch}");
+
+    // With PyTorch's outcome file (50 MiB at its peak), its level sets the scale and tops the chart.
+    let outcome = dir.join("t.pytorch.json");
+    std::fs::write(&outcome, format!("{{\"reserved_bytes.all.peak\": {}}}", 50 * MIB)).unwrap();
+    let o = Command::new(common::cudasem_binary())
+        .args([
+            "replay",
+            csv.to_str().unwrap(),
+            "--compare",
+            outcome.to_str().unwrap(),
+            "--plot",
+            html.to_str().unwrap(),
+        ])
+        .env("CUDASEM_ALLOC_CONF", "")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    let svg = &page[page.find("<svg").unwrap()..page.find("</svg>").unwrap() + 6];
+    assert_eq!(attribute(svg, "data-ymax"), [50.0 * MIB as f64]);
+    let [x, y, w, h] = attribute(svg, "data-plot")[..] else { panic!("four numbers") };
+    let map = pixels(svg);
+    let level = (y as u32 - 2..(y + h) as u32)
+        .find(|&r| (x as u32 + 2..(x + w) as u32).any(|c| strong(rgb(&map, c, r), hex("#8c564b"))))
+        .expect("the outcome's level") as f64;
+    assert!((level - y).abs() <= 1.5, "PyTorch's outcome at the top: {level}");
     let _ = std::fs::remove_dir_all(&dir);
 }

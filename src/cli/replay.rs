@@ -26,7 +26,9 @@ pub struct Options {
 /// code 2 on a bad file, folder or setting.
 pub fn run(options: Options) -> ExitCode {
     let plotted = |text: String| match (&options.plot, &options.trace) {
-        (Some(out), Some(path)) => super::replay_plot::write(path, out).map(|wrote| (text, Some(wrote))),
+        (Some(out), Some(path)) => {
+            super::replay_plot::write(path, out, options.compare.as_deref()).map(|wrote| (text, Some(wrote)))
+        }
         _ => Ok((text, None)),
     };
     match report(&options).and_then(plotted) {

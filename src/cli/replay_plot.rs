@@ -1,7 +1,8 @@
-//! `cudasem replay TRACE --plot OUT.html`: reserved and allocated bytes over the trace's rows for
-//! cudasem's policy, PyTorch's reserved bytes beside them (the trace's own `segment_alloc` /
-//! `segment_free` rows: what PyTorch's allocator held when the trace was recorded), and the live
-//! requested bytes no allocator can go under; below the chart, cudasem's allocator over the trace
+//! `cudasem replay TRACE --plot OUT.html [--compare PYTORCH.json]`: reserved and allocated bytes
+//! over the trace's rows for cudasem's policy, PyTorch's reserved bytes beside them (the trace's
+//! own `segment_alloc` / `segment_free` rows: what PyTorch's allocator held when the trace was
+//! recorded, under default settings; with `--compare`, also the peak of PyTorch's outcome file
+//! under the settings in use), and the live requested bytes no allocator can go under; below the chart, cudasem's allocator over the trace
 //! as `cudasem memviz` draws it (the active memory timeline, the segments at the peak).
 //!
 //! cudasem's figures come from the same caching allocator and settings as the report, replayed
@@ -10,7 +11,7 @@
 //! one stream of the device (the default stream for stream 0, pool streams for the others, so up
 //! to 32 side streams stay apart), and `memory_reserved` / `memory_allocated` after each row.
 
-use cudasem::cuda::memory::{format_bytes, ReplayOptions, Trace};
+use cudasem::cuda::memory::{format_bytes, PytorchOutcome, ReplayOptions, Trace};
 use cudasem::cuda::{self, AllocatorSettings, Stream, TraceAction};
 use cudasem::memviz::{
     self,
@@ -99,9 +100,11 @@ fn series(label: &str, color: &str, style: Style, values: Vec<usize>) -> Series 
     Series { label: label.into(), color: color.into(), style, values }
 }
 
-/// Replays `path` for the plot and writes the page to `out`; returns what it wrote.
-pub fn write(path: &Path, out: &Path) -> Result<String> {
+/// Replays `path` for the plot and writes the page to `out`, with PyTorch's outcome file `compare`
+/// where given; returns what it wrote.
+pub fn write(path: &Path, out: &Path, compare: Option<&Path>) -> Result<String> {
     let trace = Trace::from_file(path)?;
+    let outcome = compare.map(PytorchOutcome::from_file).transpose()?;
     let settings = AllocatorSettings::from_env()?;
     let capacity = ReplayOptions::default().capacity;
     let sim = SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None };
@@ -125,12 +128,21 @@ pub fn write(path: &Path, out: &Path) -> Result<String> {
         series("live requested (the floor)", "#555555", Style::Line, r.live),
         series("cudasem reserved", "#c0392b", Style::Line, r.reserved),
     ];
+    let rows = trace.events.len();
     match pytorch {
         Some(p) => {
-            notes.push(("PyTorch peak reserved (the trace's segment rows)".into(), format_bytes(peak(&p))));
-            lines.push(series("PyTorch reserved (the trace's segment rows)", "#e69138", Style::Dashed, p));
+            let label = "PyTorch reserved, default settings (the trace's segment rows)";
+            notes.push((format!("{label}: peak"), format_bytes(peak(&p))));
+            lines.push(series(label, "#e69138", Style::Dashed, p));
         }
         None => notes.push(("PyTorch reserved".into(), "the trace has no segment rows".into())),
+    }
+    if let Some(o) = outcome {
+        let mode = if settings.expandable_segments() { "expandable segments" } else { "default settings" };
+        let (reserved, _) = o.under(settings.expandable_segments());
+        let label = format!("PyTorch peak reserved, {mode} (outcome file)");
+        notes.push((label.clone(), format_bytes(reserved)));
+        lines.push(series(&label, "#8c564b", Style::Dashed, vec![reserved; rows]));
     }
     let title = format!("Replay of {} through cudasem's caching allocator", path.display());
     let chart = Chart { title: title.clone(), x_label: "rows of the trace".into(), series: lines, notes };

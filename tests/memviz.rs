@@ -272,6 +272,14 @@ fn pytorchs_pickle_reads_and_its_segments_walk_back_to_the_peak() {
         (e.segments, e.reserved, e.allocated, e.pending_free),
         (n(&x["segments"]), n(&x["reserved"]), n(&x["allocated"]), n(&x["pending_free"]))
     );
+    // The OOM is marked on the timeline's axis, at its event.
+    let svg = picture.timeline_svg().unwrap();
+    let [x, y, w, h] = attribute(&svg, "data-plot")[..] else { panic!("four numbers") };
+    let moments = attribute(&svg, "data-moments")[0];
+    let oom = snapshot.device_traces[0].iter().position(|e| e.action == TraceAction::Oom).unwrap() as f64;
+    let map = pixels(&svg);
+    let mark = rgb(&map, (x + w * (oom + 1.5) / moments) as u32, (y + h - 3.0) as u32);
+    assert!(strong(mark, hex("#c0392b")), "an OOM mark at event {oom}: {mark:?}");
     let streams: Vec<u64> = snapshot.segments.iter().map(|g| g.stream.0).collect();
     assert!(streams.contains(&94433923213312), "PyTorch's stream pointers read as they are: {streams:?}");
 }

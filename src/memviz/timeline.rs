@@ -187,8 +187,28 @@ pub(crate) fn draw(h: &History, by: ColorBy, shown: usize, title: &str) -> Strin
         let x = frame.mid(shown);
         svg.line((x, frame.y), (x, frame.y + frame.h), super::svg::REQUESTED, 1.0, "2 2");
     }
+    ooms(&mut svg, &frame, h);
     let attributes = format!("{} data-peak=\"{peak_at} {peak}\" data-min-band=\"{}\"", frame.attributes(), b.min_size);
     svg.group(0.0, &attributes)
+}
+
+/// A mark below the axis at each out-of-memory event (one per pixel column at most).
+fn ooms(svg: &mut Svg, frame: &Frame, h: &History) {
+    let mut last_x = f64::NEG_INFINITY;
+    for (i, e) in h.events.iter().enumerate().filter(|(_, e)| e.action == crate::cuda::TraceAction::Oom) {
+        let x = frame.mid(i + 1);
+        if x - last_x < 1.0 {
+            continue;
+        }
+        last_x = x;
+        let y = frame.y + frame.h;
+        let tip = format!(
+            "out of memory at event {i}: {} asked, {} free on the device",
+            format_bytes(e.size),
+            format_bytes(e.addr as usize)
+        );
+        svg.polygon(&[(x, y - 8.0), (x - 5.0, y + 1.0), (x + 5.0, y + 1.0)], RESERVED, Some(&tip));
+    }
 }
 
 /// The allocations below the threshold, summed into one band on top of the drawn ones.
@@ -230,6 +250,9 @@ fn legend(svg: &mut Svg, by: ColorBy, b: &Bands, x: f64, y: f64) {
     at += 290.0;
     svg.line((at, y - 4.0), (at + 18.0, y - 4.0), RESERVED, 1.5, "");
     svg.text(at + 24.0, y, 11.0, "start", "reserved (held from the driver)");
+    at += 210.0;
+    svg.polygon(&[(at + 5.0, y - 9.0), (at, y), (at + 10.0, y)], RESERVED, None);
+    svg.text(at + 16.0, y, 11.0, "start", "out of memory");
 }
 
 #[cfg(test)]

@@ -514,3 +514,38 @@ fn replay_plots_cudasems_reserved_beside_pytorchs() {
     assert!((level - y).abs() <= 1.5, "PyTorch's outcome at the top: {level}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_snapshot_dumped_by_pytorch_on_a_gpu_reads_and_agrees_with_its_statistics() {
+    // Made on a GPU machine by tests/fixtures/pytorch_gpu_snapshot.py (PyTorch's own
+    // _dump_snapshot, with stack frames); read from the repository root, where tests run.
+    let dir = std::path::Path::new("tests/fixtures");
+    let (Ok(bytes), Ok(json)) = (
+        std::fs::read(dir.join("pytorch_gpu_snapshot.pickle")),
+        std::fs::read_to_string(dir.join("pytorch_gpu_snapshot.expected.json")),
+    ) else {
+        eprintln!("skipped: no snapshot from PyTorch on a GPU yet (tests/fixtures/pytorch_gpu_snapshot.py makes it)");
+        return;
+    };
+    let expected: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let n = |k: &str| expected[k].as_u64().unwrap_or_else(|| panic!("{k}")) as usize;
+    let snapshot = memviz::load_snapshot(&bytes).unwrap();
+    let s = memviz::render(&snapshot, &Options::default()).unwrap().summary().clone();
+    assert_eq!((s.events, s.ooms), (n("events"), n("ooms")));
+    assert_eq!((s.driver_allocations, s.driver_frees), (n("segment_allocs"), n("segment_frees")));
+    assert_eq!(s.peak_reserved, n("peak_reserved"), "the history's reserved peak is PyTorch's");
+    // Live until free_completed (memory_viz's rule), so between PyTorch's requested and active peaks.
+    assert!(n("peak_requested") <= s.peak_allocated && s.peak_allocated <= n("peak_active"), "{s}");
+    assert!(s.allocated + s.pending_free >= s.peak_allocated, "rounded blocks hold the requests: {s}");
+    let end = memviz::render(&snapshot, &Options { at: Some(s.events - 1), ..Options::default() }).unwrap();
+    let e = end.summary();
+    assert_eq!((e.segments, e.reserved, e.allocated), (n("segments"), n("reserved"), n("allocated")));
+    // Walked back to the first event of a process that had allocated nothing before: at most the
+    // segment that event asked for.
+    let first = &snapshot.device_traces[0][0];
+    let start = memviz::render(&snapshot, &Options { at: Some(0), ..Options::default() }).unwrap();
+    let held = if first.action == TraceAction::SegmentAlloc { first.size } else { 0 };
+    assert_eq!(start.summary().reserved, held, "{}", start.summary());
+    let map = pixels(&memviz::render(&snapshot, &Options::default()).unwrap().segments_svg());
+    assert_eq!(bars(&map, 58).len(), s.segments, "one bar per segment at the peak");
+}

@@ -523,14 +523,26 @@ pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8, u8)>, Vec<u8>) {
             ch *= 2;
         }
     }
-    let block = [2u8, 4, 8, 16].into_iter().filter(|&ch| ch as usize * v <= 64).collect();
+    let block = [2u8, 4, 8, 16].into_iter().filter(|&ch| softmax_block_fits(v, ch as u64)).collect();
     (warp, block)
 }
 
-/// `ch` of the softmax kernels of 1,024-thread blocks (`v` elements per access; at most 32
-/// registers of values per thread, the most a full-size block leaves).
+/// Whether a softmax module has a kernel of 256-thread blocks with `ch` chunks per thread (`v`
+/// elements per access, at most 64 values per thread).
+pub(super) fn softmax_block_fits(v: usize, ch: u64) -> bool {
+    matches!(ch, 2 | 4 | 8 | 16) && ch * v as u64 <= 64
+}
+
+/// Whether a softmax module has a kernel of 1,024-thread blocks with `ch` chunks per thread (`v`
+/// elements per access; at most 32 registers of values per thread, the most a full-size block
+/// leaves).
+pub(super) fn softmax_big_fits(v: usize, value_bytes: usize, ch: u64) -> bool {
+    matches!(ch, 2 | 4 | 8 | 16) && ch * (v * value_bytes) as u64 <= 128
+}
+
+/// `ch` of every kernel of 1,024-thread blocks of a softmax module ([`softmax_big_fits`]).
 pub(super) fn softmax_big_layouts(v: usize, value_bytes: usize) -> Vec<u8> {
-    [2u8, 4, 8, 16].into_iter().filter(|&ch| ch as usize * v * value_bytes <= 128).collect()
+    [2u8, 4, 8, 16].into_iter().filter(|&ch| softmax_big_fits(v, value_bytes, ch as u64)).collect()
 }
 
 /// Bytes of a softmax module's compute type.

@@ -18,7 +18,9 @@
 //! reference, and deterministic: every combination order is fixed), extremes compare in the
 //! input's precision, integers accumulate in wrapping `i64`.
 
-use super::codegen::{softmax_big_layouts, softmax_value_bytes, softmax_vec, Entry, KernelId, ModuleKey, MAXD};
+use super::codegen::{
+    softmax_big_fits, softmax_block_fits, softmax_value_bytes, softmax_vec, Entry, KernelId, ModuleKey, MAXD,
+};
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::error::Result;
 use crate::kernel::{BufferView, ReduceOp};
@@ -177,11 +179,10 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
             let ch = chunks(32 * w) as u8;
             let g = if ch == 1 { chunks(w).min(32) as u8 } else { 32 };
             Entry::Rows { g, w: w as u8, ch }
-        } else if aligned && chunks(256 * v) <= 16 && chunks(256 * v) * v as u64 <= 64 {
+        } else if aligned && softmax_block_fits(v as usize, chunks(256 * v).max(2)) {
             Entry::Rows { g: 0, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
         } else if aligned
-            && softmax_big_layouts(v as usize, softmax_value_bytes(src.dtype, dst.dtype))
-                .contains(&(chunks(1024 * v).max(2) as u8))
+            && softmax_big_fits(v as usize, softmax_value_bytes(src.dtype, dst.dtype), chunks(1024 * v).max(2))
         {
             Entry::BigRows { w: v as u8, ch: chunks(1024 * v).max(2) as u8 }
         } else {

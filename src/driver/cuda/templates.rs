@@ -56,6 +56,24 @@ __device__ __forceinline__ i64 ipow(i64 b, i64 e) {
     while (e > 0) { if (e & 1) r *= x; x *= x; e >>= 1; }
     return (i64)r;
 }
+/* The offsets in the source (`sst`) and the destination (`dst`) of output `o` over `ndim` collapsed
+   dims (innermost first); one multiply when the outputs are one dim. */
+__device__ __forceinline__ void row_offsets(i64 o, int ndim, const i64* shape, const i64* sst, const i64* dst, i64& so, i64& dof) {
+    if (ndim <= 1) {
+        so = ndim ? o * sst[0] : 0;
+        dof = ndim ? o * dst[0] : 0;
+        return;
+    }
+    so = 0; dof = 0;
+#pragma unroll 1
+    for (int d = 0; d < ndim; ++d) {
+        const i64 q = o / shape[d];
+        const i64 k = o - q * shape[d];
+        o = q;
+        so += k * sst[d];
+        dof += k * dst[d];
+    }
+}
 template <int N> struct RawT;
 template <> struct RawT<1> { typedef u8 T; };
 template <> struct RawT<2> { typedef u16 T; };
@@ -317,15 +335,7 @@ struct RedP {
 };
 
 __device__ __forceinline__ void out_offsets(const RedP& p, i64 o, i64& so, i64& dof) {
-    so = 0; dof = 0;
-#pragma unroll 1
-    for (int d = 0; d < p.out_ndim; ++d) {
-        const i64 q = o / p.out_shape[d];
-        const i64 k = o - q * p.out_shape[d];
-        o = q;
-        so += k * p.out_sst[d];
-        dof += k * p.out_dst[d];
-    }
+    row_offsets(o, p.out_ndim, p.out_shape, p.out_sst, p.out_dst, so, dof);
 }
 
 __device__ __forceinline__ i64 red_offset(const RedP& p, i64 r) {
@@ -503,20 +513,7 @@ struct SmP {
 };
 
 __device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& dof) {
-    if (p.out_ndim <= 1) {
-        so = p.out_ndim ? o * p.out_sst[0] : 0;
-        dof = p.out_ndim ? o * p.out_dst[0] : 0;
-        return;
-    }
-    so = 0; dof = 0;
-#pragma unroll 1
-    for (int d = 0; d < p.out_ndim; ++d) {
-        const i64 q = o / p.out_shape[d];
-        const i64 k = o - q * p.out_shape[d];
-        o = q;
-        so += k * p.out_sst[d];
-        dof += k * p.out_dst[d];
-    }
+    row_offsets(o, p.out_ndim, p.out_shape, p.out_sst, p.out_dst, so, dof);
 }
 __device__ __forceinline__ TC neg_inf() { return (TC)(-d_inf()); }
 __device__ __forceinline__ TC shift_of(TC m) { return isfinite(m) ? m : (TC)0; }

@@ -5,6 +5,7 @@
 
 pub mod reference;
 pub mod tolerance;
+use tolerance::f32_odd;
 
 use cudasem::{DType, Device, Result, Tensor};
 use half::{bf16, f16};
@@ -177,15 +178,4 @@ pub fn laid_out(vals: &[f64], r: usize, c: usize, dtype: DType, device: Device, 
     assert_eq!(t.shape(), [r, c]);
     assert_eq!(t.is_contiguous(), layout == Layout::Contiguous, "{layout:?}");
     Ok(t)
-}
-
-/// `x` rounded to `f32` toward odd, so that rounding it again to `f16`/`bf16` is correctly
-/// rounded (`half`'s `from_f64` drops the low 32 bits of the `f64` first, so it is not).
-pub fn f32_odd(x: f64) -> f32 {
-    let f = x as f32;
-    if x.is_nan() || f as f64 == x {
-        return f;
-    }
-    let rz = if f.is_infinite() || (f as f64).abs() > x.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
-    f32::from_bits(rz.to_bits() | 1)
 }

@@ -163,3 +163,16 @@ pub fn assert_sums_close(
     let extra: Vec<f64> = abs_sums.iter().map(|s| k * s).collect();
     assert_close_with(got, want, &extra, op, dtype, what);
 }
+
+/// `x` rounded to `f32` toward odd (toward zero, the last bit set when inexact), so that
+/// rounding it again to `f16`/`bf16` is correctly rounded, as the device's conversions are;
+/// `half`'s `from_f64` is not (it drops the low 32 bits of the `f64` first). References round
+/// `f64` results to the half types through it.
+pub fn f32_odd(x: f64) -> f32 {
+    let f = x as f32;
+    if x.is_nan() || f as f64 == x {
+        return f;
+    }
+    let rz = if f.is_infinite() || (f as f64).abs() > x.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    f32::from_bits(rz.to_bits() | 1)
+}

@@ -15,6 +15,7 @@ use half::{bf16, f16};
 
 #[path = "../../../../tests/tensor_util/tolerance.rs"]
 mod table;
+pub use table::f32_odd;
 
 /// How close a result must be: `|g − w| ≤ rel·|w| + abs` (both 0: exactly equal).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -197,17 +198,6 @@ pub fn softmax(row: &[f64], log: bool, dtype: DType) -> Vec<f64> {
     } else {
         row.iter().map(|&x| round(dtype, (x - max).exp() / sum)).collect()
     }
-}
-
-/// `x` rounded to `f32` toward odd, so that rounding it again to `f16`/`bf16` is correctly
-/// rounded, as the device's conversions are (`half`'s `from_f64` drops the low 32 bits first).
-pub fn f32_odd(x: f64) -> f32 {
-    let f = x as f32;
-    if x.is_nan() || f as f64 == x {
-        return f;
-    }
-    let rz = if f.is_infinite() || (f as f64).abs() > x.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
-    f32::from_bits(rz.to_bits() | 1)
 }
 
 #[cfg(test)]

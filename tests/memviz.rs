@@ -516,6 +516,7 @@ fn replay_plots_cudasems_reserved_beside_pytorchs() {
 }
 
 #[test]
+#[ignore = "needs tests/fixtures/pytorch_gpu_snapshot.{pickle,expected.json}, made on a GPU machine by tests/fixtures/pytorch_gpu_snapshot.py; un-ignore once committed"]
 fn a_snapshot_dumped_by_pytorch_on_a_gpu_reads_and_agrees_with_its_statistics() {
     // Made on a GPU machine by tests/fixtures/pytorch_gpu_snapshot.py (PyTorch's own
     // _dump_snapshot, with stack frames); read from the repository root, where tests run.
@@ -524,8 +525,7 @@ fn a_snapshot_dumped_by_pytorch_on_a_gpu_reads_and_agrees_with_its_statistics() 
         std::fs::read(dir.join("pytorch_gpu_snapshot.pickle")),
         std::fs::read_to_string(dir.join("pytorch_gpu_snapshot.expected.json")),
     ) else {
-        eprintln!("skipped: no snapshot from PyTorch on a GPU yet (tests/fixtures/pytorch_gpu_snapshot.py makes it)");
-        return;
+        panic!("no snapshot from PyTorch on a GPU in tests/fixtures (tests/fixtures/pytorch_gpu_snapshot.py makes it)");
     };
     let expected: serde_json::Value = serde_json::from_str(&json).unwrap();
     let n = |k: &str| expected[k].as_u64().unwrap_or_else(|| panic!("{k}")) as usize;

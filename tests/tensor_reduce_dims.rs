@@ -2,7 +2,7 @@
 //! against a float64 reference along the last dim, the first dim, a middle dim and all dims, on
 //! the CPU and the current driver's device, over the shapes that take each kernel path: a warp
 //! per output (rows up to 2048), a block per output (longer rows), rows split over blocks (few
-//! outputs, long rows), a thread per output (reductions over an outer dim) and split columns; in
+//! outputs, long rows), columns of outputs (reductions over an outer dim, split over blocks); in
 //! f32, bf16, f16, f64, i32 and i64. Integer-valued data sums exactly in any order (so a dropped
 //! or doubled element shows) and ties often (so the first index must win across splits); random
 //! real data checks the accumulation's precision; NaN rows check propagation. Then reductions of
@@ -198,15 +198,18 @@ fn reductions_of_one_long_row_split_over_blocks() -> Result<()> {
     check_shapes(&[(&[1, 40003], Some(&[1])), (&[1, 40003], Some(&[1]))], 75)
 }
 
-/// Over the first dim (a thread per output, coalesced), split into chunks when outputs are few.
+/// Over the first dim (columns: adjacent outputs read adjacent elements, 16 bytes a load when
+/// the row length allows), split over blocks when outputs are few.
 #[test]
 fn reductions_along_the_first_dim() -> Result<()> {
-    let cases: [(&[usize], Option<&[usize]>); 5] = [
+    let cases: [(&[usize], Option<&[usize]>); 7] = [
         (&[7, 37], Some(&[0])),
         (&[1000, 5], Some(&[0])),
         (&[4097, 3], Some(&[0])),
         (&[20001, 2], Some(&[0])),
         (&[129, 64], Some(&[0])),
+        (&[4099, 64], Some(&[0])),
+        (&[33, 1032], Some(&[0])),
     ];
     check_shapes(&cases, 72)
 }
@@ -214,9 +217,10 @@ fn reductions_along_the_first_dim() -> Result<()> {
 /// Over a middle dim, over two dims at once, and over all dims (one output: split).
 #[test]
 fn reductions_along_a_middle_dim_two_dims_and_all() -> Result<()> {
-    let cases: [(&[usize], Option<&[usize]>); 7] = [
+    let cases: [(&[usize], Option<&[usize]>); 8] = [
         (&[4, 7, 6], Some(&[1])),
         (&[3, 1000, 5], Some(&[1])),
+        (&[3, 1000, 16], Some(&[1])),
         (&[2, 4097, 3], Some(&[1])),
         (&[3, 5, 7], Some(&[0, 2])),
         (&[4099], None),

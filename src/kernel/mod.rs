@@ -366,6 +366,21 @@ pub enum KernelOp {
         /// Reduced dimensions, increasing, no repeats.
         dims: Vec<usize>,
     },
+    /// The extreme of `src` over `dims` and where it is, in one pass (`torch.max(t, dim)`):
+    /// `values` as [`ReduceOp::Max`] (or `Min`) writes them, in `src`'s dtype, and `indices` as
+    /// [`ReduceOp::ArgMax`] (or `ArgMin`) writes them (`I64`: the first extreme, a NaN first of all).
+    Extreme {
+        /// Maximum (else minimum).
+        max: bool,
+        /// Input.
+        src: BufferView,
+        /// Values (keep-dim shape, `src`'s dtype).
+        values: BufferView,
+        /// Indices (keep-dim shape, `I64`).
+        indices: BufferView,
+        /// Reduced dimensions, increasing, no repeats.
+        dims: Vec<usize>,
+    },
     /// Softmax (or log-softmax) of `src` along `dim`, into `dst` of the same shape.
     Softmax {
         /// Input (floating point).
@@ -415,6 +430,23 @@ fn same_shape(what: &str, a: &BufferView, b: &BufferView) -> Result<()> {
     Ok(())
 }
 
+/// Checks that `dst` has `src`'s shape with `dims` (increasing, in range) of size 1.
+fn check_reduced(src: &BufferView, dst: &BufferView, dims: &[usize]) -> Result<()> {
+    let wrong = || bad(format!("reduce of {:?} over {dims:?} into {:?}", src.shape, dst.shape));
+    if src.shape.len() != dst.shape.len() || dims.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(wrong());
+    }
+    if dims.last().is_some_and(|&d| d >= src.shape.len()) {
+        return Err(bad(format!("reduce dims {dims:?} out of range for rank {}", src.shape.len())));
+    }
+    for (d, (&s, &o)) in src.shape.iter().zip(&dst.shape).enumerate() {
+        if o != if dims.contains(&d) { 1 } else { s } {
+            return Err(wrong());
+        }
+    }
+    Ok(())
+}
+
 impl KernelOp {
     /// A short name for messages: `"binary add"`, `"gemm"`, …
     pub fn name(&self) -> String {
@@ -427,6 +459,8 @@ impl KernelOp {
             KernelOp::BinaryScalar { op, .. } => format!("binary {} with a number", op.name()),
             KernelOp::Where { .. } => "where".into(),
             KernelOp::Reduce { op, .. } => format!("reduce {}", op.name()),
+            KernelOp::Extreme { max: true, .. } => "max with indices".into(),
+            KernelOp::Extreme { max: false, .. } => "min with indices".into(),
             KernelOp::Softmax { log: false, .. } => "softmax".into(),
             KernelOp::Softmax { log: true, .. } => "log_softmax".into(),
             KernelOp::Gemm { .. } => "gemm".into(),
@@ -441,6 +475,7 @@ impl KernelOp {
             | KernelOp::CopyStrided { src, .. }
             | KernelOp::Unary { src, .. }
             | KernelOp::Reduce { src, .. }
+            | KernelOp::Extreme { src, .. }
             | KernelOp::Softmax { src, .. }
             | KernelOp::BinaryScalar { lhs: src, .. } => vec![src],
             KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => vec![lhs, rhs],
@@ -454,6 +489,7 @@ impl KernelOp {
         let dst = Some(self.output());
         match self {
             KernelOp::Fill { .. } => [dst, None, None, None],
+            KernelOp::Extreme { src, indices, .. } => [Some(src), dst, Some(indices), None],
             KernelOp::Cast { src, .. }
             | KernelOp::CopyStrided { src, .. }
             | KernelOp::Unary { src, .. }
@@ -465,7 +501,20 @@ impl KernelOp {
         }
     }
 
-    /// The view the op writes.
+    /// The second view the op writes, if it has one (the indices of [`KernelOp::Extreme`]).
+    pub fn second_output(&self) -> Option<&BufferView> {
+        match self {
+            KernelOp::Extreme { indices, .. } => Some(indices),
+            _ => None,
+        }
+    }
+
+    /// Every view the op writes: [`KernelOp::output`], then [`KernelOp::second_output`].
+    pub fn outputs(&self) -> impl Iterator<Item = &BufferView> {
+        std::iter::once(self.output()).chain(self.second_output())
+    }
+
+    /// The (first) view the op writes.
     pub fn output(&self) -> &BufferView {
         match self {
             KernelOp::Fill { dst, .. }
@@ -476,6 +525,7 @@ impl KernelOp {
             | KernelOp::BinaryScalar { dst, .. }
             | KernelOp::Where { dst, .. }
             | KernelOp::Reduce { dst, .. }
+            | KernelOp::Extreme { values: dst, .. }
             | KernelOp::Softmax { dst, .. }
             | KernelOp::Gemm { dst, .. } => dst,
         }
@@ -518,20 +568,20 @@ impl KernelOp {
                 Ok(())
             }
             KernelOp::Reduce { op, src, dims, .. } => {
-                if src.shape.len() != dst.shape.len() || dims.windows(2).any(|w| w[0] >= w[1]) {
-                    return Err(bad(format!("reduce of {:?} over {dims:?} into {:?}", src.shape, dst.shape)));
-                }
-                for (d, (&s, &o)) in src.shape.iter().zip(&dst.shape).enumerate() {
-                    let want = if dims.contains(&d) { 1 } else { s };
-                    if o != want {
-                        return Err(bad(format!("reduce of {:?} over {dims:?} into {:?}", src.shape, dst.shape)));
-                    }
-                }
-                if dims.last().is_some_and(|&d| d >= src.shape.len()) {
-                    return Err(bad(format!("reduce dims {dims:?} out of range for rank {}", src.shape.len())));
-                }
+                check_reduced(src, dst, dims)?;
                 if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) && dst.dtype != DType::I64 {
                     return Err(bad(format!("{} writes int64, not {}", op.name(), dst.dtype)));
+                }
+                Ok(())
+            }
+            KernelOp::Extreme { src, indices, dims, .. } => {
+                check_reduced(src, dst, dims)?;
+                same_shape("indices", indices, dst)?;
+                if dst.dtype != src.dtype || indices.dtype != DType::I64 {
+                    return Err(bad(format!(
+                        "an extreme of {} writes {} values and int64 indices, not {} and {}",
+                        src.dtype, src.dtype, dst.dtype, indices.dtype
+                    )));
                 }
                 Ok(())
             }

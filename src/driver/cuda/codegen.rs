@@ -11,7 +11,8 @@
 //! accumulate in `double`; maxima and minima compare in the input's precision (exact);
 //! softmax accumulates in `float` (in `double` when a side is `f64`), as PyTorch's does.
 
-use super::templates::{COMMON, ELEMENTWISE, REDUCE, SOFTMAX};
+use super::reduce_templates::REDUCE;
+use super::templates::{COMMON, ELEMENTWISE, SOFTMAX};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::Write;
@@ -56,8 +57,9 @@ impl EwOp {
 pub(super) enum ModuleKey {
     /// An elementwise op: `out` and up to three input dtypes (unused ones are `Bool`).
     Elementwise { op: EwOp, out: DType, ins: [DType; 3] },
-    /// A reduction from `src` into `dst`.
-    Reduce { op: ReduceOp, src: DType, dst: DType },
+    /// A reduction from `src` into `dst`; with `values`, an arg-reduction that also writes the
+    /// extreme's value (in `src`'s dtype) to a second output.
+    Reduce { op: ReduceOp, src: DType, dst: DType, values: bool },
     /// Softmax or log-softmax from `src` into `dst`.
     Softmax { src: DType, dst: DType, log: bool },
 }
@@ -80,6 +82,9 @@ pub(super) enum Entry {
     Warp,
     /// One thread per (output, split) task.
     Thread,
+    /// Blocks of 32 × 8 threads over (32 groups of `w` adjacent outputs, a split of the rows):
+    /// reductions over an outer dim (`w` is 1 or the module's `VEC`).
+    Cols(u8),
     /// Softmax rows: by `g` lanes of a warp (`g == 0`: the block) holding each row in
     /// registers, `w` elements per access and `ch` chunks per thread; `ch == 0`: by the block in
     /// two passes.
@@ -112,6 +117,8 @@ impl Entry {
             Entry::Block => format!("{prefix}_block"),
             Entry::Warp => format!("{prefix}_warp"),
             Entry::Thread => format!("{prefix}_thread"),
+            Entry::Cols(1) => "red_cols1".into(),
+            Entry::Cols(_) => "red_colsv".into(),
             Entry::Rows { ch: 0, w, .. } => format!("sm_o{w}"),
             Entry::Rows { g: 0, w, ch } => format!("sm_b{w}_{ch}"),
             Entry::Rows { g, w, ch } => format!("sm_w{w}_{ch}_{g}"),
@@ -145,7 +152,9 @@ impl ModuleKey {
                 e.push(Entry::Thread);
                 e
             }
-            _ => vec![Entry::Block, Entry::Warp, Entry::Thread],
+            ModuleKey::Reduce { src, .. } => {
+                vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
+            }
         }
     }
 
@@ -154,7 +163,7 @@ impl ModuleKey {
         let mut s = String::from(COMMON);
         match *self {
             ModuleKey::Elementwise { op, out, ins } => elementwise(&mut s, op, out, ins),
-            ModuleKey::Reduce { op, src, dst } => reduce(&mut s, op, src, dst),
+            ModuleKey::Reduce { op, src, dst, values } => reduce(&mut s, op, src, dst, values),
             ModuleKey::Softmax { src, dst, log } => softmax(&mut s, src, dst, log),
         }
         s
@@ -412,12 +421,13 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
 /// Bytes of one partial result of a reduction (the widest accumulator: value and index).
 pub(super) const PARTIAL_BYTES: usize = 16;
 
-fn reduce(s: &mut String, op: ReduceOp, src: DType, dst: DType) {
+fn reduce(s: &mut String, op: ReduceOp, src: DType, dst: DType, values: bool) {
     let vec = 16 / src.size();
     let split = !matches!(op, ReduceOp::Sum | ReduceOp::Mean) as u8;
     let _ = write!(
         s,
-        "#define VEC {vec}\n#define SPLIT_ACC {split}\ntypedef {} TS;\ntypedef {} TD;\n",
+        "#define VEC {vec}\n#define SPLIT_ACC {split}\n#define VALUES {}\ntypedef {} TS;\ntypedef {} TD;\n",
+        values as u8,
         ctype(src),
         ctype(dst)
     );
@@ -460,10 +470,19 @@ __device__ __forceinline__ acc shfl_down(acc a, int off) {{ acc b; b.v = __shfl_
 __device__ __forceinline__ void st_partial(char* base, i64 k, acc a) {{ ((acc*)base)[k] = a; }}
 __device__ __forceinline__ acc ld_partial(const char* base, i64 k) {{ const acc* p = (const acc*)base + k; acc a; a.v = __ldcg(&p->v); a.i = __ldcg(&p->i); return a; }}
 __device__ __forceinline__ void store(TD* out, acc a, i64 n) {{ *out = {store}; }}
+__device__ __forceinline__ void store_value(TS* out, acc a) {{ *out = {value}; }}
+/* `a` (of earlier rows, not the identity) and row `r`'s element `x`. */
+__device__ __forceinline__ acc step(acc a, TS x, i64 r) {{
+    const {vt} v = {x};
+    if ({replace}) {{ a.v = v; a.i = r; }}
+    return a;
+}}
 "#,
             an = nan("a.v"),
             bn = nan("b.v"),
             store = conv(DType::I64, dst, "n == 0 ? 0 : a.i"),
+            value = conv(dom, src, "a.v"),
+            replace = step_replaces(fdom, max),
         );
     } else {
         let (ident, comb) = match (op, dom) {
@@ -492,11 +511,23 @@ __device__ __forceinline__ acc shfl_down(acc a, int off) {{ return __shfl_down_s
 __device__ __forceinline__ void st_partial(char* base, i64 k, acc a) {{ ((acc*)base)[k] = a; }}
 __device__ __forceinline__ acc ld_partial(const char* base, i64 k) {{ return __ldcg((const acc*)base + k); }}
 __device__ __forceinline__ void store(TD* out, acc a, i64 n) {{ (void)n; const acc v = {fin}; *out = {store}; }}
+__device__ __forceinline__ acc step(acc a, TS x, i64 r) {{ return combine(a, load(x, r)); }}
 "#,
             store = conv(dom, dst, "v"),
         );
     }
     s.push_str(REDUCE);
+}
+
+/// When a later element `v` replaces the extreme `a.v` of earlier ones in an arg-reduction
+/// scanned in order: it is strictly better, or a NaN where `a.v` is not (the first NaN stays).
+fn step_replaces(float: bool, max: bool) -> &'static str {
+    match (float, max) {
+        (true, true) => "!(v <= a.v) && a.v == a.v",
+        (true, false) => "!(v >= a.v) && a.v == a.v",
+        (false, true) => "v > a.v",
+        (false, false) => "v < a.v",
+    }
 }
 
 /// Elements per 16-byte access of a softmax module: of the wider of its two dtypes.
@@ -630,7 +661,7 @@ mod tests {
         }
         assert_eq!(ew_vec(EwOp::Binary(BinaryOp::Add, DType::F32), DType::F32, [DType::F32; 3]), 4);
         assert_eq!(ew_vec(EwOp::Cast, DType::F16, [DType::F64, DType::Bool, DType::Bool]), 2);
-        let r = ModuleKey::Reduce { op: ReduceOp::ArgMax, src: DType::BF16, dst: DType::I64 };
+        let r = ModuleKey::Reduce { op: ReduceOp::ArgMax, src: DType::BF16, dst: DType::I64, values: true };
         assert!(r.source().contains("red_thread"));
         for (src, dst) in
             [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32), (DType::F64, DType::F64)]

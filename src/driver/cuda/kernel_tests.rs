@@ -52,7 +52,7 @@ fn sample_modules() -> Vec<ModuleKey> {
                 ReduceOp::Sum if !d.is_float() => I64,
                 _ => d,
             };
-            v.push(ModuleKey::Reduce { op: r, src: d, dst });
+            v.push(ModuleKey::Reduce { op: r, src: d, dst, values: false });
         }
         if d.is_float() {
             v.push(ModuleKey::Softmax { src: d, dst: d, log: d == F16 });
@@ -261,20 +261,22 @@ impl Bench {
     #[track_caller]
     fn compare(&mut self, op: &KernelOp, tol: f64, abs: f64) {
         cpu::execute(op, &self.mirror).unwrap();
-        let out = op.output();
-        let (i, _) = self.mirror.find(out.ptr, 0);
-        let (base, want) = self.mirror.0.borrow()[i].clone();
-        let mut got = vec![0u8; want.len()];
-        // The whole buffer, from its start (the view's address may lie inside it).
-        self.d.memcpy_dtoh(&mut got, DevicePtr(base), self.s).unwrap();
-        let dt = out.dtype;
-        for k in 0..want.len() / dt.size() {
-            let (g, w) = (value(&got, dt, k), value(&want, dt, k));
-            let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= (tol * w.abs()).max(tol * 1e-6).max(abs);
-            assert!(ok, "{} ({op:?}): element {k} is {g}, want {w}", op.name());
+        for out in op.outputs() {
+            let (i, _) = self.mirror.find(out.ptr, 0);
+            let (base, want) = self.mirror.0.borrow()[i].clone();
+            let mut got = vec![0u8; want.len()];
+            // The whole buffer, from its start (the view's address may lie inside it).
+            self.d.memcpy_dtoh(&mut got, DevicePtr(base), self.s).unwrap();
+            let dt = out.dtype;
+            for k in 0..want.len() / dt.size() {
+                let (g, w) = (value(&got, dt, k), value(&want, dt, k));
+                let ok =
+                    (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= (tol * w.abs()).max(tol * 1e-6).max(abs);
+                assert!(ok, "{} ({op:?}): element {k} is {g}, want {w}", op.name());
+            }
+            // Keep the GPU's bytes as the mirror's, so later ops read what the GPU holds.
+            self.mirror.0.borrow_mut()[i].1 = got;
         }
-        // Keep the GPU's bytes as the mirror's, so later ops read what the GPU holds.
-        self.mirror.0.borrow_mut()[i].1 = got;
     }
 }
 
@@ -549,6 +551,47 @@ fn reductions_over_every_path() {
     let dst = b.dense(DType::I64, &[1]);
     b.check(&KernelOp::Reduce { op: ReduceOp::ArgMax, src: ties, dst: dst.clone(), dims: vec![0] }, 0.0);
     b.check(&KernelOp::Reduce { op: ReduceOp::Sum, src: ints, dst, dims: vec![0] }, 0.0);
+}
+
+/// Values and indices of an extreme in one pass (`torch.max(t, dim)`) over every path, with
+/// NaNs and ties: rows (warp, block, split block), columns (vector loads and single elements,
+/// split over blocks), a middle dim, and outputs of different layouts (two reductions).
+#[test]
+fn extremes_with_indices_over_every_path() {
+    let Some(mut b) = Bench::new() else { return };
+    let cases: [(&[usize], usize); 8] = [
+        (&[5, 37, 300], 0),
+        (&[5, 37, 300], 1),
+        (&[5, 37, 300], 2),
+        (&[4099, 64], 0),
+        (&[4099, 7], 0),
+        (&[64, 4099], 1),
+        (&[2, 70000], 1),
+        (&[1000, 3, 16], 0),
+    ];
+    for d in DType::ALL {
+        for (shape, dim) in cases {
+            let n: usize = shape.iter().product();
+            let p = b.buffer(d, n, d.is_float());
+            let mut strides = vec![1; shape.len()];
+            for i in (0..shape.len() - 1).rev() {
+                strides[i] = strides[i + 1] * shape[i + 1];
+            }
+            let src = Bench::view(p, d, shape, &strides, 0);
+            let keep: Vec<usize> = (0..shape.len()).map(|i| if i == dim { 1 } else { shape[i] }).collect();
+            for max in [true, false] {
+                let (values, indices) = (b.dense(d, &keep), b.dense(DType::I64, &keep));
+                let op = KernelOp::Extreme { max, src: src.clone(), values, indices, dims: vec![dim] };
+                b.check(&op, 0.0);
+            }
+        }
+        // Indices in a layout of their own (every other element of a larger buffer).
+        let src = b.dense(d, &[300, 20]);
+        let values = b.dense(d, &[1, 20]);
+        let wide = b.dense(DType::I64, &[1, 40]);
+        let indices = BufferView { shape: [1, 20].into(), strides: [40, 2].into(), ..wide };
+        b.check(&KernelOp::Extreme { max: true, src, values, indices, dims: vec![0] }, 0.0);
+    }
 }
 
 #[test]

@@ -19,7 +19,7 @@ use super::elementwise::{elementwise, scalar_bits};
 use super::gemm::Blas;
 use super::{Device, RawStream};
 use crate::error::Result;
-use crate::kernel::{BufferView, DenseBinary, KernelOp};
+use crate::kernel::{BufferView, DenseBinary, KernelOp, ReduceOp};
 
 /// A device's tensor-kernel state: the launch state and the cuBLASLt handle.
 pub(super) struct DeviceOps {
@@ -69,7 +69,24 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
             elementwise(&c, EwOp::Binary(*op, *compute), dst, &[lhs, &imm], scalar_bits(*value, *rhs_dtype), 0b10)
         }
         KernelOp::Where { cond, a, b, dst } => elementwise(&c, EwOp::Where, dst, &[cond, a, b], 0, 0),
-        KernelOp::Reduce { op, src, dst, dims } => super::reduce::reduce(&c, *op, src, dst, dims),
+        KernelOp::Reduce { op, src, dst, dims } => super::reduce::reduce(&c, *op, src, dst, dims, None),
+        KernelOp::Extreme { max, src, values, indices, dims } => {
+            let (value_op, index_op) =
+                if *max { (ReduceOp::Max, ReduceOp::ArgMax) } else { (ReduceOp::Min, ReduceOp::ArgMin) };
+            // One pass when both outputs have the same layout (the kernel writes both at one
+            // element offset), else the two reductions.
+            let same = values
+                .shape
+                .iter()
+                .zip(values.strides.iter().zip(&indices.strides))
+                .all(|(&n, (a, b))| n == 1 || a == b);
+            if same {
+                super::reduce::reduce(&c, index_op, src, indices, dims, Some(values))
+            } else {
+                super::reduce::reduce(&c, value_op, src, values, dims, None)?;
+                super::reduce::reduce(&c, index_op, src, indices, dims, None)
+            }
+        }
         KernelOp::Softmax { src, dst, dim, log } => super::reduce::softmax(&c, src, dst, *dim, *log),
         KernelOp::Gemm { lhs, rhs, dst } => super::gemm::gemm(&c, &dev.ops.blas, lhs, rhs, dst),
     }

@@ -87,6 +87,7 @@ mod launch;
 mod memory;
 mod module_cache;
 mod reduce;
+mod reduce_templates;
 mod status;
 mod templates;
 #[cfg(test)]

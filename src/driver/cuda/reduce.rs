@@ -33,12 +33,15 @@ const LONG_WARP_ROW: i64 = 16384;
 const BLOCK_CHUNK: i64 = 8192;
 /// The fewest elements a thread's chunk of a split column holds.
 const THREAD_CHUNK: i64 = 64;
+/// The fewest rows each thread of a column kernel's split folds.
+const COL_ROWS: i64 = 4;
 
 /// Parameters of the reduction kernels (`RedP` in the generated C).
 #[repr(C)]
 struct RedP {
     src: u64,
     dst: u64,
+    dst2: u64,
     partials: u64,
     counters: u64,
     n_out: i64,
@@ -81,20 +84,39 @@ fn too_many_dims(v: &BufferView) -> crate::error::Error {
     unsupported(format!("a view of shape {:?} whose dims do not collapse below {MAXD}", v.shape))
 }
 
-/// Queues `dst = op(src)` over `dims` (already validated; `dst` is not empty).
-pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, dims: &[usize]) -> Result<()> {
+/// Queues `dst = op(src)` over `dims` (already validated; `dst` is not empty); with `values`, an
+/// arg-reduction that also writes the extreme's value there (same strides as `dst`).
+pub(super) fn reduce(
+    c: &Ctx,
+    op: ReduceOp,
+    src: &BufferView,
+    dst: &BufferView,
+    dims: &[usize],
+    values: Option<&BufferView>,
+) -> Result<()> {
     let kept = collapse(&src.shape, [Some(&src.strides), Some(&dst.strides)], |d| !dims.contains(&d))
         .ok_or_else(|| too_many_dims(src))?;
     let red = collapse(&src.shape, [Some(&src.strides)], |d| dims.contains(&d)).ok_or_else(|| too_many_dims(src))?;
     let n_out = dst.numel() as i64;
     let n_red: i64 = dims.iter().map(|&d| src.shape[d] as i64).product();
-    let module = ModuleKey::Reduce { op, src: src.dtype, dst: dst.dtype };
+    let module = ModuleKey::Reduce { op, src: src.dtype, dst: dst.dtype, values: values.is_some() };
     let red_inner = if red.n > 0 { red.st[0][0] } else { 0 };
     let kept_inner = if kept.n > 0 { kept.st[0][0] } else { i64::MAX };
     let rows = n_out == 1 || (red.n > 0 && red_inner < kept_inner);
+    let size = src.dtype.size() as i64;
+    let vec = 16 / size;
+    let base = addr(src);
     // Long rows go to a warp each too when there are enough of them to fill the GPU with warps.
     let many = n_out >= c.info.sms as i64 * 16;
-    let entry = if !rows || n_red <= 16 {
+    let entry = if !rows && red.n == 1 && kept.n > 0 && kept.st[0][0] == 1 {
+        // Columns: adjacent outputs read adjacent elements of each row, `vec` of them a load
+        // when every group of `vec` outputs is aligned and within the inner kept dim.
+        let aligned = base.is_multiple_of(16)
+            && kept.shape[0] % vec == 0
+            && red.st[0][0] % vec == 0
+            && (1..kept.n).all(|d| kept.st[0][d] % vec == 0);
+        Entry::Cols(if aligned { vec as u8 } else { 1 })
+    } else if !rows || n_red <= 16 {
         Entry::Thread
     } else if (n_red <= WARP_ROW && n_out > 1) || (n_red <= LONG_WARP_ROW && many) {
         Entry::Warp
@@ -103,27 +125,32 @@ pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, 
     };
     let f = c.kernel(KernelId { module, entry })?;
     let wave = c.wave(f, &REDUCE_WAVES) as i64;
+    let col_blocks = match entry {
+        Entry::Cols(w) => ceil_div(ceil_div(n_out, w as i64), 32),
+        _ => 0,
+    };
     let splits = match entry {
         Entry::Block if n_out < wave => (wave / n_out).min(n_red / BLOCK_CHUNK).min(PARTIALS as i64 / n_out),
         Entry::Thread if n_out < wave * 64 => {
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
+        // Two waves of blocks, each thread at least `COL_ROWS` rows.
+        Entry::Cols(_) => (2 * wave / col_blocks).min(n_red / (8 * COL_ROWS)).min(PARTIALS as i64 / n_out),
         _ => 1,
     }
     .max(1);
-    let size = src.dtype.size() as i64;
-    let vec = 16 / size;
-    // Thread tasks take contiguous chunks of their column; block tasks interleave (`chunk` unused).
+    // Thread and column tasks take contiguous chunks of their column; block tasks interleave
+    // (`chunk` unused).
     let chunk = ceil_div(n_red, splits).max(1);
     let splits = if entry == Entry::Block { splits } else { ceil_div(n_red, chunk).max(1) };
-    let base = addr(src);
     let dense_rows = red.n == 1 && red.st[0][0] == 1;
     let aligned_rows = n_out == 1 || (0..kept.n).all(|d| kept.st[0][d] % vec == 0);
-    let vec_ok = entry != Entry::Thread && dense_rows && base.is_multiple_of(16) && aligned_rows;
+    let vec_ok = matches!(entry, Entry::Block | Entry::Warp) && dense_rows && base.is_multiple_of(16) && aligned_rows;
     let (partials, counters) = if splits > 1 { c.reduce_scratch()? } else { (0, 0) };
     let mut p = RedP {
         src: base,
         dst: addr(dst),
+        dst2: values.map_or(0, addr),
         partials,
         counters,
         n_out,
@@ -144,6 +171,7 @@ pub(super) fn reduce(c: &Ctx, op: ReduceOp, src: &BufferView, dst: &BufferView, 
     let grid = match entry {
         Entry::Block => (tasks.min(wave as u64)) as u32,
         Entry::Warp => c.grid(f, tasks * 32),
+        Entry::Cols(_) => ((col_blocks * splits) as u64).min(wave as u64 * 16) as u32,
         _ => c.grid(f, tasks),
     };
     c.run(f, grid.max(1), &mut p)

@@ -48,7 +48,7 @@ impl SimDriver {
         op.validate()?;
         let s = self.stream(stream)?;
         let device = s.device;
-        for v in op.inputs().into_iter().chain([op.output()]) {
+        for v in op.inputs().into_iter().chain(op.outputs()) {
             let Some((at, len)) = v.byte_span() else { continue };
             self.span(at, len)?;
             let owner = device_of(at).unwrap_or(usize::MAX);

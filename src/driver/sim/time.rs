@@ -72,7 +72,7 @@ fn view_bytes(v: &BufferView) -> usize {
 /// A kernel: its memory traffic at the device's bandwidth, or its arithmetic for a matrix
 /// product, whichever takes longer.
 pub(crate) fn kernel(op: &KernelOp) -> SimTime {
-    let bytes = op.inputs().into_iter().chain([op.output()]).map(view_bytes).fold(0usize, usize::saturating_add);
+    let bytes = op.inputs().into_iter().chain(op.outputs()).map(view_bytes).fold(0usize, usize::saturating_add);
     let memory = transfer(bytes, DEVICE_BYTES_PER_S);
     if let KernelOp::Gemm { lhs, dst, .. } = op {
         let k = lhs.shape.last().copied().unwrap_or(0);

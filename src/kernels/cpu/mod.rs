@@ -15,7 +15,7 @@ mod reduce;
 
 use crate::error::Result;
 use crate::kernel::DevicePtr;
-use crate::kernel::{BufferView, KernelOp};
+use crate::kernel::{BufferView, KernelOp, ReduceOp};
 
 pub(crate) use elem::{encode, for_each_offset, gather_bytes};
 #[cfg(test)]
@@ -112,6 +112,18 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
         }
         KernelOp::Where { .. } => elementwise::select(arg(0), arg(1), arg(2), &mut out, &dst),
         KernelOp::Reduce { op, dims, .. } => reduce::reduce(*op, arg(0), dims, &mut out, &dst),
+        KernelOp::Extreme { max, dims, indices, .. } => {
+            let (value_op, index_op) =
+                if *max { (ReduceOp::Max, ReduceOp::ArgMax) } else { (ReduceOp::Min, ReduceOp::ArgMin) };
+            reduce::reduce(value_op, arg(0), dims, &mut out, &dst);
+            // The indices: the same groups, the arg-reduction's kernel.
+            let (ispan, idst) = rebased(indices);
+            if let Some((iat, ilen)) = ispan {
+                let mut iout = vec![0u8; ilen];
+                reduce::reduce(index_op, arg(0), dims, &mut iout, &idst);
+                mem.write_runs(iat, &iout, &runs(&idst))?;
+            }
+        }
         KernelOp::Softmax { dim, log, .. } => reduce::softmax(arg(0), *dim, *log, &mut out, &dst),
         KernelOp::Gemm { .. } => gemm::gemm(arg(0), arg(1), &mut out, &dst),
     }
@@ -122,7 +134,7 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
 mod tests {
     use super::*;
     use crate::dtype::DType;
-    use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
+    use crate::kernel::{BinaryOp, UnaryOp};
     use crate::scalar::Scalar;
     use std::cell::RefCell;
 

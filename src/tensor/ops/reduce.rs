@@ -20,21 +20,11 @@ impl Tensor {
         keepdim: bool,
         out_dtype: DType,
     ) -> Result<Tensor> {
-        let needs_elements = !matches!(op, ReduceOp::Sum | ReduceOp::Mean);
-        if needs_elements && dims.iter().any(|&d| self.shape()[d] == 0) {
-            return Err(Error::InvalidArgument {
-                op: name,
-                reason: format!(
-                    "cannot perform reduction function {name} on a tensor with no elements (shape {:?}) because the \
-                     operation does not have an identity",
-                    self.shape()
-                ),
-            });
+        if !matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+            self.refuse_empty_groups(name, &dims)?;
         }
-        let keep: Vec<usize> =
-            self.shape().iter().enumerate().map(|(d, &n)| if dims.contains(&d) { 1 } else { n }).collect();
         let exec = Exec::on(self.place());
-        let out = exec.empty(&keep, out_dtype)?;
+        let out = exec.empty(&self.kept_shape(&dims), out_dtype)?;
         if dims.iter().any(|&d| self.shape()[d] == 0) {
             // Groups of no elements (sum or mean only): PyTorch's identity, 0, and 0 / 0 = NaN for
             // the mean, written here so that no kernel meets a reduction of nothing.
@@ -44,12 +34,37 @@ impl Tensor {
             let k = KernelOp::Reduce { op, src: self.buffer_view(), dst: out.buffer_view(), dims: dims.clone() };
             exec.run(&k, &[self, &out])?;
         }
-        if keepdim {
-            return Ok(out);
+        Ok(self.squeezed(out, &dims, keepdim))
+    }
+
+    /// An error if some group over `dims` holds no elements (a reduction without an identity).
+    fn refuse_empty_groups(&self, name: &'static str, dims: &[usize]) -> Result<()> {
+        if dims.iter().any(|&d| self.shape()[d] == 0) {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!(
+                    "cannot perform reduction function {name} on a tensor with no elements (shape {:?}) because the \
+                     operation does not have an identity",
+                    self.shape()
+                ),
+            });
         }
-        let squeezed: Vec<usize> =
+        Ok(())
+    }
+
+    /// `self`'s shape with `dims` of size 1.
+    fn kept_shape(&self, dims: &[usize]) -> Vec<usize> {
+        self.shape().iter().enumerate().map(|(d, &n)| if dims.contains(&d) { 1 } else { n }).collect()
+    }
+
+    /// `out` (of [`Tensor::kept_shape`]) without the reduced dims unless `keepdim`.
+    fn squeezed(&self, out: Tensor, dims: &[usize], keepdim: bool) -> Tensor {
+        if keepdim {
+            return out;
+        }
+        let shape: Vec<usize> =
             self.shape().iter().enumerate().filter(|(d, _)| !dims.contains(d)).map(|(_, &n)| n).collect();
-        Ok(out.with_layout(Layout::contiguous(&squeezed)))
+        out.with_layout(Layout::contiguous(&shape))
     }
 
     /// The sum over `dims` (empty: all), keeping them as size 1 if `keepdim`
@@ -115,34 +130,34 @@ impl Tensor {
     /// # Ok(()) }
     /// ```
     pub fn max(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        self.extreme_along("max", ReduceOp::Max, ReduceOp::ArgMax, dim, keepdim)
+        self.extreme_along("max", true, dim, keepdim)
     }
 
     /// `(values, indices)` of the minimum along `dim` (`torch.min(t, dim, keepdim)`); indices of
     /// the first minimum, a NaN counts as the minimum.
     pub fn min(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        self.extreme_along("min", ReduceOp::Min, ReduceOp::ArgMin, dim, keepdim)
+        self.extreme_along("min", false, dim, keepdim)
     }
 
-    /// The values (`value_op`) and first indices (`index_op`) of an extreme along `dim`: two
-    /// launches of the reduce kernel. Bool tensors are indexed as `U8` (PyTorch takes bool here,
-    /// though its `argmax` does not).
-    fn extreme_along(
-        &self,
-        name: &'static str,
-        value_op: ReduceOp,
-        index_op: ReduceOp,
-        dim: isize,
-        keepdim: bool,
-    ) -> Result<(Tensor, Tensor)> {
+    /// The values and first indices of the maximum (or minimum) along `dim`: one
+    /// [`KernelOp::Extreme`], one pass over `self`. Bool tensors are taken too (PyTorch takes
+    /// bool here, though its `argmax` does not).
+    fn extreme_along(&self, name: &'static str, max: bool, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let dims = normalize_dims(name, &[dim], self.dim())?;
-        let values = self.reduce(name, value_op, dims.clone(), keepdim, self.dtype())?;
-        let indices = if self.dtype().is_bool() {
-            self.to_dtype(DType::U8)?.reduce(name, index_op, dims, keepdim, DType::I64)?
-        } else {
-            self.reduce(name, index_op, dims, keepdim, DType::I64)?
+        self.refuse_empty_groups(name, &dims)?;
+        let exec = Exec::on(self.place());
+        let keep = self.kept_shape(&dims);
+        let values = exec.empty(&keep, self.dtype())?;
+        let indices = exec.empty(&keep, DType::I64)?;
+        let k = KernelOp::Extreme {
+            max,
+            src: self.buffer_view(),
+            values: values.buffer_view(),
+            indices: indices.buffer_view(),
+            dims: dims.clone(),
         };
-        Ok((values, indices))
+        exec.run(&k, &[self, &values, &indices])?;
+        Ok((self.squeezed(values, &dims, keepdim), self.squeezed(indices, &dims, keepdim)))
     }
 
     fn arg(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {

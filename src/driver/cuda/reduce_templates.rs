@@ -1,0 +1,301 @@
+//! The reduction kernels of the generated CUDA C (see `codegen.rs`, and `templates.rs` for the
+//! helpers every module shares), written against the names each reduction module defines first:
+//! `TS`, `TD`, `VEC`, `SPLIT_ACC`, `VALUES`, `acc` and its functions (`identity`, `load`,
+//! `combine`, `step`, `shfl_down`, `st_partial`, `ld_partial`, `store`, `store_value`).
+
+/// The reduction kernels, after the generated `TS`, `TD`, `VEC`, `acc` and its functions.
+pub(super) const REDUCE: &str = r#"
+struct RedP {
+    const char* src; char* dst; char* dst2; char* partials; u32* counters;
+    i64 n_out, n_red, splits, chunk;
+    int out_ndim, red_ndim, vec, pad;
+    i64 out_shape[MAXD]; i64 out_sst[MAXD]; i64 out_dst[MAXD];
+    i64 red_shape[MAXD]; i64 red_st[MAXD];
+};
+
+/* The result of an output at `dof` (and, for an extreme with its index, its value at the same
+   offset of `dst2`). */
+__device__ __forceinline__ void store_out(const RedP& p, i64 dof, acc a) {
+    store((TD*)p.dst + dof, a, p.n_red);
+#if VALUES
+    store_value((TS*)p.dst2 + dof, a);
+#endif
+}
+
+__device__ __forceinline__ void out_offsets(const RedP& p, i64 o, i64& so, i64& dof) {
+    row_offsets(o, p.out_ndim, p.out_shape, p.out_sst, p.out_dst, so, dof);
+}
+
+__device__ __forceinline__ i64 red_offset(const RedP& p, i64 r) {
+    i64 off = 0;
+#pragma unroll 1
+    for (int d = 0; d < p.red_ndim; ++d) {
+        const i64 q = r / p.red_shape[d];
+        off += (r - q * p.red_shape[d]) * p.red_st[d];
+        r = q;
+    }
+    return off;
+}
+
+__device__ __forceinline__ acc fold(const Pack<TS, VEC>& v, i64 r) {
+    acc a = load(v.v[0], r);
+#pragma unroll
+    for (int j = 1; j < VEC; ++j) a = combine(a, load(v.v[j], r + j));
+    return a;
+}
+
+/* Combines elements r0 + lane, r0 + lane + width, ... below r1 of the row at `base`. */
+__device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0, i64 r1, i64 lane, i64 width) {
+    acc a = identity();
+    if (p.red_ndim > 1) {
+        for (i64 r = r0 + lane; r < r1; r += width) a = combine(a, load(base[red_offset(p, r)], r));
+        return a;
+    }
+    const i64 st = p.red_ndim == 1 ? p.red_st[0] : 0;
+    if (VEC > 1 && p.vec) {
+        const i64 nv = (r1 - r0) / VEC;
+        const TS* b = base + r0;
+        acc a1 = identity(), a2 = identity(), a3 = identity();
+        i64 i = lane;
+        for (; i + 3 * width < nv; i += 4 * width) {
+            const Pack<TS, VEC> v0 = ldv<TS, VEC>(b + i * VEC);
+            const Pack<TS, VEC> v1 = ldv<TS, VEC>(b + (i + width) * VEC);
+            const Pack<TS, VEC> v2 = ldv<TS, VEC>(b + (i + 2 * width) * VEC);
+            const Pack<TS, VEC> v3 = ldv<TS, VEC>(b + (i + 3 * width) * VEC);
+            a = combine(a, fold(v0, r0 + i * VEC));
+            a1 = combine(a1, fold(v1, r0 + (i + width) * VEC));
+            a2 = combine(a2, fold(v2, r0 + (i + 2 * width) * VEC));
+            a3 = combine(a3, fold(v3, r0 + (i + 3 * width) * VEC));
+        }
+        for (; i < nv; i += width) a = combine(a, fold(ldv<TS, VEC>(b + i * VEC), r0 + i * VEC));
+        a = combine(combine(a, a1), combine(a2, a3));
+        for (i64 r = r0 + nv * VEC + lane; r < r1; r += width) a = combine(a, load(base[r], r));
+        return a;
+    }
+    i64 r = r0 + lane;
+#if SPLIT_ACC
+    /* Extremes: four independent accumulators keep four loads in flight past the compare chain
+       (the result does not depend on the order). Sums keep one, which the compiler pipelines. */
+    acc b1 = identity(), b2 = identity(), b3 = identity();
+    for (; r + 3 * width < r1; r += 4 * width) {
+        a = combine(a, load(base[r * st], r));
+        b1 = combine(b1, load(base[(r + width) * st], r + width));
+        b2 = combine(b2, load(base[(r + 2 * width) * st], r + 2 * width));
+        b3 = combine(b3, load(base[(r + 3 * width) * st], r + 3 * width));
+    }
+    for (; r < r1; r += width) a = combine(a, load(base[r * st], r));
+    return combine(combine(a, b1), combine(b2, b3));
+#else
+    for (; r < r1; r += width) a = combine(a, load(base[r * st], r));
+    return a;
+#endif
+}
+
+__device__ __forceinline__ acc warp_reduce(acc a) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) a = combine(a, shfl_down(a, off));
+    return a;
+}
+
+/* The block's combined value, in thread 0. */
+__device__ __forceinline__ acc block_reduce(acc a, acc* sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    a = warp_reduce(a);
+    __syncthreads();
+    if (lane == 0) sh[w] = a;
+    __syncthreads();
+    a = (int)threadIdx.x < (int)(blockDim.x >> 5) ? sh[threadIdx.x] : identity();
+    if (w == 0) a = warp_reduce(a);
+    return a;
+}
+
+extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constant__ RedP p) {
+    __shared__ acc sh[32];
+    __shared__ int last;
+    const i64 tasks = p.n_out * p.splits;
+    for (i64 t = blockIdx.x; t < tasks; t += gridDim.x) {
+        const i64 o = t / p.splits, s = t - (t / p.splits) * p.splits;
+        i64 so, dof;
+        out_offsets(p, o, so, dof);
+        /* The splits of a row interleave (block s reads vectors s*B + tid, + splits*B, ...), so
+           the whole GPU streams through one window of the row at a time. */
+        acc a = accumulate(p, (const TS*)p.src + so, 0, p.n_red, s * blockDim.x + threadIdx.x, p.splits * blockDim.x);
+        a = block_reduce(a, sh);
+        if (p.splits == 1) {
+            if (threadIdx.x == 0) store_out(p, dof, a);
+            continue;
+        }
+        if (threadIdx.x == 0) {
+            st_partial(p.partials, o * p.splits + s, a);
+            __threadfence();
+            last = atomicAdd(p.counters + o, 1u) == (u32)(p.splits - 1);
+        }
+        __syncthreads();
+        if (last) {
+            __threadfence();
+            acc b = identity();
+            for (i64 k = threadIdx.x; k < p.splits; k += blockDim.x) b = combine(b, ld_partial(p.partials, o * p.splits + k));
+            b = block_reduce(b, sh);
+            if (threadIdx.x == 0) {
+                store_out(p, dof, b);
+                p.counters[o] = 0;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) red_warp(const __grid_constant__ RedP p) {
+    const i64 lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 o = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < p.n_out; o += warps) {
+        i64 so, dof;
+        out_offsets(p, o, so, dof);
+        acc a = warp_reduce(accumulate(p, (const TS*)p.src + so, 0, p.n_red, lane, 32));
+        if (lane == 0) store_out(p, dof, a);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_constant__ RedP p) {
+    const i64 tasks = p.n_out * p.splits;
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < tasks; t += step) {
+        const i64 s = t / p.n_out, o = t - s * p.n_out;
+        i64 so, dof;
+        out_offsets(p, o, so, dof);
+        const i64 r0 = s * p.chunk;
+        const i64 r1 = min(p.n_red, r0 + p.chunk);
+        const acc a = accumulate(p, (const TS*)p.src + so, r0, r1, 0, 1);
+        if (p.splits == 1) {
+            store_out(p, dof, a);
+            continue;
+        }
+        st_partial(p.partials, o * p.splits + s, a);
+        __threadfence();
+        if (atomicAdd(p.counters + o, 1u) == (u32)(p.splits - 1)) {
+            __threadfence();
+            acc b = identity();
+            for (i64 k = 0; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, o * p.splits + k));
+            store_out(p, dof, b);
+            p.counters[o] = 0;
+        }
+    }
+}
+
+/* Reductions over an outer dim, a column per output with adjacent outputs adjacent in memory
+   (source stride 1 along the inner kept dim, one reduced dim of stride `red_st[0]`): blocks of
+   32 x 8 threads. Thread (x, y) of a block holds `W` adjacent outputs (one `W`-element load per
+   row: 16 bytes when aligned) and folds rows y, y + 8, ... of its split's rows in increasing
+   order (`step`); the block's 8 row lanes are combined in shared memory, and a column split
+   over blocks is combined, in split order, by the last of its blocks to finish (a counter per
+   group of 32 x W columns), as `red_block` combines a row. */
+template <int W>
+__device__ __forceinline__ void cols_fold(const TS* base, i64 st, i64 r, acc* a) {
+    if (W > 1) {
+        const Pack<TS, W> v = ldv<TS, W>(base + r * st);
+#pragma unroll
+        for (int j = 0; j < W; ++j) a[j] = step(a[j], v.v[j], r);
+    } else {
+        a[0] = step(a[0], base[r * st], r);
+    }
+}
+template <int W>
+__device__ __forceinline__ void red_cols(const RedP& p) {
+    __shared__ acc sh[8][33];
+    __shared__ int last;
+    const int x = threadIdx.x & 31, y = threadIdx.x >> 5;
+    const i64 groups = (p.n_out + W - 1) / W, nbc = (groups + 31) / 32, tasks = nbc * p.splits;
+    const i64 st = p.red_st[0];
+    for (i64 t = blockIdx.x; t < tasks; t += gridDim.x) {
+        const i64 s = t / nbc, bc = t - s * nbc;
+        const i64 g = bc * 32 + x, o = g * W;
+        const bool live = g < groups;
+        i64 so = 0, dof = 0;
+        if (live) out_offsets(p, o, so, dof);
+        const TS* base = (const TS*)p.src + so;
+        const i64 r0 = s * p.chunk, r1 = min(p.n_red, r0 + p.chunk);
+        acc a[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) a[j] = identity();
+        i64 r = r0 + y;
+        if (live && r < r1) {
+            /* The first row starts each accumulator (so `step` needs no identity). */
+            if (W > 1) {
+                const Pack<TS, W> v = ldv<TS, W>(base + r * st);
+#pragma unroll
+                for (int j = 0; j < W; ++j) a[j] = load(v.v[j], r);
+            } else {
+                a[0] = load(base[r * st], r);
+            }
+            r += 8;
+            for (; r + 24 < r1; r += 32) {
+                /* Four loads in flight, folded in row order. */
+                if (W > 1) {
+                    const Pack<TS, W> v0 = ldv<TS, W>(base + r * st), v1 = ldv<TS, W>(base + (r + 8) * st);
+                    const Pack<TS, W> v2 = ldv<TS, W>(base + (r + 16) * st), v3 = ldv<TS, W>(base + (r + 24) * st);
+#pragma unroll
+                    for (int j = 0; j < W; ++j) {
+                        a[j] = step(a[j], v0.v[j], r);
+                        a[j] = step(a[j], v1.v[j], r + 8);
+                        a[j] = step(a[j], v2.v[j], r + 16);
+                        a[j] = step(a[j], v3.v[j], r + 24);
+                    }
+                } else {
+                    const TS v0 = base[r * st], v1 = base[(r + 8) * st], v2 = base[(r + 16) * st], v3 = base[(r + 24) * st];
+                    a[0] = step(a[0], v0, r);
+                    a[0] = step(a[0], v1, r + 8);
+                    a[0] = step(a[0], v2, r + 16);
+                    a[0] = step(a[0], v3, r + 24);
+                }
+            }
+            for (; r < r1; r += 8) cols_fold<W>(base, st, r, a);
+        }
+        /* The 8 row lanes of each column, combined by lane y = 0 in lane order. */
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            __syncthreads();
+            sh[y][x] = a[j];
+            __syncthreads();
+            if (y == 0) {
+                acc b = sh[0][x];
+#pragma unroll
+                for (int k = 1; k < 8; ++k) b = combine(b, sh[k][x]);
+                a[j] = b;
+            }
+        }
+        const i64 ost = p.out_ndim > 0 ? p.out_dst[0] : 0;
+        if (p.splits == 1) {
+            if (y == 0 && live) {
+#pragma unroll
+                for (int j = 0; j < W; ++j)
+                    if (o + j < p.n_out) store_out(p, dof + j * ost, a[j]);
+            }
+            continue;
+        }
+        if (y == 0 && live) {
+#pragma unroll
+            for (int j = 0; j < W; ++j)
+                if (o + j < p.n_out) st_partial(p.partials, (o + j) * p.splits + s, a[j]);
+        }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(p.counters + bc, 1u) == (u32)(p.splits - 1);
+        __syncthreads();
+        if (last) {
+            __threadfence();
+            if (y == 0 && live) {
+#pragma unroll 1
+                for (int j = 0; j < W; ++j) {
+                    if (o + j >= p.n_out) break;
+                    acc b = identity();
+                    for (i64 k = 0; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, (o + j) * p.splits + k));
+                    store_out(p, dof + j * ost, b);
+                }
+            }
+            if (threadIdx.x == 0) p.counters[bc] = 0;
+        }
+    }
+}
+extern "C" __global__ void __launch_bounds__(256) red_cols1(const __grid_constant__ RedP p) { red_cols<1>(p); }
+extern "C" __global__ void __launch_bounds__(256) red_colsv(const __grid_constant__ RedP p) { red_cols<VEC>(p); }
+"#;

@@ -6,6 +6,7 @@
 //! [`primary_context`] (the `CUcontext`) and [`Tensor::data_ptr`](crate::Tensor::data_ptr);
 //! for a stream made elsewhere, `unsafe` [`Stream::from_external`] (`torch.cuda.ExternalStream`).
 
+pub use crate::alloc::MemPoolId;
 pub use crate::alloc::{
     AllocatorSettings, BlockInfo, BlockState, DurationStat, HostMemoryStats, MemoryStats, PoolKind, SegmentInfo,
     Snapshot, Stat, StatPool, TraceAction, TraceEntry,
@@ -21,6 +22,7 @@ pub use crate::runtime::{
     set_device, set_per_process_memory_fraction, set_stream, synchronize, with_device, with_stream, DeviceGuard, Event,
     EventFlags, Stream, StreamGuard,
 };
+pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
 
 /// Allocator traces and their replay, and byte counts as PyTorch prints them (the
 /// `torch.cuda.memory` helpers that are not also in `torch.cuda`).

@@ -123,6 +123,20 @@ pub enum Error {
         /// Why it is invalid.
         reason: String,
     },
+    /// A private memory pool (`MemPool`, a CUDA graph's pool) that the device's allocator does
+    /// not know (never made there, or freed and deleted), or an operation its state forbids
+    /// (releasing it past its last use, routing to it twice, sharing a pool being freed).
+    #[error("{op}: memory pool ({}, {}) on cuda:{device}: {reason}", pool.0, pool.1)]
+    MemPool {
+        /// The operation.
+        op: &'static str,
+        /// Device index.
+        device: usize,
+        /// The pool's id pair (`MemPoolId`).
+        pool: (u64, u64),
+        /// Why it was refused.
+        reason: String,
+    },
     /// A malformed environment variable or configuration value.
     #[error("invalid value `{value}` for {key}: {reason}")]
     InvalidConfig {

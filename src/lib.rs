@@ -69,6 +69,9 @@
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
 //! | `t.amax(dim)` / `t.max(dim)` (values and indices) / `t.max()` | [`Tensor::amax`] / [`Tensor::max`] / [`Tensor::max_all`] (and the `min` forms) |
 //! | `t[:, 2:5]` | [`Tensor::slice`]`(1, 2..5)` (Rust ranges), [`Tensor::slice_step`] |
+//! | `torch.cuda.MemPool()` / `pool.id` / `pool.use_count()` / `pool.snapshot()` | [`cuda::MemPool::new`], [`cuda::MemPool::id`], [`cuda::MemPool::use_count`], [`cuda::MemPool::snapshot`] |
+//! | `with torch.cuda.use_mem_pool(pool):` | [`cuda::use_mem_pool`]`(&pool, \|\| …)` |
+//! | `torch.cuda.graph_pool_handle()` | [`cuda::graph_pool_handle`] ([`cuda::MemPoolId`]) |
 //! | `torch.cuda.memory` trace tools | [`cuda::memory::replay_trace`] (a PyTorch allocator trace through cudasem's allocator), [`cuda::memory::format_bytes`] |
 //! | environment read at first use | the same, or [`init`]`(`[`Config`]`)` in code before first use |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |

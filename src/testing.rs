@@ -6,6 +6,9 @@
 //! * [`fail_next_malloc`] makes the device's next driver allocation fail, [`fail_next_free`] its
 //!   next driver free (an error in `Drop` is then returned by the next `synchronize`).
 //! * [`RawBuffer`] is untyped device memory with stream-ordered fill / copy / read.
+//! * [`begin_allocate_to_pool`], [`end_allocate_to_pool`], [`release_pool`] route allocations to a
+//!   private pool as a CUDA graph's capture does, and [`block_pool`] says which pool a block came
+//!   from, for tests of private pools without a capture.
 //! * [`has_devices`] and [`skip`] decide whether a test case that the machine cannot run is
 //!   skipped (with a message) or fails: `CUDASEM_REQUIRE_GPU=n` says the run must cover every
 //!   case that needs at most `n` GPUs (NVRTC and the like count as needing one) on the CUDA driver.
@@ -228,4 +231,34 @@ impl Drop for RawBuffer {
             }
         }
     }
+}
+
+/// Routes every allocation on `device` (`None`: the current device) made on one of `streams` to
+/// the private pool `pool`, as a CUDA graph's capture does for its capturing stream (PyTorch's
+/// `beginAllocateToPool` with a stream filter): the pool is made (use count 1) or takes one more
+/// use, and a capture is underway on the device until [`end_allocate_to_pool`].
+pub fn begin_allocate_to_pool(
+    device: impl IntoCudaDevice,
+    pool: crate::cuda::MemPoolId,
+    streams: &[&Stream],
+) -> Result<()> {
+    crate::runtime::begin_allocate_to_streams(rt()?.device(device)?, pool, streams)
+}
+
+/// Ends the routing of [`begin_allocate_to_pool`] (`endAllocateToPool`; the use count stays).
+pub fn end_allocate_to_pool(device: impl IntoCudaDevice, pool: crate::cuda::MemPoolId) -> Result<()> {
+    crate::runtime::end_allocate_to_pool(rt()?.device(device)?, pool)
+}
+
+/// `releasePool`: one use of the private pool less (at 0 it is freeable).
+pub fn release_pool(device: impl IntoCudaDevice, pool: crate::cuda::MemPoolId) -> Result<()> {
+    crate::runtime::release_pool(rt()?.device(device)?, pool)
+}
+
+/// The private pool the live caching-allocator block at `ptr` on `device` came from (`None`: the
+/// default pools, or no live block starts there), e.g. `block_pool(t.device(), t.data_ptr())`
+/// for a tensor's storage.
+pub fn block_pool(device: impl IntoCudaDevice, ptr: u64) -> Result<Option<crate::cuda::MemPoolId>> {
+    let rt = rt()?;
+    Ok(rt.allocator(rt.device(device)?)?.block_pool(DevicePtr(ptr)))
 }

@@ -215,6 +215,7 @@ print('ok', len(actions))
             stream: StreamId(u64::MAX),
             segment_type: PoolKind::Large,
             is_expandable: true,
+            segment_pool_id: Default::default(),
             blocks,
         };
         let oom =

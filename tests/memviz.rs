@@ -61,6 +61,7 @@ fn segment(address: u64, stream: u64, pool: PoolKind, blocks: &[(usize, usize, B
         stream: StreamId(stream),
         segment_type: pool,
         is_expandable: false,
+        segment_pool_id: Default::default(),
         blocks: Vec::new(),
     };
     for &(size, requested_size, state) in blocks {

@@ -1,6 +1,7 @@
 //! [`CachingAllocator`]: one device's caching allocator behind one mutex.
 
 use super::expandable::PageMoves;
+use super::mem_pools::{MemPoolId, Route, StreamFilter, DEFAULT_SLOT};
 use super::settings::AllocatorSettings;
 use super::snapshot::Snapshot;
 use super::state::State;
@@ -9,7 +10,8 @@ use super::summary::memory_summary;
 use super::RawMemory;
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// PyTorch's CUDA caching allocator for one device, over any [`RawMemory`].
 ///
@@ -33,6 +35,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct CachingAllocator {
     memory: Arc<dyn RawMemory>,
     state: Mutex<State>,
+    /// Routing entries (PyTorch's `captures_underway`), in the order they began; taken before
+    /// the state's lock, never under it, so that filters run outside the state's lock.
+    routes: RwLock<Vec<Route>>,
+    /// `routes.len()`: the one relaxed load of a malloc when nothing is routed.
+    routing: AtomicUsize,
 }
 
 impl std::fmt::Debug for CachingAllocator {
@@ -50,7 +57,12 @@ impl CachingAllocator {
     /// An allocator for `device` drawing segments from `memory`.
     pub fn new(device: usize, memory: Arc<dyn RawMemory>, settings: AllocatorSettings) -> CachingAllocator {
         let granularity = memory.vmm_granularity();
-        CachingAllocator { state: Mutex::new(State::new(device, settings, granularity)), memory }
+        CachingAllocator {
+            state: Mutex::new(State::new(device, settings, granularity)),
+            memory,
+            routes: RwLock::new(Vec::new()),
+            routing: AtomicUsize::new(0),
+        }
     }
 
     /// The state, as PyTorch's would be (a deferred merge completed).
@@ -109,11 +121,29 @@ impl CachingAllocator {
     /// a new segment. `size == 0` gives the null pointer (like PyTorch), which [`free`](Self::free)
     /// accepts. Out of memory after freeing the cache is [`Error::OutOfMemory`] with PyTorch's
     /// fields.
+    ///
+    /// While allocations are routed to private pools ([`begin_allocate_to_pool`](Self::begin_allocate_to_pool)),
+    /// the most recent routing entry whose filter passes `stream` takes the block from its pool.
+    #[inline]
     pub fn malloc(&self, size: usize, stream: StreamId) -> Result<DevicePtr> {
         if size == 0 {
             return Ok(DevicePtr(0));
         }
-        self.lock_raw().malloc(&*self.memory, size, stream)
+        if self.routing.load(Ordering::Relaxed) != 0 {
+            return self.malloc_routed(size, stream);
+        }
+        self.lock_raw().malloc(&*self.memory, size, stream, DEFAULT_SLOT)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn malloc_routed(&self, size: usize, stream: StreamId) -> Result<DevicePtr> {
+        // The routes stay read-locked until the block is taken, so the pool chosen still exists.
+        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        let pool = routes.iter().rev().find(|r| (r.filter)(stream)).map(|r| r.pool);
+        let mut state = self.lock_raw();
+        let slot = pool.and_then(|p| state.routable_slot(p)).unwrap_or(DEFAULT_SLOT);
+        state.malloc(&*self.memory, size, stream, slot)
     }
 
     /// Frees a block from [`malloc`](Self::malloc): it is cached for reuse on its stream (after
@@ -230,6 +260,66 @@ impl CachingAllocator {
     /// Whether history is being recorded.
     pub fn is_recording_history(&self) -> bool {
         self.lock().is_recording_history()
+    }
+
+    /// `MemPool()`'s `createOrIncrefPool`: makes the private pool `pool` (use count 1), or takes
+    /// one more use of it if it exists. [`Error::MemPool`] for `(0, 0)` or a pool being freed.
+    pub fn create_pool(&self, pool: MemPoolId) -> Result<()> {
+        self.lock().create_pool(pool)
+    }
+
+    /// `beginAllocateToPool(pool, filter)`: makes the pool (use count 1) or takes one more use of
+    /// it, and until [`end_allocate_to_pool`](Self::end_allocate_to_pool) routes every allocation
+    /// whose stream passes `filter` to it (the most recent entry first). While any routing is
+    /// active a capture is underway: no event is queried (frees with stream uses wait until no
+    /// capture is), and nothing is freed to the driver (out of memory comes after trying only
+    /// what needs no free). [`Error::MemPool`] if allocations are routed to the pool already.
+    pub fn begin_allocate_to_pool(&self, pool: MemPoolId, filter: StreamFilter) -> Result<()> {
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        self.lock().begin_pool(pool)?;
+        routes.push(Route { pool, filter });
+        self.routing.store(routes.len(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `endAllocateToPool(pool)`: stops routing to the pool (its use count is unchanged).
+    pub fn end_allocate_to_pool(&self, pool: MemPoolId) -> Result<()> {
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        self.lock().end_pool(pool)?;
+        if let Some(i) = routes.iter().rposition(|r| r.pool == pool) {
+            routes.remove(i);
+        }
+        self.routing.store(routes.len(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `releasePool(pool)`: one use less. At 0 the pool is freeable: [`empty_cache`](Self::empty_cache)
+    /// frees its whole free segments, and it is deleted once it holds none (so once none of its
+    /// blocks is allocated). Returns the use count after.
+    pub fn release_pool(&self, pool: MemPoolId) -> Result<usize> {
+        self.lock().release_pool(pool)
+    }
+
+    /// The pool's use count (`MemPool.use_count()`).
+    pub fn pool_use_count(&self, pool: MemPoolId) -> Result<usize> {
+        self.lock().pool_use_count(pool)
+    }
+
+    /// `emptyCache(pool)`: if the pool is freeable, frees its whole free segments (waiting first
+    /// for the events of its blocks, if any), deleting it when none is left. Nothing during a
+    /// capture, nor for a pool still in use or unknown.
+    pub fn empty_pool_cache(&self, pool: MemPoolId) -> Result<()> {
+        self.lock().release_pool_cache(&*self.memory, pool)
+    }
+
+    /// The private pool the live block at `ptr` came from (`None`: the default pools).
+    pub fn block_pool(&self, ptr: DevicePtr) -> Option<MemPoolId> {
+        self.lock().block_pool(ptr)
+    }
+
+    /// `memory_snapshot(mempool_id)`: the pool's segments only (no history).
+    pub fn pool_snapshot(&self, pool: MemPoolId) -> Snapshot {
+        Snapshot { segments: self.lock().pool_segments(pool), device_traces: Vec::new() }
     }
 
     /// `memory_summary()`: a readable table of the statistics, like PyTorch's.

@@ -1,5 +1,6 @@
 //! Blocks (pieces of segments) in a slab with index links, and the free lists of the two pools.
 
+use super::mem_pools::{Slot, DEFAULT_SLOT};
 use super::sorted::{Pos, SortedMap};
 use crate::driver::StreamId;
 use std::collections::HashMap;
@@ -58,6 +59,8 @@ pub(crate) struct Block {
     /// Index of the expandable segment, or [`NIL`] for an ordinary segment.
     pub expandable: u32,
     pub pool: PoolKind,
+    /// The pool whose free lists hold the block when free: [`DEFAULT_SLOT`] or a private pool's.
+    pub slot: Slot,
     pub allocated: bool,
     /// Backed by memory (always, outside expandable segments).
     pub mapped: bool,
@@ -80,6 +83,7 @@ impl Block {
             next: NIL,
             expandable: NIL,
             pool,
+            slot: DEFAULT_SLOT,
             allocated: false,
             mapped: true,
             event_count: 0,
@@ -250,22 +254,46 @@ impl Hasher for AddrHasher {
 type LiveMap = HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>;
 
 /// The block graph: every block (linked to its segment neighbours), the two pools' free lists
-/// and the live blocks by address, and the clock that stamps blocks as they become free.
+/// (the default pools' and each private pool's, by slot) and the live blocks by address, and the
+/// clock that stamps blocks as they become free.
 ///
 /// A free block is in the free list of its pool (mapped) or its unmapped list, by its current
 /// size and address: change a block's size, address or stream only while it is out of them
 /// ([`Blocks::pool_remove`] first, [`Blocks::pool_insert`] after).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Blocks {
     slab: Slab,
-    /// `[small, large]`.
-    pools: [BlockPool; 2],
+    /// Per slot (0: the default pools, then private pools), `[small, large]`.
+    pools: Vec<[BlockPool; 2]>,
     live: LiveMap,
     /// Cache lookups so far: the garbage collector's clock.
     clock: u64,
 }
 
+impl Default for Blocks {
+    fn default() -> Blocks {
+        Blocks { slab: Slab::default(), pools: vec![Default::default()], live: LiveMap::default(), clock: 0 }
+    }
+}
+
 impl Blocks {
+    /// Makes sure the free lists of `slot` exist.
+    pub fn ensure_slot(&mut self, slot: Slot) {
+        while self.pools.len() <= slot as usize {
+            self.pools.push(Default::default());
+        }
+    }
+
+    /// The free, mapped blocks of `pool` in the private pool at `slot`.
+    pub fn private_list(&self, slot: Slot, pool: PoolKind) -> &FreeList {
+        &self.pools[slot as usize][pool.index()].free
+    }
+
+    /// Takes out of a private pool's free list a block found by [`FreeList::best_fit`].
+    pub fn take_found_in(&mut self, slot: Slot, pool: PoolKind, found: Found) {
+        self.pools[slot as usize][pool.index()].free.take(found);
+    }
+
     /// A new block (in no list).
     #[inline]
     pub fn insert(&mut self, block: Block) -> BlockId {
@@ -287,7 +315,7 @@ impl Blocks {
     #[inline]
     pub fn pool_insert(&mut self, id: BlockId) {
         let b = &self.slab[id];
-        let pool = &mut self.pools[b.pool.index()];
+        let pool = &mut self.pools[b.slot as usize][b.pool.index()];
         if b.mapped {
             pool.free.insert(b, id);
         } else {
@@ -299,7 +327,7 @@ impl Blocks {
     #[inline]
     pub fn pool_remove(&mut self, id: BlockId) {
         let b = &self.slab[id];
-        let pool = &mut self.pools[b.pool.index()];
+        let pool = &mut self.pools[b.slot as usize][b.pool.index()];
         if b.mapped {
             pool.free.remove(b);
         } else {
@@ -307,22 +335,22 @@ impl Blocks {
         }
     }
 
-    /// `pool`'s free, mapped blocks.
+    /// `pool`'s free, mapped blocks (of the default pools).
     #[inline]
     pub fn free_list(&self, pool: PoolKind) -> &FreeList {
-        &self.pools[pool.index()].free
+        &self.pools[DEFAULT_SLOT as usize][pool.index()].free
     }
 
-    /// `pool`'s unmapped pieces of expandable segments.
+    /// `pool`'s unmapped pieces of expandable segments (only the default pools have them).
     pub fn unmapped_list(&self, pool: PoolKind) -> &FreeList {
-        &self.pools[pool.index()].unmapped
+        &self.pools[DEFAULT_SLOT as usize][pool.index()].unmapped
     }
 
     /// Takes out of `pool`'s free list a block found by [`FreeList::best_fit`] (nothing changed
     /// since).
     #[inline]
     pub fn take_found(&mut self, pool: PoolKind, found: Found) {
-        self.pools[pool.index()].free.take(found);
+        self.pools[DEFAULT_SLOT as usize][pool.index()].free.take(found);
     }
 
     /// Merges the free block `src` into its neighbour `dst` (out of the lists); returns the

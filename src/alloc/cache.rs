@@ -9,6 +9,7 @@
 use super::block::{Block, BlockId, Blocks, PoolKind};
 use super::books::DepartureBooks;
 use super::history::{History, TraceAction};
+use super::mem_pools::{PoolBooks, Slot, DEFAULT_SLOT};
 use super::settings::AllocatorSettings;
 use super::stats::{Count, DeviceStats, Metric};
 use super::RawMemory;
@@ -25,6 +26,8 @@ pub(crate) struct Cache {
     fraction: Option<(f64, usize)>,
     /// What the departures from PyTorch keep track of (`departures.rs`).
     pub departures: DepartureBooks,
+    /// The private pools' books and the routing underway (`mem_pools.rs`).
+    pub pools: PoolBooks,
     /// The most bytes ever held from the driver (not reset with the peak statistics): expandable
     /// segments move free pages rather than map memory past it.
     high_water: usize,
@@ -39,6 +42,7 @@ impl Cache {
             history: History::default(),
             fraction: None,
             departures: DepartureBooks::default(),
+            pools: PoolBooks::default(),
             high_water: 0,
         }
     }
@@ -81,18 +85,20 @@ impl Cache {
         self.fraction.is_some_and(|(_, limit)| self.reserved().saturating_add(bytes) > limit)
     }
 
-    /// A new segment of `bytes` at `ptr` for `stream`'s request of `size` (rounded) bytes, in no
-    /// list yet.
+    /// A new segment of `bytes` at `ptr` for `stream`'s request of `size` (rounded) bytes, of the
+    /// pool at `slot` (default or private), in no list yet.
     pub fn add_segment(
         &mut self,
         ptr: DevicePtr,
         bytes: usize,
         stream: StreamId,
-        pool: PoolKind,
+        (pool, slot): (PoolKind, Slot),
         size: usize,
     ) -> BlockId {
         let mut b = Block::new(ptr.0, bytes, stream, pool);
         b.free_stamp = self.blocks.clock();
+        b.slot = slot;
+        self.pools.segment_added(slot);
         let id = self.blocks.insert(b);
         self.stats.increase(Metric::Segment, pool, 1);
         self.reserve(pool, bytes);
@@ -101,15 +107,18 @@ impl Cache {
         }
         self.stats.count(Count::DeviceAlloc);
         self.history.record(TraceAction::SegmentAlloc, ptr.0, bytes, stream);
-        self.departures.segment_made(ptr.0, bytes, stream, pool, size);
+        if slot == DEFAULT_SLOT {
+            self.departures.segment_made(ptr.0, bytes, stream, pool, size);
+        }
         id
     }
 
     /// Gives a whole free segment back to the driver.
     pub fn release_block(&mut self, mem: &dyn RawMemory, id: BlockId) -> Result<()> {
         let b = &self.blocks[id];
-        let (addr, size, pool, stream) = (b.addr, b.size, b.pool, b.stream);
+        let (addr, size, pool, stream, slot) = (b.addr, b.size, b.pool, b.stream, b.slot);
         mem.free(DevicePtr(addr), size)?;
+        self.pools.segment_freed(slot);
         self.blocks.pool_remove(id);
         self.blocks.remove(id);
         self.stats.decrease(Metric::Segment, pool, 1);

@@ -19,6 +19,7 @@
 use super::block::{BlockId, PoolKind, NIL};
 use super::cache::Cache;
 use super::history::TraceAction;
+use super::mem_pools::DEFAULT_SLOT;
 use super::stats::Metric;
 use crate::driver::{DevicePtr, StreamId};
 
@@ -74,11 +75,12 @@ impl DeferredMerge {
     }
 
     /// Whether the free of `id` (no stream uses, just taken out of the live map) may defer its
-    /// merge: an ordinary small-pool block whose only free neighbour is the one after it.
+    /// merge: an ordinary block of the default small pool whose only free neighbour is the one
+    /// after it.
     #[inline]
     pub fn can_defer(&self, c: &Cache, id: BlockId) -> bool {
         let b = &c.blocks[id];
-        if !self.enabled || b.pool != PoolKind::Small || b.is_expandable() || b.next == NIL {
+        if !self.enabled || b.pool != PoolKind::Small || b.is_expandable() || b.next == NIL || b.slot != DEFAULT_SLOT {
             return false;
         }
         let next = &c.blocks[b.next];

@@ -91,7 +91,10 @@ impl Cache {
             }
             PoolKind::Small => Ok(alloc_size),
             PoolKind::Large => {
-                if let Some(merged) = self.coalesce_idle_segments(mem, stream, alloc_size)? {
+                // Coalescing frees segments: never during a capture.
+                let coalesced =
+                    if self.pools.capturing() { None } else { self.coalesce_idle_segments(mem, stream, alloc_size)? };
+                if let Some(merged) = coalesced {
                     return Ok(merged);
                 }
                 if size < MIN_LARGE_ALLOC {

@@ -16,6 +16,7 @@
 //! | `empty_cache` | [`CachingAllocator::empty_cache`] |
 //! | `memory_stats` / `memory_summary` / `reset_peak_memory_stats` | [`MemoryStats`], [`CachingAllocator::memory_summary`] |
 //! | `memory_snapshot`, `_record_memory_history`, `_snapshot` pickles | [`Snapshot`], [`CachingAllocator::record_history`], [`Snapshot::to_pickle`] |
+//! | private pools (`PrivatePool`, `beginAllocateToPool`, `endAllocateToPool`, `releasePool`), `MemPool` | [`MemPoolId`], [`CachingAllocator::begin_allocate_to_pool`], [`CachingAllocator::release_pool`] |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | [`CachingAllocator::raw_alloc`] / [`CachingAllocator::raw_delete`] |
 //! | `PYTORCH_CUDA_ALLOC_CONF` | `CUDASEM_ALLOC_CONF`, [`AllocatorSettings::parse`] |
 //! | `CachingHostAllocator` (pinned memory), `host_memory_stats`, `_host_emptyCache` | [`CachingHostAllocator`], [`HostMemoryStats`] |
@@ -51,6 +52,7 @@ mod driver_memory;
 mod expandable;
 mod history;
 mod host;
+mod mem_pools;
 mod outcome;
 mod replay;
 mod settings;
@@ -68,6 +70,7 @@ pub use driver_memory::DriverMemory;
 pub use expandable::PageMoves;
 pub use history::{TraceAction, TraceEntry};
 pub use host::{CachingHostAllocator, DurationStat, HostMemoryStats, HostUse, RawHostMemory};
+pub use mem_pools::{MemPoolId, StreamFilter};
 pub use outcome::{PytorchExpandable, PytorchOutcome};
 pub use replay::{replay, replay_trace, replay_with, ReplayOptions, ReplayReport};
 pub use settings::{

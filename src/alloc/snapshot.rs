@@ -7,6 +7,7 @@
 use super::block::{BlockId, PoolKind, NIL};
 use super::cache::Cache;
 use super::history::TraceEntry;
+use super::mem_pools::MemPoolId;
 use super::stats::{MemoryStats, StatPool};
 use crate::driver::StreamId;
 use serde::{Serialize, Serializer};
@@ -74,6 +75,9 @@ pub struct SegmentInfo {
     pub segment_type: PoolKind,
     /// Whether it is (part of) an expandable segment.
     pub is_expandable: bool,
+    /// The private pool holding it (PyTorch's `segment_pool_id`), [`MemPoolId::DEFAULT`] for the
+    /// default pools.
+    pub segment_pool_id: MemPoolId,
     /// Its blocks in address order; their sizes add up to `total_size`.
     pub blocks: Vec<BlockInfo>,
 }
@@ -195,7 +199,7 @@ struct SnapshotDict<'a> {
     device_traces: &'a [Vec<TraceEntry>],
 }
 
-/// PyTorch's segment dict (`segment_pool_id` is `(0, 0)`: no private pools).
+/// PyTorch's segment dict.
 #[derive(Serialize)]
 struct SegmentDict<'a> {
     device: usize,
@@ -241,7 +245,7 @@ impl Serialize for SegmentInfo {
             requested_size: self.requested_size,
             stream: self.stream.0,
             segment_type: self.segment_type.name(),
-            segment_pool_id: (0, 0),
+            segment_pool_id: self.segment_pool_id.pair(),
             is_expandable: self.is_expandable,
             frames: &NO_FRAMES,
             blocks: &self.blocks,
@@ -290,6 +294,7 @@ impl Cache {
                     stream: h.stream,
                     segment_type: h.pool,
                     is_expandable: h.is_expandable(),
+                    segment_pool_id: self.pools.id_of(h.slot).unwrap_or_default(),
                     blocks: Vec::new(),
                 };
                 let mut id = head;

@@ -10,7 +10,9 @@ use super::cache::Cache;
 use super::deferred::DeferredMerge;
 use super::expandable::{ExpandableSegments, PageMoves, Room};
 use super::history::TraceAction;
+use super::mem_pools::{MemPoolId, Refusal, Slot, DEFAULT_SLOT};
 use super::settings::{allocation_size, AllocatorSettings, MIN_BLOCK_SIZE, SMALL_SIZE};
+use super::snapshot::SegmentInfo;
 use super::snapshot::Snapshot;
 use super::stats::{Count, MemoryStats, Metric};
 use super::RawMemory;
@@ -25,6 +27,9 @@ pub(crate) struct State {
     /// Per stream, the events recorded for freed blocks that other streams used, in order.
     events: Vec<(StreamId, VecDeque<(EventId, BlockId)>)>,
     pending_events: usize,
+    /// Blocks freed with stream uses while a capture was underway: their events are recorded
+    /// once no capture is (PyTorch's `needs_events_deferred_until_no_capture`).
+    capture_frees: Vec<BlockId>,
     expandable: ExpandableSegments,
     deferred: DeferredMerge,
 }
@@ -36,6 +41,7 @@ impl State {
             cache: Cache::new(settings),
             events: Vec::new(),
             pending_events: 0,
+            capture_frees: Vec::new(),
             expandable: ExpandableSegments::new(granularity),
             deferred: DeferredMerge::default(),
         }
@@ -136,26 +142,36 @@ impl State {
 
     // ---------------------------------------------------------------- malloc
 
-    pub fn malloc(&mut self, mem: &dyn RawMemory, orig: usize, stream: StreamId) -> Result<DevicePtr> {
+    /// A block for `stream` from the pools at `slot` (the default pools, or a private pool's).
+    pub fn malloc(&mut self, mem: &dyn RawMemory, orig: usize, stream: StreamId, slot: Slot) -> Result<DevicePtr> {
         let size = self.cache.settings.round_size(orig);
         if self.deferred.is_pending() {
-            if self.pending_events == 0 {
+            if self.pending_events == 0 && slot == DEFAULT_SLOT {
                 if let Some(ptr) = self.deferred.reuse(&mut self.cache, size, orig, stream) {
                     return Ok(ptr);
                 }
             }
             self.settle();
         }
-        if self.pending_events > 0 {
+        // While a capture is underway, no event is queried (illegal in a capture).
+        let capturing = self.cache.pools.capturing();
+        if !capturing && (self.pending_events > 0 || !self.capture_frees.is_empty()) {
             self.process_events(mem)?;
         }
         let pool = PoolKind::of(size);
         let alloc_size = allocation_size(size);
+        if slot != DEFAULT_SLOT {
+            return self.malloc_private(mem, (pool, slot), stream, (size, orig), alloc_size);
+        }
         let mut found = self.get_free_block(pool, stream, size);
-        if found.is_none() && !self.expandable_active() {
+        if found.is_none() && !self.expandable_active() && !capturing {
             found = self.cache.adopt_idle_segment(mem, pool, stream, size);
         }
-        if found.is_none() {
+        if found.is_none() && capturing {
+            // Nothing goes back to the driver and nothing waits during a capture: a new segment
+            // or out of memory.
+            found = self.alloc_block(mem, pool, stream, size, alloc_size, false)?;
+        } else if found.is_none() {
             if self.cache.fraction().is_some() && self.cache.settings.garbage_collection_threshold().is_some() {
                 self.cache.garbage_collect(mem)?;
             }
@@ -174,19 +190,45 @@ impl State {
         }
     }
 
+    /// A block of a private pool (while allocations are routed to it, so a capture is underway:
+    /// nothing is freed to the driver): best fit among the pool's free blocks of the stream, else
+    /// a new ordinary segment of PyTorch's size, else out of memory.
+    fn malloc_private(
+        &mut self,
+        mem: &dyn RawMemory,
+        (pool, slot): (PoolKind, Slot),
+        stream: StreamId,
+        (size, orig): (usize, usize),
+        alloc_size: usize,
+    ) -> Result<DevicePtr> {
+        self.cache.blocks.tick();
+        let mut found = None;
+        if let Some(f) = self.cache.blocks.private_list(slot, pool).best_fit(stream, size) {
+            if !oversize_refused(&self.cache.settings, size, f.size) {
+                self.cache.blocks.take_found_in(slot, pool, f);
+                found = Some(f.id);
+            }
+        }
+        if found.is_none() && !self.cache.would_exceed_fraction(alloc_size) {
+            match mem.malloc(alloc_size) {
+                Ok(p) => found = Some(self.cache.add_segment(p, alloc_size, stream, (pool, slot), size)),
+                Err(Error::OutOfMemory { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match found {
+            Some(id) => Ok(self.alloc_found_block(id, size, orig)),
+            None => Err(self.out_of_memory(mem, stream, alloc_size)),
+        }
+    }
+
     /// Best fit among the stream's free blocks, with the oversize rules.
     fn get_free_block(&mut self, pool: PoolKind, stream: StreamId, size: usize) -> Option<BlockId> {
         self.cache.blocks.tick();
         let settings = &self.cache.settings;
         let blocks = &self.cache.blocks;
         let found = blocks.free_list(pool).best_fit(stream, size)?;
-        let max_split = settings.max_split();
-        let oversize_refused = |bytes: usize| {
-            // An oversize block is not split for a smaller request, nor given to an oversize
-            // request much smaller than itself.
-            (size < max_split && bytes >= max_split)
-                || (size >= max_split && bytes >= size.saturating_add(settings.max_non_split_rounding()))
-        };
+        let oversize_refused = |bytes: usize| oversize_refused(settings, size, bytes);
         if !blocks[found.id].is_expandable() {
             if oversize_refused(found.size) {
                 return None;
@@ -260,7 +302,7 @@ impl State {
         let Some((ptr, alloc_size)) = attempt else {
             return Ok(None);
         };
-        Ok(Some(self.cache.add_segment(ptr, alloc_size, stream, pool, size)))
+        Ok(Some(self.cache.add_segment(ptr, alloc_size, stream, (pool, DEFAULT_SLOT), size)))
     }
 
     /// A block of `size` bytes in `stream`'s expandable segment of `pool`, mapping the pages it
@@ -279,7 +321,8 @@ impl State {
             return Ok(None);
         };
         let over = |c: &Cache, room: &Room| (c.reserved() + room.need).saturating_sub(c.high_water());
-        if over(&self.cache, &room) > 0 {
+        // Moving pages waits for the device and unmaps: never during a capture.
+        if over(&self.cache, &room) > 0 && !self.cache.pools.capturing() {
             let mut runs = self.expandable.movable(&self.cache, &room);
             if !runs.is_empty() {
                 let waiting = self.pending_events > 0;
@@ -307,7 +350,7 @@ impl State {
 
     fn should_split(&self, b: &Block, size: usize) -> bool {
         let remaining = b.size - size;
-        if b.pool == PoolKind::Small || self.expandable_active() {
+        if b.pool == PoolKind::Small || (self.expandable_active() && b.slot == DEFAULT_SLOT) {
             remaining >= MIN_BLOCK_SIZE
         } else {
             size < self.cache.settings.max_split() && remaining > SMALL_SIZE
@@ -324,6 +367,7 @@ impl State {
             front.prev = b.prev;
             front.next = id;
             front.expandable = b.expandable;
+            front.slot = b.slot;
             let prev = b.prev;
             let blocks = &mut self.cache.blocks;
             let front_id = blocks.insert(front);
@@ -390,7 +434,12 @@ impl State {
             c.stats.oversize_allocation(false);
         }
         c.history.record(TraceAction::FreeRequested, ptr.0, requested, stream);
-        if has_uses {
+        if has_uses && c.pools.capturing() {
+            // Recording and later querying events is illegal during a capture: the block waits
+            // until no capture is underway, then its events are recorded as usual.
+            self.capture_frees.push(id);
+            Ok(())
+        } else if has_uses {
             self.insert_events(mem, id)
         } else if self.deferred.can_defer(c, id) {
             self.deferred.defer(c, id);
@@ -451,8 +500,18 @@ impl State {
         Ok(())
     }
 
-    /// Completed events release their blocks (stream by stream, in order).
+    /// Records the events of the blocks freed during a capture (none is underway now).
+    fn insert_capture_frees(&mut self, mem: &dyn RawMemory) -> Result<()> {
+        for id in std::mem::take(&mut self.capture_frees) {
+            self.insert_events(mem, id)?;
+        }
+        Ok(())
+    }
+
+    /// Completed events release their blocks (stream by stream, in order), after the events of
+    /// blocks freed during a capture are recorded.
     pub fn process_events(&mut self, mem: &dyn RawMemory) -> Result<()> {
+        self.insert_capture_frees(mem)?;
         let mut result = Ok(());
         for qi in 0..self.events.len() {
             while let Some(&(ev, id)) = self.events[qi].1.front() {
@@ -524,14 +583,46 @@ impl State {
     }
 
     /// Waits for every stream, then frees every fully free segment and unmaps every free page
-    /// (`empty_cache`, and the last retry before out of memory).
+    /// of the default pools, and frees the whole free segments of freeable private pools,
+    /// deleting those left with none (`empty_cache`, and the last retry before out of memory).
+    ///
+    /// During a capture nothing is done (PyTorch also leaves the default pools alone then; here
+    /// no private pool's segment is freed either, since freeing device memory and waiting for
+    /// the device are illegal in a capture): the next `empty_cache` after it returns them.
     pub fn release_cached_blocks(&mut self, mem: &dyn RawMemory) -> Result<()> {
+        if self.cache.pools.capturing() {
+            return Ok(());
+        }
         self.synchronize_and_free_events(mem)?;
         self.release_blocks(mem, PoolKind::Large)?;
-        self.release_blocks(mem, PoolKind::Small)
+        self.release_blocks(mem, PoolKind::Small)?;
+        self.release_freeable_pools(mem, None)
+    }
+
+    /// Frees the whole free segments of the freeable private pools (only `only`'s, if given), and
+    /// deletes those that hold no segment any more.
+    fn release_freeable_pools(&mut self, mem: &dyn RawMemory, only: Option<Slot>) -> Result<()> {
+        for slot in self.cache.pools.freeable() {
+            if only.is_some_and(|o| o != slot) {
+                continue;
+            }
+            for kind in [PoolKind::Large, PoolKind::Small] {
+                let blocks = &self.cache.blocks;
+                let whole: Vec<BlockId> =
+                    blocks.private_list(slot, kind).ids().filter(|&id| !blocks[id].is_split()).collect();
+                for id in whole {
+                    self.cache.release_block(mem, id)?;
+                }
+            }
+            if self.cache.pools.segments(slot) == 0 {
+                self.cache.pools.delete(slot);
+            }
+        }
+        Ok(())
     }
 
     fn synchronize_and_free_events(&mut self, mem: &dyn RawMemory) -> Result<()> {
+        self.insert_capture_frees(mem)?;
         self.cache.stats.count(Count::SyncAllStreams);
         mem.synchronize()?;
         for (_, q) in std::mem::take(&mut self.events) {
@@ -557,5 +648,92 @@ impl State {
             self.expandable.unmap_block(mem, &mut self.cache, id, usize::MAX)?;
         }
         self.expandable.release_unmapped(mem, &mut self.cache, pool)
+    }
+}
+
+/// Whether an oversize block of `bytes` is refused for a request of `size`: it is not split for a
+/// smaller request, nor given to an oversize request much smaller than itself.
+#[inline]
+fn oversize_refused(settings: &AllocatorSettings, size: usize, bytes: usize) -> bool {
+    let max_split = settings.max_split();
+    (size < max_split && bytes >= max_split)
+        || (size >= max_split && bytes >= size.saturating_add(settings.max_non_split_rounding()))
+}
+
+impl State {
+    // ---------------------------------------------------------------- private pools
+
+    fn pool_error(&self, op: &'static str, pool: MemPoolId, reason: Refusal) -> Error {
+        Error::MemPool { op, device: self.device, pool: pool.pair(), reason: reason.into() }
+    }
+
+    /// `createOrIncrefPool` (a `MemPool`'s creation): a new pool, or one more use of a live one.
+    pub fn create_pool(&mut self, pool: MemPoolId) -> Result<()> {
+        let slot = self.cache.pools.create_or_incref(pool).map_err(|r| self.pool_error("MemPool", pool, r))?;
+        self.cache.blocks.ensure_slot(slot);
+        Ok(())
+    }
+
+    /// `beginAllocateToPool`'s books: the pool made or shared, a capture underway.
+    pub fn begin_pool(&mut self, pool: MemPoolId) -> Result<()> {
+        let slot = self.cache.pools.begin(pool).map_err(|r| self.pool_error("begin_allocate_to_pool", pool, r))?;
+        self.cache.blocks.ensure_slot(slot);
+        Ok(())
+    }
+
+    /// `endAllocateToPool`'s books.
+    pub fn end_pool(&mut self, pool: MemPoolId) -> Result<()> {
+        self.cache.pools.end(pool).map_err(|r| self.pool_error("end_allocate_to_pool", pool, r))
+    }
+
+    /// `releasePool`: one use less; at 0 the pool is freeable. The use count after.
+    pub fn release_pool(&mut self, pool: MemPoolId) -> Result<usize> {
+        self.cache.pools.release(pool).map_err(|r| self.pool_error("release_pool", pool, r))
+    }
+
+    /// The pool's use count.
+    pub fn pool_use_count(&self, pool: MemPoolId) -> Result<usize> {
+        self.cache.pools.use_count(pool).ok_or_else(|| {
+            self.pool_error("use_count", pool, "no such pool on this device (never made, or freed and deleted)")
+        })
+    }
+
+    /// The slot of a pool allocations may be routed to (`None`: unknown or freeable).
+    pub fn routable_slot(&self, pool: MemPoolId) -> Option<Slot> {
+        self.cache.pools.slot_of(pool).filter(|_| self.cache.pools.use_count(pool).unwrap_or(0) > 0)
+    }
+
+    /// The private pool the live block at `ptr` came from (`None`: the default pools, or no live
+    /// block there).
+    pub fn block_pool(&self, ptr: DevicePtr) -> Option<MemPoolId> {
+        let id = self.cache.blocks.live_get(ptr.0)?;
+        self.cache.pools.id_of(self.cache.blocks[id].slot)
+    }
+
+    /// `emptyCache(mempool_id)`: if the pool is freeable, waits for the events of its blocks (if
+    /// any) and frees its whole free segments, deleting it when none is left. Nothing during a
+    /// capture.
+    pub fn release_pool_cache(&mut self, mem: &dyn RawMemory, pool: MemPoolId) -> Result<()> {
+        let Some(slot) = self.cache.pools.slot_of(pool) else {
+            return Ok(());
+        };
+        if self.cache.pools.capturing() || self.cache.pools.use_count(pool) != Some(0) {
+            return Ok(());
+        }
+        let blocks = &self.cache.blocks;
+        let waiting =
+            self.events.iter().flat_map(|(_, q)| q.iter().map(|&(_, id)| id)).any(|id| blocks[id].slot == slot)
+                || self.capture_frees.iter().any(|&id| blocks[id].slot == slot);
+        if waiting {
+            self.synchronize_and_free_events(mem)?;
+        }
+        self.release_freeable_pools(mem, Some(slot))
+    }
+
+    /// The segments of `pool` only (each with its `segment_pool_id`).
+    pub fn pool_segments(&self, pool: MemPoolId) -> Vec<SegmentInfo> {
+        let mut s = self.snapshot();
+        s.segments.retain(|seg| seg.segment_pool_id == pool);
+        s.segments
     }
 }

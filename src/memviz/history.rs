@@ -162,6 +162,7 @@ mod tests {
                 stream: StreamId(0),
                 segment_type: PoolKind::Small,
                 is_expandable: false,
+                segment_pool_id: Default::default(),
                 blocks: vec![
                     block(0, BlockState::ActiveAllocated),   // allocated before the trace
                     block(512, BlockState::ActiveAllocated), // allocated in it

@@ -120,6 +120,7 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
         stream: StreamId(s.stream),
         segment_type,
         is_expandable: s.is_expandable,
+        segment_pool_id: Default::default(),
         blocks: Vec::with_capacity(s.blocks.len()),
     };
     let mut at = s.address;
@@ -174,6 +175,7 @@ mod tests {
             stream: StreamId(7),
             segment_type: PoolKind::Small,
             is_expandable: false,
+            segment_pool_id: Default::default(),
             blocks: vec![
                 BlockInfo { address: 1 << 20, size: 1024, requested_size: 1000, state: BlockState::ActiveAllocated },
                 BlockInfo {

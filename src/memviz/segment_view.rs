@@ -271,6 +271,7 @@ mod tests {
             stream: StreamId(0),
             segment_type: PoolKind::Large,
             is_expandable: false,
+            segment_pool_id: Default::default(),
             blocks,
         }
     }

@@ -163,6 +163,7 @@ fn info(device: usize, address: u64, s: Seg) -> SegmentInfo {
         stream: s.stream,
         segment_type: s.pool,
         is_expandable: s.expandable,
+        segment_pool_id: Default::default(),
         blocks: Vec::with_capacity(2 * s.blocks.len() + 1),
     };
     let end = address + s.size as u64;

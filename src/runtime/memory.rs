@@ -1,7 +1,7 @@
 //! `torch.cuda`'s memory functions, backed by one [`CachingAllocator`] per device over the driver.
 
 use super::{rt, Runtime, Stream};
-use crate::alloc::{AllocatorSettings, CachingAllocator, DriverMemory, MemoryStats, Snapshot};
+use crate::alloc::{AllocatorSettings, CachingAllocator, DriverMemory, MemPoolId, MemoryStats, Snapshot};
 use crate::device::IntoCudaDevice;
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
@@ -40,7 +40,9 @@ pub(crate) struct DeviceBlock {
 
 impl DeviceBlock {
     /// `bytes` bytes (uninitialized) from the caching allocator of `stream`'s device, for use on
-    /// `stream`.
+    /// `stream`: from the private pool of the most recent routing entry (a capture,
+    /// `use_mem_pool`) whose filter passes the stream, else from the default pools (the
+    /// allocator's malloc decides, with one relaxed load when nothing is routed).
     #[inline]
     pub fn new(bytes: usize, stream: &Stream) -> Result<DeviceBlock> {
         let device = stream.device();
@@ -59,6 +61,12 @@ impl DeviceBlock {
     #[inline]
     pub fn ptr(&self) -> DevicePtr {
         self.ptr
+    }
+
+    /// The private pool the block came from (`None`: the default pools, or an empty block).
+    #[allow(dead_code)] // called by the CUDA-graph capture
+    pub fn pool(&self) -> Option<MemPoolId> {
+        self.alloc.block_pool(self.ptr)
     }
 
     /// Marks the block as used on `stream` (a stream of its device, checked by the caller): once

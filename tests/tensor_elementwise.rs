@@ -165,7 +165,7 @@ fn casts_between_every_pair_of_dtypes_follow_pytorch() -> Result<()> {
     for device in devices() {
         for src in DType::ALL {
             for dst in DType::ALL {
-                for layout in [Layout::Contiguous, Layout::Strided] {
+                for layout in LAYOUTS {
                     let what = format!("{src} → {dst} ({layout:?}) on {device}");
                     let mut xv = sample(&mut rng, src, 8, Domain::Any);
                     if src.is_float() {
@@ -177,6 +177,9 @@ fn casts_between_every_pair_of_dtypes_follow_pytorch() -> Result<()> {
                     assert_eq!((y.dtype(), y.shape(), y.device()), (dst, &[2usize, 4][..], x.device()), "{what}");
                     if src == dst {
                         assert!(y.shares_storage(&x), "{what}: converting to the same dtype returns the tensor");
+                    } else if layout == Layout::Transposed {
+                        // PyTorch's `preserve_format`: a dense permuted tensor keeps its strides.
+                        assert_eq!(y.stride(), x.stride(), "{what}: a transposed tensor's layout is kept");
                     } else {
                         assert!(y.is_contiguous(), "{what}");
                     }

@@ -60,10 +60,25 @@ impl Tensor {
         self.to(crate::Device::Cpu, false)
     }
 
-    /// The tensor converted to `dtype` (`t.to(dtype)`): `self` when it already has it.
+    /// The tensor converted to `dtype` (`t.to(dtype)`): `self` when it already has it. Laid out
+    /// as `self` when `self` is dense but permuted (a transposed matrix keeps its strides, as
+    /// PyTorch's `preserve_format`: the conversion streams through both in memory order),
+    /// contiguous otherwise.
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype {
             return Ok(self.clone());
+        }
+        let exec = Exec::on(self.place());
+        let out = self.empty_like_layout(&exec, dtype)?;
+        exec.run(&KernelOp::Cast { src: self.buffer_view(), dst: out.buffer_view() }, &[self, &out])?;
+        Ok(out)
+    }
+
+    /// The tensor converted to `dtype` as a dense row-major tensor, in one pass (`self` when it
+    /// is both already).
+    pub(crate) fn to_dtype_contiguous(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return self.contiguous();
         }
         let out = Tensor::empty_at(self.shape(), dtype, self.place())?;
         let op = KernelOp::Cast { src: self.buffer_view(), dst: out.buffer_view() };
@@ -179,11 +194,7 @@ impl Tensor {
     /// Device → device across GPUs, on the source's current stream with a two-way barrier.
     fn copy_peer(&self, src: &Tensor, from: usize, to: usize) -> Result<()> {
         // Only dense bytes of the final dtype cross the link.
-        let mut src = src.clone();
-        if src.dtype != self.dtype {
-            src = src.to_dtype(self.dtype)?;
-        }
-        let src = src.contiguous()?;
+        let src = src.to_dtype_contiguous(self.dtype)?;
         let dst =
             if self.is_contiguous() { self.clone() } else { Tensor::empty_at(self.shape(), self.dtype, self.place())? };
         let (s_from, s_to) = (current_of(from)?, current_of(to)?);

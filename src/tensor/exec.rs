@@ -48,6 +48,34 @@ impl Place {
 }
 
 impl Tensor {
+    /// A new tensor of this shape and `dtype`, laid out as this one when this one is dense but
+    /// permuted (a transposed matrix, say: the output keeps its strides, as PyTorch's
+    /// `preserve_format` does, so the op streams through both in memory order); contiguous
+    /// otherwise.
+    pub(crate) fn empty_like_layout(&self, exec: &Exec, dtype: DType) -> Result<Tensor> {
+        let (shape, strides) = (self.shape(), self.stride());
+        if self.is_contiguous() || shape.contains(&0) {
+            return exec.empty(shape, dtype);
+        }
+        // Dims from the largest stride to the smallest; a dense permutation is contiguous in
+        // that order.
+        let mut order: Vec<usize> = (0..shape.len()).collect();
+        order.sort_by_key(|&d| std::cmp::Reverse((strides[d], shape[d])));
+        let mut want = 1usize;
+        for &d in order.iter().rev() {
+            if shape[d] != 1 && strides[d] != want {
+                return exec.empty(shape, dtype);
+            }
+            want *= shape[d];
+        }
+        let permuted: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
+        let mut inverse = vec![0isize; order.len()];
+        for (k, &d) in order.iter().enumerate() {
+            inverse[d] = k as isize;
+        }
+        exec.empty(&permuted, dtype)?.permute(&inverse)
+    }
+
     pub(crate) fn place(&self) -> Place {
         match self.device() {
             Device::Cuda(Some(i)) => Place::Cuda(i),

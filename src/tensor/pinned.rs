@@ -118,10 +118,7 @@ impl Tensor {
         if !self.is_contiguous() {
             return self.copy_local(&src.read_to_host()?);
         }
-        let prepared = (|| {
-            let converted = if src.dtype == self.dtype { src.clone() } else { src.to_dtype(self.dtype)? };
-            converted.contiguous()
-        })();
+        let prepared = src.to_dtype_contiguous(self.dtype);
         let src = match prepared {
             Ok(t) => t,
             // No device kernel for the conversion on this driver: convert on the host instead.

@@ -199,9 +199,14 @@ fn casts_are_exact_on_every_path() -> Result<()> {
                     let xv = cast_inputs(&mut rng, src, dst, r * c);
                     let x = laid_out(&xv, r, c, src, device, layout)?;
                     let y = expect_ok(x.to_dtype(dst), &what);
-                    assert_eq!((y.dtype(), y.shape(), y.is_contiguous()), (dst, x.shape(), true), "{what}");
+                    // A transposed tensor keeps its layout (PyTorch's `preserve_format`).
+                    assert_eq!((y.dtype(), y.shape(), y.stride()), (dst, x.shape(), x.stride()), "{what}");
                     let want: Vec<f64> = xv.iter().map(|&v| round_to(dst, v)).collect();
                     assert_close(&values(&y)?, &want, "cast", dst, &what);
+                    // Converted into a contiguous tensor: the transposing path.
+                    let z = Tensor::zeros(x.shape(), dst, device)?;
+                    expect_ok(z.copy_(&x, false), &what);
+                    assert_close(&values(&z)?, &want, "cast", dst, &format!("{what}, into a contiguous tensor"));
                 }
             }
         }

@@ -251,9 +251,12 @@ fn fname(name: &str, m: DType) -> String {
 /// Half-precision results (`c` is `f16` or `bf16`, computed in `float`; `bf16` stored with the
 /// `cvt.rn.bf16.f32` instruction on sm_80 and newer) use the fast intrinsics
 /// where their error stays far below the half type's rounding (`__expf`, `rsqrtf`, a fast
-/// division in sigmoid, `tanh.approx` for bf16) and PyTorch's `erf` form of gelu; `f32` and `f64` use the
-/// accurate library functions (gelu through `erfc`, which keeps its relative accuracy for
-/// negative inputs).
+/// division in sigmoid, `__logf` (absolute error 2^-21.4 near 1, 3 ulp elsewhere: under an ulp of
+/// the half result), `tanh.approx` for bf16, and for bf16 the approximate square root, whose
+/// relative error (≤ 2^-23) is far inside the 2^-18 that separates the square root of a bf16
+/// from a bf16 rounding midpoint, so the rounded result is still exact); `f32` uses the
+/// accurate library functions too, and PyTorch's `erf` form of gelu (its cancellation for
+/// x < −3 is an absolute error of a few f32 ulp); `f64` computes gelu through `erfc`.
 fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
     let m = math(c);
     let x = conv(c, m, &conv(src, c, "a"));
@@ -268,9 +271,12 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
             UnaryOp::Sigmoid => "__fdividef(1.0f, 1.0f + __expf(-x))".to_owned(),
             // tanh.approx's relative error (2^-10.99) is below bf16's rounding, not f16's.
             UnaryOp::Tanh if c == DType::BF16 => "tanh_approx(x)".to_owned(),
-            UnaryOp::Gelu => "0.5f * x * (1.0f + erff(x * 0.70710678118654752440f))".to_owned(),
+            UnaryOp::Log => "__logf(x)".to_owned(),
+            UnaryOp::Sqrt if c == DType::BF16 => "sqrt_approx(x)".to_owned(),
+            UnaryOp::Gelu => GELU_F32.to_owned(),
             _ => float_unary(op, &f, &lit),
         },
+        (DType::F32, UnaryOp::Gelu) => GELU_F32.to_owned(),
         (DType::F32 | DType::F64, _) => float_unary(op, &f, &lit),
         (DType::I64, UnaryOp::Neg) => "(i64)(0ull - (u64)x)".to_owned(),
         (DType::I64, UnaryOp::Abs) => "x < 0 ? (i64)(0ull - (u64)x) : x".to_owned(),
@@ -281,6 +287,9 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
     };
     format!("    const {mt} x = {x};\n    const {mt} r = {r};\n    return {};\n", conv(m, c, "r"))
 }
+
+/// Gelu in `float`, PyTorch's form: `x · (1 + erf(x / √2)) / 2`.
+const GELU_F32: &str = "0.5f * x * (1.0f + erff(x * 0.70710678118654752440f))";
 
 /// A unary function of a float `x` with the accurate library functions (`f`: the name in the
 /// domain, `lit`: a literal in it).
@@ -391,7 +400,9 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     let vec = ew_vec(op, out, ins);
     let _ = write!(
         s,
-        "#define NIN {n}\n#define VEC {vec}\ntypedef {} T0;\ntypedef {} T1;\ntypedef {} T2;\ntypedef {} TO;\n",
+        "#define NIN {n}\n#define VEC {vec}\n#define UNROLL {}\ntypedef {} T0;\ntypedef {} T1;\ntypedef {} T2;\n\
+         typedef {} TO;\n",
+        unrolled(op, out, vec) as u8,
         t(0),
         t(1),
         t(2),
@@ -415,6 +426,20 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
             s,
             "extern \"C\" __global__ void __launch_bounds__(256) ew_f{mask}(EwFast p) {{ ew_fast<{mask}>(p); }}"
         );
+    }
+}
+
+/// Whether the fast kernel's grid-stride loop takes two vectors at a time. Not for the functions
+/// of many instructions (and registers) when the vectors hold 8 or more elements (half types),
+/// nor for `pow`: twice as many of them in flight would cost the kernel occupancy, which is what
+/// keeps a single pass (one vector per thread, the usual grid) streaming.
+fn unrolled(op: EwOp, out: DType, vec: usize) -> bool {
+    match op {
+        EwOp::Binary(BinaryOp::Pow, c) => !c.is_float(),
+        EwOp::Binary(BinaryOp::Div, c) if vec >= 8 => !c.is_float(),
+        EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Gelu) if vec >= 8 => false,
+        EwOp::Unary(UnaryOp::Tanh | UnaryOp::Sqrt) if vec >= 8 => out != DType::F16,
+        _ => true,
     }
 }
 

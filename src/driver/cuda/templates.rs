@@ -48,6 +48,7 @@ __device__ __forceinline__ float tanh_approx(float x) {
     return tanhf(x);
 #endif
 }
+__device__ __forceinline__ float sqrt_approx(float x) { float y; asm("sqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 __device__ __forceinline__ double d_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
 __device__ __forceinline__ double d_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
 __device__ __forceinline__ i64 ipow(i64 b, i64 e) {
@@ -101,7 +102,7 @@ template <typename T, int V> __device__ __forceinline__ void stv(T* p, const Pac
 }
 "#;
 
-/// The elementwise kernels, after the generated `T0..T2`, `TO`, `NIN`, `VEC` and `apply`.
+/// The elementwise kernels, after the generated `T0..T2`, `TO`, `NIN`, `VEC`, `UNROLL` and `apply`.
 pub(super) const ELEMENTWISE: &str = r#"
 struct EwFast { char* out; const char* in0; const char* in1; const char* in2; u64 n; u64 value; int vec; int pad; };
 struct EwStrided { EwFast b; int ndim; int pad; i64 shape[MAXD]; i64 st[4][MAXD]; };
@@ -143,6 +144,7 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
     if (VEC > 1 && p.vec) {
         const u64 nv = n / VEC;
         u64 i = tid;
+#if UNROLL
         for (; i + step < nv; i += 2 * step) {
             const Pack<T0, VEC> a0 = get_vec<A_ARGS>(a, i, sa), a1 = get_vec<A_ARGS>(a, i + step, sa);
             const Pack<T1, VEC> b0 = get_vec<B_ARGS>(b, i, sb), b1 = get_vec<B_ARGS>(b, i + step, sb);
@@ -156,7 +158,9 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
             stv<TO, VEC>(out + i * VEC, r0);
             stv<TO, VEC>(out + (i + step) * VEC, r1);
         }
-        if (i < nv) {
+#endif
+        /* The last vector (or, not unrolled, every vector). */
+        for (; i < nv; i += step) {
             const Pack<T0, VEC> a0 = get_vec<A_ARGS>(a, i, sa);
             const Pack<T1, VEC> b0 = get_vec<B_ARGS>(b, i, sb);
             const Pack<T2, VEC> c0 = get_vec<C_ARGS>(c, i, sc);

@@ -50,7 +50,8 @@ impl MemPoolId {
 
 /// Which allocations a routing entry takes: called with the allocation's stream on the thread
 /// that allocates (a capture's filter asks whether the stream is the capturing one; `use_mem_pool`'s
-/// whether the thread is the one that opened it).
+/// whether the thread is the one that opened it). It runs with the allocator's routing table
+/// read-locked (not its state's lock): it must not allocate from, or route in, the same allocator.
 pub type StreamFilter = Arc<dyn Fn(StreamId) -> bool + Send + Sync>;
 
 /// A routing entry: allocations whose stream passes `filter` go to `pool`.

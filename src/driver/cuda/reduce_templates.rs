@@ -37,10 +37,12 @@ __device__ __forceinline__ i64 red_offset(const RedP& p, i64 r) {
     return off;
 }
 
+/* The elements r, r + 1, ... of a vector, folded in order (`step`: for an arg-reduction, a
+   compare and a select each instead of a full combine). */
 __device__ __forceinline__ acc fold(const Pack<TS, VEC>& v, i64 r) {
     acc a = load(v.v[0], r);
 #pragma unroll
-    for (int j = 1; j < VEC; ++j) a = combine(a, load(v.v[j], r + j));
+    for (int j = 1; j < VEC; ++j) a = step(a, v.v[j], r + j);
     return a;
 }
 

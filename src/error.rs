@@ -291,6 +291,77 @@ pub enum Error {
         /// What came first.
         reason: &'static str,
     },
+    /// A collective was given a tensor that is not on the device of this rank's process group.
+    #[error("{op}: rank {rank} of the process group drives cuda:{expected}, but the tensor is on {found}; move the tensor with .to(\"cuda:{expected}\", false) or make the group on the tensor's device")]
+    WrongDeviceForRank {
+        /// The collective.
+        op: &'static str,
+        /// The rank in its group.
+        rank: usize,
+        /// The group's device for this rank.
+        expected: usize,
+        /// Where the tensor lives.
+        found: crate::Device,
+    },
+    /// Ranks called different collectives, or the same one with different sizes or dtypes: found
+    /// through the store before the backend could hang.
+    #[error("collective #{seq} does not match across ranks: rank {rank} called {ours} but rank {peer} called {theirs}; every rank must call the same collectives in the same order with the same sizes and dtypes")]
+    CollectiveMismatch {
+        /// The collective's sequence number in its group (from 1).
+        seq: u64,
+        /// This rank.
+        rank: usize,
+        /// A rank that disagrees.
+        peer: usize,
+        /// What this rank called (op, dtype, element counts).
+        ours: String,
+        /// What `peer` called.
+        theirs: String,
+    },
+    /// Ranks did not arrive in time: at a rendezvous, a store wait or a collective.
+    #[error("distributed timeout after {timeout_ms} ms waiting for {what}; a rank may have died or not started (check every rank's output), or raise the timeout")]
+    DistributedTimeout {
+        /// What was awaited (keys, ranks, the rendezvous).
+        what: String,
+        /// The timeout in milliseconds.
+        timeout_ms: u64,
+    },
+    /// A rank of the group, or the store's server, is gone (its connection closed or failed).
+    #[error("rank {rank} is gone ({reason}); the process group cannot continue: destroy it and restart every rank")]
+    RankFailed {
+        /// The rank that failed (0 for the store's server).
+        rank: usize,
+        /// What was seen.
+        reason: String,
+    },
+    /// The key-value store (`TcpStore`) failed: connecting, a malformed message, a bad request.
+    #[error("store error in {op}: {reason}")]
+    Store {
+        /// The store call (`set`, `get`, `connect`, ...).
+        op: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The NCCL library could not be loaded.
+    #[error("NCCL not found: {reason}; searched {searched:?}. Install NCCL (a system package, or `pip install nvidia-nccl-cu12` / PyTorch's wheel) or set CUDASEM_NCCL_LIB to the path of libnccl.so.2")]
+    NcclNotFound {
+        /// Why it was not loaded.
+        reason: String,
+        /// Every path and name tried, in order.
+        searched: Vec<String>,
+    },
+    /// An error reported by NCCL.
+    #[error("NCCL error in {op}: {name} (code {code}): {message}")]
+    Nccl {
+        /// The NCCL call, e.g. `ncclAllReduce`.
+        op: &'static str,
+        /// The `ncclResult_t` number.
+        code: i32,
+        /// Its name, e.g. `ncclInvalidUsage`.
+        name: String,
+        /// NCCL's description and last error text.
+        message: String,
+    },
 }
 
 /// An error raised where it cannot be returned (in `Drop`: destroying an event, freeing memory or

@@ -130,6 +130,7 @@ mod alloc;
 mod config;
 pub mod cuda;
 mod device;
+pub mod distributed;
 #[cfg(feature = "unstable-internals")]
 #[doc(hidden)]
 pub mod driver;

@@ -12,6 +12,7 @@
 //! reports only what callers cannot foresee (out of memory, device failures, unsupported
 //! operations). Handles are opaque numbers, unique within one driver instance.
 
+pub mod comm;
 pub mod cuda;
 pub mod sim;
 
@@ -205,6 +206,44 @@ pub trait Driver: Send + Sync + 'static {
     /// The error [`Driver::record_error`] kept for `device`, which is no longer kept; `Ok` when
     /// none. The runtime's `synchronize` calls return it, so a failure in `Drop` is not lost.
     fn take_error(&self, device: usize) -> Result<()>;
+
+    /// A new communicator's unique id (`ncclGetUniqueId`), for the first rank to share with the
+    /// others through the store; [`Error::Unsupported`] (or [`Error::NcclNotFound`]) where the
+    /// driver has no collectives library.
+    fn comm_unique_id(&self) -> Result<Vec<u8>> {
+        Err(no_collectives(self.name(), "comm_unique_id"))
+    }
+    /// Joins the communicator `id` as `rank` of `world` on `device` (`ncclCommInitRank`); blocks
+    /// until every rank joined.
+    fn comm_init_rank(&self, device: usize, world: usize, rank: usize, id: &[u8]) -> Result<Box<dyn comm::Comm>> {
+        let _ = (device, world, rank, id);
+        Err(no_collectives(self.name(), "comm_init_rank"))
+    }
+    /// One communicator per device of `devices`, rank `i` on `devices[i]`, for one process
+    /// (`ncclCommInitAll`).
+    fn comm_init_all(&self, devices: &[usize]) -> Result<Vec<Box<dyn comm::Comm>>> {
+        let _ = devices;
+        Err(no_collectives(self.name(), "comm_init_all"))
+    }
+    /// Queues `job` on `stream`: the stream's worker runs it on the host, with the device memory,
+    /// when the stream reaches it (the simulated machine; [`Error::Unsupported`] elsewhere).
+    fn host_job(&self, stream: StreamId, job: comm::HostJob) -> Result<()> {
+        let _ = (stream, job);
+        Err(Error::Unsupported {
+            op: "host_job",
+            driver: self.name(),
+            reason: "host jobs over device memory exist on the simulated machine only".into(),
+        })
+    }
+}
+
+/// The error of a driver without a collectives library.
+fn no_collectives(driver: &'static str, op: &'static str) -> Error {
+    Error::Unsupported {
+        op,
+        driver,
+        reason: "this driver has no collectives library (NCCL needs the cuda driver)".into(),
+    }
 }
 
 /// Which driver to use: `CUDASEM_DRIVER`'s values, or [`Config::driver`](crate::Config::driver).

@@ -35,6 +35,7 @@ pub use mem_pool::{graph_pool_handle, use_mem_pool, MemPool};
 pub(crate) use memory::DeviceBlock;
 pub use memory::*;
 pub use stream::Stream;
+pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id, record_device_error};
 
 use crate::alloc::{AllocatorSettings, CachingAllocator};
 use crate::device::IntoCudaDevice;

@@ -9,6 +9,7 @@
 
 use super::rt;
 use super::stream::Stream;
+use crate::driver::comm::{Collective, Comm, HostJob};
 use crate::driver::{DevicePtr, EventId, HostPtr};
 use crate::error::Result;
 use crate::kernel::{DenseBinary, KernelOp};
@@ -106,5 +107,44 @@ impl Stream {
     /// Test hook: queues work that keeps the stream busy for `duration`.
     pub(crate) fn delay(&self, duration: Duration) -> Result<()> {
         rt()?.driver.delay(self.driver_id(), duration)
+    }
+
+    /// Queues `op` of the communicator `comm` (made for this stream's device).
+    #[inline]
+    pub(crate) fn collective(&self, comm: &dyn Comm, op: &Collective) -> Result<()> {
+        comm.run(op, self.driver_id())
+    }
+
+    /// Queues a host job over device memory (the simulated machine's collectives).
+    pub(crate) fn host_job(&self, job: HostJob) -> Result<()> {
+        rt()?.driver.host_job(self.driver_id(), job)
+    }
+}
+
+/// A new communicator's unique id, from the driver's collectives library.
+pub(crate) fn comm_unique_id() -> Result<Vec<u8>> {
+    rt()?.driver.comm_unique_id()
+}
+
+/// Joins communicator `id` as `rank` of `world` on `device` (a checked index).
+pub(crate) fn comm_init_rank(device: usize, world: usize, rank: usize, id: &[u8]) -> Result<Box<dyn Comm>> {
+    let rt = rt()?;
+    rt.driver.comm_init_rank(rt.check(device)?, world, rank, id)
+}
+
+/// One communicator per device of `devices` (checked indices), rank `i` on `devices[i]`.
+pub(crate) fn comm_init_all(devices: &[usize]) -> Result<Vec<Box<dyn Comm>>> {
+    let rt = rt()?;
+    for &d in devices {
+        rt.check(d)?;
+    }
+    rt.driver.comm_init_all(devices)
+}
+
+/// Keeps an error met by work queued on `device` (a collective that failed on the stream) for the
+/// device's next synchronize.
+pub(crate) fn record_device_error(device: usize, error: crate::error::Error) {
+    if let Ok(rt) = rt() {
+        rt.driver.record_error(device, error);
     }
 }

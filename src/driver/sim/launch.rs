@@ -43,6 +43,22 @@ impl Memory for SimMemory {
     }
 }
 
+impl crate::driver::comm::DeviceBytes for SimMemory {
+    fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()> {
+        let mem = self.of(at)?;
+        mem.check_span(at, out.len())?;
+        mem.read(at, out);
+        Ok(())
+    }
+
+    fn write(&self, at: DevicePtr, data: &[u8]) -> Result<()> {
+        let mem = self.of(at)?;
+        mem.check_span(at, data.len())?;
+        mem.write(at, data);
+        Ok(())
+    }
+}
+
 impl SimDriver {
     pub(super) fn launch_op(&self, stream: StreamId, op: &KernelOp) -> Result<()> {
         op.validate()?;
@@ -71,6 +87,15 @@ impl SimDriver {
             // fail; memory freed meanwhile would be the caller's bug, as on a GPU.
             let _ = cpu::execute(&op, &mem);
         }));
+        Ok(())
+    }
+
+    /// Queues a host job with every device's memory (the simulated collectives); free in
+    /// simulated time beyond the waits it makes.
+    pub(super) fn queue_host_job(&self, stream: StreamId, job: crate::driver::comm::HostJob) -> Result<()> {
+        let s = self.stream(stream)?;
+        let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
+        s.submit(Job::run(0, move || job(&mem)));
         Ok(())
     }
 }

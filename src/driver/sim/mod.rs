@@ -495,4 +495,8 @@ impl Driver for SimDriver {
     fn take_error(&self, device: usize) -> Result<()> {
         self.dev(device)?.memory.dropped.take()
     }
+
+    fn host_job(&self, stream: StreamId, job: super::comm::HostJob) -> Result<()> {
+        self.queue_host_job(stream, job)
+    }
 }

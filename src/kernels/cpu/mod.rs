@@ -18,7 +18,6 @@ use crate::kernel::DevicePtr;
 use crate::kernel::{BufferView, KernelOp, ReduceOp};
 
 pub(crate) use elem::{encode, for_each_offset, gather_bytes};
-#[cfg(test)]
 pub(crate) use elem::{f64_to_bf16, f64_to_f16};
 
 /// `value` converted to `dtype`, as the bytes of one element.

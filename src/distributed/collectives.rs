@@ -1,0 +1,299 @@
+//! The collectives of a [`ProcessGroup`] on tensors, with ProcessGroupNCCL's stream semantics:
+//!
+//! 1. the tensors are checked (this rank's device, contiguous, a dtype the backends take, the
+//!    sizes each collective needs) and, with `check_collectives`, compared through the store
+//!    with every other rank's call, so that a mismatch is an error on every rank, not a hang;
+//! 2. an event recorded on the device's *current stream* is waited for by the group's
+//!    communication stream, so the collective sees all work queued before it;
+//! 3. the collective is queued on the communication stream, and every tensor is
+//!    `record_stream`ed there, so its memory is not reused before the collective is done even
+//!    when the caller drops it at once; the [`Work`] keeps them too;
+//! 4. an end event is recorded on the communication stream; `async_op = false` makes the
+//!    current stream wait for it at once, `async_op = true` leaves that to [`Work::wait`].
+//!    Neither blocks the host.
+
+use super::group::{Channel, ProcessGroup};
+use super::reduce::check_dtype;
+use super::{sim, ReduceOp};
+use crate::device::Device;
+use crate::driver::comm::Collective;
+use crate::driver::DevicePtr;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::runtime::{current_stream, record_device_error, Event, EventFlags};
+use crate::Tensor;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// An issued collective (`torch.distributed.Work`).
+pub struct Work {
+    op: &'static str,
+    device: usize,
+    end: Event,
+    outcome: Arc<Mutex<Option<Error>>>,
+    /// The tensors the collective uses, kept until the work is dropped (PyTorch's stashed tensors).
+    _tensors: Vec<Tensor>,
+}
+
+impl fmt::Debug for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<Work {} on cuda:{}>", self.op, self.device)
+    }
+}
+
+impl Work {
+    fn failed(&self) -> Result<()> {
+        match &*self.outcome.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the device's *current* stream wait for the collective (`work.wait()`); the host
+    /// does not block. Returns an error the collective already met.
+    pub fn wait(&self) -> Result<()> {
+        self.failed()?;
+        self.end.wait(Some(&current_stream(self.device)?))
+    }
+
+    /// Whether the collective has finished (`work.is_completed()`); its error if it failed.
+    pub fn is_completed(&self) -> Result<bool> {
+        self.failed()?;
+        let done = self.end.query()?;
+        self.failed()?;
+        Ok(done)
+    }
+
+    /// Blocks the host until the collective has finished, and returns its error if it failed
+    /// (`work.get_future().wait()`).
+    pub fn wait_blocking(&self) -> Result<()> {
+        self.end.synchronize()?;
+        self.failed()
+    }
+
+    /// The collective's name (`all_reduce`, ...).
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+}
+
+/// What one call asks: its collective, what all ranks must agree on, its tensors.
+struct Call<'a> {
+    name: &'static str,
+    op: Collective,
+    fingerprint: String,
+    tensors: Vec<&'a Tensor>,
+    /// For point-to-point messages: the peer and whether this rank sends.
+    message: Option<(usize, bool)>,
+}
+
+impl ProcessGroup {
+    /// The device address of `t`, checked to be a contiguous tensor of a supported dtype on this
+    /// rank's device.
+    fn buffer(&self, op: &'static str, t: &Tensor) -> Result<DevicePtr> {
+        if t.device() != Device::cuda(self.device()) {
+            return Err(Error::WrongDeviceForRank {
+                op,
+                rank: self.rank(),
+                expected: self.device(),
+                found: t.device(),
+            });
+        }
+        if !t.is_contiguous() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "tensors must be contiguous (as in torch.distributed); call .contiguous() first".into(),
+            });
+        }
+        check_dtype(op, t.dtype())?;
+        Ok(DevicePtr(t.data_ptr()))
+    }
+
+    fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+        if a.dtype() != b.dtype() {
+            return Err(Error::DTypeMismatch { op, expected: a.dtype(), found: b.dtype() });
+        }
+        Ok(())
+    }
+
+    fn sizes(op: &'static str, reason: String) -> Error {
+        Error::InvalidArgument { op, reason }
+    }
+
+    fn check_root(&self, op: &'static str, root: usize, what: &str) -> Result<()> {
+        if root >= self.world_size() || (what == "peer" && root == self.rank()) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("{what} {root} is not another rank of this group of {}", self.world_size()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reduces `tensor` over the ranks with `op`, in place on every rank (`dist.all_reduce`).
+    pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp, async_op: bool) -> Result<Work> {
+        let name = "all_reduce";
+        let at = self.buffer(name, tensor)?;
+        let (count, dtype) = (tensor.numel(), tensor.dtype());
+        let collective = Collective::AllReduce { send: at, recv: at, count, dtype, op };
+        let fingerprint = format!("{name}(dtype={dtype}, numel={count}, op={})", op.name());
+        self.issue(Call { name, op: collective, fingerprint, tensors: vec![tensor], message: None }, async_op)
+    }
+
+    /// Copies rank `src`'s `tensor` into every rank's `tensor` (`dist.broadcast`; `src` is a
+    /// rank of this group).
+    pub fn broadcast(&self, tensor: &Tensor, src: usize, async_op: bool) -> Result<Work> {
+        let name = "broadcast";
+        let at = self.buffer(name, tensor)?;
+        self.check_root(name, src, "src")?;
+        let (count, dtype) = (tensor.numel(), tensor.dtype());
+        let collective = Collective::Broadcast { send: at, recv: at, count, dtype, root: src };
+        let fingerprint = format!("{name}(dtype={dtype}, numel={count}, src={src})");
+        self.issue(Call { name, op: collective, fingerprint, tensors: vec![tensor], message: None }, async_op)
+    }
+
+    /// Gathers every rank's `input` into `output`, rank after rank (`dist.all_gather_into_tensor`:
+    /// `output` holds `world_size × input.numel()` elements).
+    pub fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, async_op: bool) -> Result<Work> {
+        let name = "all_gather_into_tensor";
+        let (recv, send) = (self.buffer(name, output)?, self.buffer(name, input)?);
+        Self::same_dtype(name, output, input)?;
+        let (count, dtype) = (input.numel(), input.dtype());
+        if output.numel() != count * self.world_size() {
+            let reason = format!(
+                "output has {} elements, but {} ranks × {count} input elements need {}",
+                output.numel(),
+                self.world_size(),
+                count * self.world_size()
+            );
+            return Err(Self::sizes(name, reason));
+        }
+        let collective = Collective::AllGather { send, recv, count, dtype };
+        let fingerprint = format!("{name}(dtype={dtype}, numel={count})");
+        self.issue(Call { name, op: collective, fingerprint, tensors: vec![output, input], message: None }, async_op)
+    }
+
+    /// Reduces every rank's `input` with `op` and gives rank `r` the `r`-th part in `output`
+    /// (`dist.reduce_scatter_tensor`: `input` holds `world_size × output.numel()` elements).
+    pub fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, op: ReduceOp, async_op: bool) -> Result<Work> {
+        let name = "reduce_scatter_tensor";
+        let (recv, send) = (self.buffer(name, output)?, self.buffer(name, input)?);
+        Self::same_dtype(name, output, input)?;
+        let (count, dtype) = (output.numel(), output.dtype());
+        if input.numel() != count * self.world_size() {
+            let reason = format!(
+                "input has {} elements, but {} ranks × {count} output elements need {}",
+                input.numel(),
+                self.world_size(),
+                count * self.world_size()
+            );
+            return Err(Self::sizes(name, reason));
+        }
+        let collective = Collective::ReduceScatter { send, recv, count, dtype, op };
+        let fingerprint = format!("{name}(dtype={dtype}, numel={count}, op={})", op.name());
+        self.issue(Call { name, op: collective, fingerprint, tensors: vec![output, input], message: None }, async_op)
+    }
+
+    /// Splits `input` into `world_size` equal parts, sends part `r` to rank `r`, and gathers the
+    /// parts received into `output` in rank order (`dist.all_to_all_single` with equal splits).
+    pub fn all_to_all_single(&self, output: &Tensor, input: &Tensor, async_op: bool) -> Result<Work> {
+        let name = "all_to_all_single";
+        let (recv, send) = (self.buffer(name, output)?, self.buffer(name, input)?);
+        Self::same_dtype(name, output, input)?;
+        let world = self.world_size();
+        if input.numel() != output.numel() || !input.numel().is_multiple_of(world) {
+            let reason = format!(
+                "input ({}) and output ({}) must have the same number of elements, a multiple of the {world} ranks \
+                 (equal splits)",
+                input.numel(),
+                output.numel()
+            );
+            return Err(Self::sizes(name, reason));
+        }
+        let (count, dtype) = (input.numel() / world, input.dtype());
+        let collective = Collective::AllToAll { send, recv, count, dtype };
+        let fingerprint = format!("{name}(dtype={dtype}, numel={count})");
+        self.issue(Call { name, op: collective, fingerprint, tensors: vec![output, input], message: None }, async_op)
+    }
+
+    /// Sends `tensor` to rank `dst` (`dist.send` / `dist.isend`); the receiver's `recv` must
+    /// take the same dtype and number of elements.
+    pub fn send(&self, tensor: &Tensor, dst: usize, async_op: bool) -> Result<Work> {
+        let name = "send";
+        let buf = self.buffer(name, tensor)?;
+        self.check_root(name, dst, "peer")?;
+        let (count, dtype) = (tensor.numel(), tensor.dtype());
+        let collective = Collective::Send { buf, count, dtype, peer: dst };
+        let fingerprint = format!("{name}(dtype={dtype}, numel={count}, peer={dst})");
+        self.issue(
+            Call { name, op: collective, fingerprint, tensors: vec![tensor], message: Some((dst, true)) },
+            async_op,
+        )
+    }
+
+    /// Receives into `tensor` what rank `src` sends (`dist.recv` / `dist.irecv`).
+    pub fn recv(&self, tensor: &Tensor, src: usize, async_op: bool) -> Result<Work> {
+        let name = "recv";
+        let buf = self.buffer(name, tensor)?;
+        self.check_root(name, src, "peer")?;
+        let (count, dtype) = (tensor.numel(), tensor.dtype());
+        let collective = Collective::Recv { buf, count, dtype, peer: src };
+        let fingerprint = format!("{name}(dtype={dtype}, numel={count}, peer={src})");
+        self.issue(
+            Call { name, op: collective, fingerprint, tensors: vec![tensor], message: Some((src, false)) },
+            async_op,
+        )
+    }
+
+    /// Steps 1–4 of the module docs for a checked call.
+    fn issue(&self, call: Call<'_>, async_op: bool) -> Result<Work> {
+        let inner = &self.inner;
+        // Collectives are numbered in the group; messages per pair and direction.
+        let seq = match call.message {
+            None => inner.seq.fetch_add(1, Ordering::Relaxed) + 1,
+            Some((peer, sending)) => {
+                let book = if sending { &inner.sent } else { &inner.received };
+                let mut counts = book.lock().unwrap_or_else(|e| e.into_inner());
+                counts[peer] += 1;
+                counts[peer]
+            }
+        };
+        if call.message.is_none() && inner.check_collectives && inner.world > 1 {
+            self.check_fingerprint(seq, &call.fingerprint)?;
+        }
+        let current = current_stream(inner.device)?;
+        let start = Event::new(EventFlags::default());
+        start.record(Some(&current))?;
+        start.wait(Some(&inner.stream))?;
+        for t in &call.tensors {
+            t.record_stream(&inner.stream)?;
+        }
+        let outcome = Arc::new(Mutex::new(None));
+        match &inner.channel {
+            Channel::Driver(comm) => inner.stream.collective(comm.as_ref(), &call.op)?,
+            Channel::Sim => {
+                let (slot, device) = (outcome.clone(), inner.device);
+                let done = move |r: Result<()>| {
+                    if let Err(e) = r {
+                        record_device_error(device, e.clone());
+                        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    }
+                };
+                inner.stream.host_job(sim::job(self.sim_rank(), seq, call.op, call.fingerprint, done))?;
+            }
+        }
+        let end = Event::new(EventFlags::default());
+        end.record(Some(&inner.stream))?;
+        let tensors = call.tensors.into_iter().cloned().collect();
+        let work = Work { op: call.name, device: inner.device, end, outcome, _tensors: tensors };
+        if !async_op {
+            work.end.wait(Some(&current))?;
+        }
+        Ok(work)
+    }
+}
+
+/// Dtypes the collectives take, for tests and tables.
+pub const COLLECTIVE_DTYPES: [DType; 7] =
+    [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8];

@@ -1,0 +1,157 @@
+//! Collective communication in the driver layer: the vocabulary of a collective over raw device
+//! memory ([`Collective`], [`ReduceOp`]), the communicator a driver makes ([`Comm`], NCCL's
+//! `ncclComm_t` on the CUDA driver) and the host job a stream can run ([`HostJob`], what the
+//! simulated machine's collectives are made of).
+//!
+//! As everywhere in the driver, nothing here is validated: the distributed layer checks devices,
+//! sizes, dtypes and ranks (and, through its store, that every rank agrees) before a collective
+//! reaches a communicator.
+
+use super::{DevicePtr, StreamId};
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// How a reduction combines the ranks' values (`torch.distributed.ReduceOp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// The sum (integers wrap, as NCCL's do).
+    Sum,
+    /// The product (integers wrap).
+    Product,
+    /// The least value.
+    Min,
+    /// The greatest value.
+    Max,
+    /// The sum divided by the number of ranks (integers: the quotient toward zero, NCCL's `ncclAvg`).
+    Avg,
+}
+
+impl ReduceOp {
+    /// Every op, for tests and tables.
+    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+
+    /// The name PyTorch prints (`ReduceOp.SUM` is `sum`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Product => "product",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+        }
+    }
+}
+
+/// One collective over device memory, as NCCL states it: counts are elements, `count` of a
+/// gather or scatter is the per-rank part, ranks are ranks of the communicator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collective {
+    /// `recv[i] = op over ranks of send[i]`, `count` elements (`ncclAllReduce`).
+    AllReduce {
+        /// Input.
+        send: DevicePtr,
+        /// Output (may equal `send`).
+        recv: DevicePtr,
+        /// Elements.
+        count: usize,
+        /// Element type.
+        dtype: DType,
+        /// Reduction.
+        op: ReduceOp,
+    },
+    /// `recv = root's send` (`ncclBroadcast`).
+    Broadcast {
+        /// Input (read on the root only).
+        send: DevicePtr,
+        /// Output (may equal `send`).
+        recv: DevicePtr,
+        /// Elements.
+        count: usize,
+        /// Element type.
+        dtype: DType,
+        /// The rank whose data is sent.
+        root: usize,
+    },
+    /// `recv[r * count ..][..count] = rank r's send` (`ncclAllGather`).
+    AllGather {
+        /// Input, `count` elements.
+        send: DevicePtr,
+        /// Output, `count × world` elements.
+        recv: DevicePtr,
+        /// Elements per rank.
+        count: usize,
+        /// Element type.
+        dtype: DType,
+    },
+    /// `recv = (op over ranks of send)[rank * count ..][..count]` (`ncclReduceScatter`).
+    ReduceScatter {
+        /// Input, `count × world` elements.
+        send: DevicePtr,
+        /// Output, `count` elements.
+        recv: DevicePtr,
+        /// Elements per rank.
+        count: usize,
+        /// Element type.
+        dtype: DType,
+        /// Reduction.
+        op: ReduceOp,
+    },
+    /// `recv[r * count ..][..count] = rank r's send[rank * count ..][..count]` (PyTorch's
+    /// `all_to_all_single` with equal splits: grouped sends and receives on NCCL).
+    AllToAll {
+        /// Input, `count × world` elements.
+        send: DevicePtr,
+        /// Output, `count × world` elements.
+        recv: DevicePtr,
+        /// Elements per peer.
+        count: usize,
+        /// Element type.
+        dtype: DType,
+    },
+    /// Sends `count` elements to `peer` (`ncclSend`).
+    Send {
+        /// Input.
+        buf: DevicePtr,
+        /// Elements.
+        count: usize,
+        /// Element type.
+        dtype: DType,
+        /// The receiving rank.
+        peer: usize,
+    },
+    /// Receives `count` elements from `peer` (`ncclRecv`).
+    Recv {
+        /// Output.
+        buf: DevicePtr,
+        /// Elements.
+        count: usize,
+        /// Element type.
+        dtype: DType,
+        /// The sending rank.
+        peer: usize,
+    },
+}
+
+/// A communicator: one rank's membership in a group of devices (NCCL's `ncclComm_t`). Dropping it
+/// finalizes and destroys it (the normal path); [`Comm::abort`] is for a group that cannot finish.
+pub trait Comm: Send + Sync {
+    /// Queues `op` on `stream` (a stream of the communicator's device); returns once queued.
+    fn run(&self, op: &Collective, stream: StreamId) -> Result<()>;
+    /// An error the communicator met asynchronously (a peer gone, a network failure), if any.
+    fn async_error(&self) -> Result<()>;
+    /// Aborts the communicator's outstanding work (`ncclCommAbort`); it is unusable afterwards.
+    fn abort(&self);
+}
+
+/// Work a stream's worker runs when the stream reaches it, on the host, with the machine's device
+/// memory by address (the simulated machine only: CUDA host functions may not touch device
+/// memory). The collectives of the simulated backend are such jobs.
+pub type HostJob = Box<dyn FnOnce(&dyn DeviceBytes) + Send + 'static>;
+
+/// The machine's device memory by address, as a [`HostJob`] sees it.
+pub trait DeviceBytes {
+    /// Reads `out.len()` bytes at `at`.
+    fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()>;
+    /// Writes `data` at `at`.
+    fn write(&self, at: DevicePtr, data: &[u8]) -> Result<()>;
+}

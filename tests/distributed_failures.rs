@@ -1,0 +1,202 @@
+//! Failures of distributed work are typed errors within the timeout, never hangs: a tensor on
+//! another device than the rank's, sizes or dtypes that differ across ranks (found through the
+//! store before the backend could hang; on the simulated backend also inside the collective when
+//! the check is off), a rank that never arrives at a collective or at the rendezvous, and the
+//! group stays usable after a mismatch. The tests of this file run one at a time: an error a
+//! failed collective leaves on its device is returned by that device's next synchronize.
+
+mod common;
+mod dist_util;
+
+use common::is_sim;
+use cudasem::cuda;
+use cudasem::distributed::{InitOptions, ProcessGroup, ReduceOp, TcpStore};
+use cudasem::{DType, Device, Error, Result, Tensor};
+use dist_util::{on_ranks, quick, serial};
+use std::time::Duration;
+
+fn pair(options: &InitOptions) -> Option<Vec<ProcessGroup>> {
+    cudasem::testing::has_devices(2).then(|| ProcessGroup::from_devices_with(&[0, 1], options).unwrap())
+}
+
+#[test]
+fn a_tensor_off_the_ranks_device_is_refused() -> Result<()> {
+    let _one = serial();
+    if !cudasem::testing::has_devices(1) {
+        return Ok(());
+    }
+    let solo = ProcessGroup::from_devices(&[0])?.remove(0);
+    let host = Tensor::ones([4], DType::F32, Device::Cpu)?;
+    match solo.all_reduce(&host, ReduceOp::Sum, false) {
+        Err(Error::WrongDeviceForRank { op: "all_reduce", rank: 0, expected: 0, found: Device::Cpu }) => {}
+        other => panic!("expected WrongDeviceForRank, got {other:?}"),
+    }
+    if let Some(groups) = pair(&InitOptions::default()) {
+        let on_one = Tensor::ones([4], DType::F32, "cuda:1")?;
+        let r = groups[0].broadcast(&on_one, 0, false);
+        assert!(matches!(r, Err(Error::WrongDeviceForRank { rank: 0, expected: 0, .. })), "{r:?}");
+        let out = Tensor::zeros([8], DType::F32, "cuda:0")?;
+        let r = groups[0].all_gather_into_tensor(&out, &on_one, false);
+        assert!(matches!(r, Err(Error::WrongDeviceForRank { found, .. }) if found == Device::cuda(1)), "{r:?}");
+    }
+    // Local checks: sizes a collective needs, dtypes, contiguity.
+    let t = Tensor::ones([4], DType::F32, "cuda:0")?;
+    let wrong = Tensor::zeros([3], DType::F32, "cuda:0")?;
+    assert!(matches!(solo.all_gather_into_tensor(&wrong, &t, false), Err(Error::InvalidArgument { .. })));
+    let ints = Tensor::zeros([4], DType::I32, "cuda:0")?;
+    assert!(matches!(solo.reduce_scatter_tensor(&ints, &t, ReduceOp::Sum, false), Err(Error::DTypeMismatch { .. })));
+    let flags = Tensor::zeros([4], DType::Bool, "cuda:0")?;
+    assert!(matches!(solo.all_reduce(&flags, ReduceOp::Max, false), Err(Error::UnsupportedDType { .. })));
+    let strided = Tensor::ones([4, 4], DType::F32, "cuda:0")?.transpose(0, 1)?;
+    assert!(matches!(solo.all_reduce(&strided, ReduceOp::Sum, false), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(solo.send(&t, 0, false), Err(Error::InvalidArgument { .. })), "no send to oneself");
+    // The group still works after all that.
+    solo.all_reduce(&t, ReduceOp::Avg, false)?;
+    assert_eq!(t.to_vec::<f32>()?, [1.0; 4]);
+    Ok(())
+}
+
+#[test]
+fn sizes_or_dtypes_that_differ_across_ranks_fail_on_every_rank_and_the_group_goes_on() -> Result<()> {
+    let _one = serial();
+    let Some(groups) = pair(&quick(20_000)) else { return Ok(()) };
+    for (what, shapes, dtypes) in
+        [("sizes", [4, 5], [DType::F32, DType::F32]), ("dtypes", [4, 4], [DType::F32, DType::F64])]
+    {
+        let results = on_ranks(&groups, |g| {
+            let t = Tensor::ones([shapes[g.rank()]], dtypes[g.rank()], Device::cuda(g.device()))?;
+            g.all_reduce(&t, ReduceOp::Sum, false).map(|_| ())
+        });
+        for (r, res) in results.iter().enumerate() {
+            match res {
+                Err(Error::CollectiveMismatch { rank, peer, .. }) => assert_eq!((*rank, *peer), (r, 1 - r), "{what}"),
+                other => panic!("{what}, rank {r}: expected CollectiveMismatch, got {other:?}"),
+            }
+        }
+        // Both ranks counted the failed call: the next matching collective pairs up.
+        let sums = on_ranks(&groups, |g| {
+            let t = Tensor::full([2], (g.rank() + 1) as f64, DType::F32, Device::cuda(g.device()))?;
+            g.all_reduce(&t, ReduceOp::Sum, false)?;
+            t.to_vec::<f32>()
+        });
+        for s in sums {
+            assert_eq!(s?, [3.0, 3.0], "{what}: the group works after the mismatch");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_simulated_backend_finds_a_mismatch_inside_the_collective_when_the_check_is_off() -> Result<()> {
+    let _one = serial();
+    // Through NCCL a mismatch with the check off hangs, as in PyTorch: only the test double
+    // checks inside the collective.
+    if !is_sim() {
+        return Ok(());
+    }
+    let options = InitOptions { check_collectives: false, ..quick(20_000) };
+    let Some(groups) = pair(&options) else { return Ok(()) };
+    let results = on_ranks(&groups, |g| {
+        let t = Tensor::ones([4 + g.rank()], DType::F32, Device::cuda(g.device()))?;
+        let work = g.all_reduce(&t, ReduceOp::Sum, true)?;
+        let outcome = work.wait_blocking();
+        // The error is also left for the device's next synchronize, once.
+        let kept = cuda::synchronize(g.device());
+        cuda::synchronize(g.device())?;
+        Ok((outcome, kept))
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        let (outcome, kept) = res?;
+        assert!(matches!(outcome, Err(Error::CollectiveMismatch { .. })), "rank {r}: {outcome:?}");
+        assert_eq!(kept, outcome, "rank {r}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_a_timeout_naming_it() -> Result<()> {
+    let _one = serial();
+    let Some(groups) = pair(&quick(300)) else { return Ok(()) };
+    // Rank 1 never calls the collective (as if it had died).
+    let t = Tensor::ones([4], DType::F32, "cuda:0")?;
+    match groups[0].all_reduce(&t, ReduceOp::Sum, false) {
+        Err(Error::DistributedTimeout { what, timeout_ms: 300 }) => assert!(what.contains("[1]"), "{what}"),
+        other => panic!("expected a timeout naming rank 1, got {other:?}"),
+    }
+    if is_sim() {
+        // Without the check, the collective itself times out on the stream, reported by the work.
+        let options = InitOptions { check_collectives: false, ..quick(300) };
+        let groups = pair(&options).expect("two devices");
+        let work = groups[0].all_reduce(&t, ReduceOp::Sum, true)?;
+        let outcome = work.wait_blocking();
+        assert!(
+            matches!(outcome, Err(Error::DistributedTimeout { ref what, .. }) if what.contains("[1]")),
+            "{outcome:?}"
+        );
+        assert_eq!(cuda::synchronize(0), outcome, "kept for the device's synchronize");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_rendezvous_that_a_rank_misses_times_out() {
+    let _one = serial();
+    if !cudasem::testing::has_devices(1) {
+        return;
+    }
+    // A free port for rank 0's store; rank 1 of 2 never comes.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let options = InitOptions {
+        init_method: format!("tcp://127.0.0.1:{port}"),
+        rank: Some(0),
+        world_size: Some(2),
+        device: Some(0),
+        ..quick(300)
+    };
+    match ProcessGroup::new(&options) {
+        Err(Error::DistributedTimeout { what, .. }) => {
+            assert!(what.contains("rendezvous") && what.contains("[1]"), "{what}")
+        }
+        other => panic!("expected a rendezvous timeout, got {other:?}"),
+    }
+    // A rank whose store never answers times out connecting.
+    let lonely = InitOptions { rank: Some(1), ..options };
+    assert!(matches!(ProcessGroup::new(&lonely), Err(Error::DistributedTimeout { .. })));
+}
+
+#[test]
+fn ranks_that_are_threads_meet_over_a_tcp_store_and_reduce() -> Result<()> {
+    let _one = serial();
+    if !cudasem::testing::has_devices(2) {
+        return Ok(());
+    }
+    let master = TcpStore::new("127.0.0.1", 0, true, Duration::from_secs(20))?;
+    let method = format!("tcp://127.0.0.1:{}", master.port());
+    drop(master); // the port is free again: rank 0 serves it
+    let sums: Vec<Result<Vec<f64>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let method = method.clone();
+                s.spawn(move || {
+                    let options = InitOptions {
+                        init_method: method,
+                        rank: Some(rank),
+                        world_size: Some(2),
+                        device: Some(rank),
+                        ..quick(20_000)
+                    };
+                    let g = ProcessGroup::new(&options)?;
+                    let t = Tensor::full([5], (rank + 1) as f64, DType::F64, Device::cuda(rank))?;
+                    g.all_reduce(&t, ReduceOp::Product, false)?;
+                    g.barrier()?;
+                    t.to_vec::<f64>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for s in sums {
+        assert_eq!(s?, [2.0; 5]);
+    }
+    Ok(())
+}

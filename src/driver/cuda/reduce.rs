@@ -2,7 +2,7 @@
 //!
 //! The input is seen as `[outputs][reduced]`: the kept dims (collapsed for input and output
 //! together) index the outputs, the reduced dims (collapsed, in their row-major order, so an
-//! arg-reduction's index is PyTorch's) index the elements of one output. Three kernels:
+//! arg-reduction's index is PyTorch's) index the elements of one output. Four kernels:
 //! * **block**: a block per output (reduced elements near each other in memory), 16-byte
 //!   loads when the rows are dense and aligned; when there are fewer outputs than the GPU has
 //!   block slots, each row is split over several blocks (interleaved: together they stream
@@ -11,8 +11,16 @@
 //!   per output), all in one launch;
 //! * **warp**: a warp per output, for rows of up to [`WARP_ROW`] elements, or of up to
 //!   [`LONG_WARP_ROW`] when the outputs are enough to fill the GPU with warps;
-//! * **thread**: a thread per output (outputs near each other in memory: a reduction over an
-//!   outer dim is coalesced), also split into chunks when outputs are few.
+//! * **columns**: a reduction over an outer dim whose adjacent outputs are adjacent in memory
+//!   (one reduced dim): blocks of 32 × 8 threads, each thread `VEC` adjacent outputs by one
+//!   16-byte load per row when aligned (else one), the block's 8 row lanes combined in shared
+//!   memory, rows split over blocks when outputs are few (combined by the last block of each
+//!   group of columns);
+//! * **thread**: a thread per output (other layouts of outputs near each other in memory), also
+//!   split into chunks when outputs are few.
+//!
+//! An extreme with its index (`max` / `min` along a dim) is the arg-reduction's kernel writing the
+//! value beside the index (`RedP::dst2`, at the index's element offset).
 //!
 //! Floating-point sums and means accumulate in `f64` (results within an ulp of the CPU
 //! reference, and deterministic: every combination order is fixed), extremes compare in the

@@ -10,10 +10,9 @@ mod dist_util;
 
 use common::is_sim;
 use cudasem::cuda;
-use cudasem::distributed::{InitOptions, ProcessGroup, ReduceOp, TcpStore};
+use cudasem::distributed::{InitOptions, ProcessGroup, ReduceOp};
 use cudasem::{DType, Device, Error, Result, Tensor};
 use dist_util::{on_ranks, quick, serial};
-use std::time::Duration;
 
 fn pair(options: &InitOptions) -> Option<Vec<ProcessGroup>> {
     cudasem::testing::has_devices(2).then(|| ProcessGroup::from_devices_with(&[0, 1], options).unwrap())
@@ -159,8 +158,10 @@ fn a_rendezvous_that_a_rank_misses_times_out() {
         }
         other => panic!("expected a rendezvous timeout, got {other:?}"),
     }
-    // A rank whose store never answers times out connecting.
-    let lonely = InitOptions { rank: Some(1), ..options };
+    // A rank whose store's server never comes times out connecting (another free port: the
+    // first one's server may still be closing).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let lonely = InitOptions { rank: Some(1), init_method: format!("tcp://127.0.0.1:{port}"), ..options };
     assert!(matches!(ProcessGroup::new(&lonely), Err(Error::DistributedTimeout { .. })));
 }
 
@@ -170,9 +171,9 @@ fn ranks_that_are_threads_meet_over_a_tcp_store_and_reduce() -> Result<()> {
     if !cudasem::testing::has_devices(2) {
         return Ok(());
     }
-    let master = TcpStore::new("127.0.0.1", 0, true, Duration::from_secs(20))?;
-    let method = format!("tcp://127.0.0.1:{}", master.port());
-    drop(master); // the port is free again: rank 0 serves it
+    // A free port (rank 0 serves the store there).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let method = format!("tcp://127.0.0.1:{port}");
     let sums: Vec<Result<Vec<f64>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
             .map(|rank| {

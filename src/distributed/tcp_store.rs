@@ -250,6 +250,7 @@ impl Store for TcpStore {
 struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    accepting: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -262,7 +263,7 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let table = Arc::new(Table::default());
         let stopping = stop.clone();
-        std::thread::Builder::new()
+        let accepting = std::thread::Builder::new()
             .name("cudasem-tcpstore".into())
             .spawn(move || {
                 for conn in listener.incoming() {
@@ -277,15 +278,19 @@ impl Server {
                 }
             })
             .map_err(|e| Error::Store { op: "listen", reason: format!("cannot start the server thread: {e}") })?;
-        Ok(Server { addr, stop })
+        Ok(Server { addr, stop, accepting: Some(accepting) })
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wake the accept loop so that it sees the flag and closes the port.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        // Wake the accept loop so that it sees the flag, and wait until it closed the port.
+        if TcpStream::connect_timeout(&self.addr, Duration::from_millis(500)).is_ok() {
+            if let Some(t) = self.accepting.take() {
+                let _ = t.join();
+            }
+        }
     }
 }
 

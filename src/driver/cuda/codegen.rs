@@ -253,8 +253,9 @@ fn fname(name: &str, m: DType) -> String {
 /// where their error stays far below the half type's rounding (`__expf`, `rsqrtf`, a fast
 /// division in sigmoid, `__logf` (absolute error 2^-21.4 near 1, 3 ulp elsewhere: under an ulp of
 /// the half result), `tanh.approx` for bf16, and for bf16 the approximate square root, whose
-/// relative error (≤ 2^-23) is far inside the 2^-18 that separates the square root of a bf16
-/// from a bf16 rounding midpoint, so the rounded result is still exact); `f32` uses the
+/// relative error (a few f32 ulp: CUDA documents `sqrtf` without `-prec-sqrt` at 1 to 3) is
+/// far inside the 2^-18 that separates the square root of a bf16 from a bf16 rounding
+/// midpoint, so the rounded result is still exact); `f32` uses the
 /// accurate library functions too, and PyTorch's `erf` form of gelu (its cancellation for
 /// x < −3 is an absolute error of a few f32 ulp); `f64` computes gelu through `erfc`.
 fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {

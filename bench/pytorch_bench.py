@@ -29,16 +29,19 @@ import time
 STEPS = [
     "alloc_free_pair", "empty_tensor", "small_op", "add_f32_256m", "sum_f32_1gib", "matmul_fp32_8192",
     "matmul_tf32_8192", "matmul_bf16_8192", "h2d_pinned_1gib", "d2h_pinned_1gib", "h2d_pageable_1gib",
-    "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step",
+    "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step", "e2e_decode_step_graphed",
+    "graph_replay",
 ]
 
 # The same table as `Sizes` in src/cli/bench/measure.rs.
 FULL = dict(pairs=200_000, empties=100_000, host_runs=7, small_ops=200, small_runs=51, elems=1 << 28,
             mm=8192, copy_elems=1 << 28, warmup=3, runs=15, reps=10,
-            mlp_rows=1024, mlp_hidden=4096, mlp_ff=16384, mlp_batches=50, decode_hidden=4096, decode_steps=200)
+            mlp_rows=1024, mlp_hidden=4096, mlp_ff=16384, mlp_batches=50, decode_hidden=4096, decode_steps=200,
+            graph_replays=50)
 QUICK = dict(pairs=20_000, empties=5_000, host_runs=3, small_ops=200, small_runs=5, elems=1 << 16,
              mm=128, copy_elems=1 << 18, warmup=1, runs=3, reps=2,
-             mlp_rows=32, mlp_hidden=64, mlp_ff=256, mlp_batches=4, decode_hidden=256, decode_steps=20)
+             mlp_rows=32, mlp_hidden=64, mlp_ff=256, mlp_batches=4, decode_hidden=256, decode_steps=20,
+             graph_replays=5)
 
 CPP = r"""
 #include <torch/extension.h>
@@ -397,46 +400,128 @@ class Bench:
         step checked, an untimed run, timed runs of chained steps between events, one more step
         checked; median µs per step (launch-bound: the host's pace shows in the device's timeline)."""
         torch, s = self.torch, self.s
-        hidden, steps = s["decode_hidden"], s["decode_steps"]
-        gelu = torch.nn.functional.gelu
-        w = torch.randn(hidden, hidden, device="cuda") * (1.0 / math.sqrt(hidden))
-        gamma = torch.randn(hidden, device="cuda") * 0.1 + 1.0
-        beta = torch.randn(hidden, device="cuda") * 0.1
-
-        def step(x, w, gamma, beta):
-            # The mul-add is a mul and an add, as cudasem's tensor API has no fused one.
-            h = x @ w
-            mu = h.mean(-1, keepdim=True)
-            d = h - mu
-            var = (d * d).mean(-1, keepdim=True)
-            r = (var + DECODE_EPS).rsqrt()
-            return gelu(d * r) * gamma + beta
-
-        def check_step(x, when):
-            got = step(x, w, gamma, beta).cpu().double()
-            want = step(*(t.cpu().double() for t in (x, w, gamma, beta)))
-            bad = ~((got - want).abs() <= 1e-3 * (1.0 + want.abs()))
-            if bool(bad.any()):
-                j = int(bad.flatten().nonzero()[0])
-                raise Wrong(f"decode step {when}: element {j} is {float(got.flatten()[j])}, "
-                            f"the CPU (float64) {float(want.flatten()[j])}")
-
-        x = torch.randn(1, hidden, device="cuda")
-        check_step(x, "before timing")
+        steps = s["decode_steps"]
+        weights = decode_weights(torch, s["decode_hidden"])
+        x = torch.randn(1, s["decode_hidden"], device="cuda")
+        check_decode_step(torch, x, weights, "before timing")
         for _ in range(steps):
-            x = step(x, w, gamma, beta)
+            x = decode_step(torch, x, *weights)
         torch.cuda.synchronize()
+
+        def run():
+            nonlocal x
+            x = decode_step(torch, x, *weights)
+        times = [ms * 1e3 for ms in step_ms(torch, s, run)]
+        check_decode_step(torch, x, weights, "after timing")
+        say("RESULT e2e_decode_step", f"{statistics.median_high(times):.6g}", "\u00b5s")
+
+    def e2e_decode_step_graphed(self):
+        """The decode step captured once by torch.cuda.graph with its output copied back into its
+        input, so each replay is the next step: one replay checked against eager, timed runs of
+        replays between events, one more replay checked; median µs per step."""
+        torch, s = self.torch, self.s
+        weights = decode_weights(torch, s["decode_hidden"])
+        x = torch.randn(1, s["decode_hidden"], device="cuda")
+        check_decode_step(torch, x, weights, "before timing")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            x.copy_(decode_step(torch, x, *weights))
+
+        def check_replay(when):
+            want = decode_step(torch, x, *weights)
+            g.replay()
+            bad = ~((x - want).abs() <= 1e-5 * (1.0 + want.abs()))
+            if bool(bad.any()):
+                raise Wrong(f"graphed decode step {when}: element {int(bad.flatten().nonzero()[0])} differs from eager")
+        check_replay("before timing")
+        times = [ms * 1e3 for ms in step_ms(torch, s, g.replay)]
+        check_replay("after timing")
+        say("RESULT e2e_decode_step_graphed", f"{statistics.median_high(times):.6g}", "\u00b5s")
+
+    def graph_replay(self):
+        """torch.cuda.CUDAGraph on a chain of z = z + y over 16 float32 elements (ANCHORS.md): host ns
+        per g.replay() for chains of 10, 100 and 1000 ops, device ns per op of the 100-op graph and of
+        the same chain eager, and ms of a whole `with torch.cuda.graph(g):` capture of 100 ops."""
+        torch, s = self.torch, self.s
+        x = torch.full((16,), 3.0, device="cuda")
+        y = torch.ones(16, device="cuda")
+        reps = s["graph_replays"]
+
+        def chain(n):
+            z = x
+            for _ in range(n):
+                z = z + y
+            return z
+
+        for n in (10, 100, 1000):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                z = chain(n)
+            g.replay()
+            check(bool((z == 3.0 + n).all()), f"a {n}-op graph gave {z[:4].tolist()}")
+
+            def run():
+                t0 = time.perf_counter_ns()
+                for _ in range(reps):
+                    g.replay()
+                return (time.perf_counter_ns() - t0) / reps
+            say(f"RESULT graph_replay_{n}", f"{host_ns(torch, s['host_runs'], run):.6g}", "ns")
+            if n == 100:
+                for name, f in (("graph_device_per_op_100", g.replay), ("graph_eager_device_per_op_100", lambda: chain(n))):
+                    ms = device_ms(torch, dict(s, warmup=1, reps=reps), f)
+                    say(f"RESULT {name}", f"{ms * 1e6 / n:.6g}", "ns")
         times = []
         for _ in range(s["runs"]):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(steps):
-                x = step(x, w, gamma, beta)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / steps)
-        check_step(x, "after timing")
-        say("RESULT e2e_decode_step", f"{statistics.median_high(times):.6g}", "\u00b5s")
+            g = torch.cuda.CUDAGraph()
+            t0 = time.perf_counter()
+            with torch.cuda.graph(g):
+                z = chain(100)
+            times.append((time.perf_counter() - t0) * 1e3)
+            del g, z
+        say("RESULT graph_capture_100", f"{statistics.median_high(times):.6g}", "ms")
+
+
+def decode_weights(torch, hidden):
+    """The decode step's weights: w [hidden, hidden] (N(0, 1/hidden)), gamma (1 + N(0, 0.01)), beta."""
+    w = torch.randn(hidden, hidden, device="cuda") * (1.0 / math.sqrt(hidden))
+    gamma = torch.randn(hidden, device="cuda") * 0.1 + 1.0
+    beta = torch.randn(hidden, device="cuda") * 0.1
+    return w, gamma, beta
+
+
+def decode_step(torch, x, w, gamma, beta):
+    """One decode step, ten ops (the mul-add is a mul and an add, as cudasem's tensor API has no fused one)."""
+    h = x @ w
+    mu = h.mean(-1, keepdim=True)
+    d = h - mu
+    var = (d * d).mean(-1, keepdim=True)
+    r = (var + DECODE_EPS).rsqrt()
+    return torch.nn.functional.gelu(d * r) * gamma + beta
+
+
+def check_decode_step(torch, x, weights, when):
+    """One step from x against the same step in float64 on the CPU."""
+    got = decode_step(torch, x, *weights).cpu().double()
+    want = decode_step(torch, *(t.cpu().double() for t in (x, *weights)))
+    bad = ~((got - want).abs() <= 1e-3 * (1.0 + want.abs()))
+    if bool(bad.any()):
+        j = int(bad.flatten().nonzero()[0])
+        raise Wrong(f"decode step {when}: element {j} is {float(got.flatten()[j])}, "
+                    f"the CPU (float64) {float(want.flatten()[j])}")
+
+
+def step_ms(torch, s, run):
+    """Device ms per call of `run`: `runs` runs of `decode_steps` calls between events."""
+    times = []
+    for _ in range(s["runs"]):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(s["decode_steps"]):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / s["decode_steps"])
+    return times
 
 
 def start_torch():

@@ -23,6 +23,8 @@ pub use crate::runtime::{
     EventFlags, Stream, StreamGuard,
 };
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
+pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
+pub use crate::tensor::{make_graphed, GraphedCallable};
 
 /// Allocator traces and their replay, and byte counts as PyTorch prints them (the
 /// `torch.cuda.memory` helpers that are not also in `torch.cuda`).

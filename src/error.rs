@@ -361,6 +361,47 @@ pub enum Error {
         name: String,
         /// NCCL's description and last error text.
         message: String,
+    /// A call CUDA forbids while a stream capture is underway (synchronizing, querying or
+    /// timing an event, a blocking copy to or from the host, host tensor work, …). It was not
+    /// made, and the capture is invalidated: `capture_end` reports it and records nothing.
+    #[error("{call} is not allowed while a CUDA graph capture is underway ({reason}); the capture (id {capture}) is invalidated, so end it and capture again without this call (do host work and synchronization before capture_begin or after capture_end)")]
+    IllegalDuringCapture {
+        /// The refused call (`Tensor::to_vec`, `Stream::synchronize`, …).
+        call: &'static str,
+        /// The capture it would have broken.
+        capture: u64,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// `capture_end` of a capture that an earlier refused call invalidated; the capture is over
+    /// and nothing was recorded.
+    #[error("the CUDA graph capture (id {capture}) was invalidated by {call} ({reason}); it has ended without a graph: begin a new capture without that call")]
+    CaptureInvalidated {
+        /// The capture.
+        capture: u64,
+        /// The call that invalidated it.
+        call: &'static str,
+        /// Why that call was refused.
+        reason: String,
+    },
+    /// A stream joined a capture (it waited on an event recorded in it) and queued work that the
+    /// capturing stream never waited for before `capture_end`.
+    #[error("stream {stream:#x} joined the CUDA graph capture (id {capture}) but its last captured work was not joined back into the capturing stream before capture_end; call capturing_stream.wait_stream(&that_stream) after that work (the capture has ended without a graph)")]
+    CaptureUnjoined {
+        /// The capture.
+        capture: u64,
+        /// The stream left unjoined ([`Stream::id`](crate::cuda::Stream::id)).
+        stream: u64,
+    },
+    /// A graph or capture call made in the wrong state: capturing the default stream, a second
+    /// `capture_begin`, `capture_end` without a capture or on another stream, `replay` before a
+    /// capture, inputs that do not match a graphed callable's.
+    #[error("{op}: {reason}")]
+    GraphState {
+        /// The call.
+        op: &'static str,
+        /// What is wrong and what to do.
+        reason: String,
     },
 }
 

@@ -74,6 +74,10 @@
 //! | `torch.cuda.graph_pool_handle()` | [`cuda::graph_pool_handle`] ([`cuda::MemPoolId`]) |
 //! | `torch.cuda.memory` trace tools | [`cuda::memory::replay_trace`] (a PyTorch allocator trace through cudasem's allocator), [`cuda::memory::format_bytes`] |
 //! | environment read at first use | the same, or [`init`]`(`[`Config`]`)` in code before first use |
+//! | `torch.cuda.CUDAGraph()`, `g.capture_begin(pool, capture_error_mode)`, `g.capture_end()`, `g.replay()`, `g.reset()`, `g.pool()`, `g.debug_dump(path)` | [`cuda::CUDAGraph`] (same method names; [`cuda::CaptureErrorMode`]) |
+//! | `with torch.cuda.graph(g, pool=…, stream=…, capture_error_mode=…):` | [`cuda::graph`]`(&mut g, `[`cuda::GraphOptions`]`, \|\| …)` |
+//! | `torch.cuda.is_current_stream_capturing()` | [`cuda::is_current_stream_capturing`] |
+//! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
 //!
 //! Tensors follow CUDA semantics: a tensor made on `"cuda"` lands on the current device; an op

@@ -31,6 +31,23 @@ pub struct StreamId(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId(pub u64);
 
+/// Opaque handle of a captured, instantiated graph (unique within one driver instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GraphId(pub u64);
+
+/// How strictly a stream capture refuses calls that could break it (`cudaStreamCaptureMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CaptureMode {
+    /// Unsafe calls (synchronizing, querying events, `cudaMalloc`) are refused on every thread
+    /// while the capture is underway (PyTorch's default).
+    #[default]
+    Global,
+    /// Unsafe calls are refused only on the thread that began the capture.
+    ThreadLocal,
+    /// Only calls on the capturing streams themselves are refused.
+    Relaxed,
+}
+
 /// What `torch.cuda.get_device_properties` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceProperties {
@@ -190,6 +207,24 @@ pub trait Driver: Send + Sync + 'static {
         op.validate()?;
         self.launch(stream, &op.to_kernel_op())
     }
+
+    /// Starts capturing the work queued on `stream` into a graph instead of running it
+    /// (`cuStreamBeginCapture_v2`). Streams that wait on an event recorded in the capture join it.
+    /// The runtime guarantees the stream is not the default stream and is not capturing.
+    fn begin_capture(&self, stream: StreamId, mode: CaptureMode) -> Result<()>;
+    /// Ends the capture begun on `stream` and returns its graph, instantiated (auto-free on
+    /// launch, node priorities) and uploaded, ready to [`graph_launch`](Driver::graph_launch).
+    /// Errors when the driver saw the capture invalidated or a joined stream not joined back;
+    /// the capture is over either way.
+    fn end_capture(&self, stream: StreamId) -> Result<GraphId>;
+    /// Queues one run of `graph`'s work on `stream` (of the device it was captured on).
+    fn graph_launch(&self, graph: GraphId, stream: StreamId) -> Result<()>;
+    /// Releases a graph (best effort; called from `Drop`). Launches already queued complete.
+    fn graph_destroy(&self, graph: GraphId);
+    /// The number of nodes (kernels, copies, fills) in `graph`.
+    fn graph_node_count(&self, graph: GraphId) -> Result<usize>;
+    /// Writes `graph` as a Graphviz DOT file at `path` (`cuGraphDebugDotPrint`).
+    fn graph_debug_dot(&self, graph: GraphId, path: &std::path::Path) -> Result<()>;
 
     /// Test hook: queues work that keeps `stream` busy for `duration` (a spin kernel on CUDA).
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()>;

@@ -52,6 +52,9 @@ pub fn get_device_properties(device: impl IntoCudaDevice) -> Result<DeviceProper
 pub fn synchronize(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
     let device = rt.device(device)?;
+    if super::capture::active() {
+        super::capture::check_device("cuda::synchronize", device)?;
+    }
     rt.driver.synchronize_device(device)?;
     rt.driver.take_error(device)
 }

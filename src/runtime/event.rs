@@ -128,7 +128,12 @@ impl Event {
     /// Whether the recorded work has completed (`true` if never recorded, as in PyTorch).
     pub fn query(&self) -> Result<bool> {
         match self.handle() {
-            Some((_, id)) => rt()?.driver.event_query(id),
+            Some((_, id)) => {
+                if super::capture::active() {
+                    super::capture::check_event("Event::query", id)?;
+                }
+                rt()?.driver.event_query(id)
+            }
             None => Ok(true),
         }
     }
@@ -136,7 +141,12 @@ impl Event {
     /// Waits on the host until the recorded work has completed (returns at once if never recorded).
     pub fn synchronize(&self) -> Result<()> {
         match self.handle() {
-            Some((_, id)) => rt()?.driver.event_synchronize(id),
+            Some((_, id)) => {
+                if super::capture::active() {
+                    super::capture::check_event("Event::synchronize", id)?;
+                }
+                rt()?.driver.event_synchronize(id)
+            }
             None => Ok(()),
         }
     }
@@ -152,6 +162,10 @@ impl Event {
         };
         if d0 != d1 {
             return Err(Error::EventDeviceMismatch { event_device: d0, other_device: d1, what: "end event" });
+        }
+        if super::capture::active() {
+            super::capture::check_event("Event::elapsed_time", a)?;
+            super::capture::check_event("Event::elapsed_time", b)?;
         }
         rt()?.driver.event_elapsed_ms(a, b)
     }

@@ -2,11 +2,13 @@
 //! current stream per device), guards, the stream pools, events, the peer table, and the device and
 //! pinned host memory allocators.
 
+mod capture;
 mod context;
 mod current;
 mod devices;
 mod event;
 mod external;
+mod graph;
 mod guard;
 mod host_memory;
 mod mem_pool;
@@ -20,6 +22,20 @@ pub use current::{current_stream, default_stream, set_stream, with_stream, Strea
 pub use devices::*;
 pub use event::{Event, EventFlags};
 pub use external::primary_context;
+pub(crate) use graph::{capture_keep, capture_pool};
+pub use graph::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
+
+/// Whether any stream capture is underway (the tensor layer's fast check).
+#[inline]
+pub(crate) fn capture_active() -> bool {
+    capture::active()
+}
+
+/// Refuses host tensor work on a capturing thread (unless its capture allows it).
+#[inline]
+pub(crate) fn check_host_work(call: &'static str) -> crate::error::Result<()> {
+    capture::check_host_work(call)
+}
 pub use guard::{with_device, DeviceGuard};
 pub use host_memory::{
     host_empty_cache, host_memory_stats, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats,

@@ -84,6 +84,9 @@ impl Stream {
     /// Waits until all work queued on this stream has completed. Also returns an error raised on
     /// its device in a `Drop` since the last synchronize, which is then cleared.
     pub fn synchronize(&self) -> Result<()> {
+        if super::capture::active() {
+            super::capture::check_blocking("Stream::synchronize", Some(self.id))?;
+        }
         let rt = rt()?;
         rt.driver.stream_synchronize(self.id)?;
         // An error raised in a `Drop` on the device since the last synchronize.
@@ -92,6 +95,9 @@ impl Stream {
 
     /// Whether all work queued on this stream has completed.
     pub fn query(&self) -> Result<bool> {
+        if super::capture::active() {
+            super::capture::check_blocking("Stream::query", Some(self.id))?;
+        }
         rt()?.driver.stream_query(self.id)
     }
 }

@@ -7,6 +7,7 @@
 //! The caller validates what it passes (the driver validates nothing): addresses are live memory
 //! of the stream's device (or of a peer it may access), kept alive in the stream's order.
 
+use super::capture;
 use super::rt;
 use super::stream::Stream;
 use crate::driver::comm::{Collective, Comm, HostJob};
@@ -15,29 +16,45 @@ use crate::error::Result;
 use crate::kernel::{DenseBinary, KernelOp};
 use std::time::Duration;
 
+/// The blocking copies as a capture's refusal names them.
+const HTOD: &str = "a blocking host-to-device copy (Tensor::from_slice or to() onto a device, a CPU operand)";
+const DTOH: &str = "a blocking device-to-host copy (Tensor::to_vec, item, cpu, to(Device::Cpu))";
+
 impl Stream {
     /// Queues `op` (a kernel by op and dtype); [`crate::Error::Unsupported`] where the driver
     /// has no kernel for it.
     #[inline]
     pub(crate) fn launch(&self, op: &KernelOp) -> Result<()> {
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         rt()?.driver.launch(self.driver_id(), op)
     }
 
     /// Queues a binary elementwise op over dense operands: the small-op fast lane.
     #[inline]
     pub(crate) fn launch_dense_binary(&self, op: &DenseBinary) -> Result<()> {
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         rt()?.driver.launch_dense_binary(self.driver_id(), op)
     }
 
     /// Queues a fill of `bytes` bytes at `dst` with `value`.
     #[inline]
     pub(crate) fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize) -> Result<()> {
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         rt()?.driver.memset_d8(dst, value, bytes, self.driver_id())
     }
 
     /// Copies host bytes to `dst` in the stream's order; returns once `src` may be reused.
     #[inline]
     pub(crate) fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        if capture::active() {
+            capture::check_blocking(HTOD, Some(self.driver_id()))?;
+        }
         rt()?.driver.memcpy_htod(dst, src, self.driver_id())
     }
 
@@ -45,12 +62,18 @@ impl Stream {
     /// holds them.
     #[inline]
     pub(crate) fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        if capture::active() {
+            capture::check_blocking(DTOH, Some(self.driver_id()))?;
+        }
         rt()?.driver.memcpy_dtoh(dst, src, self.driver_id())
     }
 
     /// Queues a copy of `bytes` bytes within the stream's device.
     #[inline]
     pub(crate) fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()> {
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         rt()?.driver.memcpy_dtod(dst, src, bytes, self.driver_id())
     }
 
@@ -63,6 +86,9 @@ impl Stream {
         (src_device, src): (usize, DevicePtr),
         bytes: usize,
     ) -> Result<()> {
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         rt()?.driver.memcpy_peer(dst_device, dst, src_device, src, bytes, self.driver_id())
     }
 
@@ -75,6 +101,9 @@ impl Stream {
     #[inline]
     pub(super) unsafe fn memcpy_htod_async(&self, dst: DevicePtr, src: HostPtr, bytes: usize) -> Result<()> {
         let driver = &rt()?.driver;
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_htod_async(dst, src, bytes, self.driver_id()) }
     }
@@ -88,6 +117,9 @@ impl Stream {
     #[inline]
     pub(super) unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize) -> Result<()> {
         let driver = &rt()?.driver;
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_dtoh_async(dst, src, bytes, self.driver_id()) }
     }
@@ -95,17 +127,26 @@ impl Stream {
     /// Records the driver event `event` (of this stream's device) after the work queued so far.
     #[inline]
     pub(super) fn record_raw(&self, event: EventId) -> Result<()> {
+        if capture::active() {
+            capture::on_record(self.driver_id(), event);
+        }
         rt()?.driver.event_record(event, self.driver_id())
     }
 
     /// Makes later work on this stream wait for the driver event's last recording.
     #[inline]
     pub(super) fn wait_raw(&self, event: EventId) -> Result<()> {
+        if capture::active() {
+            capture::on_wait(self.driver_id(), event)?;
+        }
         rt()?.driver.stream_wait_event(self.driver_id(), event)
     }
 
     /// Test hook: queues work that keeps the stream busy for `duration`.
     pub(crate) fn delay(&self, duration: Duration) -> Result<()> {
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
         rt()?.driver.delay(self.driver_id(), duration)
     }
 

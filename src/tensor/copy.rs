@@ -131,6 +131,7 @@ impl Tensor {
         if place != Place::Cpu && src.dtype == self.dtype && src.is_contiguous() && self.is_contiguous() {
             let stream = current_of(src.device_index())?;
             let bytes = self.numel() * self.dtype.size();
+            super::exec::keep_for_capture(&stream, &[self, src]);
             return stream.memcpy_dtod(DevicePtr(self.data_ptr()), DevicePtr(src.data_ptr()), bytes);
         }
         let op = if src.dtype == self.dtype {
@@ -200,6 +201,7 @@ impl Tensor {
         let (s_from, s_to) = (current_of(from)?, current_of(to)?);
         s_from.wait_stream(&s_to)?;
         let bytes = dst.numel() * dst.dtype.size();
+        super::exec::keep_for_capture(&s_from, &[&dst, &src]);
         s_from.memcpy_peer((to, DevicePtr(dst.data_ptr())), (from, DevicePtr(src.data_ptr())), bytes)?;
         s_to.wait_stream(&s_from)?;
         if !self.shares_storage(&dst) {

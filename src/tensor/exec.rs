@@ -9,6 +9,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{BufferView, KernelOp};
 use crate::kernels::cpu;
+use crate::runtime::{capture_active, capture_keep, capture_pool, check_host_work};
 use crate::runtime::{current_of, is_peer_access_enabled, resolve_device, Stream};
 use crate::scalar::Scalar;
 use std::borrow::Cow;
@@ -234,11 +235,15 @@ impl Exec {
     pub fn run(&self, op: &KernelOp, tensors: &[&Tensor]) -> Result<()> {
         match self.place {
             Place::Cpu => {
+                if capture_active() {
+                    check_host_work("a host (CPU) tensor op")?;
+                }
                 let buffers = tensors.iter().filter_map(|t| t.storage.as_host()).collect();
                 cpu::execute(op, &HostMemory { buffers })
             }
             Place::Cuda(d) => {
                 let stream = self.stream(d)?;
+                keep_for_capture(stream, tensors);
                 if self.peers.is_empty() {
                     return stream.launch(op);
                 }
@@ -276,6 +281,26 @@ impl Tensor {
                 Ok(Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), dtype))
             }
             Place::Cuda(d) => Tensor::empty_on(shape, dtype, d, &current_of(d)?),
+        }
+    }
+}
+
+/// Keeps the storages of `tensors` alive as long as the graph being captured on `stream`, if it
+/// is capturing (those of the capture's own pool excepted: the pool outlives the graph's uses,
+/// and its blocks freed during the capture are reused by the capture, as PyTorch's are).
+#[inline]
+pub(crate) fn keep_for_capture(stream: &Stream, tensors: &[&Tensor]) {
+    if capture_active() {
+        keep_slow(stream, tensors);
+    }
+}
+
+#[cold]
+fn keep_slow(stream: &Stream, tensors: &[&Tensor]) {
+    let Some(pool) = capture_pool(stream) else { return };
+    for t in tensors {
+        if t.place() != Place::Cpu && t.storage.pool() != Some(pool) {
+            capture_keep(stream, t.storage.clone());
         }
     }
 }

@@ -36,6 +36,7 @@
 mod copy;
 mod create;
 mod exec;
+mod graphed;
 mod layout;
 mod ops;
 mod pinned;
@@ -45,6 +46,7 @@ mod shape;
 mod storage;
 mod view;
 
+pub use graphed::{make_graphed, GraphedCallable};
 pub use ops::operand::{result_type, Number, Operand};
 pub use random::{initial_seed, manual_seed};
 pub use range::{SliceBounds, SliceRange};

@@ -133,6 +133,15 @@ impl Storage {
         }
     }
 
+    /// The private memory pool the storage's device block came from (`None`: a default pool,
+    /// or host memory).
+    pub fn pool(&self) -> Option<crate::alloc::MemPoolId> {
+        match self {
+            Storage::Host(_) => None,
+            Storage::Device(d) => d.pool(),
+        }
+    }
+
     pub fn device(&self) -> Device {
         match self {
             Storage::Host(_) => Device::Cpu,

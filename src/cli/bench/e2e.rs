@@ -22,6 +22,7 @@ pub fn measure(step: &str, s: &Sizes) -> StepResult {
     match step {
         "e2e_mlp_pipeline_bf16" => mlp_pipeline(s),
         "e2e_decode_step" => decode_step(s),
+        "e2e_decode_step_graphed" => decode_step_graphed(s),
         other => Err(Stop::Fail(format!("no such figure `{other}`"))),
     }
 }
@@ -263,6 +264,38 @@ fn decode_step(s: &Sizes) -> StepResult {
     }
     d.check_step(&x, "after timing")?;
     Ok(vec![("e2e_decode_step", median(times))])
+}
+
+/// `e2e_decode_step_graphed`: the same step captured once with its output copied back into its
+/// input (so each replay is the next step), one replay checked against the f64 reference, then
+/// `runs` runs of `decode_steps` replays between events: median µs per step.
+fn decode_step_graphed(s: &Sizes) -> StepResult {
+    let d = Decode::new(s.decode_hidden)?;
+    let x = Tensor::randn([1, s.decode_hidden], DType::F32, "cuda")?;
+    let mut g = cuda::CUDAGraph::new();
+    cuda::graph(&mut g, cuda::GraphOptions::default(), || x.copy_(&d.step(&x)?, false))?;
+    let check_replay = |when: &str| -> Result<(), Stop> {
+        let want = d.step(&x)?.to_vec::<f32>()?;
+        g.replay()?;
+        let got: Vec<f32> = x.to_vec()?;
+        let bad = first_outside(&got, &want.iter().map(|&v| v as f64).collect::<Vec<_>>(), |w| 1e-5 * (1.0 + w.abs()));
+        check(bad.is_none(), || format!("graphed decode step {when}: element {} differs from eager", bad.unwrap_or(0)))
+    };
+    d.check_step(&x, "before timing")?;
+    check_replay("before timing")?;
+    let mut times = Vec::with_capacity(s.runs);
+    for _ in 0..s.runs {
+        let (start, end) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
+        start.record(None)?;
+        for _ in 0..s.decode_steps {
+            g.replay()?;
+        }
+        end.record(None)?;
+        end.synchronize()?;
+        times.push(start.elapsed_time(&end)? as f64 * 1e3 / s.decode_steps as f64);
+    }
+    check_replay("after timing")?;
+    Ok(vec![("e2e_decode_step_graphed", median(times))])
 }
 
 #[cfg(test)]

@@ -76,7 +76,8 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "alloc_free_pair" => alloc_free_pair(s),
         "empty_tensor" => empty_tensor(s),
         "small_op" => small_op(s),
-        "e2e_mlp_pipeline_bf16" | "e2e_decode_step" => e2e::measure(step, s),
+        "e2e_mlp_pipeline_bf16" | "e2e_decode_step" | "e2e_decode_step_graphed" => e2e::measure(step, s),
+        "graph_replay" => super::graphs::replay_rows(s),
         _ => device_figures::measure(step, s),
     }
 }

@@ -43,6 +43,8 @@ pub struct Sizes {
     pub decode_hidden: usize,
     /// Decode steps per timed run.
     pub decode_steps: usize,
+    /// Graph replays per timed run (`graph_replay_*`).
+    pub graph_replays: usize,
 }
 
 impl Sizes {
@@ -68,6 +70,7 @@ impl Sizes {
                 mlp_batches: 4,
                 decode_hidden: 256,
                 decode_steps: 20,
+                graph_replays: 5,
             }
         } else {
             Sizes {
@@ -89,6 +92,7 @@ impl Sizes {
                 mlp_batches: 50,
                 decode_hidden: 4096,
                 decode_steps: 200,
+                graph_replays: 50,
             }
         }
     }

@@ -15,6 +15,7 @@
 mod device_figures;
 mod e2e;
 mod figures;
+mod graphs;
 mod measure;
 mod ops;
 mod progress;
@@ -67,6 +68,13 @@ pub const ROWS: &[RowSpec] = &[
     row("replay_resnet50", "replay_resnet50", "bytes", true, 1.0),
     row("e2e_mlp_pipeline_bf16", "e2e_mlp_pipeline_bf16", "ms", true, 1.05),
     row("e2e_decode_step", "e2e_decode_step", "µs", true, 1.5),
+    row("e2e_decode_step_graphed", "e2e_decode_step_graphed", "µs", true, 1.0),
+    row("graph_replay_10", "graph_replay", "ns", true, 1.25),
+    row("graph_replay_100", "graph_replay", "ns", true, 1.25),
+    row("graph_replay_1000", "graph_replay", "ns", true, 1.25),
+    row("graph_device_per_op_100", "graph_replay", "ns", true, 1.0),
+    row("graph_eager_device_per_op_100", "graph_replay", "ns", true, 0.0),
+    row("graph_capture_100", "graph_replay", "ms", true, 2.0),
 ];
 
 /// The steps (what `--only` names), in run order.

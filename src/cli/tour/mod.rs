@@ -5,6 +5,7 @@
 //! `section.rs` holds what every section shares (the runner, the checks); `runtime.rs`,
 //! `tensors.rs` and `memory.rs` hold the sections; this file only lists them in order.
 
+mod graphs;
 mod memory;
 mod runtime;
 mod section;
@@ -84,6 +85,11 @@ const SECTIONS: &[(&str, &str, Section)] = &[
         "pinned-vs-pageable",
         "Host-to-device copies from pinned memory go straight to the copy engine; from pageable memory they are staged through a bounce buffer and block the host.",
         tensors::pinned_vs_pageable,
+    ),
+    (
+        "cuda-graphs",
+        "Work captured once into a CUDA graph replays with one launch, from whatever its captured inputs hold then; the capture allocates from a private pool that the allocator's statistics and snapshots count.",
+        graphs::graphs,
     ),
 ];
 

@@ -45,6 +45,9 @@ pub(super) struct Info {
     pub minor: u32,
 }
 
+/// The scratch table's keys for captures (stream handles are small counters).
+const CAPTURE_KEY: u64 = 1 << 63;
+
 /// Per-stream device memory the kernels reuse (work on one stream is ordered, so it is never
 /// used by two kernels at once).
 #[derive(Debug, Default)]
@@ -84,6 +87,12 @@ impl Launcher {
             minor: attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         };
         Ok(*self.info.get_or_init(|| info))
+    }
+
+    /// The scratch memory of capture `id`, now the graph's to free (nothing if it used none).
+    pub(super) fn take_capture_scratch(&self, id: u64) -> Vec<u64> {
+        let s = lock(&self.scratch).remove(&(CAPTURE_KEY | id)).unwrap_or_default();
+        [s.reduce, s.gemm].into_iter().filter(|&p| p != 0).collect()
     }
 
     /// Frees the scratch memory and unloads the modules. The device's context must be current
@@ -161,10 +170,22 @@ impl Ctx<'_> {
             .map_err(|e| driver_error("cuLaunchKernel", e))
     }
 
+    /// Whose scratch a launch uses: its stream's, or while the stream is capturing, the
+    /// capture's own (which the graph takes over, `graph.rs`).
+    fn scratch_key(&self) -> u64 {
+        if super::graph::capturing() {
+            if let Some(id) = super::graph::capture_id(self.stream) {
+                return CAPTURE_KEY | id;
+            }
+        }
+        self.stream_id
+    }
+
     /// This stream's scratch memory: `(partials, counters)` for reductions.
     pub(super) fn reduce_scratch(&self) -> Result<(u64, u64)> {
+        let key = self.scratch_key();
         let mut map = lock(&self.ops.scratch);
-        let s = map.entry(self.stream_id).or_default();
+        let s = map.entry(key).or_default();
         if s.reduce == 0 {
             let bytes = PARTIALS * PARTIAL_BYTES + PARTIALS * 4;
             // SAFETY: the device's context is current; the memory is used as raw bytes.
@@ -181,8 +202,9 @@ impl Ctx<'_> {
 
     /// This stream's cuBLASLt workspace of `bytes` bytes.
     pub(super) fn gemm_workspace(&self, bytes: usize) -> Result<u64> {
+        let key = self.scratch_key();
         let mut map = lock(&self.ops.scratch);
-        let s = map.entry(self.stream_id).or_default();
+        let s = map.entry(key).or_default();
         if s.gemm == 0 {
             // SAFETY: the device's context is current; the memory is cuBLASLt's scratch.
             s.gemm = unsafe { cu::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;

@@ -29,7 +29,7 @@
 //!   matrix products through cuBLASLt (`gemm.rs`). The TF32 switch is [`backends`].
 //! * Pinned host memory and the asynchronous copies between it and the devices live in `host.rs`.
 
-use super::{DeviceProperties, DevicePtr, Driver, EventId, HostPtr, StreamId};
+use super::{CaptureMode, DeviceProperties, DevicePtr, Driver, EventId, GraphId, HostPtr, StreamId};
 use crate::error::{Error, Result, Sticky};
 use crate::kernel::KernelOp;
 use cudarc::driver::result::{self as cu, DriverError};
@@ -79,6 +79,7 @@ mod ctx;
 mod elementwise;
 mod events;
 mod gemm;
+mod graph;
 mod host;
 #[cfg(test)]
 mod kernel_tests;
@@ -169,6 +170,8 @@ pub struct CudaDriver {
     events: RwLock<FxMap<u64, EventEntry>>,
     /// Reserved and mapped ranges of expandable segments, and peer pairs.
     vmm: vmm::Vmm,
+    /// Captured graphs and the captures underway.
+    graphs: graph::Graphs,
 }
 
 impl std::fmt::Debug for CudaDriver {
@@ -222,6 +225,7 @@ impl CudaDriver {
             next_id: AtomicU64::new(devices.len() as u64 + 1),
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
             vmm: vmm::Vmm::new(devices.len()),
+            graphs: graph::Graphs::default(),
             devices,
             unavailable,
             streams: RwLock::new(streams),
@@ -282,6 +286,33 @@ impl CudaDriver {
 
     fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// [`Driver::delay`]: loads the spin kernel on first use and queues it.
+    fn delay_on(&self, stream: StreamId, duration: Duration) -> Result<()> {
+        let s = self.stream(stream, "delay")?;
+        if lock(&self.device(s.device)?.spin).is_none() {
+            // Loading a module may wait for the whole context to go idle, stalling every thread's
+            // calls behind running kernels. So the first delay loads the kernel into every device
+            // at once, before any delay runs, and no later delay ever loads one.
+            for index in 0..self.devices.len() {
+                let dev = self.enter(index)?;
+                let mut slot = lock(&dev.spin);
+                if slot.is_none() {
+                    *slot = Some(SpinKernel::acquire(dev.cu)?);
+                }
+            }
+        }
+        let dev = self.enter(s.device)?;
+        let kernel = (*lock(&dev.spin)).ok_or_else(|| Error::Unsupported {
+            op: "delay",
+            driver: DRIVER,
+            reason: "the spin kernel is not loaded".into(),
+        })?;
+        // SAFETY:
+        // the kernel was loaded into this device's context, which `enter` made current, and the stream is
+        // live and of that context.
+        unsafe { kernel.launch(s.raw.0, duration) }
     }
 }
 
@@ -515,7 +546,7 @@ impl Driver for CudaDriver {
     }
 
     fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
-        memory::malloc(self, device, bytes)
+        graph::maybe_relaxed(|| memory::malloc(self, device, bytes))
     }
 
     fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
@@ -573,11 +604,11 @@ impl Driver for CudaDriver {
     }
 
     fn vmm_reserve(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
-        vmm::reserve(self, device, bytes)
+        graph::maybe_relaxed(|| vmm::reserve(self, device, bytes))
     }
 
     fn vmm_map(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()> {
-        vmm::map(self, device, at, bytes)
+        graph::maybe_relaxed(|| vmm::map(self, device, at, bytes))
     }
 
     fn vmm_unmap(&self, device: usize, at: DevicePtr, bytes: usize) -> Result<()> {
@@ -592,40 +623,42 @@ impl Driver for CudaDriver {
         op.validate()?;
         let s = self.stream(stream, "launch")?;
         let dev = self.enter(s.device)?;
-        launch::launch(dev, s.raw, stream.0, op)
+        graph::maybe_relaxed(|| launch::launch(dev, s.raw, stream.0, op))
     }
 
     fn launch_dense_binary(&self, stream: StreamId, op: &crate::kernel::DenseBinary) -> Result<()> {
         op.validate()?;
         let s = self.stream(stream, "launch")?;
         let dev = self.enter(s.device)?;
-        launch::dense_binary(dev, s.raw, stream.0, op)
+        graph::maybe_relaxed(|| launch::dense_binary(dev, s.raw, stream.0, op))
+    }
+
+    fn begin_capture(&self, stream: StreamId, mode: CaptureMode) -> Result<()> {
+        self.cu_begin_capture(stream, mode)
+    }
+
+    fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
+        self.cu_end_capture(stream)
+    }
+
+    fn graph_launch(&self, graph: GraphId, stream: StreamId) -> Result<()> {
+        self.cu_graph_launch(graph, stream)
+    }
+
+    fn graph_destroy(&self, graph: GraphId) {
+        self.cu_graph_destroy(graph)
+    }
+
+    fn graph_node_count(&self, graph: GraphId) -> Result<usize> {
+        self.cu_graph_node_count(graph)
+    }
+
+    fn graph_debug_dot(&self, graph: GraphId, path: &std::path::Path) -> Result<()> {
+        self.cu_graph_debug_dot(graph, path)
     }
 
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
-        let s = self.stream(stream, "delay")?;
-        if lock(&self.device(s.device)?.spin).is_none() {
-            // Loading a module may wait for the whole context to go idle, stalling every thread's
-            // calls behind running kernels. So the first delay loads the kernel into every device
-            // at once, before any delay runs, and no later delay ever loads one.
-            for index in 0..self.devices.len() {
-                let dev = self.enter(index)?;
-                let mut slot = lock(&dev.spin);
-                if slot.is_none() {
-                    *slot = Some(SpinKernel::acquire(dev.cu)?);
-                }
-            }
-        }
-        let dev = self.enter(s.device)?;
-        let kernel = (*lock(&dev.spin)).ok_or_else(|| Error::Unsupported {
-            op: "delay",
-            driver: DRIVER,
-            reason: "the spin kernel is not loaded".into(),
-        })?;
-        // SAFETY:
-        // the kernel was loaded into this device's context, which `enter` made current, and the stream is
-        // live and of that context.
-        unsafe { kernel.launch(s.raw.0, duration) }
+        graph::maybe_relaxed(|| self.delay_on(stream, duration))
     }
 
     fn fail_next_malloc(&self, device: usize) -> Result<()> {
@@ -660,6 +693,7 @@ impl Drop for CudaDriver {
         if self.devices.is_empty() {
             return;
         }
+        self.destroy_graphs();
         let events = std::mem::take(self.events.get_mut().unwrap_or_else(PoisonError::into_inner));
         let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(PoisonError::into_inner));
         // Streams made elsewhere may be gone by now: only this driver's own are waited for.

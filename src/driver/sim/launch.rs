@@ -82,7 +82,7 @@ impl SimDriver {
         }
         let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
         let op = op.clone();
-        s.submit(Job::run(time::kernel(&op), move || {
+        s.submit(Job::run("kernel", time::kernel(&op), move || {
             // Checked above: the op is well formed and its spans are live, so the kernels cannot
             // fail; memory freed meanwhile would be the caller's bug, as on a GPU.
             let _ = cpu::execute(&op, &mem);

@@ -8,6 +8,7 @@
 //! bytes only for what was written; a peer matrix decides which pairs may access each other.
 //! Test hooks delay a stream or fail the next allocation, to prove ordering and error paths.
 
+mod capture;
 mod config;
 mod host;
 mod launch;
@@ -19,7 +20,7 @@ mod time;
 
 pub use config::{parse_bytes, PeerSpec, SimConfig};
 
-use super::{DeviceProperties, DevicePtr, Driver, EventId, HostPtr, StreamId};
+use super::{CaptureMode, DeviceProperties, DevicePtr, Driver, EventId, GraphId, HostPtr, StreamId};
 use crate::error::{Error, Result};
 use crate::kernel::KernelOp;
 use memory::{lock, DeviceMemory, VMM_GRANULARITY};
@@ -50,6 +51,8 @@ pub struct SimDriver {
     next_id: AtomicU64,
     /// Pinned host memory (ordinary host memory, flagged pinned by being in this table).
     host: host::HostMemory,
+    /// Captured graphs.
+    graphs: Mutex<HashMap<u64, Arc<capture::SimGraph>>>,
 }
 
 impl std::fmt::Debug for SimDriver {
@@ -70,6 +73,7 @@ impl SimDriver {
             events: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             host: host::HostMemory::default(),
+            graphs: Mutex::new(HashMap::new()),
             config,
         };
         for i in 0..d.config.devices {
@@ -161,7 +165,7 @@ impl SimDriver {
         cost: time::SimTime,
     ) -> Result<()> {
         let (to, from, s) = (self.span(dst, bytes)?, self.span(src, bytes)?, self.stream(stream)?);
-        s.submit(Job::run(cost, move || {
+        s.submit(Job::run("memcpy", cost, move || {
             let mut tmp = vec![0u8; bytes];
             from.read(src, &mut tmp);
             to.write(dst, &tmp);
@@ -258,6 +262,9 @@ impl Driver for SimDriver {
     }
 
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        if self.join_capture(stream, event)? {
+            return Ok(());
+        }
         let (s, e) = (self.stream(stream)?, self.event(event)?);
         if let Some(recording) = e.current() {
             s.submit(Job::wait(recording));
@@ -357,7 +364,7 @@ impl Driver for SimDriver {
     fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()> {
         let (mem, s) = (self.span(dst, bytes)?, self.stream(stream)?);
         let cost = time::transfer(bytes, time::DEVICE_BYTES_PER_S);
-        s.submit(Job::run(cost, move || mem.fill(dst, bytes, value)));
+        s.submit(Job::run("memset", cost, move || mem.fill(dst, bytes, value)));
         Ok(())
     }
 
@@ -367,7 +374,7 @@ impl Driver for SimDriver {
         // (a pageable copy in CUDA likewise returns only when the source has been consumed).
         let staged = src.to_vec();
         let cost = time::transfer(staged.len(), time::PAGEABLE_BYTES_PER_S);
-        s.submit(Job::run(cost, move || mem.write(dst, &staged)));
+        s.submit(Job::run("memcpy HtoD", cost, move || mem.write(dst, &staged)));
         s.synchronize();
         Ok(())
     }
@@ -377,7 +384,7 @@ impl Driver for SimDriver {
         let out = Arc::new(Mutex::new(vec![0u8; dst.len()]));
         let sink = out.clone();
         let cost = time::transfer(dst.len(), time::PAGEABLE_BYTES_PER_S);
-        s.submit(Job::run(cost, move || mem.read(src, &mut lock(&sink))));
+        s.submit(Job::run("memcpy DtoH", cost, move || mem.read(src, &mut lock(&sink))));
         s.synchronize();
         dst.copy_from_slice(&lock(&out));
         Ok(())
@@ -415,7 +422,7 @@ impl Driver for SimDriver {
         // The job holds the region, so it stays allocated until the copy ran.
         let region = self.host.region(src, bytes)?;
         let offset = (src.0 - region.host_ptr().0) as usize;
-        s.submit(Job::run(time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
+        s.submit(Job::run("memcpy HtoD pinned", time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
             // SAFETY:
             // - `[src, src + bytes)` lies inside `region` (checked above), which this job keeps allocated;
             // - the caller guarantees (the method's contract) that the host does not write these bytes until
@@ -430,7 +437,7 @@ impl Driver for SimDriver {
         let (mem, s) = (self.span(src, bytes)?, self.stream(stream)?);
         let region = self.host.region(dst, bytes)?;
         let offset = (dst.0 - region.host_ptr().0) as usize;
-        s.submit(Job::run(time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
+        s.submit(Job::run("memcpy DtoH pinned", time::transfer(bytes, time::PINNED_BYTES_PER_S), move || {
             // SAFETY:
             // - `[dst, dst + bytes)` lies inside `region` (checked above), which this job keeps allocated;
             // - the caller guarantees (the method's contract) that the host neither reads nor writes these
@@ -470,9 +477,33 @@ impl Driver for SimDriver {
         self.launch_op(stream, op)
     }
 
+    fn begin_capture(&self, stream: StreamId, mode: CaptureMode) -> Result<()> {
+        self.sim_begin_capture(stream, mode)
+    }
+
+    fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
+        self.sim_end_capture(stream)
+    }
+
+    fn graph_launch(&self, graph: GraphId, stream: StreamId) -> Result<()> {
+        self.sim_graph_launch(graph, stream)
+    }
+
+    fn graph_destroy(&self, graph: GraphId) {
+        self.sim_graph_destroy(graph)
+    }
+
+    fn graph_node_count(&self, graph: GraphId) -> Result<usize> {
+        self.sim_graph_node_count(graph)
+    }
+
+    fn graph_debug_dot(&self, graph: GraphId, path: &std::path::Path) -> Result<()> {
+        self.sim_graph_debug_dot(graph, path)
+    }
+
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
         // Real time too, so that the host can see the stream busy; simulated time exactly `duration`.
-        self.stream(stream)?.submit(Job::run(time::delay(duration), move || std::thread::sleep(duration)));
+        self.stream(stream)?.submit(Job::run("delay", time::delay(duration), move || std::thread::sleep(duration)));
         Ok(())
     }
 

@@ -1,16 +1,21 @@
 //! Simulated streams and events: each stream is a worker thread running its queue in order and
 //! keeping the stream's simulated time ([`super::time`]); an event completes when its stream's
-//! worker reaches it, and keeps the simulated time of that moment for timing.
+//! worker reaches it, and keeps the simulated time of that moment for timing. A capturing stream
+//! ([`super::capture`]) keeps its jobs in the capture instead of running them.
 
+use super::capture::SimCapture;
 use super::memory::lock;
 use super::time::SimTime;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
+/// Work a job runs; shared, so that a captured graph can run it again on every replay.
+pub(crate) type Task = Arc<dyn Fn() + Send + Sync + 'static>;
+
 /// What a queued job does when the worker reaches it.
 pub(crate) enum Work {
     /// Runs on the worker (a copy, a fill, a kernel, a sleep).
-    Run(Box<dyn FnOnce() + Send + 'static>),
+    Run(Task),
     /// Waits until the stream of `Recording` reached it; the stream's time becomes at least that
     /// recording's.
     Wait(Arc<Recording>),
@@ -22,22 +27,24 @@ pub(crate) enum Work {
 pub(crate) struct Job {
     work: Work,
     cost: SimTime,
+    /// What the job is, for a captured graph's picture (`kernel add`, `memcpy`, …).
+    label: &'static str,
 }
 
 impl Job {
-    /// Work that takes `cost` of simulated time.
-    pub fn run(cost: SimTime, f: impl FnOnce() + Send + 'static) -> Job {
-        Job { work: Work::Run(Box::new(f)), cost }
+    /// Work named `label` that takes `cost` of simulated time.
+    pub fn run(label: &'static str, cost: SimTime, f: impl Fn() + Send + Sync + 'static) -> Job {
+        Job { work: Work::Run(Arc::new(f)), cost, label }
     }
 
     /// A wait for `recording` (free in simulated time beyond the wait itself).
     pub fn wait(recording: Arc<Recording>) -> Job {
-        Job { work: Work::Wait(recording), cost: 0 }
+        Job { work: Work::Wait(recording), cost: 0, label: "wait" }
     }
 
     /// The completion of `recording`.
     pub fn record(recording: Arc<Recording>) -> Job {
-        Job { work: Work::Record(recording), cost: 0 }
+        Job { work: Work::Record(recording), cost: 0, label: "record" }
     }
 }
 
@@ -62,6 +69,8 @@ pub(crate) struct SimStream {
     pub device: usize,
     queue: Mutex<mpsc::Sender<Job>>,
     shared: Arc<Shared>,
+    /// The capture this stream's work goes to instead of its queue, while one is underway.
+    capture: Mutex<Option<Arc<SimCapture>>>,
 }
 
 impl SimStream {
@@ -86,11 +95,19 @@ impl SimStream {
                 worker.done.notify_all();
             }
         })?;
-        Ok(SimStream { device, queue: Mutex::new(tx), shared })
+        Ok(SimStream { device, queue: Mutex::new(tx), shared, capture: Mutex::new(None) })
     }
 
-    /// Queues a job; jobs run one at a time in submission order.
+    /// Queues a job; jobs run one at a time in submission order. While the stream is capturing,
+    /// work is kept in the capture instead (waits and records inside a capture only order the
+    /// captured work, which a replay runs in capture order).
     pub fn submit(&self, job: Job) {
+        if let Some(c) = lock(&self.capture).as_ref() {
+            if let Work::Run(f) = job.work {
+                c.push(job.label, job.cost, f);
+            }
+            return;
+        }
         let q = lock(&self.queue);
         lock(&self.shared.progress).submitted += 1;
         // The worker lives as long as the sender: a send cannot fail while `self` exists.
@@ -112,6 +129,16 @@ impl SimStream {
         }
     }
 
+    /// The capture the stream's work goes to, if one is underway.
+    pub fn capture(&self) -> Option<Arc<SimCapture>> {
+        lock(&self.capture).clone()
+    }
+
+    /// Sends the stream's work to `capture` (`None`: to its queue again).
+    pub fn set_capture(&self, capture: Option<Arc<SimCapture>>) {
+        *lock(&self.capture) = capture;
+    }
+
     /// The stream's simulated time: when the work it has completed so far ended.
     #[cfg(test)]
     pub fn now(&self) -> SimTime {
@@ -125,9 +152,17 @@ impl SimStream {
 pub(crate) struct Recording {
     at: Mutex<Option<SimTime>>,
     reached: Condvar,
+    /// The capture it was recorded in: it orders captured work and never completes by itself;
+    /// once the capture is over it counts as reached.
+    captured: Option<Arc<SimCapture>>,
 }
 
 impl Recording {
+    /// The capture this recording belongs to, while that capture is underway.
+    pub fn open_capture(&self) -> Option<&Arc<SimCapture>> {
+        self.captured.as_ref().filter(|c| c.is_open())
+    }
+
     fn complete(&self, now: SimTime) {
         *lock(&self.at) = Some(now);
         self.reached.notify_all();
@@ -135,6 +170,9 @@ impl Recording {
 
     /// Waits until the stream has reached this recording; the simulated time it did.
     pub fn wait(&self) -> SimTime {
+        if self.captured.is_some() {
+            return 0;
+        }
         let mut at = lock(&self.at);
         loop {
             if let Some(t) = *at {
@@ -146,7 +184,10 @@ impl Recording {
 
     /// The simulated time at which the stream reached it, if it has.
     pub fn done_at(&self) -> Option<SimTime> {
-        *lock(&self.at)
+        match &self.captured {
+            Some(c) => (!c.is_open()).then_some(0),
+            None => *lock(&self.at),
+        }
     }
 }
 
@@ -164,6 +205,10 @@ impl SimEvent {
 
     /// Records the event on `stream`: it completes when the stream reaches this point.
     pub fn record(&self, stream: &SimStream) {
+        if let Some(c) = stream.capture() {
+            *lock(&self.current) = Some(Arc::new(Recording { captured: Some(c), ..Recording::default() }));
+            return;
+        }
         let r = Arc::new(Recording::default());
         *lock(&self.current) = Some(r.clone());
         stream.submit(Job::record(r));

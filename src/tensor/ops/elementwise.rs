@@ -116,6 +116,7 @@ impl Tensor {
 
     /// Queues `dst = self op o` over dense operands of one CUDA device on its current `stream`.
     fn launch_dense(&self, stream: &Stream, op: BinaryOp, compute: DType, dst: &Tensor, o: &Tensor) -> Result<()> {
+        super::super::exec::keep_for_capture(stream, &[o]);
         self.launch_dense_rhs(stream, op, compute, dst, (DevicePtr(o.data_ptr()), o.dtype()), None)
     }
 
@@ -139,6 +140,7 @@ impl Tensor {
             rhs,
             rhs_value,
         };
+        super::super::exec::keep_for_capture(stream, &[self, dst]);
         stream.launch_dense_binary(&k)
     }
 

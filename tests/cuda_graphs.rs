@@ -1,0 +1,423 @@
+//! CUDA graphs (`CUDAGraph`, `graph`, `make_graphed`) and their private pools, against PyTorch's
+//! documented semantics: captured work runs on replay, over whatever the captured inputs hold
+//! then; allocations of a capture come from its pool, freed blocks are reused inside it, pools
+//! are shared between captures and their memory comes back after reset + drop + `empty_cache`;
+//! every call CUDA forbids during a capture is a typed error that leaves the runtime usable;
+//! and, beyond PyTorch, a graph keeps alive the memory it uses.
+//!
+//! A capture in global mode refuses other threads' blocking calls (CUDA's rule), so the tests
+//! of this binary take turns.
+
+mod common;
+
+use cudasem::cuda::{self, CUDAGraph, CaptureErrorMode, GraphOptions, StreamGuard};
+use cudasem::{DType, Device, Error, Result, Tensor};
+use std::sync::{Mutex, MutexGuard};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> Option<MutexGuard<'static, ()>> {
+    let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    common::one_device().then_some(g)
+}
+
+fn dev() -> Device {
+    Device::cuda(0)
+}
+
+/// Random non-zero f32 data (a fixed seed per test).
+fn data(seed: u64, n: usize) -> Vec<f32> {
+    let mut rng = common::TestRng::new(seed);
+    (0..n).map(|_| ((rng.next_u64() % 2000) as f32 - 999.5) / 250.0).collect()
+}
+
+fn tensor(v: &[f32]) -> Result<Tensor> {
+    Tensor::from_slice(v, [v.len()], dev())
+}
+
+fn is_illegal(r: Result<impl std::fmt::Debug>, call: &str) {
+    match r {
+        Err(Error::IllegalDuringCapture { call: c, .. }) => assert!(c.contains(call), "refused {c}, expected {call}"),
+        other => panic!("expected IllegalDuringCapture for {call}, got {other:?}"),
+    }
+}
+
+/// Eager work and a new capture both work (after an error).
+fn runtime_still_usable() -> Result<()> {
+    let x = tensor(&data(99, 64))?;
+    let eager = x.mul(3.0)?.to_vec::<f32>()?;
+    let mut g = CUDAGraph::new();
+    let y = cuda::graph(&mut g, GraphOptions::default(), || x.mul(3.0))?;
+    g.replay()?;
+    assert_eq!(y.to_vec::<f32>()?, eager);
+    assert!(!cuda::is_current_stream_capturing()?);
+    Ok(())
+}
+
+#[test]
+fn a_replay_computes_from_what_the_static_input_holds_then() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = tensor(&data(1, 1000))?;
+    let mut g = CUDAGraph::new();
+    let y = cuda::graph(&mut g, GraphOptions::default(), || x.mul(2.0)?.add(1.0)?.sigmoid())?;
+    assert!(g.node_count() >= 3, "three kernels captured, got {}", g.node_count());
+    for seed in 2..5 {
+        let h = data(seed, 1000);
+        x.copy_(&tensor(&h)?, false)?;
+        g.replay()?;
+        let want = x.mul(2.0)?.add(1.0)?.sigmoid()?.to_vec::<f32>()?;
+        assert_eq!(y.to_vec::<f32>()?, want, "replay {seed} against eager");
+        let reference: Vec<f64> = h.iter().map(|&v| 1.0 / (1.0 + (-(2.0 * v as f64 + 1.0)).exp())).collect();
+        for (got, r) in y.to_vec::<f32>()?.iter().zip(&reference) {
+            assert!((*got as f64 - r).abs() <= 1e-6 + 1.3e-6 * r.abs(), "{got} vs {r}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_captured_chain_of_matmul_gelu_softmax_and_sum_matches_eager() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let a = Tensor::from_slice(&data(5, 64 * 96), [64, 96], dev())?;
+    let w = Tensor::from_slice(&data(6, 96 * 128), [96, 128], dev())?;
+    let step = || -> Result<Tensor> { a.matmul(&w)?.gelu()?.softmax(-1)?.sum(&[0], false) };
+    let eager = step()?.to_vec::<f32>()?;
+    let mut g = CUDAGraph::new();
+    let out = cuda::graph(&mut g, GraphOptions::default(), step)?;
+    g.replay()?;
+    for (got, want) in out.to_vec::<f32>()?.iter().zip(&eager) {
+        assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "{got} vs eager {want}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_chain_of_a_hundred_adds_replays_on_any_stream() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let (y, z0) = (data(7, 16), data(8, 16));
+    let (yt, z) = (tensor(&y)?, tensor(&z0)?);
+    let mut g = CUDAGraph::new();
+    cuda::graph(&mut g, GraphOptions::default(), || (0..100).try_for_each(|_| z.add_(&yt)))?;
+    let expect = |times: usize| -> Vec<f32> {
+        z0.iter()
+            .zip(&y)
+            .map(|(&a, &b)| {
+                let mut v = a;
+                for _ in 0..times {
+                    v += b;
+                }
+                v
+            })
+            .collect()
+    };
+    // Capturing ran nothing: z is as it was.
+    assert_eq!(z.to_vec::<f32>()?, z0);
+    g.replay()?; // on the default stream
+    assert_eq!(z.to_vec::<f32>()?, expect(100));
+    let other = cuda::Stream::new(0, 0)?;
+    other.wait_stream(&cuda::current_stream(0)?)?;
+    {
+        let _g = StreamGuard::new(&other)?;
+        g.replay()?;
+        g.replay()?;
+    }
+    cuda::current_stream(0)?.wait_stream(&other)?;
+    assert_eq!(z.to_vec::<f32>()?, expect(300));
+    Ok(())
+}
+
+#[test]
+fn blocks_freed_during_a_capture_are_reused_by_it_from_its_private_pool() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = tensor(&data(9, 1 << 18))?;
+    let mut g = CUDAGraph::new();
+    let (first, second, out) = cuda::graph(&mut g, GraphOptions::default(), || {
+        let t = x.mul(2.0)?;
+        let first = t.data_ptr();
+        drop(t);
+        let u = x.add(1.0)?;
+        Ok((first, u.data_ptr(), u))
+    })?;
+    assert_eq!(first, second, "the capture reuses the block it freed");
+    let pool = g.pool()?;
+    let snap = cuda::memory_snapshot()?;
+    let seg = snap.segments.iter().find(|s| s.address <= out.data_ptr() && out.data_ptr() < s.address + s.total_size as u64);
+    assert_eq!(seg.map(|s| s.segment_pool_id), Some(pool), "the output lives in the graph's pool");
+    g.replay()?;
+    let want: Vec<f32> = data(9, 1 << 18).iter().map(|v| v + 1.0).collect();
+    assert_eq!(out.to_vec::<f32>()?, want);
+    // An eager allocation does not come from the graph's pool.
+    let eager = x.mul(2.0)?;
+    assert!(!snap.segments.iter().any(|s| s.segment_pool_id == pool
+        && s.address <= eager.data_ptr()
+        && eager.data_ptr() < s.address + s.total_size as u64));
+    Ok(())
+}
+
+#[test]
+fn a_pool_shared_by_two_captures_serves_both_and_its_memory_returns_after_reset_drop_and_empty_cache(
+) -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    cuda::synchronize(0)?;
+    cuda::empty_cache()?;
+    let before = cuda::memory_reserved(0)?;
+    let x = tensor(&data(10, 1 << 20))?;
+    let base = cuda::memory_reserved(0)?;
+    let pool = cuda::graph_pool_handle();
+    let opts = GraphOptions { pool: Some(pool), ..GraphOptions::default() };
+    let (mut g1, mut g2) = (CUDAGraph::new(), CUDAGraph::new());
+    let y1 = cuda::graph(&mut g1, opts.clone(), || x.mul(2.0))?;
+    let y2 = cuda::graph(&mut g2, GraphOptions { pool: Some(g1.pool()?), ..opts }, || y1.add(1.0))?;
+    assert_eq!(g2.pool()?, pool);
+    assert!(cuda::memory_reserved(0)? > base, "the pool holds memory");
+    g1.replay()?;
+    g2.replay()?;
+    let want: Vec<f32> = data(10, 1 << 20).iter().map(|v| v * 2.0 + 1.0).collect();
+    assert_eq!(y2.to_vec::<f32>()?, want);
+    // Graphs gone but their outputs alive: the pool's segments stay.
+    g1.reset()?;
+    drop(g2);
+    cuda::empty_cache()?;
+    assert!(cuda::memory_reserved(0)? > base, "live tensors keep the pool's segments");
+    drop((y1, y2));
+    cuda::empty_cache()?;
+    assert_eq!(cuda::memory_reserved(0)?, base, "reset + drop + empty_cache returns the pool");
+    drop(x);
+    cuda::empty_cache()?;
+    assert_eq!(cuda::memory_reserved(0)?, before);
+    Ok(())
+}
+
+#[test]
+fn a_graph_keeps_alive_the_tensors_it_reads_after_the_user_dropped_them() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let h = data(11, 4096);
+    let x = tensor(&h)?;
+    let x_ptr = x.data_ptr();
+    let mut g = CUDAGraph::new();
+    let y = cuda::graph(&mut g, GraphOptions::default(), || x.mul(-1.0))?;
+    drop(x); // PyTorch: a silent error; here the graph holds the storage
+    let others: Vec<Tensor> = (0..8).map(|i| Tensor::full([4096], i as f64, DType::F32, dev())).collect::<Result<_>>()?;
+    assert!(others.iter().all(|t| t.data_ptr() != x_ptr), "the dropped input's block was not reused");
+    g.replay()?;
+    assert_eq!(y.to_vec::<f32>()?, h.iter().map(|v| -v).collect::<Vec<_>>());
+    Ok(())
+}
+
+#[test]
+fn calls_cuda_forbids_during_capture_are_typed_errors_and_the_runtime_stays_usable() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = tensor(&data(12, 256))?;
+    let cpu = Tensor::from_slice(&data(13, 8), [8], Device::Cpu)?;
+    type Call<'a> = (&'a str, Box<dyn Fn() -> Result<()> + 'a>);
+    let calls: Vec<Call> = vec![
+        ("Stream::synchronize", Box::new(|| cuda::current_stream(0)?.synchronize())),
+        ("Stream::query", Box::new(|| cuda::current_stream(0)?.query().map(drop))),
+        ("cuda::synchronize", Box::new(|| cuda::synchronize(0))),
+        ("device-to-host", Box::new(|| x.to_vec::<f32>().map(drop))),
+        ("device-to-host", Box::new(|| x.sum_all()?.item::<f32>().map(drop))),
+        ("device-to-host", Box::new(|| x.cpu().map(drop))),
+        ("host-to-device", Box::new(|| tensor(&[1.0, 2.0]).map(drop))),
+        ("host (CPU) tensor op", Box::new(|| cpu.add(&cpu).map(drop))),
+        (
+            "Event::query",
+            Box::new(|| {
+                let e = cuda::current_stream(0)?.record_event(None)?;
+                e.query().map(drop)
+            }),
+        ),
+        (
+            "Event::synchronize",
+            Box::new(|| {
+                let e = cuda::current_stream(0)?.record_event(None)?;
+                e.synchronize()
+            }),
+        ),
+    ];
+    for (name, call) in &calls {
+        let mut g = CUDAGraph::new();
+        let r = cuda::graph(&mut g, GraphOptions::default(), || {
+            x.mul(2.0)?;
+            call()
+        });
+        is_illegal(r, name);
+        assert!(!g.is_capturing() && g.node_count() == 0, "{name}: the capture ended without a graph");
+        runtime_still_usable()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn capture_end_after_a_refused_call_reports_the_invalidated_capture() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = tensor(&data(14, 64))?;
+    let s = cuda::Stream::new(0, 0)?;
+    {
+        let _g = StreamGuard::new(&s)?;
+        let mut g = CUDAGraph::new();
+        g.capture_begin(None, CaptureErrorMode::Global)?;
+        assert!(cuda::is_current_stream_capturing()?);
+        x.mul(2.0)?;
+        is_illegal(x.to_vec::<f32>(), "device-to-host");
+        match g.capture_end() {
+            Err(Error::CaptureInvalidated { call, .. }) => assert!(call.contains("device-to-host")),
+            other => panic!("expected CaptureInvalidated, got {other:?}"),
+        }
+        assert!(!cuda::is_current_stream_capturing()?);
+        assert!(matches!(g.replay(), Err(Error::GraphState { .. })));
+        // Capture again on the same graph and stream.
+        g.capture_begin(None, CaptureErrorMode::Global)?;
+        let y = x.add(1.0)?;
+        g.capture_end()?;
+        g.replay()?;
+        let want: Vec<f32> = data(14, 64).iter().map(|v| v + 1.0).collect();
+        assert_eq!(y.to_vec::<f32>()?, want);
+    }
+    runtime_still_usable()
+}
+
+#[test]
+fn capturing_the_default_stream_and_calls_out_of_order_are_typed_errors() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let mut g = CUDAGraph::new();
+    let _d = StreamGuard::new(&cuda::default_stream(0)?)?;
+    assert!(matches!(g.capture_begin(None, CaptureErrorMode::Global), Err(Error::GraphState { .. })));
+    assert!(matches!(g.capture_end(), Err(Error::GraphState { .. })));
+    assert!(matches!(g.replay(), Err(Error::GraphState { .. })));
+    assert!(matches!(g.pool(), Err(Error::GraphState { .. })));
+    let r = cuda::graph(&mut g, GraphOptions { stream: Some(cuda::default_stream(0)?), ..Default::default() }, || Ok(()));
+    assert!(matches!(r, Err(Error::GraphState { .. })), "{r:?}");
+    drop(_d);
+    runtime_still_usable()
+}
+
+#[test]
+fn work_forked_to_another_stream_is_captured_and_must_be_joined_back() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let (a, b) = (tensor(&data(15, 512))?, tensor(&data(16, 512))?);
+    let side = cuda::Stream::new(0, 0)?;
+    let mut g = CUDAGraph::new();
+    let (ya, yb) = cuda::graph(&mut g, GraphOptions::default(), || {
+        let cap = cuda::current_stream(0)?;
+        side.wait_stream(&cap)?;
+        let yb = {
+            let _g = StreamGuard::new(&side)?;
+            assert!(cuda::is_current_stream_capturing()?, "a forked stream joins the capture");
+            b.mul(3.0)?
+        };
+        let ya = a.mul(5.0)?;
+        cap.wait_stream(&side)?;
+        Ok((ya, yb))
+    })?;
+    g.replay()?;
+    assert_eq!(ya.to_vec::<f32>()?, data(15, 512).iter().map(|v| v * 5.0).collect::<Vec<_>>());
+    assert_eq!(yb.to_vec::<f32>()?, data(16, 512).iter().map(|v| v * 3.0).collect::<Vec<_>>());
+
+    // Without the join: a typed error naming the stream.
+    let mut g2 = CUDAGraph::new();
+    let r = cuda::graph(&mut g2, GraphOptions::default(), || {
+        side.wait_stream(&cuda::current_stream(0)?)?;
+        let _g = StreamGuard::new(&side)?;
+        b.mul(3.0).map(drop)
+    });
+    match r {
+        Err(Error::CaptureUnjoined { stream, .. }) => assert_eq!(stream, side.id()),
+        other => panic!("expected CaptureUnjoined, got {other:?}"),
+    }
+    // A wait on an event recorded outside the capture crosses its boundary.
+    let outside = side.record_event(None)?;
+    let mut g3 = CUDAGraph::new();
+    let r = cuda::graph(&mut g3, GraphOptions::default(), || cuda::current_stream(0)?.wait_event(&outside));
+    is_illegal(r, "Stream::wait_event");
+    runtime_still_usable()
+}
+
+#[test]
+fn capture_modes_decide_which_other_calls_are_refused() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = tensor(&data(17, 64))?;
+    let other = cuda::Stream::new(0, 0)?;
+    for (mode, other_thread_ok, same_thread_ok) in [
+        (CaptureErrorMode::Global, false, false),
+        (CaptureErrorMode::ThreadLocal, true, false),
+        (CaptureErrorMode::Relaxed, true, true),
+    ] {
+        let mut g = CUDAGraph::new();
+        let opts = GraphOptions { capture_error_mode: mode, ..GraphOptions::default() };
+        let r = cuda::graph(&mut g, opts, || {
+            x.mul(2.0)?;
+            let there = std::thread::scope(|s| s.spawn(|| other.synchronize()).join().expect("thread"));
+            assert_eq!(there.is_ok(), other_thread_ok, "{mode:?}: another thread's synchronize: {there:?}");
+            let here = other.synchronize();
+            assert_eq!(here.is_ok(), same_thread_ok, "{mode:?}: this thread's synchronize: {here:?}");
+            Ok(())
+        });
+        match (other_thread_ok && same_thread_ok, r) {
+            (true, Ok(())) => g.replay()?,
+            (false, Err(Error::CaptureInvalidated { .. })) => {}
+            (_, r) => panic!("{mode:?}: unexpected end of capture {r:?}"),
+        }
+    }
+    runtime_still_usable()
+}
+
+#[test]
+fn a_panic_inside_the_capture_ends_it() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = tensor(&data(18, 64))?;
+    let mut g = CUDAGraph::new();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cuda::graph(&mut g, GraphOptions::default(), || -> Result<()> {
+            x.mul(2.0)?;
+            panic!("user code panicked")
+        })
+    }));
+    assert!(r.is_err());
+    assert!(!g.is_capturing());
+    runtime_still_usable()
+}
+
+#[test]
+fn host_ops_may_be_allowed_in_a_capture_and_then_run_once() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let cpu = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu)?;
+    let x = tensor(&data(19, 8))?;
+    let mut g = CUDAGraph::new();
+    let opts = GraphOptions { allow_host_ops: true, ..GraphOptions::default() };
+    let (host, y) = cuda::graph(&mut g, opts, || Ok((cpu.add(&cpu)?, x.mul(2.0)?)))?;
+    assert_eq!(host.to_vec::<f32>()?, vec![2.0, 4.0]);
+    g.replay()?;
+    assert_eq!(y.to_vec::<f32>()?, data(19, 8).iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    Ok(())
+}
+
+#[test]
+fn make_graphed_copies_new_inputs_in_and_replays() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let f = |xs: &[Tensor]| -> Result<Vec<Tensor>> { Ok(vec![xs[0].mul(&xs[1])?.add(1.0)?.tanh()?]) };
+    let (a, b) = (tensor(&data(20, 300))?, tensor(&data(21, 300))?);
+    let graphed = cuda::make_graphed(f, &[a.clone(), b.clone()], 3)?;
+    for seed in 22..25 {
+        let (p, q) = (tensor(&data(seed, 300))?, tensor(&data(seed + 100, 300))?);
+        let out = graphed.call(&[&p, &q])?;
+        assert_eq!(out[0].to_vec::<f32>()?, f(&[p, q])?[0].to_vec::<f32>()?);
+    }
+    let wrong = Tensor::zeros([299], DType::F32, dev())?;
+    assert!(matches!(graphed.call(&[&wrong, &b]), Err(Error::GraphState { .. })));
+    assert!(matches!(graphed.call(&[&a]), Err(Error::GraphState { .. })));
+    Ok(())
+}
+
+#[test]
+fn debug_dump_writes_graphviz() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = tensor(&data(26, 64))?;
+    let mut g = CUDAGraph::new();
+    cuda::graph(&mut g, GraphOptions::default(), || x.mul(2.0)?.exp())?;
+    let path = std::env::temp_dir().join(format!("cudasem-graph-{}.dot", std::process::id()));
+    g.debug_dump(&path)?;
+    let dot = std::fs::read_to_string(&path).expect("the dump");
+    std::fs::remove_file(&path).ok();
+    assert!(dot.contains("digraph"), "{dot}");
+    Ok(())
+}

@@ -22,8 +22,8 @@ pub use crate::runtime::{
     set_device, set_per_process_memory_fraction, set_stream, synchronize, with_device, with_stream, DeviceGuard, Event,
     EventFlags, Stream, StreamGuard,
 };
-pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
+pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
 pub use crate::tensor::{make_graphed, GraphedCallable};
 
 /// Allocator traces and their replay, and byte counts as PyTorch prints them (the

@@ -141,7 +141,8 @@ fn blocks_freed_during_a_capture_are_reused_by_it_from_its_private_pool() -> Res
     assert_eq!(first, second, "the capture reuses the block it freed");
     let pool = g.pool()?;
     let snap = cuda::memory_snapshot()?;
-    let seg = snap.segments.iter().find(|s| s.address <= out.data_ptr() && out.data_ptr() < s.address + s.total_size as u64);
+    let seg =
+        snap.segments.iter().find(|s| s.address <= out.data_ptr() && out.data_ptr() < s.address + s.total_size as u64);
     assert_eq!(seg.map(|s| s.segment_pool_id), Some(pool), "the output lives in the graph's pool");
     g.replay()?;
     let want: Vec<f32> = data(9, 1 << 18).iter().map(|v| v + 1.0).collect();
@@ -155,8 +156,7 @@ fn blocks_freed_during_a_capture_are_reused_by_it_from_its_private_pool() -> Res
 }
 
 #[test]
-fn a_pool_shared_by_two_captures_serves_both_and_its_memory_returns_after_reset_drop_and_empty_cache(
-) -> Result<()> {
+fn a_pool_shared_by_two_captures_serves_both_and_its_memory_returns_after_reset_drop_and_empty_cache() -> Result<()> {
     let Some(_s) = serial() else { return Ok(()) };
     cuda::synchronize(0)?;
     cuda::empty_cache()?;
@@ -197,7 +197,8 @@ fn a_graph_keeps_alive_the_tensors_it_reads_after_the_user_dropped_them() -> Res
     let mut g = CUDAGraph::new();
     let y = cuda::graph(&mut g, GraphOptions::default(), || x.mul(-1.0))?;
     drop(x); // PyTorch: a silent error; here the graph holds the storage
-    let others: Vec<Tensor> = (0..8).map(|i| Tensor::full([4096], i as f64, DType::F32, dev())).collect::<Result<_>>()?;
+    let others: Vec<Tensor> =
+        (0..8).map(|i| Tensor::full([4096], i as f64, DType::F32, dev())).collect::<Result<_>>()?;
     assert!(others.iter().all(|t| t.data_ptr() != x_ptr), "the dropped input's block was not reused");
     g.replay()?;
     assert_eq!(y.to_vec::<f32>()?, h.iter().map(|v| -v).collect::<Vec<_>>());
@@ -285,7 +286,8 @@ fn capturing_the_default_stream_and_calls_out_of_order_are_typed_errors() -> Res
     assert!(matches!(g.capture_end(), Err(Error::GraphState { .. })));
     assert!(matches!(g.replay(), Err(Error::GraphState { .. })));
     assert!(matches!(g.pool(), Err(Error::GraphState { .. })));
-    let r = cuda::graph(&mut g, GraphOptions { stream: Some(cuda::default_stream(0)?), ..Default::default() }, || Ok(()));
+    let r =
+        cuda::graph(&mut g, GraphOptions { stream: Some(cuda::default_stream(0)?), ..Default::default() }, || Ok(()));
     assert!(matches!(r, Err(Error::GraphState { .. })), "{r:?}");
     drop(_d);
     runtime_still_usable()

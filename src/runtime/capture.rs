@@ -280,7 +280,9 @@ pub(crate) fn check_device(call: &'static str, device: usize) -> Result<()> {
 pub(crate) fn check_event(call: &'static str, event: EventId) -> Result<()> {
     for c in captures().iter() {
         if c.state().events.contains_key(&event) {
-            return Err(c.refuse(call, "the event was recorded in the capture, so it stands for work that has not run".into()));
+            return Err(
+                c.refuse(call, "the event was recorded in the capture, so it stands for work that has not run".into())
+            );
         }
     }
     check_blocking(call, None)

@@ -102,7 +102,9 @@ impl CUDAGraph {
     fn begin(&mut self, pool: Option<MemPoolId>, mode: CaptureMode, allow_host_ops: bool) -> Result<()> {
         match self.state {
             State::Empty => {}
-            State::Capturing(_) => return Err(state_error("CUDAGraph::capture_begin", "a capture is already underway")),
+            State::Capturing(_) => {
+                return Err(state_error("CUDAGraph::capture_begin", "a capture is already underway"))
+            }
             State::Captured(_) => {
                 return Err(state_error("CUDAGraph::capture_begin", "the graph holds a capture; call reset() first"))
             }

@@ -56,7 +56,8 @@ pub(super) fn maybe_relaxed<R>(f: impl FnOnce() -> R) -> R {
 pub(super) fn capture_id(stream: sys::CUstream) -> Option<u64> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut id: sys::cuuint64_t = 0;
-    let (graph, deps, edges, n) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let (graph, deps, edges, n) =
+        (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: a live stream of the current context; the optional outputs are null, as allowed.
     let r = unsafe { sys::cuStreamGetCaptureInfo_v3(stream, &mut status, &mut id, graph, deps, edges, n) };
     (r.result().is_ok() && status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id)

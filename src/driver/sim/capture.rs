@@ -9,47 +9,14 @@
 //! calls are refused, that forked streams are joined back); this layer only records and replays.
 
 use super::memory::lock;
-use super::stream::{Job, Task};
+use super::stream::{Job, Node, SimCapture};
 use super::time::SimTime;
 use super::SimDriver;
 use crate::driver::{CaptureMode, EventId, GraphId, StreamId};
 use crate::error::{Error, Result};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-
-/// One captured piece of work.
-struct Node {
-    label: &'static str,
-    cost: SimTime,
-    task: Task,
-}
-
-/// A capture underway: the work of its streams, in the order it was queued.
-pub(crate) struct SimCapture {
-    /// The stream that began it.
-    origin: StreamId,
-    open: AtomicBool,
-    nodes: Mutex<Vec<Node>>,
-}
-
-impl std::fmt::Debug for SimCapture {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimCapture").field("origin", &self.origin).field("open", &self.is_open()).finish()
-    }
-}
-
-impl SimCapture {
-    /// Keeps a job's work in the capture.
-    pub fn push(&self, label: &'static str, cost: SimTime, task: Task) {
-        lock(&self.nodes).push(Node { label, cost, task });
-    }
-
-    /// Whether the capture is still underway.
-    pub fn is_open(&self) -> bool {
-        self.open.load(Ordering::Acquire)
-    }
-}
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// A captured graph: its nodes, run in order by every launch.
 pub(crate) struct SimGraph {
@@ -63,8 +30,7 @@ impl SimDriver {
         if s.capture().is_some() {
             return Err(Error::Internal { op: "begin_capture", reason: format!("stream {} is capturing", stream.0) });
         }
-        let c = SimCapture { origin: stream, open: AtomicBool::new(true), nodes: Mutex::new(Vec::new()) };
-        s.set_capture(Some(Arc::new(c)));
+        s.set_capture(Some(Arc::new(SimCapture::new(stream))));
         Ok(())
     }
 
@@ -83,7 +49,7 @@ impl SimDriver {
     pub(super) fn sim_end_capture(&self, stream: StreamId) -> Result<GraphId> {
         let s = self.stream(stream)?;
         let capture = match s.capture() {
-            Some(c) if c.origin == stream => c,
+            Some(c) if c.origin() == stream => c,
             _ => {
                 return Err(Error::Internal {
                     op: "end_capture",
@@ -91,14 +57,14 @@ impl SimDriver {
                 })
             }
         };
-        capture.open.store(false, Ordering::Release);
+        capture.close();
         let streams: Vec<_> = self.streams.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
         for other in streams {
             if other.capture().is_some_and(|c| Arc::ptr_eq(&c, &capture)) {
                 other.set_capture(None);
             }
         }
-        let nodes = std::mem::take(&mut *lock(&capture.nodes));
+        let nodes = capture.take_nodes();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let graph = SimGraph { device: s.device, nodes: Arc::new(nodes) };
         lock(&self.graphs).insert(id, Arc::new(graph));
@@ -120,9 +86,9 @@ impl SimDriver {
                 reason: format!("a graph of cuda:{} launched on a stream of cuda:{}", g.device, s.device),
             });
         }
-        let cost = g.nodes.iter().map(|n| n.cost).fold(0, SimTime::saturating_add);
+        let cost = g.nodes.iter().map(Node::cost).fold(0, SimTime::saturating_add);
         let nodes = g.nodes.clone();
-        s.submit(Job::run("graph", cost, move || nodes.iter().for_each(|n| (n.task)())));
+        s.submit(Job::run("graph", cost, move || nodes.iter().for_each(|n| n.run())));
         Ok(())
     }
 
@@ -138,7 +104,7 @@ impl SimDriver {
         let g = self.graph(graph)?;
         let mut dot = format!("digraph cudasem_sim_graph_{} {{\n  rankdir=TB;\n", graph.0);
         for (i, n) in g.nodes.iter().enumerate() {
-            let _ = writeln!(dot, "  n{i} [shape=box label=\"{i}: {} ({} ns)\"];", n.label, n.cost);
+            let _ = writeln!(dot, "  n{i} [shape=box label=\"{i}: {} ({} ns)\"];", n.label(), n.cost());
             if i > 0 {
                 let _ = writeln!(dot, "  n{} -> n{i};", i - 1);
             }

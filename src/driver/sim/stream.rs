@@ -3,9 +3,10 @@
 //! worker reaches it, and keeps the simulated time of that moment for timing. A capturing stream
 //! ([`super::capture`]) keeps its jobs in the capture instead of running them.
 
-use super::capture::SimCapture;
 use super::memory::lock;
 use super::time::SimTime;
+use crate::driver::StreamId;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -236,5 +237,75 @@ impl SimEvent {
 
     pub fn was_recorded(&self) -> bool {
         self.current().is_some()
+    }
+}
+
+/// One captured piece of work.
+pub(crate) struct Node {
+    label: &'static str,
+    cost: SimTime,
+    task: Task,
+}
+
+/// A capture underway: the work of its streams, in the order it was queued.
+pub(crate) struct SimCapture {
+    /// The stream that began it.
+    origin: StreamId,
+    open: AtomicBool,
+    nodes: Mutex<Vec<Node>>,
+}
+
+impl std::fmt::Debug for SimCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCapture").field("origin", &self.origin).field("open", &self.is_open()).finish()
+    }
+}
+
+impl SimCapture {
+    /// A capture begun on `origin`.
+    pub fn new(origin: StreamId) -> SimCapture {
+        SimCapture { origin, open: AtomicBool::new(true), nodes: Mutex::new(Vec::new()) }
+    }
+
+    /// The stream that began it.
+    pub fn origin(&self) -> StreamId {
+        self.origin
+    }
+
+    /// Ends the capture: its recordings count as reached from now on.
+    pub fn close(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
+    /// The captured work, in order (taken out).
+    pub fn take_nodes(&self) -> Vec<Node> {
+        std::mem::take(&mut *lock(&self.nodes))
+    }
+
+    /// Keeps a job's work in the capture.
+    pub fn push(&self, label: &'static str, cost: SimTime, task: Task) {
+        lock(&self.nodes).push(Node { label, cost, task });
+    }
+
+    /// Whether the capture is still underway.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+impl Node {
+    /// Its modelled duration.
+    pub fn cost(&self) -> SimTime {
+        self.cost
+    }
+
+    /// What it is.
+    pub fn label(&self) -> &'static str {
+        self.label
+    }
+
+    /// Runs its work.
+    pub fn run(&self) {
+        (self.task)()
     }
 }

@@ -263,7 +263,8 @@ mod tests {
         assert_eq!(parse_only(Some("small_op_cpp")).unwrap(), ["small_op"]);
         assert!(parse_only(Some("nope")).unwrap_err().contains("unknown figure `nope`"));
         assert!(parse_only(Some(",")).is_err());
-        assert_eq!(parse_only(None).unwrap().len(), 15);
+        assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
+        assert_eq!(parse_only(None).unwrap().len(), 17);
     }
 
     #[test]

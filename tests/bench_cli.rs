@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 18] = [
+const ROWS: [&str; 25] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -28,6 +28,13 @@ const ROWS: [&str; 18] = [
     "replay_resnet50",
     "e2e_mlp_pipeline_bf16",
     "e2e_decode_step",
+    "e2e_decode_step_graphed",
+    "graph_replay_10",
+    "graph_replay_100",
+    "graph_replay_1000",
+    "graph_device_per_op_100",
+    "graph_eager_device_per_op_100",
+    "graph_capture_100",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -125,7 +132,14 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     let replay = rows["replay_resnet50"].key("cudasem").num().unwrap();
     assert!((5_762_142_352.0..7_033_847_808.0).contains(&replay), "{replay}");
     // The end-to-end rows are times, checked against their f64 references before they count.
-    for (name, unit, goal) in [("e2e_mlp_pipeline_bf16", "ms", 1.05), ("e2e_decode_step", "µs", 1.5)] {
+    for (name, unit, goal) in [
+        ("e2e_mlp_pipeline_bf16", "ms", 1.05),
+        ("e2e_decode_step", "µs", 1.5),
+        ("e2e_decode_step_graphed", "µs", 1.0),
+        ("graph_replay_100", "ns", 1.25),
+        ("graph_device_per_op_100", "ns", 1.0),
+        ("graph_capture_100", "ms", 2.0),
+    ] {
         let r = &rows[name];
         assert_eq!(r.key("unit").text(), Some(unit), "{name}");
         assert_eq!(r.key("lower_is_better"), &Json::Bool(true), "{name}");
@@ -133,7 +147,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 16 && err.contains("bench 15/15 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 18 && err.contains("bench 17/17 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

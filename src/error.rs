@@ -361,6 +361,7 @@ pub enum Error {
         name: String,
         /// NCCL's description and last error text.
         message: String,
+    },
     /// A call CUDA forbids while a stream capture is underway (synchronizing, querying or
     /// timing an event, a blocking copy to or from the host, host tensor work, …). It was not
     /// made, and the capture is invalidated: `capture_end` reports it and records nothing.

@@ -94,8 +94,23 @@ impl SimDriver {
     /// simulated time beyond the waits it makes.
     pub(super) fn queue_host_job(&self, stream: StreamId, job: crate::driver::comm::HostJob) -> Result<()> {
         let s = self.stream(stream)?;
+        if s.capture().is_some() {
+            return Err(Error::Unsupported {
+                op: "a collective in a CUDA graph capture",
+                driver: "sim",
+                reason: "the simulated collectives run once and cannot be replayed; capture them with \
+                         CUDASEM_DRIVER=cuda (NCCL), or run them outside the capture"
+                    .into(),
+            });
+        }
         let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
-        s.submit(Job::run(0, move || job(&mem)));
+        // Run once: a job is `FnOnce`, and the stream is not capturing, so nothing replays it.
+        let job = std::sync::Mutex::new(Some(job));
+        s.submit(Job::run("collective", 0, move || {
+            if let Some(job) = super::lock(&job).take() {
+                job(&mem)
+            }
+        }));
         Ok(())
     }
 }

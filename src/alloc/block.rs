@@ -263,8 +263,10 @@ type LiveMap = HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>;
 #[derive(Debug)]
 pub(crate) struct Blocks {
     slab: Slab,
-    /// Per slot (0: the default pools, then private pools), `[small, large]`.
-    pools: Vec<[BlockPool; 2]>,
+    /// The default pools, `[small, large]`.
+    pools: [BlockPool; 2],
+    /// Private pools by slot (slot `i + 1` is `private[i]`), `[small, large]`.
+    private: Vec<[BlockPool; 2]>,
     live: LiveMap,
     /// Cache lookups so far: the garbage collector's clock.
     clock: u64,
@@ -272,26 +274,32 @@ pub(crate) struct Blocks {
 
 impl Default for Blocks {
     fn default() -> Blocks {
-        Blocks { slab: Slab::default(), pools: vec![Default::default()], live: LiveMap::default(), clock: 0 }
+        Blocks {
+            slab: Slab::default(),
+            pools: Default::default(),
+            private: Vec::new(),
+            live: LiveMap::default(),
+            clock: 0,
+        }
     }
 }
 
 impl Blocks {
     /// Makes sure the free lists of `slot` exist.
     pub fn ensure_slot(&mut self, slot: Slot) {
-        while self.pools.len() <= slot as usize {
-            self.pools.push(Default::default());
+        while self.private.len() < slot as usize {
+            self.private.push(Default::default());
         }
     }
 
     /// The free, mapped blocks of `pool` in the private pool at `slot`.
     pub fn private_list(&self, slot: Slot, pool: PoolKind) -> &FreeList {
-        &self.pools[slot as usize][pool.index()].free
+        &self.private[slot as usize - 1][pool.index()].free
     }
 
     /// Takes out of a private pool's free list a block found by [`FreeList::best_fit`].
     pub fn take_found_in(&mut self, slot: Slot, pool: PoolKind, found: Found) {
-        self.pools[slot as usize][pool.index()].free.take(found);
+        self.private[slot as usize - 1][pool.index()].free.take(found);
     }
 
     /// A new block (in no list).
@@ -315,7 +323,8 @@ impl Blocks {
     #[inline]
     pub fn pool_insert(&mut self, id: BlockId) {
         let b = &self.slab[id];
-        let pool = &mut self.pools[b.slot as usize][b.pool.index()];
+        let pools = if b.slot == DEFAULT_SLOT { &mut self.pools } else { &mut self.private[b.slot as usize - 1] };
+        let pool = &mut pools[b.pool.index()];
         if b.mapped {
             pool.free.insert(b, id);
         } else {
@@ -327,7 +336,8 @@ impl Blocks {
     #[inline]
     pub fn pool_remove(&mut self, id: BlockId) {
         let b = &self.slab[id];
-        let pool = &mut self.pools[b.slot as usize][b.pool.index()];
+        let pools = if b.slot == DEFAULT_SLOT { &mut self.pools } else { &mut self.private[b.slot as usize - 1] };
+        let pool = &mut pools[b.pool.index()];
         if b.mapped {
             pool.free.remove(b);
         } else {
@@ -338,19 +348,19 @@ impl Blocks {
     /// `pool`'s free, mapped blocks (of the default pools).
     #[inline]
     pub fn free_list(&self, pool: PoolKind) -> &FreeList {
-        &self.pools[DEFAULT_SLOT as usize][pool.index()].free
+        &self.pools[pool.index()].free
     }
 
     /// `pool`'s unmapped pieces of expandable segments (only the default pools have them).
     pub fn unmapped_list(&self, pool: PoolKind) -> &FreeList {
-        &self.pools[DEFAULT_SLOT as usize][pool.index()].unmapped
+        &self.pools[pool.index()].unmapped
     }
 
     /// Takes out of `pool`'s free list a block found by [`FreeList::best_fit`] (nothing changed
     /// since).
     #[inline]
     pub fn take_found(&mut self, pool: PoolKind, found: Found) {
-        self.pools[DEFAULT_SLOT as usize][pool.index()].free.take(found);
+        self.pools[pool.index()].free.take(found);
     }
 
     /// Merges the free block `src` into its neighbour `dst` (out of the lists); returns the

@@ -260,7 +260,7 @@ type LiveMap = HashMap<u64, BlockId, BuildHasherDefault<AddrHasher>>;
 /// A free block is in the free list of its pool (mapped) or its unmapped list, by its current
 /// size and address: change a block's size, address or stream only while it is out of them
 /// ([`Blocks::pool_remove`] first, [`Blocks::pool_insert`] after).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Blocks {
     slab: Slab,
     /// The default pools, `[small, large]`.
@@ -270,18 +270,6 @@ pub(crate) struct Blocks {
     live: LiveMap,
     /// Cache lookups so far: the garbage collector's clock.
     clock: u64,
-}
-
-impl Default for Blocks {
-    fn default() -> Blocks {
-        Blocks {
-            slab: Slab::default(),
-            pools: Default::default(),
-            private: Vec::new(),
-            live: LiveMap::default(),
-            clock: 0,
-        }
-    }
 }
 
 impl Blocks {

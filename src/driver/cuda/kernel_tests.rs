@@ -54,6 +54,8 @@ fn sample_modules() -> Vec<ModuleKey> {
             };
             v.push(ModuleKey::Reduce { op: r, src: d, dst, values: false });
         }
+        // `max` / `min` along a dim: the arg-reduction writing the values too.
+        v.push(ModuleKey::Reduce { op: ReduceOp::ArgMax, src: d, dst: I64, values: true });
         if d.is_float() {
             v.push(ModuleKey::Softmax { src: d, dst: d, log: d == F16 });
         }

@@ -77,6 +77,8 @@ mod alloc {
         assert!(is_pool_error(a.create_pool(MemPoolId::DEFAULT)), "(0, 0) is the default pools");
         assert!(is_pool_error(a.pool_use_count(p)), "unknown pool");
         assert!(is_pool_error(a.release_pool(p)), "releasing an unknown pool");
+        let m = a.release_pool(p).unwrap_err().to_string();
+        assert!(m.contains("release_pool") && m.contains("(0, 7)") && m.contains("cuda:0"), "{m}");
         a.create_pool(p).unwrap();
         assert_eq!(a.pool_use_count(p).unwrap(), 1);
         a.begin_allocate_to_pool(p, only(S1)).unwrap();

@@ -21,7 +21,6 @@ pub fn graph_pool_handle() -> MemPoolId {
 }
 
 /// The id of a graph's own pool, `(n, 0)` (what `capture_begin` uses when given no pool).
-#[allow(dead_code)] // called by the CUDA-graph capture
 pub(crate) fn new_graph_pool_id() -> MemPoolId {
     MemPoolId(GRAPH_POOLS.fetch_add(1, Ordering::Relaxed), 0)
 }

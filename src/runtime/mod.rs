@@ -44,9 +44,6 @@ pub use host_memory::{
 pub(crate) use host_memory::{BlockUses, UseEvents};
 pub(crate) use host_memory::{PinnedBlock, PinnedRead, PinnedWrite};
 pub(crate) use mem_pool::{begin_allocate_to_streams, end_allocate_to_pool, release_pool};
-// For the CUDA-graph capture (`capture_begin` routes its stream's allocations to the graph's pool).
-#[allow(unused_imports)]
-pub(crate) use mem_pool::{begin_allocate_to_pool, new_graph_pool_id};
 pub use mem_pool::{graph_pool_handle, use_mem_pool, MemPool};
 pub(crate) use memory::DeviceBlock;
 pub use memory::*;

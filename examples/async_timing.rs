@@ -17,7 +17,10 @@ fn check(ok: bool, what: &str) -> Result<(), String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = cuda::current_stream(None)?;
     let x = Tensor::randn([128, 128], DType::F32, "cuda")?;
-    drop(x.matmul(&x)?); // warm up: the first launch sets things up
+    // Warm up: the first use of a kernel compiles and loads it (on a GPU, loading a module waits
+    // for the device to go idle), so every kernel below runs once before anything is timed.
+    drop(x.matmul(&x)?.softmax(-1)?);
+    delay(&s, Duration::from_micros(10))?;
     cuda::synchronize(None)?;
 
     // 200 ms of device work (a spin kernel of known length), then ten matmuls behind it.

@@ -517,7 +517,6 @@ fn replay_plots_cudasems_reserved_beside_pytorchs() {
 }
 
 #[test]
-#[ignore = "needs tests/fixtures/pytorch_gpu_snapshot.{pickle,expected.json}, made on a GPU machine by tests/fixtures/pytorch_gpu_snapshot.py; un-ignore once committed"]
 fn a_snapshot_dumped_by_pytorch_on_a_gpu_reads_and_agrees_with_its_statistics() {
     // Made on a GPU machine by tests/fixtures/pytorch_gpu_snapshot.py (PyTorch's own
     // _dump_snapshot, with stack frames); read from the repository root, where tests run.

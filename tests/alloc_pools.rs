@@ -5,7 +5,9 @@
 
 // In a module named `alloc` so that `cargo test alloc` selects these tests.
 mod alloc {
-    use cudasem::alloc::{AccountingMemory, AllocatorSettings, BlockState, CachingAllocator, MemPoolId, StreamFilter};
+    use cudasem::alloc::{
+        AccountingMemory, AllocatorSettings, BlockState, CachingAllocator, MemPoolId, StreamFilter, TraceAction,
+    };
     use cudasem::driver::{DevicePtr, StreamId};
     use cudasem::Error;
     use rand::{RngExt, SeedableRng};
@@ -33,6 +35,7 @@ mod alloc {
     #[test]
     fn a_capture_routes_its_stream_to_the_pool_and_the_pools_never_mix() {
         let (_, a) = allocator("", 1 << 30);
+        a.record_history(true, 1000);
         let p = MemPoolId(1, 0);
         let default_freed = a.malloc(4096, S1).unwrap();
         a.free(default_freed).unwrap();
@@ -54,6 +57,15 @@ mod alloc {
         assert_eq!(ids.iter().filter(|&&i| i == p).count(), 1, "one small segment in the pool: {ids:?}");
         assert_eq!(a.pool_snapshot(p).segments.len(), 1);
         assert_eq!(a.pool_snapshot(p).segments[0].segment_pool_id, p);
+        // The history records the pool's segment and blocks as usual.
+        let seg = a.pool_snapshot(p).segments[0].address;
+        let at = |addr: u64| -> Vec<TraceAction> {
+            let h = &snap.device_traces[0];
+            h.iter().filter(|e| e.addr == addr).map(|e| e.action).collect()
+        };
+        use TraceAction::*;
+        assert_eq!(at(seg)[..2], [SegmentAlloc, Alloc], "the pool's segment, then its first block");
+        assert_eq!(at(x.0).iter().filter(|&&t| t == FreeCompleted).count(), 1, "{:?}", at(x.0));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `cudasem` command: `info` (the machine), `tour` (a self-checking walk through the CUDA
 //! semantics on whatever machine it runs on), `replay` (an allocator trace), `memviz` (pictures of
-//! a memory snapshot) and `bench` (cudasem's figures beside PyTorch's, BENCHMARKS.md).
+//! a memory snapshot), `bench` (cudasem's figures beside PyTorch's, BENCHMARKS.md) and `run`
+//! (torchrun's launcher for `cudasem::distributed` programs).
 
 mod cli;
 
@@ -106,6 +107,30 @@ enum Command {
         #[arg(long, value_name = "PATH", requires = "ops")]
         write_spec: Option<std::path::PathBuf>,
     },
+    /// Starts a distributed program as torchrun does: --nproc-per-node copies with RANK,
+    /// LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and torchrun's other variables), one GPU
+    /// per local rank; forwards SIGINT/SIGTERM/SIGHUP; when a rank fails, stops the others and
+    /// exits with its status.
+    Run {
+        /// Processes on this node (one per GPU).
+        #[arg(long)]
+        nproc_per_node: usize,
+        /// Nodes in the world.
+        #[arg(long, default_value_t = 1)]
+        nnodes: usize,
+        /// This node's number, 0..nnodes.
+        #[arg(long, default_value_t = 0)]
+        node_rank: usize,
+        /// Rank 0's host (the store's server).
+        #[arg(long, default_value = "127.0.0.1")]
+        master_addr: String,
+        /// Rank 0's store port [default: a free port on one node; 29500 with several nodes].
+        #[arg(long)]
+        master_port: Option<u16>,
+        /// The program and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -118,6 +143,9 @@ fn main() -> ExitCode {
         }
         Command::Memviz { snapshot, html, svg, device, at, by_stream } => {
             cli::memviz::run(cli::memviz::Args { snapshot, html, svg, device, at, by_stream })
+        }
+        Command::Run { nproc_per_node, nnodes, node_rank, master_addr, master_port, command } => {
+            cli::run::run(cli::run::Options { nproc_per_node, nnodes, node_rank, master_addr, master_port, command })
         }
         Command::Bench { json, no_pytorch, python, script, only, quick, ops, write_spec } => {
             let script = script.unwrap_or_else(|| cli::bench::default_script(ops));

@@ -5,4 +5,5 @@ pub mod info;
 pub mod memviz;
 pub mod replay;
 pub mod replay_plot;
+pub mod run;
 pub mod tour;

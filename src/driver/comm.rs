@@ -7,7 +7,7 @@
 //! sizes, dtypes and ranks (and, through its store, that every rank agrees) before a collective
 //! reaches a communicator.
 
-use super::{DevicePtr, StreamId};
+use super::DevicePtr;
 use crate::dtype::DType;
 use crate::error::Result;
 
@@ -135,8 +135,9 @@ pub enum Collective {
 /// A communicator: one rank's membership in a group of devices (NCCL's `ncclComm_t`). Dropping it
 /// finalizes and destroys it (the normal path); [`Comm::abort`] is for a group that cannot finish.
 pub trait Comm: Send + Sync {
-    /// Queues `op` on `stream` (a stream of the communicator's device); returns once queued.
-    fn run(&self, op: &Collective, stream: StreamId) -> Result<()>;
+    /// Queues `op` on the native stream `stream` (a [`Driver::raw_stream`](super::Driver::raw_stream)
+    /// of the communicator's device: NCCL takes a `cudaStream_t`); returns once queued.
+    fn run(&self, op: &Collective, stream: u64) -> Result<()>;
     /// An error the communicator met asynchronously (a peer gone, a network failure), if any.
     fn async_error(&self) -> Result<()>;
     /// Aborts the communicator's outstanding work (`ncclCommAbort`); it is unusable afterwards.

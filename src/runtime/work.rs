@@ -153,7 +153,7 @@ impl Stream {
     /// Queues `op` of the communicator `comm` (made for this stream's device).
     #[inline]
     pub(crate) fn collective(&self, comm: &dyn Comm, op: &Collective) -> Result<()> {
-        comm.run(op, self.driver_id())
+        comm.run(op, rt()?.driver.raw_stream(self.driver_id())?)
     }
 
     /// Queues a host job over device memory (the simulated machine's collectives).

@@ -87,6 +87,7 @@ mod kernels;
 mod launch;
 mod memory;
 mod module_cache;
+mod nccl;
 mod reduce;
 mod reduce_templates;
 mod status;
@@ -97,6 +98,7 @@ mod vmm;
 
 #[doc(hidden)]
 pub use ctx::set_tuning;
+pub use nccl::describe as nccl_library;
 
 raw_handle!(
     /// A retained primary context (`CUcontext`).
@@ -679,6 +681,25 @@ impl Driver for CudaDriver {
 
     fn take_error(&self, device: usize) -> Result<()> {
         self.device(device)?.dropped.take()
+    }
+
+    fn comm_unique_id(&self) -> Result<Vec<u8>> {
+        nccl::unique_id()
+    }
+
+    fn comm_init_rank(
+        &self,
+        device: usize,
+        world: usize,
+        rank: usize,
+        id: &[u8],
+    ) -> Result<Box<dyn super::comm::Comm>> {
+        nccl::init_rank(self.device(device)?.ctx, world, rank, id)
+    }
+
+    fn comm_init_all(&self, devices: &[usize]) -> Result<Vec<Box<dyn super::comm::Comm>>> {
+        let with_ctx = devices.iter().map(|&d| Ok((d, self.device(d)?.ctx))).collect::<Result<Vec<_>>>()?;
+        nccl::init_all(&with_ctx)
     }
 }
 

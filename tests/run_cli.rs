@@ -1,0 +1,231 @@
+//! `cudasem run` and multi-process groups: ranks that are processes (this test executable, whose
+//! ignored `rank_body` test is the rank's program) reduce over `env://` through a `TcpStore`,
+//! with 1, 2 and 4 ranks on one node and 2 nodes of one rank; a failing rank makes the launcher
+//! stop the others and exit with its status; a rank that dies is a timeout error for the others
+//! (not a hang); SIGTERM to the launcher reaches every rank.
+
+mod common;
+
+use cudasem::distributed::{self, InitOptions, ReduceOp};
+use cudasem::{DType, Device, Error, Tensor};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// What a rank does, from `DIST_BODY`.
+fn body() -> Option<String> {
+    std::env::var("DIST_BODY").ok().filter(|_| std::env::var_os("RANK").is_some())
+}
+
+fn env_usize(key: &str) -> usize {
+    std::env::var(key).unwrap().parse().unwrap()
+}
+
+/// The rank's program (run by the tests below through `cudasem run`, or spawned directly); does
+/// nothing in an ordinary test run.
+#[test]
+#[ignore = "a rank's program, started by the other tests of this file"]
+fn rank_body() {
+    let Some(body) = body() else { return };
+    let timeout = std::env::var("DIST_TIMEOUT_MS").map_or(60_000, |v| v.parse().unwrap());
+    let options = InitOptions { timeout: Duration::from_millis(timeout), ..InitOptions::default() };
+    let pg = distributed::init_process_group(options).unwrap();
+    let (rank, world) = (env_usize("RANK"), env_usize("WORLD_SIZE"));
+    assert_eq!((pg.rank(), pg.world_size(), pg.device()), (rank, world, env_usize("LOCAL_RANK")));
+    let dev = Device::cuda(pg.device());
+    match body.as_str() {
+        "reduce" => {
+            let t = Tensor::full([257], (rank + 1) as f64, DType::F32, dev).unwrap();
+            pg.all_reduce(&t, ReduceOp::Sum, false).unwrap();
+            let want = (world * (world + 1) / 2) as f32;
+            assert!(t.to_vec::<f32>().unwrap().iter().all(|&x| x == want), "rank {rank}");
+            let b = Tensor::full([3], rank as f64, DType::I64, dev).unwrap();
+            pg.broadcast(&b, world - 1, false).unwrap();
+            assert_eq!(b.to_vec::<i64>().unwrap(), [(world - 1) as i64; 3]);
+            pg.barrier().unwrap();
+            println!("rank {rank} finished");
+        }
+        "die" => {
+            if rank == 1 {
+                std::process::exit(3);
+            }
+            let t = Tensor::ones([4], DType::F32, dev).unwrap();
+            match pg.all_reduce(&t, ReduceOp::Sum, false) {
+                Err(Error::DistributedTimeout { what, .. }) if what.contains("[1]") => {
+                    println!("rank {rank} finished: a timeout naming rank 1")
+                }
+                other => panic!("rank {rank}: expected a timeout naming rank 1, got {other:?}"),
+            }
+        }
+        "sleep" => {
+            let dir = std::env::var("DIST_PID_DIR").unwrap();
+            std::fs::write(format!("{dir}/{rank}"), std::process::id().to_string()).unwrap();
+            std::thread::sleep(Duration::from_secs(120));
+            println!("rank {rank} finished");
+        }
+        other => panic!("unknown DIST_BODY {other}"),
+    }
+    distributed::destroy_process_group();
+}
+
+/// This executable, running only `rank_body`.
+fn rank_program(cmd: &mut Command) -> &mut Command {
+    cmd.arg(std::env::current_exe().unwrap()).args([
+        "--ignored",
+        "--exact",
+        "rank_body",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+}
+
+/// The machine for the ranks: the run's driver, or a simulated one of four GPUs.
+fn machine_env(cmd: &mut Command) -> &mut Command {
+    if std::env::var("CUDASEM_DRIVER").as_deref() != Ok("cuda") {
+        cmd.env("CUDASEM_DRIVER", "sim").env("CUDASEM_SIM_DEVICES", "4");
+    }
+    cmd
+}
+
+/// Local ranks the machine can give a device each: 1, 2 and 4 on the simulated machine.
+fn local_worlds() -> Vec<usize> {
+    if std::env::var("CUDASEM_DRIVER").as_deref() != Ok("cuda") {
+        return vec![1, 2, 4];
+    }
+    if !cudasem::testing::has_devices(1) {
+        return Vec::new();
+    }
+    let n = cudasem::cuda::device_count();
+    [1, 2, 4].into_iter().filter(|&w| w <= n).collect()
+}
+
+fn launch(args: &[&str], body: &str, extra: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(common::cudasem_binary());
+    cmd.arg("run").args(args).arg("--");
+    rank_program(&mut cmd);
+    machine_env(&mut cmd).env("DIST_BODY", body).envs(extra.iter().copied());
+    cmd.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn ranks_started_by_cudasem_run_reduce_over_env_rendezvous() {
+    for n in local_worlds() {
+        let o = launch(&["--nproc-per-node", &n.to_string()], "reduce", &[]);
+        let out = text(&o);
+        assert!(o.status.success(), "{n} ranks: {out}");
+        for r in 0..n {
+            assert!(out.contains(&format!("rank {r} finished")), "{n} ranks, rank {r}: {out}");
+        }
+    }
+}
+
+#[test]
+fn two_nodes_of_one_rank_meet_at_the_master() {
+    if local_worlds().is_empty() {
+        return;
+    }
+    let port = free_port().to_string();
+    let nodes: Vec<_> = (0..2)
+        .map(|node| {
+            let mut cmd = Command::new(common::cudasem_binary());
+            cmd.args(["run", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", &node.to_string()]).args([
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                &port,
+                "--",
+            ]);
+            rank_program(&mut cmd);
+            machine_env(&mut cmd).env("DIST_BODY", "reduce");
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for (node, child) in nodes.into_iter().enumerate() {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "node {node}: {}", text(&o));
+        assert!(text(&o).contains(&format!("rank {node} finished")), "node {node}: {}", text(&o));
+    }
+}
+
+#[test]
+fn a_failing_rank_stops_the_others_and_gives_its_exit_code() {
+    if local_worlds().len() < 2 {
+        return;
+    }
+    // Rank 1 exits with 3 after the rendezvous; rank 0 waits (a minute) for it in an all-reduce.
+    let o = launch(&["--nproc-per-node", "2"], "die", &[("DIST_TIMEOUT_MS", "60000")]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(out.contains("rank 1 (local rank 1"), "the launcher names the failed rank: {out}");
+    assert!(!out.contains("rank 0 finished"), "rank 0 was stopped, not left to time out: {out}");
+}
+
+#[test]
+fn a_dead_rank_is_a_timeout_error_for_the_others() {
+    if local_worlds().len() < 2 {
+        return;
+    }
+    let port = free_port().to_string();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.args(["--ignored", "--exact", "rank_body", "--nocapture", "--test-threads=1"]);
+            machine_env(&mut cmd)
+                .env("DIST_BODY", "die")
+                .env("DIST_TIMEOUT_MS", "1500")
+                .envs([("RANK", rank.to_string()), ("LOCAL_RANK", rank.to_string()), ("WORLD_SIZE", "2".into())])
+                .envs([("MASTER_ADDR", "127.0.0.1".to_string()), ("MASTER_PORT", port.clone())]);
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    assert_eq!(outs[1].status.code(), Some(3), "{}", text(&outs[1]));
+    assert!(outs[0].status.success(), "rank 0 got its error and exited: {}", text(&outs[0]));
+    assert!(text(&outs[0]).contains("rank 0 finished: a timeout naming rank 1"), "{}", text(&outs[0]));
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_to_the_launcher_reaches_every_rank() {
+    if local_worlds().len() < 2 {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("cudasem-run-signal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(common::cudasem_binary());
+    cmd.args(["run", "--nproc-per-node", "2", "--"]);
+    rank_program(&mut cmd);
+    machine_env(&mut cmd).env("DIST_BODY", "sleep").env("DIST_PID_DIR", &dir);
+    let mut launcher = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // Wait (bounded) until both ranks are running.
+    let pids: Vec<i32> = (0..3000)
+        .find_map(|_| {
+            let read = |r: usize| std::fs::read_to_string(dir.join(r.to_string())).ok()?.trim().parse().ok();
+            match (read(0), read(1)) {
+                (Some(a), Some(b)) => Some(vec![a, b]),
+                _ => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    None
+                }
+            }
+        })
+        .expect("both ranks started within 30 s");
+    let pid = nix::unistd::Pid::from_raw(launcher.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = launcher.wait().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut out).unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{out}");
+    assert!(out.contains("forwarding it to the ranks"), "{out}");
+    for p in pids {
+        assert!(!std::path::Path::new(&format!("/proc/{p}")).exists(), "rank pid {p} outlived the launcher");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

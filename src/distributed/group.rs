@@ -41,6 +41,21 @@ pub(super) struct Inner {
     pub received: Mutex<Vec<u64>>,
     /// Subgroups made from this group so far.
     pub subgroups: AtomicU64,
+    /// Whether leaving is announced in the store (the groups of a rendezvous), and whether this
+    /// rank serves the store and so waits for the others to leave first.
+    pub farewell: Farewell,
+}
+
+/// What a rank does with the store when its group goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Farewell {
+    /// Nothing (groups of one process, subgroups).
+    Silent,
+    /// Counts itself out.
+    Leave,
+    /// Counts itself out and waits (at most the timeout) for every other rank to have left: its
+    /// process serves the store, which must outlive their last calls.
+    LeaveLast,
 }
 
 impl Drop for Inner {
@@ -50,6 +65,15 @@ impl Drop for Inner {
         if let Err(e) = self.stream.synchronize() {
             crate::runtime::record_device_error(self.device, e);
         }
+        if self.farewell != Farewell::Silent {
+            let (left, all) = (format!("{}/left", self.tag), format!("{}/all_left", self.tag));
+            if self.store.add(&left, 1).is_ok_and(|n| n == self.world as i64) {
+                let _ = self.store.set(&all, b"1");
+            }
+            if self.farewell == Farewell::LeaveLast {
+                let _ = self.store.wait(&[&all], self.timeout);
+            }
+        }
     }
 }
 
@@ -57,7 +81,9 @@ impl Drop for Inner {
 ///
 /// Cheap to clone (handles share the group). Dropping the last handle waits for the group's
 /// queued collectives and destroys its communicator (NCCL: `ncclCommFinalize` then
-/// `ncclCommDestroy`, no abort on this path).
+/// `ncclCommDestroy`, no abort on this path). Ranks of a rendezvous count themselves out in the
+/// store; rank 0, whose process serves it, waits (at most the group's timeout) until every other
+/// rank has, so that their last calls still find the store.
 #[derive(Clone)]
 pub struct ProcessGroup {
     pub(super) inner: Arc<Inner>,
@@ -111,7 +137,14 @@ impl ProcessGroup {
         let mut groups = Vec::with_capacity(devices.len());
         for (rank, &device) in devices.iter().enumerate() {
             let channel = channels.remove(0);
-            let parts = Parts { rank, world: devices.len(), device, tag: tag.clone(), store: store.clone() };
+            let parts = Parts {
+                rank,
+                world: devices.len(),
+                device,
+                tag: tag.clone(),
+                store: store.clone(),
+                farewell: Farewell::Silent,
+            };
             groups.push(ProcessGroup::assemble(parts, channel, backend, options)?);
         }
         Ok(groups)
@@ -155,6 +188,7 @@ impl ProcessGroup {
                 sent: Mutex::new(vec![0; parts.world]),
                 received: Mutex::new(vec![0; parts.world]),
                 subgroups: AtomicU64::new(0),
+                farewell: parts.farewell,
             }),
         })
     }
@@ -209,6 +243,7 @@ impl ProcessGroup {
             device: self.inner.device,
             tag: format!("{}/g{n}", self.inner.tag),
             store: self.inner.store.clone(),
+            farewell: Farewell::Silent,
         };
         let options = InitOptions {
             backend: Some(self.inner.backend),
@@ -270,4 +305,5 @@ pub(super) struct Parts {
     pub device: usize,
     pub tag: String,
     pub store: Arc<dyn Store>,
+    pub farewell: Farewell,
 }

@@ -2,7 +2,7 @@
 //! (`tcp://host:port`), a [`TcpStore`] served by rank 0, and a check that every rank of the world
 //! arrived with the same world size before the backend joins.
 
-use super::group::{Parts, ProcessGroup};
+use super::group::{Farewell, Parts, ProcessGroup};
 use super::sim::{wait_ranks, SimRank};
 use super::store::Store;
 use super::tcp_store::TcpStore;
@@ -92,16 +92,18 @@ fn init(options: &InitOptions) -> Result<ProcessGroup> {
     }
     let backend = options.resolved_backend()?;
     let device = device(options)?;
-    let store: Arc<dyn Store> = match &options.store {
-        Some(s) => s.clone(),
+    // The rank serving the store leaves last, so that the others' last calls find it.
+    let (store, farewell): (Arc<dyn Store>, Farewell) = match &options.store {
+        Some(s) => (s.clone(), Farewell::Leave),
         None => {
             let (host, port) = master(method)?;
-            Arc::new(TcpStore::new(&host, port, rank == 0, options.timeout)?)
+            let serves = if rank == 0 { Farewell::LeaveLast } else { Farewell::Leave };
+            (Arc::new(TcpStore::new(&host, port, rank == 0, options.timeout)?), serves)
         }
     };
     let tag = "pg0".to_owned();
     rendezvous(&store, &tag, rank, world, options)?;
-    ProcessGroup::join(Parts { rank, world, device, tag, store }, backend, options)
+    ProcessGroup::join(Parts { rank, world, device, tag, store, farewell }, backend, options)
 }
 
 /// Every rank announces itself with its world size and waits for all the others.

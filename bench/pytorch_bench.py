@@ -30,7 +30,7 @@ STEPS = [
     "alloc_free_pair", "empty_tensor", "small_op", "add_f32_256m", "sum_f32_1gib", "matmul_fp32_8192",
     "matmul_tf32_8192", "matmul_bf16_8192", "h2d_pinned_1gib", "d2h_pinned_1gib", "h2d_pageable_1gib",
     "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step", "e2e_decode_step_graphed",
-    "graph_replay",
+    "graph_replay", "allreduce",
 ]
 
 # The same table as `Sizes` in src/cli/bench/measure.rs.
@@ -302,6 +302,30 @@ class Bench:
         torch.cuda.synchronize(1)
         say("RESULT p2p_copy_1gib", f"{gb_per_s(4 * n, ms):.6g}", "GB/s")
 
+    def allreduce(self):
+        torch, s = self.torch, self.s
+        count = torch.cuda.device_count()
+        if count < 2:
+            reason = f"a world of one rank has no bus bandwidth: needs 2 devices; torch sees {count}"
+            say("SKIP allreduce_1gib_busbw", reason)
+            say("SKIP allreduce_8kib_latency", reason)
+            return
+        import torch.multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        queue = ctx.SimpleQueue()
+        port = free_port()
+        procs = [ctx.Process(target=allreduce_rank, args=(r, count, port, s, queue)) for r in range(count)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        check(all(p.exitcode == 0 for p in procs), "every rank of the all-reduce bench exits 0")
+        big_ms, small_ms = queue.get()
+        n = s["copy_elems"]
+        busbw = 4 * n / (big_ms * 1e-3) / 1e9 * 2 * (count - 1) / count
+        say("RESULT allreduce_1gib_busbw", f"{busbw:.6g}", "GB/s")
+        say("RESULT allreduce_8kib_latency", f"{small_ms * 1e3:.6g}", "µs")
+
     def replay_resnet50(self):
         """The trace's alloc / free_completed rows through PyTorch's caching allocator, from an empty
         cache: reserved_bytes.all.peak."""
@@ -479,6 +503,43 @@ class Bench:
             times.append((time.perf_counter() - t0) * 1e3)
             del g, z
         say("RESULT graph_capture_100", f"{statistics.median_high(times):.6g}", "ms")
+
+
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def allreduce_rank(rank, world, port, s, queue):
+    """One rank of the all-reduce rows: a process per GPU, as torchrun starts them."""
+    import torch
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            device_id=torch.device("cuda", rank))
+
+    def median_ms(elems):
+        t = torch.ones(elems, device="cuda")
+        dist.all_reduce(t)
+        check(bool((t[:4] == world).all()), "a sum of ones over the ranks")
+        times = []
+        for i in range(s["warmup"] + s["runs"]):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(s["reps"]):
+                dist.all_reduce(t)
+            b.record()
+            b.synchronize()
+            if i >= s["warmup"]:
+                times.append(a.elapsed_time(b) / s["reps"])
+        return statistics.median_high(times)
+
+    big, small = median_ms(s["copy_elems"]), median_ms(2048)
+    if rank == 0:
+        queue.put((big, small))
+    dist.destroy_process_group()
 
 
 def decode_weights(torch, hidden):

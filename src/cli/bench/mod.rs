@@ -12,6 +12,7 @@
 //! python3, no torch, no CUDA, a failing script) never fail the bench: its column is null and the
 //! reason is printed and written to the JSON.
 
+mod collectives;
 mod device_figures;
 mod e2e;
 mod figures;
@@ -75,6 +76,8 @@ pub const ROWS: &[RowSpec] = &[
     row("graph_device_per_op_100", "graph_replay", "ns", true, 1.0),
     row("graph_eager_device_per_op_100", "graph_replay", "ns", true, 0.0),
     row("graph_capture_100", "graph_replay", "ms", true, 2.0),
+    row("allreduce_1gib_busbw", "allreduce", "GB/s", false, 1.0),
+    row("allreduce_8kib_latency", "allreduce", "µs", true, 1.0),
 ];
 
 /// The steps (what `--only` names), in run order.

@@ -267,7 +267,8 @@ mod tests {
         assert!(parse_only(Some("nope")).unwrap_err().contains("unknown figure `nope`"));
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
-        assert_eq!(parse_only(None).unwrap().len(), 17);
+        assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
+        assert_eq!(parse_only(None).unwrap().len(), 18);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
 //! `#[repr(C)]` structs on the stack.
 
-use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD};
+use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS};
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -175,6 +175,12 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     let per_thread = EW_VECTORS.load(Ordering::Relaxed) as u64;
     if aligned && per_thread > 1 {
         work = work.div_ceil(per_thread);
+    }
+    if work < THREADS as u64 {
+        // One block of no more warps than the work needs: a tiny op's cost is its launch, which
+        // grows with the warps a block starts (in a graph, that is all a node costs).
+        let threads = (work.max(1).div_ceil(32) * 32) as u32;
+        return c.run_threads(f, 1, threads, &mut p);
     }
     let grid = c.grid(f, work);
     c.run(f, grid, &mut p)

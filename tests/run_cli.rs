@@ -98,6 +98,15 @@ fn local_worlds() -> Vec<usize> {
     [1, 2, 4].into_iter().filter(|&w| w <= n).collect()
 }
 
+/// Whether two local ranks can run; else skips (a failure where the run must cover two GPUs).
+fn two_local_ranks() -> bool {
+    if local_worlds().len() >= 2 {
+        return true;
+    }
+    cudasem::testing::skip(2, "two ranks on one node need two devices");
+    false
+}
+
 fn launch(args: &[&str], body: &str, extra: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(common::cudasem_binary());
     cmd.arg("run").args(args).arg("--");
@@ -156,7 +165,7 @@ fn two_nodes_of_one_rank_meet_at_the_master() {
 
 #[test]
 fn a_failing_rank_stops_the_others_and_gives_its_exit_code() {
-    if local_worlds().len() < 2 {
+    if !two_local_ranks() {
         return;
     }
     // Rank 1 exits with 3 after the rendezvous; rank 0 waits (a minute) for it in an all-reduce.
@@ -169,7 +178,7 @@ fn a_failing_rank_stops_the_others_and_gives_its_exit_code() {
 
 #[test]
 fn a_dead_rank_is_a_timeout_error_for_the_others() {
-    if local_worlds().len() < 2 {
+    if !two_local_ranks() {
         return;
     }
     let port = free_port().to_string();
@@ -194,7 +203,7 @@ fn a_dead_rank_is_a_timeout_error_for_the_others() {
 #[cfg(unix)]
 #[test]
 fn sigterm_to_the_launcher_reaches_every_rank() {
-    if local_worlds().len() < 2 {
+    if !two_local_ranks() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("cudasem-run-signal-{}", std::process::id()));

@@ -34,6 +34,8 @@ pub struct Work {
     outcome: Arc<Mutex<Option<Error>>>,
     /// The tensors the collective uses, kept until the work is dropped (PyTorch's stashed tensors).
     _tensors: Vec<Tensor>,
+    /// The group (its communicator's asynchronous errors).
+    group: Arc<super::group::Inner>,
 }
 
 impl fmt::Debug for Work {
@@ -57,9 +59,13 @@ impl Work {
         self.end.wait(Some(&current_stream(self.device)?))
     }
 
-    /// Whether the collective has finished (`work.is_completed()`); its error if it failed.
+    /// Whether the collective has finished (`work.is_completed()`); its error if it failed
+    /// (on NCCL also an error the communicator met asynchronously, `ncclCommGetAsyncError`).
     pub fn is_completed(&self) -> Result<bool> {
         self.failed()?;
+        if let Channel::Driver(comm) = &self.group.channel {
+            comm.async_error()?;
+        }
         let done = self.end.query()?;
         self.failed()?;
         Ok(done)
@@ -286,7 +292,7 @@ impl ProcessGroup {
         let end = Event::new(EventFlags::default());
         end.record(Some(&inner.stream))?;
         let tensors = call.tensors.into_iter().cloned().collect();
-        let work = Work { op: call.name, device: inner.device, end, outcome, _tensors: tensors };
+        let work = Work { op: call.name, device: inner.device, end, outcome, _tensors: tensors, group: inner.clone() };
         if !async_op {
             work.end.wait(Some(&current))?;
         }

@@ -137,7 +137,10 @@ fn ranks_started_by_cudasem_run_reduce_over_env_rendezvous() {
 
 #[test]
 fn two_nodes_of_one_rank_meet_at_the_master() {
-    if local_worlds().is_empty() {
+    // On GPUs each node's rank needs a GPU of its own (NCCL refuses two ranks on one device), as
+    // two machines would have: the nodes see one GPU each.
+    let cuda = std::env::var("CUDASEM_DRIVER").as_deref() == Ok("cuda");
+    if local_worlds().is_empty() || (cuda && !two_local_ranks()) {
         return;
     }
     let port = free_port().to_string();
@@ -153,6 +156,9 @@ fn two_nodes_of_one_rank_meet_at_the_master() {
             ]);
             rank_program(&mut cmd);
             machine_env(&mut cmd).env("DIST_BODY", "reduce");
+            if cuda {
+                cmd.env("CUDA_VISIBLE_DEVICES", node.to_string());
+            }
             cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();

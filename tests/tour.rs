@@ -40,6 +40,7 @@ fn assert_tour_passes(env: &[(&str, &str)], lines: &[&str]) -> String {
         "pinned-memory",
         "non-blocking-overlap",
         "pinned-vs-pageable",
+        "cuda-graphs",
     ] {
         assert!(text.lines().any(|l| l == format!("ok {section}")), "no `ok {section}` with {env:?}:\n{text}");
     }

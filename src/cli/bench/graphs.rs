@@ -10,8 +10,8 @@
 //!
 //! Each graph's result is checked (`x + n·y`, exact in small integers) before it is timed.
 
-use super::measure::{check, median, Sizes, StepResult};
-use cudasem::cuda::{self, CUDAGraph, Event, EventFlags, GraphOptions};
+use super::measure::{check, event_ms, median, Sizes, StepResult};
+use cudasem::cuda::{self, CUDAGraph, GraphOptions};
 use cudasem::{DType, Tensor};
 use std::time::Instant;
 
@@ -22,20 +22,6 @@ fn chain(x: &Tensor, y: &Tensor, n: usize) -> cudasem::Result<Tensor> {
         z = z.add(y)?;
     }
     Ok(z)
-}
-
-/// Device ms of `reps` calls of `f` between two events on the current stream.
-fn device_ms(reps: usize, mut f: impl FnMut() -> cudasem::Result<()>) -> cudasem::Result<f64> {
-    f()?;
-    cuda::synchronize(None)?;
-    let (a, b) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
-    a.record(None)?;
-    for _ in 0..reps {
-        f()?;
-    }
-    b.record(None)?;
-    b.synchronize()?;
-    Ok(a.elapsed_time(&b)? as f64)
 }
 
 /// Every row of the `graph_replay` step.
@@ -61,13 +47,12 @@ pub fn replay_rows(s: &Sizes) -> StepResult {
         cuda::synchronize(None)?;
         out.push((name, median(host)));
         if n == 100 {
-            let per_op = |ms: f64| ms * 1e6 / (s.graph_replays * n) as f64;
-            let replay = (0..s.runs).map(|_| device_ms(s.graph_replays, || g.replay())).collect::<Result<_, _>>()?;
-            out.push(("graph_device_per_op_100", per_op(median(replay))));
-            let eager = (0..s.runs)
-                .map(|_| device_ms(s.graph_replays, || chain(&x, &y, n).map(drop)))
-                .collect::<Result<_, _>>()?;
-            out.push(("graph_eager_device_per_op_100", per_op(median(eager))));
+            // Median device ms per replay (or eager chain) over `runs` runs of `graph_replays`.
+            let per_op = |ms: f64| ms * 1e6 / n as f64;
+            let replay = event_ms(1, s.runs, s.graph_replays, || g.replay())?;
+            out.push(("graph_device_per_op_100", per_op(replay)));
+            let eager = event_ms(1, s.runs, s.graph_replays, || chain(&x, &y, n).map(drop))?;
+            out.push(("graph_eager_device_per_op_100", per_op(eager)));
         }
     }
     let mut capture = Vec::with_capacity(s.runs);

@@ -35,6 +35,13 @@ fn tensor(v: &[f32]) -> Result<Tensor> {
     Tensor::from_slice(v, [v.len()], dev())
 }
 
+/// The pool of the segment holding `ptr` on cuda:0, from a snapshot taken now.
+fn pool_of(ptr: u64) -> Result<Option<cuda::MemPoolId>> {
+    let snap = cuda::memory_snapshot()?;
+    let seg = snap.segments.iter().find(|s| s.device == 0 && s.address <= ptr && ptr < s.address + s.total_size as u64);
+    Ok(seg.map(|s| s.segment_pool_id))
+}
+
 fn is_illegal(r: Result<impl std::fmt::Debug>, call: &str) {
     match r {
         Err(Error::IllegalDuringCapture { call: c, .. }) => assert!(c.contains(call), "refused {c}, expected {call}"),
@@ -140,18 +147,13 @@ fn blocks_freed_during_a_capture_are_reused_by_it_from_its_private_pool() -> Res
     })?;
     assert_eq!(first, second, "the capture reuses the block it freed");
     let pool = g.pool()?;
-    let snap = cuda::memory_snapshot()?;
-    let seg =
-        snap.segments.iter().find(|s| s.address <= out.data_ptr() && out.data_ptr() < s.address + s.total_size as u64);
-    assert_eq!(seg.map(|s| s.segment_pool_id), Some(pool), "the output lives in the graph's pool");
+    assert_eq!(pool_of(out.data_ptr())?, Some(pool), "the output lives in the graph's pool");
     g.replay()?;
     let want: Vec<f32> = data(9, 1 << 18).iter().map(|v| v + 1.0).collect();
     assert_eq!(out.to_vec::<f32>()?, want);
-    // An eager allocation does not come from the graph's pool.
+    // An eager allocation does not come from the graph's pool (a snapshot taken after it).
     let eager = x.mul(2.0)?;
-    assert!(!snap.segments.iter().any(|s| s.segment_pool_id == pool
-        && s.address <= eager.data_ptr()
-        && eager.data_ptr() < s.address + s.total_size as u64));
+    assert_ne!(pool_of(eager.data_ptr())?, Some(pool), "an eager tensor came from the graph's pool");
     Ok(())
 }
 
@@ -169,6 +171,8 @@ fn a_pool_shared_by_two_captures_serves_both_and_its_memory_returns_after_reset_
     let y1 = cuda::graph(&mut g1, opts.clone(), || x.mul(2.0))?;
     let y2 = cuda::graph(&mut g2, GraphOptions { pool: Some(g1.pool()?), ..opts }, || y1.add(1.0))?;
     assert_eq!(g2.pool()?, pool);
+    assert_eq!(pool_of(y1.data_ptr())?, Some(pool), "the first capture allocated from the shared pool");
+    assert_eq!(pool_of(y2.data_ptr())?, Some(pool), "the second capture allocated from the shared pool");
     assert!(cuda::memory_reserved(0)? > base, "the pool holds memory");
     g1.replay()?;
     g2.replay()?;

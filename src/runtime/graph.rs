@@ -198,13 +198,11 @@ impl CUDAGraph {
             return Err(state_error("CUDAGraph::replay", "nothing captured yet; capture first (cuda::graph)"));
         };
         let stream = current_stream(c.device)?;
-        if capture::active() {
-            if let Some(cap) = capture::of_stream(stream.driver_id()) {
-                return Err(state_error(
-                    "CUDAGraph::replay",
-                    format!("{stream:?} is capturing (id {}); replay the graph outside the capture", cap.id),
-                ));
-            }
+        if let Some(cap) = capture::of_stream(stream.driver_id()) {
+            return Err(state_error(
+                "CUDAGraph::replay",
+                format!("{stream:?} is capturing (id {}); replay the graph outside the capture", cap.id),
+            ));
         }
         rt()?.driver.graph_launch(c.graph, stream.driver_id())
     }
@@ -325,14 +323,18 @@ pub fn is_current_stream_capturing() -> Result<bool> {
     Ok(capture::of_stream(stream.driver_id()).is_some())
 }
 
-/// Keeps `what` alive as long as the graph being captured on `stream`, if it is capturing.
-pub(crate) fn capture_keep(stream: &Stream, what: KeepAlive) {
+/// Hands every `(pool, storage)` of `storages` whose pool is not the capture's own to the graph
+/// being captured on `stream`, if it is capturing, to keep alive as long as the graph (one
+/// lookup of the capture per op).
+pub(crate) fn capture_keep<I>(stream: &Stream, storages: impl FnOnce() -> I)
+where
+    I: Iterator<Item = (Option<MemPoolId>, KeepAlive)>,
+{
     if let Some(c) = capture::of_stream(stream.driver_id()) {
-        c.keep(what);
+        for (pool, storage) in storages() {
+            if pool != Some(c.pool) {
+                c.keep(storage);
+            }
+        }
     }
-}
-
-/// The pool a capture on `stream` allocates from, if the stream is capturing.
-pub(crate) fn capture_pool(stream: &Stream) -> Option<MemPoolId> {
-    capture::of_stream(stream.driver_id()).map(|c| c.pool)
 }

@@ -17,12 +17,13 @@ mod pool;
 mod stream;
 mod work;
 
+pub(crate) use capture::KeepAlive;
 pub(crate) use current::current_of;
 pub use current::{current_stream, default_stream, set_stream, with_stream, StreamGuard};
 pub use devices::*;
 pub use event::{Event, EventFlags};
 pub use external::primary_context;
-pub(crate) use graph::{capture_keep, capture_pool};
+pub(crate) use graph::capture_keep;
 pub use graph::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 
 /// Whether any stream capture is underway (the tensor layer's fast check).

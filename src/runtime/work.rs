@@ -21,31 +21,34 @@ const HTOD: &str = "a blocking host-to-device copy (Tensor::from_slice or to() o
 const DTOH: &str = "a blocking device-to-host copy (Tensor::to_vec, item, cpu, to(Device::Cpu))";
 
 impl Stream {
+    /// Tells a capture this stream belongs to that work was queued on it (one relaxed load when
+    /// no capture is underway).
+    #[inline]
+    fn note_work(&self) {
+        if capture::active() {
+            capture::on_work(self.driver_id());
+        }
+    }
+
     /// Queues `op` (a kernel by op and dtype); [`crate::Error::Unsupported`] where the driver
     /// has no kernel for it.
     #[inline]
     pub(crate) fn launch(&self, op: &KernelOp) -> Result<()> {
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         rt()?.driver.launch(self.driver_id(), op)
     }
 
     /// Queues a binary elementwise op over dense operands: the small-op fast lane.
     #[inline]
     pub(crate) fn launch_dense_binary(&self, op: &DenseBinary) -> Result<()> {
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         rt()?.driver.launch_dense_binary(self.driver_id(), op)
     }
 
     /// Queues a fill of `bytes` bytes at `dst` with `value`.
     #[inline]
     pub(crate) fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize) -> Result<()> {
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         rt()?.driver.memset_d8(dst, value, bytes, self.driver_id())
     }
 
@@ -71,9 +74,7 @@ impl Stream {
     /// Queues a copy of `bytes` bytes within the stream's device.
     #[inline]
     pub(crate) fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()> {
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         rt()?.driver.memcpy_dtod(dst, src, bytes, self.driver_id())
     }
 
@@ -86,9 +87,7 @@ impl Stream {
         (src_device, src): (usize, DevicePtr),
         bytes: usize,
     ) -> Result<()> {
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         rt()?.driver.memcpy_peer(dst_device, dst, src_device, src, bytes, self.driver_id())
     }
 
@@ -101,9 +100,7 @@ impl Stream {
     #[inline]
     pub(super) unsafe fn memcpy_htod_async(&self, dst: DevicePtr, src: HostPtr, bytes: usize) -> Result<()> {
         let driver = &rt()?.driver;
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_htod_async(dst, src, bytes, self.driver_id()) }
     }
@@ -117,9 +114,7 @@ impl Stream {
     #[inline]
     pub(super) unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize) -> Result<()> {
         let driver = &rt()?.driver;
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_dtoh_async(dst, src, bytes, self.driver_id()) }
     }
@@ -144,9 +139,7 @@ impl Stream {
 
     /// Test hook: queues work that keeps the stream busy for `duration`.
     pub(crate) fn delay(&self, duration: Duration) -> Result<()> {
-        if capture::active() {
-            capture::on_work(self.driver_id());
-        }
+        self.note_work();
         rt()?.driver.delay(self.driver_id(), duration)
     }
 

@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{BufferView, KernelOp};
 use crate::kernels::cpu;
-use crate::runtime::{capture_active, capture_keep, capture_pool, check_host_work};
+use crate::runtime::{capture_active, capture_keep, check_host_work};
 use crate::runtime::{current_of, is_peer_access_enabled, resolve_device, Stream};
 use crate::scalar::Scalar;
 use std::borrow::Cow;
@@ -297,12 +297,10 @@ pub(crate) fn keep_for_capture(stream: &Stream, tensors: &[&Tensor]) {
 
 #[cold]
 fn keep_slow(stream: &Stream, tensors: &[&Tensor]) {
-    let Some(pool) = capture_pool(stream) else { return };
-    for t in tensors {
-        if t.place() != Place::Cpu && t.storage.pool() != Some(pool) {
-            capture_keep(stream, t.storage.clone());
-        }
-    }
+    capture_keep(stream, || {
+        let device = tensors.iter().filter(|t| t.place() != Place::Cpu);
+        device.map(|t| (t.storage.pool(), t.storage.clone() as crate::runtime::KeepAlive))
+    });
 }
 
 /// The bytes of a dense tensor of `shape` and `dtype`, or [`Error::InvalidShape`] on overflow.

@@ -435,9 +435,9 @@ class Bench:
         def run():
             nonlocal x
             x = decode_step(torch, x, *weights)
-        times = [ms * 1e3 for ms in step_ms(torch, s, run)]
+        ms = device_ms(torch, dict(s, warmup=0, reps=steps), run)
         check_decode_step(torch, x, weights, "after timing")
-        say("RESULT e2e_decode_step", f"{statistics.median_high(times):.6g}", "\u00b5s")
+        say("RESULT e2e_decode_step", f"{ms * 1e3:.6g}", "\u00b5s")
 
     def e2e_decode_step_graphed(self):
         """The decode step captured once by torch.cuda.graph with its output copied back into its
@@ -458,9 +458,9 @@ class Bench:
             if bool(bad.any()):
                 raise Wrong(f"graphed decode step {when}: element {int(bad.flatten().nonzero()[0])} differs from eager")
         check_replay("before timing")
-        times = [ms * 1e3 for ms in step_ms(torch, s, g.replay)]
+        ms = device_ms(torch, dict(s, warmup=0, reps=s["decode_steps"]), g.replay)
         check_replay("after timing")
-        say("RESULT e2e_decode_step_graphed", f"{statistics.median_high(times):.6g}", "\u00b5s")
+        say("RESULT e2e_decode_step_graphed", f"{ms * 1e3:.6g}", "\u00b5s")
 
     def graph_replay(self):
         """torch.cuda.CUDAGraph on a chain of z = z + y over 16 float32 elements (ANCHORS.md): host ns
@@ -569,20 +569,6 @@ def check_decode_step(torch, x, weights, when):
         j = int(bad.flatten().nonzero()[0])
         raise Wrong(f"decode step {when}: element {j} is {float(got.flatten()[j])}, "
                     f"the CPU (float64) {float(want.flatten()[j])}")
-
-
-def step_ms(torch, s, run):
-    """Device ms per call of `run`: `runs` runs of `decode_steps` calls between events."""
-    times = []
-    for _ in range(s["runs"]):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(s["decode_steps"]):
-            run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / s["decode_steps"])
-    return times
 
 
 def start_torch():

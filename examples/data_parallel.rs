@@ -53,6 +53,7 @@ fn train(pg: &ProcessGroup) -> cudasem::Result<(Vec<f32>, f32, f32)> {
         err.record_stream(&side)?;
         work.wait()?; // the current stream waits for the averaged gradient; the host does not
         w = (&w - &(&grad * LR)?)?;
+        current.wait_stream(&side)?; // the loss was computed on `side`: read it after that work
         losses.push(loss.to_vec::<f32>()?[0]);
     }
     // Every rank's parameters, side by side.

@@ -318,6 +318,26 @@ pub enum Error {
         /// What `peer` called.
         theirs: String,
     },
+    /// The split sizes of an `all_to_all_single` do not pair up across ranks: what rank `src`
+    /// sends to rank `dst` is not what `dst` expects from `src`. Found through the store, so
+    /// every rank reports the same pair.
+    #[error("collective #{seq} ({op}) does not match across ranks (seen by rank {rank}): rank {src} sends {sent} elements to rank {dst}, which expects {expected} from it; rank r's output_split_sizes[s] must equal rank s's input_split_sizes[r] (rows of the same size)")]
+    SplitMismatch {
+        /// The collective (`all_to_all_single`).
+        op: &'static str,
+        /// Its sequence number in its group (from 1).
+        seq: u64,
+        /// The rank reporting.
+        rank: usize,
+        /// The sending rank of the first pair that disagrees.
+        src: usize,
+        /// The receiving rank.
+        dst: usize,
+        /// Elements `src` sends to `dst`.
+        sent: usize,
+        /// Elements `dst` expects from `src`.
+        expected: usize,
+    },
     /// Ranks did not arrive in time: at a rendezvous, a store wait or a collective.
     #[error("distributed timeout after {timeout_ms} ms waiting for {what}; a rank may have died or not started (check every rank's output), or raise the timeout")]
     DistributedTimeout {
@@ -333,6 +353,18 @@ pub enum Error {
         rank: usize,
         /// What was seen.
         reason: String,
+    },
+    /// The process group was aborted (its communicator too: NCCL's `ncclCommAbort`) after
+    /// `cause`: a collective that did not finish within the group's timeout, or an error the
+    /// communicator met asynchronously. Every later call on the group fails with this at once.
+    #[error("{op}: the process group (rank {rank}) was aborted after an earlier failure and cannot run collectives any more; destroy it and make a new one on every rank. The failure: {cause}")]
+    ProcessGroupAborted {
+        /// The refused call.
+        op: &'static str,
+        /// This rank.
+        rank: usize,
+        /// What made the group abort.
+        cause: Box<Error>,
     },
     /// The key-value store (`TcpStore`) failed: connecting, a malformed message, a bad request.
     #[error("store error in {op}: {reason}")]

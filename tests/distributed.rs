@@ -336,3 +336,88 @@ fn groups_report_their_ranks_and_subgroups_reduce_among_their_members() {
         }
     }
 }
+
+/// Rows of 3 elements that rank `r` sends to rank `s` in the uneven all-to-all of `world`
+/// ranks: random 0..=3, rank 0 never sends to the last rank, and in groups of more than one
+/// rank the last rank sends nothing at all (an empty input).
+fn split_matrix(world: usize, salt: u64) -> Vec<Vec<usize>> {
+    let mut rng = Rng::new(salt);
+    (0..world)
+        .map(|r| {
+            (0..world)
+                .map(|s| {
+                    let n = (rng.next_u64() % 4) as usize;
+                    if (world > 1 && r == world - 1) || (r == 0 && s == world - 1) {
+                        0
+                    } else {
+                        n
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn all_to_all_single_with_uneven_splits_every_dtype() {
+    let _one = serial();
+    const ROW: usize = 3;
+    for groups in groups() {
+        let world = groups.len();
+        for dtype in COLLECTIVE_DTYPES {
+            let splits = split_matrix(world, dtype as u64 + 100 * world as u64);
+            let results = on_ranks_ok(&groups, |g| {
+                let (r, dev) = (g.rank(), g.device());
+                let input_splits = splits[r].clone();
+                let output_splits: Vec<usize> = (0..world).map(|s| splits[s][r]).collect();
+                let (rows_in, rows_out) = (input_splits.iter().sum::<usize>(), output_splits.iter().sum::<usize>());
+                let input = tensor(dtype, rows_in * ROW, seed(dtype, r, 60), dev)?.reshape([rows_in, ROW])?;
+                let output = Tensor::zeros([rows_out, ROW], dtype, Device::cuda(dev))?;
+                g.all_to_all_single_splits(&output, &input, Some(&output_splits), Some(&input_splits), false)?;
+                Ok((values(&input)?, values(&output)?))
+            });
+            for (r, (_, got)) in results.iter().enumerate() {
+                // Rank r receives, from each rank s in turn, the rows s sends it.
+                let parts: Vec<Values> = (0..world)
+                    .map(|s| {
+                        let start = splits[s][..r].iter().sum::<usize>() * ROW;
+                        let len = splits[s][r] * ROW;
+                        match &results[s].0 {
+                            Values::Float(v) => Values::Float(v[start..][..len].to_vec()),
+                            Values::Int(v) => Values::Int(v[start..][..len].to_vec()),
+                        }
+                    })
+                    .collect();
+                assert_eq!(
+                    got,
+                    &concat(&parts),
+                    "uneven all_to_all_single {dtype}, world {world}, rank {r}: {splits:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn all_to_all_single_splits_one_side_equal() {
+    let _one = serial();
+    for groups in groups() {
+        let world = groups.len();
+        // Each rank sends 2 rows of 4 to each rank, stated as input_split_sizes, and receives
+        // into an output whose dim 0 is cut equally (output_split_sizes: None).
+        let results = on_ranks_ok(&groups, |g| {
+            let (r, dev) = (g.rank(), g.device());
+            let first = 1000 * r as i64;
+            let input = Tensor::arange(first, first + (world * 8) as i64, 1, DType::I64, Device::cuda(dev))?
+                .reshape([world * 2, 4])?;
+            let output = Tensor::zeros([world * 2, 4], DType::I64, Device::cuda(dev))?;
+            g.all_to_all_single_splits(&output, &input, None, Some(&vec![2; world]), false)?;
+            output.to_vec::<i64>()
+        });
+        for (r, got) in results.iter().enumerate() {
+            let want: Vec<i64> =
+                (0..world).flat_map(|s| (0..8).map(move |k| 1000 * s as i64 + (r * 8 + k) as i64)).collect();
+            assert_eq!(got, &want, "world {world}, rank {r}");
+        }
+    }
+}

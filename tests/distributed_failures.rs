@@ -201,3 +201,124 @@ fn ranks_that_are_threads_meet_over_a_tcp_store_and_reduce() -> Result<()> {
     }
     Ok(())
 }
+
+/// `r` is the InvalidArgument of `all_to_all_single` whose reason says `what`.
+#[track_caller]
+fn refused<T: std::fmt::Debug>(r: Result<T>, what: &str) {
+    match r {
+        Err(Error::InvalidArgument { op: "all_to_all_single", reason }) => {
+            assert!(reason.contains(what), "{what}: {reason}")
+        }
+        other => panic!("{what}: expected InvalidArgument naming all_to_all_single, got {other:?}"),
+    }
+}
+
+/// Rank 0 of two sends 1 element to itself and 2 to rank 1; rank 1 sends 1 to rank 0. Rank 0
+/// expects `from_zero` elements from itself and 1 from rank 1; rank 1 expects `2 + extra` from
+/// rank 0 (its output holds that many). Returns each rank's output.
+fn uneven_pair(g: &ProcessGroup, extra: usize) -> Result<Vec<f32>> {
+    let dev = Device::cuda(g.device());
+    let (input, sends, recvs): (Tensor, [usize; 2], [usize; 2]) = if g.rank() == 0 {
+        (Tensor::from_slice(&[10.0f32, 11.0, 12.0], [3], dev)?, [1, 2], [1, 1])
+    } else {
+        (Tensor::from_slice(&[20.0f32], [1], dev)?, [1, 0], [2 + extra, 0])
+    };
+    let output = Tensor::zeros([recvs.iter().sum::<usize>()], DType::F32, dev)?;
+    // The work's own outcome: with the check off a mismatch is found on the stream.
+    g.all_to_all_single_splits(&output, &input, Some(&recvs), Some(&sends), true)?.wait_blocking()?;
+    output.to_vec::<f32>()
+}
+
+#[test]
+fn all_to_all_split_sizes_are_checked_locally_naming_the_call() -> Result<()> {
+    let _one = serial();
+    if !cudasem::testing::has_devices(1) {
+        return Ok(());
+    }
+    let solo = ProcessGroup::from_devices(&[0])?.remove(0);
+    let input = Tensor::ones([3, 2], DType::F32, "cuda:0")?;
+    let output = Tensor::zeros([3, 2], DType::F32, "cuda:0")?;
+    refused(solo.all_to_all_single_splits(&output, &input, Some(&[3]), Some(&[1, 2]), false), "2 entries");
+    refused(solo.all_to_all_single_splits(&output, &input, Some(&[2]), Some(&[3]), false), "sums to 2");
+    let scalar = Tensor::ones([], DType::F32, "cuda:0")?;
+    refused(solo.all_to_all_single_splits(&output, &scalar, None, Some(&[1]), false), "0-dim");
+    let ints = Tensor::zeros([3, 2], DType::I32, "cuda:0")?;
+    let r = solo.all_to_all_single_splits(&ints, &input, Some(&[3]), Some(&[3]), false);
+    assert!(matches!(r, Err(Error::DTypeMismatch { op: "all_to_all_single", .. })), "{r:?}");
+    if let Some(groups) = pair(&quick(20_000)) {
+        // Dim 0 of 3 rows does not split equally over 2 ranks when a side's splits are None.
+        let results = on_ranks(&groups, |g| {
+            let dev = Device::cuda(g.device());
+            let (input, output) = (Tensor::ones([3, 2], DType::F32, dev)?, Tensor::zeros([3, 2], DType::F32, dev)?);
+            g.all_to_all_single_splits(&output, &input, None, Some(&[1, 2]), false).map(|_| ())
+        });
+        for r in results {
+            refused(r, "does not split equally");
+        }
+        // Every rank refused the same call before the store: the next one pairs up.
+        let got: Vec<Vec<f32>> = on_ranks(&groups, |g| uneven_pair(g, 0)).into_iter().collect::<Result<_>>()?;
+        assert_eq!(got, [vec![10.0, 20.0], vec![11.0, 12.0]], "the group works after the refusals");
+    }
+    // The group of one still works after all that.
+    solo.all_to_all_single_splits(&output, &input, Some(&[3]), None, false)?;
+    assert_eq!(output.to_vec::<f32>()?, [1.0; 6]);
+    Ok(())
+}
+
+#[test]
+fn all_to_all_splits_that_do_not_pair_up_fail_on_every_rank_and_the_group_goes_on() -> Result<()> {
+    let _one = serial();
+    // With the check (any backend), and inside the collective with the check off (the simulated
+    // backend only: NCCL would hang or mix the data, as in PyTorch).
+    let mut cases = vec![quick(20_000)];
+    if is_sim() {
+        cases.push(InitOptions { check_collectives: false, ..quick(20_000) });
+    }
+    for options in cases {
+        let Some(groups) = pair(&options) else { return Ok(()) };
+        // Rank 1 expects 3 elements from rank 0, which sends it 2.
+        let results = on_ranks(&groups, |g| uneven_pair(g, 1));
+        for (r, res) in results.into_iter().enumerate() {
+            match res {
+                Err(Error::SplitMismatch {
+                    op: "all_to_all_single",
+                    rank,
+                    src: 0,
+                    dst: 1,
+                    sent: 2,
+                    expected: 3,
+                    ..
+                }) => {
+                    assert_eq!(rank, r)
+                }
+                other => panic!("check {}, rank {r}: expected SplitMismatch, got {other:?}", options.check_collectives),
+            }
+        }
+        // The error left on each device (with the check off) is taken; the group goes on.
+        for g in &groups {
+            let _ = cuda::synchronize(g.device());
+        }
+        let got: Vec<Vec<f32>> = on_ranks(&groups, |g| uneven_pair(g, 0)).into_iter().collect::<Result<_>>()?;
+        assert_eq!(got, [vec![10.0, 20.0], vec![11.0, 12.0]], "check {}", options.check_collectives);
+    }
+    // Four ranks: only ranks 1 and 2 disagree; all four report that pair.
+    if !cudasem::testing::has_devices(4) {
+        return Ok(());
+    }
+    let groups = ProcessGroup::from_devices_with(&[0, 1, 2, 3], &quick(20_000))?;
+    let results = on_ranks(&groups, |g| {
+        let dev = Device::cuda(g.device());
+        // Every rank sends one element to every rank, but rank 2 expects two from rank 1.
+        let input = Tensor::full([4], g.rank() as f64, DType::F64, dev)?;
+        let recvs: Vec<usize> = (0..4).map(|s| if g.rank() == 2 && s == 1 { 2 } else { 1 }).collect();
+        let output = Tensor::zeros([recvs.iter().sum::<usize>()], DType::F64, dev)?;
+        g.all_to_all_single_splits(&output, &input, Some(&recvs), Some(&[1, 1, 1, 1]), false).map(|_| ())
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        assert!(
+            matches!(res, Err(Error::SplitMismatch { rank, src: 1, dst: 2, sent: 1, expected: 2, .. }) if rank == r),
+            "rank {r}: {res:?}"
+        );
+    }
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! `cudasem run` and multi-process groups: ranks that are processes (this test executable, whose
 //! ignored `rank_body` test is the rank's program) reduce over `env://` through a `TcpStore`,
-//! with 1, 2 and 4 ranks on one node and 2 nodes of one rank; a failing rank makes the launcher
+//! (all_reduce, broadcast, an uneven all_to_all_single, barrier) with 1, 2 and 4 ranks on one node and 2 nodes of one rank; a failing rank makes the launcher
 //! stop the others and exit with its status; a rank that dies is a timeout error for the others
 //! (not a hang); SIGTERM to the launcher reaches every rank.
 
@@ -41,6 +41,16 @@ fn rank_body() {
             let b = Tensor::full([3], rank as f64, DType::I64, dev).unwrap();
             pg.broadcast(&b, world - 1, false).unwrap();
             assert_eq!(b.to_vec::<i64>().unwrap(), [(world - 1) as i64; 3]);
+            // An uneven all-to-all: rank r sends (2r + s) % 3 rows of 2, each 100r + s, to rank s.
+            let rows = |from: usize, to: usize| (2 * from + to) % 3;
+            let sends: Vec<usize> = (0..world).map(|s| rows(rank, s)).collect();
+            let recvs: Vec<usize> = (0..world).map(|s| rows(s, rank)).collect();
+            let data: Vec<i32> = (0..world).flat_map(|s| vec![(100 * rank + s) as i32; 2 * rows(rank, s)]).collect();
+            let input = Tensor::from_slice(&data, [data.len() / 2, 2], dev).unwrap();
+            let output = Tensor::zeros([recvs.iter().sum::<usize>(), 2], DType::I32, dev).unwrap();
+            pg.all_to_all_single_splits(&output, &input, Some(&recvs), Some(&sends), false).unwrap();
+            let want: Vec<i32> = (0..world).flat_map(|s| vec![(100 * s + rank) as i32; 2 * rows(s, rank)]).collect();
+            assert_eq!(output.to_vec::<i32>().unwrap(), want, "rank {rank}: all_to_all_single with splits");
             pg.barrier().unwrap();
             println!("rank {rank} finished");
         }

@@ -12,6 +12,7 @@
 //!    current stream wait for it at once, `async_op = true` leaves that to [`Work::wait`].
 //!    Neither blocks the host.
 
+use super::agree::Exchange;
 use super::group::{Channel, ProcessGroup};
 use super::reduce::check_dtype;
 use super::{sim, ReduceOp};
@@ -202,24 +203,55 @@ impl ProcessGroup {
     }
 
     /// Splits `input` into `world_size` equal parts, sends part `r` to rank `r`, and gathers the
-    /// parts received into `output` in rank order (`dist.all_to_all_single` with equal splits).
+    /// parts received into `output` in rank order (`dist.all_to_all_single` with equal splits:
+    /// [`all_to_all_single_splits`](ProcessGroup::all_to_all_single_splits) with `None, None`).
     pub fn all_to_all_single(&self, output: &Tensor, input: &Tensor, async_op: bool) -> Result<Work> {
+        self.all_to_all_single_splits(output, input, None, None, async_op)
+    }
+
+    /// `dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes)`: rank `r`
+    /// sends the `r`-th part of `input` to rank `r` and receives into `output` the part every
+    /// rank sends it, in rank order. Parts are counted along dim 0, as in PyTorch:
+    /// `input_split_sizes[s]` rows of `input` (a row: the product of the other dims) go to rank
+    /// `s`, `output_split_sizes[s]` rows of `output` come from rank `s`; `None` splits dim 0
+    /// equally. Each list has one entry per rank and sums to its tensor's dim 0; rank `r`'s
+    /// `output_split_sizes[s]` must match rank `s`'s `input_split_sizes[r]` (in elements), which
+    /// the store check finds ([`Error::SplitMismatch`] on every rank). With both `None` the
+    /// tensors are taken whole (`numel` a multiple of the group's size, as before any split).
+    pub fn all_to_all_single_splits(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        output_split_sizes: Option<&[usize]>,
+        input_split_sizes: Option<&[usize]>,
+        async_op: bool,
+    ) -> Result<Work> {
         let name = "all_to_all_single";
         let (recv, send) = (self.buffer(name, output)?, self.buffer(name, input)?);
         Self::same_dtype(name, output, input)?;
         let world = self.world_size();
-        if input.numel() != output.numel() || !input.numel().is_multiple_of(world) {
-            let reason = format!(
-                "input ({}) and output ({}) must have the same number of elements, a multiple of the {world} ranks \
-                 (equal splits)",
-                input.numel(),
-                output.numel()
-            );
-            return Err(Self::sizes(name, reason));
-        }
-        let (count, dtype) = (input.numel() / world, input.dtype());
-        let collective = Collective::AllToAll { send, recv, count, dtype };
-        let fingerprint = format!("{name}(dtype={dtype}, numel={count})");
+        let (send_counts, recv_counts) = if output_split_sizes.is_none() && input_split_sizes.is_none() {
+            if input.numel() != output.numel() || !input.numel().is_multiple_of(world) {
+                let reason = format!(
+                    "input ({}) and output ({}) must have the same number of elements, a multiple of the {world} \
+                     ranks (equal splits)",
+                    input.numel(),
+                    output.numel()
+                );
+                return Err(Self::sizes(name, reason));
+            }
+            (vec![input.numel() / world; world], vec![input.numel() / world; world])
+        } else {
+            (
+                split_counts("input", input, input_split_sizes, world)?,
+                split_counts("output", output, output_split_sizes, world)?,
+            )
+        };
+        let dtype = input.dtype();
+        let exchange =
+            Exchange { common: format!("{name}(dtype={dtype}"), send: send_counts.clone(), recv: recv_counts.clone() };
+        let collective = Collective::AllToAll { send, recv, dtype, send_counts, recv_counts };
+        let fingerprint = exchange.fingerprint();
         self.issue(Call { name, op: collective, fingerprint, tensors: vec![output, input], message: None }, async_op)
     }
 
@@ -298,6 +330,33 @@ impl ProcessGroup {
         }
         Ok(work)
     }
+}
+
+/// The elements `t` (`which` of an `all_to_all_single`) holds for each rank: `splits` rows of
+/// dim 0 (`None`: equal parts), each row the product of the other dims (PyTorch's
+/// `computeLengthsAndOffsets`), checked to be one per rank and to sum to dim 0.
+fn split_counts(which: &str, t: &Tensor, splits: Option<&[usize]>, world: usize) -> Result<Vec<usize>> {
+    let bad = |reason: String| Error::InvalidArgument { op: "all_to_all_single", reason };
+    let Some(&rows) = t.shape().first() else {
+        return Err(bad(format!("{which} is a 0-dim tensor: split sizes count rows of dim 0")));
+    };
+    let row = t.numel().checked_div(rows).unwrap_or(1);
+    let Some(splits) = splits else {
+        if !rows.is_multiple_of(world) {
+            let hint = format!("give {which}_split_sizes");
+            return Err(bad(format!("{which}'s dim 0 ({rows}) does not split equally over {world} ranks; {hint}")));
+        }
+        return Ok(vec![rows / world * row; world]);
+    };
+    if splits.len() != world {
+        let n = splits.len();
+        return Err(bad(format!("{which}_split_sizes has {n} entries, but the group has {world} ranks")));
+    }
+    let sum: usize = splits.iter().sum();
+    if sum != rows {
+        return Err(bad(format!("{which}_split_sizes {splits:?} sums to {sum}, but {which}'s dim 0 is {rows}")));
+    }
+    Ok(splits.iter().map(|&n| n * row).collect())
 }
 
 /// Dtypes the collectives take, for tests and tables.

@@ -2,6 +2,7 @@
 //! the store the ranks share, the communicator (NCCL's, or the simulated backend's) and the
 //! group's communication stream. Collectives are in `collectives.rs`.
 
+use super::agree::agree;
 use super::sim::{wait_ranks, SimRank};
 use super::store::{HashStore, Store};
 use super::{Backend, InitOptions};
@@ -275,26 +276,19 @@ impl ProcessGroup {
         me.store.set(&keys[me.rank], fingerprint.as_bytes())?;
         let ranks: Vec<usize> = (0..me.world).collect();
         wait_ranks(&me, &keys, &ranks, &format!("collective #{seq} ({fingerprint})"))?;
-        let mut mismatch = None;
-        for (r, key) in keys.iter().enumerate() {
-            let theirs = me.store.get(key)?;
-            if theirs != fingerprint.as_bytes() && mismatch.is_none() {
-                mismatch = Some(Error::CollectiveMismatch {
-                    seq,
-                    rank: me.rank,
-                    peer: r,
-                    ours: fingerprint.to_owned(),
-                    theirs: String::from_utf8_lossy(&theirs).into_owned(),
-                });
-            }
+        let mut theirs = Vec::with_capacity(me.world);
+        for key in &keys {
+            theirs.push(String::from_utf8_lossy(&me.store.get(key)?).into_owned());
         }
+        let refs: Vec<&str> = theirs.iter().map(String::as_str).collect();
+        let verdict = agree(seq, me.rank, &refs);
         let read = format!("{}/fp/{seq}/read", me.tag);
         if me.store.add(&read, 1)? == me.world as i64 {
             for key in keys.iter().chain([&read]) {
                 me.store.delete_key(key)?;
             }
         }
-        mismatch.map_or(Ok(()), Err)
+        verdict
     }
 }
 

@@ -10,6 +10,7 @@
 //! | `dist.destroy_process_group()` | [`destroy_process_group`], or drop the last handle |
 //! | `dist.all_reduce(t, op, async_op=…)` | [`ProcessGroup::all_reduce`]`(&t, ReduceOp::Sum, async_op)` → [`Work`] |
 //! | `broadcast`, `all_gather_into_tensor`, `reduce_scatter_tensor`, `all_to_all_single`, `send`/`isend`, `recv`/`irecv` | the same names on [`ProcessGroup`] |
+//! | `all_to_all_single(out, in, output_split_sizes, input_split_sizes)` | [`ProcessGroup::all_to_all_single_splits`]`(&out, &in, Some(&[…]), Some(&[…]), async_op)` (splits count rows of dim 0; `None`: equal) |
 //! | `work.wait()`, `work.is_completed()` | [`Work::wait`] (the current stream waits; the host does not), [`Work::is_completed`] |
 //! | `dist.TCPStore`, `dist.HashStore` | [`TcpStore`], [`HashStore`] (trait [`Store`]: set / get / add / wait / check / delete_key) |
 //! | `torchrun --nproc-per-node N prog` | `cudasem run --nproc-per-node N -- prog` |
@@ -30,10 +31,12 @@
 //! **Failures are errors, not hangs.** A tensor on another device than the rank's is
 //! [`Error::WrongDeviceForRank`]; with `check_collectives` (on by default) every rank compares
 //! each collective's op, dtype and sizes through the store first, so a mismatch is
-//! [`Error::CollectiveMismatch`] on every rank; a rank that never arrives (dead, or not started)
+//! [`Error::CollectiveMismatch`] on every rank (split sizes of an `all_to_all_single` that do not
+//! pair up across ranks: [`Error::SplitMismatch`]); a rank that never arrives (dead, or not started)
 //! is [`Error::DistributedTimeout`] after the group's timeout; a store server that went away is
 //! [`Error::RankFailed`].
 
+mod agree;
 mod collectives;
 mod group;
 mod init;

@@ -11,9 +11,10 @@
 //! Point-to-point messages are keys per (sender, receiver, message number), read and deleted
 //! by the receiver. Keys of a collective are deleted by the last rank to read them.
 
+use super::agree::{agree, Exchange};
 use super::reduce::reduce;
 use super::store::Store;
-use crate::driver::comm::{Collective, DeviceBytes, HostJob};
+use crate::driver::comm::{offsets, Collective, DeviceBytes, HostJob};
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -80,11 +81,10 @@ fn run(me: &SimRank, seq: u64, op: &Collective, fingerprint: &str, mem: &dyn Dev
             let mine: Vec<&[u8]> = parts.iter().map(|p| &p[me.rank * chunk..][..chunk]).collect();
             write(mem, recv, &reduce(dtype, op, &mine)?)
         }
-        Collective::AllToAll { send, recv, count, dtype } => {
-            let chunk = count * dtype.size();
-            let parts = exchange(me, seq, fingerprint, read(mem, send, chunk * me.world)?)?;
-            let mine: Vec<u8> = parts.iter().flat_map(|p| p[me.rank * chunk..][..chunk].iter().copied()).collect();
-            write(mem, recv, &mine)
+        Collective::AllToAll { send, recv, dtype, ref send_counts, .. } => {
+            let total: usize = send_counts.iter().sum();
+            let parts = exchange_described(me, seq, fingerprint, read(mem, send, total * dtype.size())?)?;
+            write(mem, recv, &all_to_all_part(me.rank, fingerprint, &parts, dtype.size())?)
         }
         Collective::Send { buf, count, dtype, peer } => {
             let key = message_key(me, me.rank, peer, seq);
@@ -108,6 +108,22 @@ fn run(me: &SimRank, seq: u64, op: &Collective, fingerprint: &str, mem: &dyn Dev
             write(mem, buf, data)
         }
     }
+}
+
+/// What rank `rank` receives in an all-to-all: from each rank `s` in rank order, the part of
+/// `s`'s whole input that `s` sends to `rank`. `parts` are the ranks' descriptions and inputs,
+/// which agree (checked by the exchange), so each describes the counts its input is cut by.
+fn all_to_all_part(rank: usize, fingerprint: &str, parts: &[(String, Vec<u8>)], size: usize) -> Result<Vec<u8>> {
+    let broken = || Error::Internal { op: "all_to_all_single", reason: "an exchange that does not decode".into() };
+    let mine = Exchange::decode(fingerprint).ok_or_else(broken)?;
+    let mut out = Vec::with_capacity(mine.recv.iter().sum::<usize>() * size);
+    for (s, (theirs, data)) in parts.iter().enumerate() {
+        let theirs = Exchange::decode(theirs).ok_or_else(broken)?;
+        let start = offsets(&theirs.send)[rank] * size;
+        let len = mine.recv[s] * size;
+        out.extend_from_slice(data.get(start..start + len).ok_or_else(broken)?);
+    }
+    Ok(out)
 }
 
 /// A send and a receive match when they move the same dtype and count (the fingerprints differ
@@ -159,24 +175,20 @@ pub(crate) fn wait_ranks(me: &SimRank, keys: &[String], ranks: &[usize], what: &
 
 /// Every rank's `mine` for collective `seq`, in rank order, once all agree on `fingerprint`.
 fn exchange(me: &SimRank, seq: u64, fingerprint: &str, mine: Vec<u8>) -> Result<Vec<Vec<u8>>> {
+    Ok(exchange_described(me, seq, fingerprint, mine)?.into_iter().map(|(_, data)| data).collect())
+}
+
+/// [`exchange`], each contribution with its rank's description of the call.
+fn exchange_described(me: &SimRank, seq: u64, fingerprint: &str, mine: Vec<u8>) -> Result<Vec<(String, Vec<u8>)>> {
     let keys: Vec<String> = (0..me.world).map(|r| format!("{}/sim/{seq}/{r}", me.tag)).collect();
     me.store.set(&keys[me.rank], &framed(fingerprint, &mine))?;
     let ranks: Vec<usize> = (0..me.world).collect();
     wait_ranks(me, &keys, &ranks, &format!("collective #{seq} ({fingerprint})"))?;
     let mut parts = Vec::with_capacity(me.world);
-    for (r, key) in keys.iter().enumerate() {
+    for key in &keys {
         let value = me.store.get(key)?;
         let (theirs, data) = unframe(&value)?;
-        if theirs != fingerprint {
-            return Err(Error::CollectiveMismatch {
-                seq,
-                rank: me.rank,
-                peer: r,
-                ours: fingerprint.to_owned(),
-                theirs: theirs.to_owned(),
-            });
-        }
-        parts.push(data.to_vec());
+        parts.push((theirs.to_owned(), data.to_vec()));
     }
     // The last rank to read the contributions removes them.
     if me.store.add(&format!("{}/sim/{seq}/read", me.tag), 1)? == me.world as i64 {
@@ -185,5 +197,7 @@ fn exchange(me: &SimRank, seq: u64, fingerprint: &str, mine: Vec<u8>) -> Result<
         }
         me.store.delete_key(&format!("{}/sim/{seq}/read", me.tag))?;
     }
+    let described: Vec<&str> = parts.iter().map(|(f, _)| f.as_str()).collect();
+    agree(seq, me.rank, &described)?;
     Ok(parts)
 }

@@ -44,7 +44,7 @@ impl ReduceOp {
 
 /// One collective over device memory, as NCCL states it: counts are elements, `count` of a
 /// gather or scatter is the per-rank part, ranks are ranks of the communicator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Collective {
     /// `recv[i] = op over ranks of send[i]`, `count` elements (`ncclAllReduce`).
     AllReduce {
@@ -96,17 +96,21 @@ pub enum Collective {
         /// Reduction.
         op: ReduceOp,
     },
-    /// `recv[r * count ..][..count] = rank r's send[rank * count ..][..count]` (PyTorch's
-    /// `all_to_all_single` with equal splits: grouped sends and receives on NCCL).
+    /// Rank `r`'s part of `send` goes to rank `r`'s `recv`, every rank's parts in rank order
+    /// (PyTorch's `all_to_all_single`; on NCCL a group of sends and receives). Part `p` of
+    /// `send` holds `send_counts[p]` elements and starts after the parts before it; likewise for
+    /// `recv`. Rank `r`'s `send_counts[s]` equals rank `s`'s `recv_counts[r]`.
     AllToAll {
-        /// Input, `count × world` elements.
+        /// Input, `send_counts`' sum of elements.
         send: DevicePtr,
-        /// Output, `count × world` elements.
+        /// Output, `recv_counts`' sum of elements.
         recv: DevicePtr,
-        /// Elements per peer.
-        count: usize,
         /// Element type.
         dtype: DType,
+        /// Elements sent to each rank, in rank order.
+        send_counts: Vec<usize>,
+        /// Elements received from each rank, in rank order.
+        recv_counts: Vec<usize>,
     },
     /// Sends `count` elements to `peer` (`ncclSend`).
     Send {
@@ -155,4 +159,16 @@ pub trait DeviceBytes {
     fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()>;
     /// Writes `data` at `at`.
     fn write(&self, at: DevicePtr, data: &[u8]) -> Result<()>;
+}
+
+/// Where each part of a buffer split into parts of `counts` elements starts, in elements.
+pub fn offsets(counts: &[usize]) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0, |at, &n| {
+            let start = *at;
+            *at += n;
+            Some(start)
+        })
+        .collect()
 }

@@ -18,7 +18,8 @@
 //! [`Driver::comm_init_rank`]: crate::driver::Driver::comm_init_rank
 
 use super::{make_current, RawCtx};
-use crate::driver::comm::{Collective, Comm, ReduceOp};
+use crate::driver::comm::{offsets, Collective, Comm, ReduceOp};
+use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
@@ -310,6 +311,54 @@ impl NcclComm {
     fn enter(&self) -> Result<()> {
         make_current(self.ctx.0).map_err(|e| super::status::driver_error("cuCtxSetCurrent", e))
     }
+
+    /// PyTorch's `all2all_single_unequal_split`: in one group, for every peer, a send of its part
+    /// of `send` and a receive of its part of `recv` (each at its byte offset; parts of no
+    /// elements are skipped, as in PyTorch). The status of the first failing call, else
+    /// `ncclGroupEnd`'s.
+    ///
+    /// # Safety
+    /// `send` and `recv` are live device memory of this communicator's device holding the
+    /// counts' sums of elements of `size` bytes, `counts` have one entry per rank, `s` is a live
+    /// stream of the device, whose context is current.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn all_to_all(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        t: ncclDataType_t,
+        size: usize,
+        send_counts: &[usize],
+        recv_counts: &[usize],
+        s: Stream,
+    ) -> Status {
+        let (lib, c) = (self.lib, self.comm.0);
+        let at = |p: DevicePtr, elements: usize| (p.0 + (elements * size) as u64) as usize as *mut c_void;
+        let (send_at, recv_at) = (offsets(send_counts), offsets(recv_counts));
+        // SAFETY: the caller's contract: every part lies inside its buffer (offset + count ≤ the
+        // sum), peers are ranks of this live communicator.
+        unsafe {
+            let mut status = (lib.group_start)();
+            if status != 0 {
+                return status;
+            }
+            for peer in 0..self.world.min(send_counts.len()).min(recv_counts.len()) {
+                if status == 0 && send_counts[peer] > 0 {
+                    status = (lib.send)(at(send, send_at[peer]), send_counts[peer], t, peer as c_int, c, s);
+                }
+                if status == 0 && recv_counts[peer] > 0 {
+                    status = (lib.recv)(at(recv, recv_at[peer]), recv_counts[peer], t, peer as c_int, c, s);
+                }
+            }
+            // A group that was started is ended whatever happened inside it.
+            let end = (lib.group_end)();
+            if status == 0 {
+                end
+            } else {
+                status
+            }
+        }
+    }
 }
 
 impl Comm for NcclComm {
@@ -342,22 +391,8 @@ impl Comm for NcclComm {
                 Collective::Recv { buf, count, dtype: d, peer } => {
                     ("ncclRecv", (lib.recv)(ptr(buf), count, dtype(d)?, peer as c_int, c, s))
                 }
-                Collective::AllToAll { send, recv, count, dtype: d } => {
-                    let t = dtype(d)?;
-                    let chunk = (count * d.size()) as u64;
-                    let mut status = (lib.group_start)();
-                    for peer in 0..self.world {
-                        let at = |p: crate::driver::DevicePtr| ptr(crate::driver::DevicePtr(p.0 + peer as u64 * chunk));
-                        if status == 0 {
-                            status = (lib.send)(at(send), count, t, peer as c_int, c, s);
-                        }
-                        if status == 0 {
-                            status = (lib.recv)(at(recv), count, t, peer as c_int, c, s);
-                        }
-                    }
-                    // A group that was started is ended whatever happened inside it.
-                    let end = (lib.group_end)();
-                    ("ncclGroupEnd", if status == 0 { end } else { status })
+                Collective::AllToAll { send, recv, dtype: d, ref send_counts, ref recv_counts } => {
+                    ("ncclGroupEnd", self.all_to_all(send, recv, dtype(d)?, d.size(), send_counts, recv_counts, s))
                 }
             }
         };

@@ -11,6 +11,7 @@
 mod common;
 
 use cudasem::cuda::{self, CUDAGraph, CaptureErrorMode, GraphOptions, StreamGuard};
+use cudasem::kernel::GEMM_WORKSPACE_BYTES;
 use cudasem::{DType, Device, Error, Result, Tensor};
 use std::sync::{Mutex, MutexGuard};
 
@@ -426,4 +427,164 @@ fn debug_dump_writes_graphviz() -> Result<()> {
     std::fs::remove_file(&path).ok();
     assert!(dot.contains("digraph"), "{dot}");
     Ok(())
+}
+
+/// The allocated blocks of the matrix-product workspace's size in segments of `pool` on cuda:0,
+/// from a snapshot taken now: `(address, stream the segment was made for)`.
+fn workspaces_in(pool: cuda::MemPoolId) -> Result<Vec<(u64, cuda::StreamId)>> {
+    let snap = cuda::memory_snapshot()?;
+    let segs = snap.segments.iter().filter(|s| s.device == 0 && s.segment_pool_id == pool);
+    Ok(segs
+        .flat_map(|s| s.blocks.iter().map(move |b| (s, b)))
+        .filter(|(_, b)| b.state == cuda::BlockState::ActiveAllocated && b.size == GEMM_WORKSPACE_BYTES)
+        .map(|(s, b)| (b.address, s.stream))
+        .collect())
+}
+
+/// `allocated_bytes.all.current` of cuda:0.
+fn allocated() -> Result<i64> {
+    Ok(cuda::memory_stats(0)?.get("allocated_bytes.all.current").unwrap_or(0))
+}
+
+/// `a` and `b` agree within f32 rounding of a sum of products of `k` terms.
+fn close(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "{what}: element {i} is {x}, eager {y}");
+    }
+}
+
+#[test]
+fn matmuls_captured_on_a_stream_share_one_workspace_from_the_graphs_pool() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let a = Tensor::from_slice(&data(30, 48 * 64), [48, 64], dev())?;
+    let w1 = Tensor::from_slice(&data(31, 64 * 80), [64, 80], dev())?;
+    let w2 = Tensor::from_slice(&data(32, 80 * 16), [80, 16], dev())?;
+    let step = || -> Result<Tensor> { a.matmul(&w1)?.tanh()?.matmul(&w2) };
+    let eager = step()?.to_vec::<f32>()?;
+    let mut g = CUDAGraph::new();
+    let before = allocated()?;
+    let out = cuda::graph(&mut g, GraphOptions::default(), step)?;
+    let pool = g.pool()?;
+    let ws = workspaces_in(pool)?;
+    assert_eq!(ws.len(), 1, "two products on one capturing stream share one workspace: {ws:?}");
+    assert_eq!(pool_of(ws[0].0)?, Some(pool), "the workspace is a block of the graph's pool");
+    let grown = allocated()? - before;
+    assert!(grown >= GEMM_WORKSPACE_BYTES as i64, "memory_stats counts the workspace: {grown} bytes more");
+    // What the graph's pool holds is what its snapshot shows.
+    let pool_snap = cuda::memory_snapshot()?;
+    let in_pool: usize =
+        pool_snap.segments.iter().filter(|s| s.segment_pool_id == pool).map(|s| s.allocated_size).sum();
+    assert!(in_pool >= GEMM_WORKSPACE_BYTES + 48 * 16 * 4, "the pool holds the workspace and the output");
+    for seed in 33..36 {
+        let h = data(seed, 48 * 64);
+        a.copy_(&Tensor::from_slice(&h, [48, 64], dev())?, false)?;
+        g.replay()?;
+        close(&out.to_vec::<f32>()?, &step()?.to_vec::<f32>()?, "replay against eager");
+    }
+    // The first replay's input is new: check against the eager run of the first data too.
+    a.copy_(&Tensor::from_slice(&data(30, 48 * 64), [48, 64], dev())?, false)?;
+    g.replay()?;
+    close(&out.to_vec::<f32>()?, &eager, "replay of the first input");
+    // Eager products take no workspace block (the driver's own serves them).
+    let eager_before = allocated()?;
+    let e = step()?;
+    assert_eq!(allocated()? - eager_before, 48 * 16 * 4, "only the eager output stays allocated");
+    drop(e);
+    assert_eq!(workspaces_in(pool)?.len(), 1, "eager products take nothing from the graph's pool");
+    Ok(())
+}
+
+#[test]
+fn a_stream_forked_in_a_capture_gets_a_workspace_of_its_own() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let (a, b) = (
+        Tensor::from_slice(&data(40, 32 * 32), [32, 32], dev())?,
+        Tensor::from_slice(&data(41, 32 * 32), [32, 32], dev())?,
+    );
+    let side = cuda::Stream::new(0, 0)?;
+    let mut g = CUDAGraph::new();
+    let (ya, yb) = cuda::graph(&mut g, GraphOptions::default(), || {
+        let cap = cuda::current_stream(0)?;
+        side.wait_stream(&cap)?;
+        let yb = {
+            let _g = StreamGuard::new(&side)?;
+            let t = b.matmul(&a)?;
+            t.matmul(&a)?
+        };
+        let ya = a.matmul(&b)?;
+        cap.wait_stream(&side)?;
+        Ok((ya, yb))
+    })?;
+    let ws = workspaces_in(g.pool()?)?;
+    assert_eq!(ws.len(), 2, "one workspace per stream of the capture: {ws:?}");
+    assert_ne!(ws[0].1, ws[1].1, "made for different streams");
+    assert!(ws.iter().any(|w| w.1 .0 == side.id()), "the forked stream's workspace: {ws:?}");
+    g.replay()?;
+    close(&ya.to_vec::<f32>()?, &a.matmul(&b)?.to_vec::<f32>()?, "the capturing stream's product");
+    close(&yb.to_vec::<f32>()?, &b.matmul(&a)?.matmul(&a)?.to_vec::<f32>()?, "the forked stream's products");
+    Ok(())
+}
+
+#[test]
+fn workspaces_of_captures_sharing_a_pool_return_after_reset_drop_and_empty_cache() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    cuda::synchronize(0)?;
+    cuda::empty_cache()?;
+    let x = Tensor::from_slice(&data(50, 40 * 40), [40, 40], dev())?;
+    let eager1 = x.matmul(&x)?.to_vec::<f32>()?;
+    drop(x.matmul(&x)?.matmul(&x)?);
+    cuda::synchronize(0)?;
+    cuda::empty_cache()?;
+    let (base, base_alloc) = (cuda::memory_reserved(0)?, allocated()?);
+    let pool = cuda::graph_pool_handle();
+    let opts = GraphOptions { pool: Some(pool), ..GraphOptions::default() };
+    let (mut g1, mut g2) = (CUDAGraph::new(), CUDAGraph::new());
+    let y1 = cuda::graph(&mut g1, opts.clone(), || x.matmul(&x))?;
+    assert_eq!(workspaces_in(pool)?.len(), 1);
+    let y2 = cuda::graph(&mut g2, opts, || y1.matmul(&x))?;
+    let ws = workspaces_in(pool)?;
+    assert_eq!(ws.len(), 2, "the first graph keeps its workspace, so the second capture gets its own: {ws:?}");
+    g1.replay()?;
+    g2.replay()?;
+    close(&y1.to_vec::<f32>()?, &eager1, "the first graph");
+    close(&y2.to_vec::<f32>()?, &x.matmul(&x)?.matmul(&x)?.to_vec::<f32>()?, "the second graph");
+    // Eager products beside the graphs: no workspace taken, none from the pool.
+    let e = x.matmul(&y1)?;
+    assert_ne!(pool_of(e.data_ptr())?, Some(pool));
+    close(&e.to_vec::<f32>()?, &x.matmul(&y1)?.to_vec::<f32>()?, "an eager product");
+    drop(e);
+    assert_eq!(workspaces_in(pool)?.len(), 2);
+    // A reset graph gives its workspace back to the pool; the other keeps its own.
+    g1.reset()?;
+    assert_eq!(workspaces_in(pool)?.len(), 1, "the reset graph's workspace is free in the pool");
+    g2.replay()?;
+    close(&y2.to_vec::<f32>()?, &x.matmul(&x)?.matmul(&x)?.to_vec::<f32>()?, "the second graph after the reset");
+    drop(g2);
+    assert!(workspaces_in(pool)?.is_empty(), "the dropped graph's workspace is free in the pool");
+    drop((y1, y2));
+    cuda::synchronize(0)?;
+    cuda::empty_cache()?;
+    assert_eq!(allocated()?, base_alloc, "nothing of the graphs stays allocated");
+    assert_eq!(cuda::memory_reserved(0)?, base, "reset + drop + empty_cache returns the pool and its workspaces");
+    Ok(())
+}
+
+#[test]
+fn a_capture_that_fails_after_a_matmul_returns_its_workspace() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let x = Tensor::from_slice(&data(60, 24 * 24), [24, 24], dev())?;
+    drop(x.matmul(&x)?);
+    cuda::synchronize(0)?;
+    cuda::empty_cache()?;
+    let base = cuda::memory_reserved(0)?;
+    let mut g = CUDAGraph::new();
+    let r = cuda::graph(&mut g, GraphOptions::default(), || {
+        let y = x.matmul(&x)?;
+        y.to_vec::<f32>() // refused during capture
+    });
+    is_illegal(r, "device-to-host");
+    cuda::empty_cache()?;
+    assert_eq!(cuda::memory_reserved(0)?, base, "the abandoned capture's pool and workspace came back");
+    runtime_still_usable()
 }

@@ -401,7 +401,25 @@ pub enum KernelOp {
         rhs: BufferView,
         /// `[.., M, N]`.
         dst: BufferView,
+        /// The scratch memory the product may use (cuBLASLt's workspace); `None`: the driver's own
+        /// per-stream workspace. The runtime gives one to a product queued on a capturing stream:
+        /// a block of the capture's private pool, which the graph keeps.
+        workspace: Option<Workspace>,
     },
+}
+
+/// Bytes of the cuBLASLt workspace of a matrix product (what PyTorch gives Hopper): the CUDA
+/// driver's own per-stream workspace, and the block a capture takes from its pool per stream.
+pub const GEMM_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Device memory given with an op as its scratch ([`KernelOp::Gemm`]'s workspace): `bytes` bytes
+/// from `ptr`, on the launching stream's device, used only in the stream's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workspace {
+    /// The first byte (256-byte aligned, as cuBLASLt asks; the caching allocator's blocks are).
+    pub ptr: DevicePtr,
+    /// Its size.
+    pub bytes: usize,
 }
 
 fn bad(reason: String) -> Error {
@@ -592,7 +610,19 @@ impl KernelOp {
                 }
                 Ok(())
             }
-            KernelOp::Gemm { lhs, rhs, .. } => {
+            KernelOp::Gemm { lhs, rhs, workspace, .. } => {
+                if let Some(w) = workspace {
+                    if w.ptr.0 == 0
+                        || w.ptr.0 % 256 != 0
+                        || w.bytes == 0
+                        || w.ptr.0.checked_add(w.bytes as u64).is_none()
+                    {
+                        return Err(bad(format!(
+                            "a gemm workspace of {} bytes at {:#x} (non-null, 256-byte aligned, in range)",
+                            w.bytes, w.ptr.0
+                        )));
+                    }
+                }
                 let r = dst.shape.len();
                 let ok = r >= 2
                     && lhs.shape.len() == r
@@ -687,7 +717,20 @@ mod tests {
             lhs: view(&[2, 3], &[3, 1], 0),
             rhs: view(&[4, 5], &[5, 1], 0),
             dst: view(&[2, 5], &[5, 1], 0),
+            workspace: None,
         };
         assert!(gemm.validate().is_err());
+        let ok = KernelOp::Gemm {
+            lhs: view(&[2, 3], &[3, 1], 0),
+            rhs: view(&[3, 5], &[5, 1], 0),
+            dst: view(&[2, 5], &[5, 1], 0),
+            workspace: Some(Workspace { ptr: DevicePtr(1 << 20), bytes: GEMM_WORKSPACE_BYTES }),
+        };
+        assert!(ok.validate().is_ok());
+        for (ptr, bytes) in [(0, 1024), (1 << 20, 0), ((1 << 20) + 4, 1024), (u64::MAX - 255, 1024)] {
+            let KernelOp::Gemm { lhs, rhs, dst, .. } = ok.clone() else { unreachable!() };
+            let w = Some(Workspace { ptr: DevicePtr(ptr), bytes });
+            assert!(KernelOp::Gemm { lhs, rhs, dst, workspace: w }.validate().is_err(), "{ptr:#x}, {bytes}");
+        }
     }
 }

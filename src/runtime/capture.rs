@@ -2,7 +2,7 @@
 //! door (`work.rs`, `stream.rs`, `event.rs`): which streams belong to a capture (the one that
 //! began it, and every stream that waited on an event recorded in it), which calls are refused
 //! while it is underway, whether forked streams were joined back, and what the captured work
-//! must keep alive.
+//! must keep alive (the storages its work uses, and its matrix products' workspaces).
 //!
 //! The rules are CUDA's (`cudaStreamCaptureMode`), decided here before the driver sees the call,
 //! so a refused call is a typed error that names itself and never reaches the driver:
@@ -19,6 +19,7 @@
 use crate::alloc::MemPoolId;
 use crate::driver::{CaptureMode, EventId, StreamId};
 use crate::error::{Error, Result};
+use crate::kernel::Workspace;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -57,6 +58,9 @@ struct State {
     /// The first refused call, which invalidated the capture.
     invalid: Option<(&'static str, String)>,
     keep: Vec<KeepAlive>,
+    /// The matrix products' workspace of each stream of the capture that queued one (its block
+    /// is in `keep`).
+    workspaces: HashMap<StreamId, Workspace>,
 }
 
 /// A capture underway.
@@ -122,6 +126,34 @@ impl Capture {
     /// Keeps `what` alive for as long as the graph.
     pub fn keep(&self, what: KeepAlive) {
         self.state().keep.push(what);
+    }
+
+    /// The workspace of the capture's matrix products on `stream` (PyTorch's cuBLAS workspace
+    /// per handle and stream, from the caching allocator): the one its first product there got,
+    /// else one `make` allocates now — from the capture's pool, the stream being a member — which
+    /// the graph keeps as long as it lives. Each stream of the capture gets its own, since their
+    /// work may run at once on a replay; one stream's products run in order and share it.
+    pub fn gemm_workspace(
+        &self,
+        stream: StreamId,
+        make: impl FnOnce() -> Result<(Workspace, KeepAlive)>,
+    ) -> Result<Workspace> {
+        if let Some(&w) = self.state().workspaces.get(&stream) {
+            return Ok(w);
+        }
+        // Allocated without the state's lock: the allocator's routing filter takes it.
+        let (w, block) = make()?;
+        let mut st = self.state();
+        if let Some(&had) = st.workspaces.get(&stream) {
+            // Another thread queued a product on the stream meanwhile: its workspace serves, and
+            // this block goes back to the pool (freed once the lock is released).
+            drop(st);
+            drop(block);
+            return Ok(had);
+        }
+        st.workspaces.insert(stream, w);
+        st.keep.push(block);
+        Ok(w)
     }
 }
 

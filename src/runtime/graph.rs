@@ -6,7 +6,8 @@
 //! share), and records the work of every stream that joins it. The rules a capture imposes are
 //! checked in `capture.rs`. Beyond PyTorch: the graph keeps alive every tensor storage its work
 //! reads or writes that is not of its own pool, so dropping a tensor can never let a replay touch
-//! freed or reused memory.
+//! freed or reused memory. Its matrix products' cuBLASLt workspaces (one per capturing stream,
+//! `work.rs`) are blocks of its pool, which it holds while it lives and frees on reset or drop.
 
 use super::capture::{self, Capture, KeepAlive};
 use super::current::{current_stream, with_stream};
@@ -35,8 +36,9 @@ struct Captured {
     graph: GraphId,
     pool: MemPoolId,
     nodes: usize,
-    /// Storages the graph's work uses that are not of its pool (dropped with the graph).
-    _keep: Vec<KeepAlive>,
+    /// Storages the graph's work uses that are not of its pool, and its matrix products'
+    /// workspaces, blocks of its pool (dropped with the graph, before it releases the pool).
+    keep: Vec<KeepAlive>,
 }
 
 enum State {
@@ -173,7 +175,7 @@ impl CUDAGraph {
         };
         let (keep, graph) = graph;
         let nodes = rt.driver.graph_node_count(graph).unwrap_or(0);
-        self.state = State::Captured(Captured { device, graph, pool: p.pool, nodes, _keep: keep });
+        self.state = State::Captured(Captured { device, graph, pool: p.pool, nodes, keep });
         Ok(())
     }
 
@@ -219,6 +221,8 @@ impl CUDAGraph {
             }
             State::Captured(c) => {
                 rt()?.driver.graph_destroy(c.graph);
+                // Blocks of the pool it kept (workspaces) go back to the pool first.
+                drop(c.keep);
                 release_pool(c.device, c.pool)
             }
         }

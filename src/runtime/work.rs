@@ -7,13 +7,15 @@
 //! The caller validates what it passes (the driver validates nothing): addresses are live memory
 //! of the stream's device (or of a peer it may access), kept alive in the stream's order.
 
-use super::capture;
+use super::capture::{self, KeepAlive};
+use super::memory::DeviceBlock;
 use super::rt;
 use super::stream::Stream;
 use crate::driver::comm::{Collective, Comm, HostJob};
 use crate::driver::{DevicePtr, EventId, HostPtr};
 use crate::error::Result;
-use crate::kernel::{DenseBinary, KernelOp};
+use crate::kernel::{DenseBinary, KernelOp, Workspace, GEMM_WORKSPACE_BYTES};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The blocking copies as a capture's refusal names them.
@@ -34,8 +36,38 @@ impl Stream {
     /// has no kernel for it.
     #[inline]
     pub(crate) fn launch(&self, op: &KernelOp) -> Result<()> {
-        self.note_work();
+        if capture::active() {
+            return self.launch_during_capture(op);
+        }
         rt()?.driver.launch(self.driver_id(), op)
+    }
+
+    /// [`Stream::launch`] while a capture is underway. A matrix product queued on a capturing
+    /// stream gets the capture's workspace for this stream (a block of its private pool, made by
+    /// its first product here, kept by the graph) instead of the driver's own per-stream one,
+    /// which eager work on the stream shares; as PyTorch's cuBLAS workspaces, which come from the
+    /// caching allocator, it then counts in the pool's statistics and snapshots.
+    #[cold]
+    fn launch_during_capture(&self, op: &KernelOp) -> Result<()> {
+        let id = self.driver_id();
+        if let KernelOp::Gemm { lhs, rhs, dst, workspace: None } = op {
+            let needs_one = dst.numel() > 0 && lhs.shape.last().is_some_and(|&k| k > 0);
+            if let Some(c) = capture::of_stream(id).filter(|_| needs_one) {
+                let workspace = Some(c.gemm_workspace(id, || self.gemm_workspace_block())?);
+                let op = KernelOp::Gemm { lhs: lhs.clone(), rhs: rhs.clone(), dst: dst.clone(), workspace };
+                capture::on_work(id);
+                return rt()?.driver.launch(id, &op);
+            }
+        }
+        capture::on_work(id);
+        rt()?.driver.launch(id, op)
+    }
+
+    /// A new matrix-product workspace for work on this stream, from the caching allocator (the
+    /// capture's pool, for a capturing stream), and the block that holds it.
+    fn gemm_workspace_block(&self) -> Result<(Workspace, KeepAlive)> {
+        let block = DeviceBlock::new(GEMM_WORKSPACE_BYTES, self)?;
+        Ok((Workspace { ptr: block.ptr(), bytes: GEMM_WORKSPACE_BYTES }, Arc::new(block)))
     }
 
     /// Queues a binary elementwise op over dense operands: the small-op fast lane.

@@ -54,7 +54,8 @@ const CAPTURE_KEY: u64 = 1 << 63;
 pub(super) struct Scratch {
     /// [`PARTIALS`] partial results, then [`PARTIALS`] zeroed `u32` counters (0: none yet).
     pub reduce: u64,
-    /// The cuBLASLt workspace (0: none yet).
+    /// The cuBLASLt workspace of products given none with the op (0: none yet): eager ones (a
+    /// captured product queued through the runtime brings its capture's, from its pool).
     pub gemm: u64,
 }
 
@@ -200,7 +201,8 @@ impl Ctx<'_> {
         Ok((s.reduce, s.reduce + (PARTIALS * PARTIAL_BYTES) as u64))
     }
 
-    /// This stream's cuBLASLt workspace of `bytes` bytes.
+    /// This stream's cuBLASLt workspace of `bytes` bytes, for a product given none with the op
+    /// (an eager one; a captured product launched on the driver directly gets its capture's).
     pub(super) fn gemm_workspace(&self, bytes: usize) -> Result<u64> {
         let key = self.scratch_key();
         let mut map = lock(&self.ops.scratch);

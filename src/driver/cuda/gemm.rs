@@ -12,7 +12,9 @@
 //! Compute types follow PyTorch: `f32` in `CUBLAS_COMPUTE_32F`, or `..._FAST_TF32` when
 //! [`allow_tf32`](super::backends::matmul::allow_tf32); `f16`/`bf16` with `f32` accumulation;
 //! `f64` in `f64`. Each call asks cuBLASLt's heuristics (cached by the library) for the best
-//! algorithm given the real pointer alignments and a per-stream 32 MiB workspace.
+//! algorithm given the real pointer alignments and the workspace: the one given with the op (a
+//! capture's, a block of its private pool that the graph keeps, given by the runtime), else the
+//! stream's own of [`GEMM_WORKSPACE_BYTES`], made on its first product.
 
 use super::codegen::{EwOp, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx};
@@ -21,15 +23,12 @@ use super::{driver_error, lock};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{BufferView, Dims};
+use crate::kernel::{BufferView, Dims, Workspace, GEMM_WORKSPACE_BYTES};
 use cudarc::cublaslt::result as ltr;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::result as cu;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
-
-/// Bytes of cuBLASLt workspace per stream (what PyTorch gives Hopper).
-const WORKSPACE: usize = 32 << 20;
 
 raw_handle!(
     /// A cuBLASLt handle.
@@ -145,8 +144,16 @@ impl Drop for Temp<'_> {
     }
 }
 
-/// Queues `dst = lhs · rhs` (already validated; `dst` is not empty).
-pub(super) fn gemm(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<()> {
+/// Queues `dst = lhs · rhs` (already validated; `dst` is not empty), with `workspace` as
+/// cuBLASLt's scratch (`None`: the stream's own).
+pub(super) fn gemm(
+    c: &Ctx,
+    blas: &Blas,
+    lhs: &BufferView,
+    rhs: &BufferView,
+    dst: &BufferView,
+    workspace: Option<&Workspace>,
+) -> Result<()> {
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     if k == 0 {
@@ -169,10 +176,10 @@ pub(super) fn gemm(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst
     let out_ok = colmajor(n, m, dst.strides[r - 1], dst.strides[r - 2]).is_some_and(|x| !x.0)
         || colmajor(m, n, dst.strides[r - 2], dst.strides[r - 1]).is_some_and(|x| !x.0);
     if out_ok {
-        return product(c, blas, &a, &b, dst);
+        return product(c, blas, &a, &b, dst, workspace);
     }
     let (t, view) = Temp::new(c, dst)?;
-    product(c, blas, &a, &b, &view)?;
+    product(c, blas, &a, &b, &view, workspace)?;
     elementwise(c, EwOp::Copy, dst, &[&view], 0, 0)?;
     drop(t);
     drop(temps);
@@ -194,7 +201,14 @@ fn types(dtype: DType) -> Result<(lt::cublasComputeType_t, lt::cudaDataType, lt:
 }
 
 /// The product with every operand readable by cuBLAS and a column-major-writable output.
-fn product(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<()> {
+fn product(
+    c: &Ctx,
+    blas: &Blas,
+    lhs: &BufferView,
+    rhs: &BufferView,
+    dst: &BufferView,
+    workspace: Option<&Workspace>,
+) -> Result<()> {
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     let st = |v: &BufferView| (v.strides[r - 2], v.strides[r - 1]);
@@ -232,7 +246,10 @@ fn product(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &Buffe
         let outer = (0..batch.n).map(|d| batch.st[i][d] as u64 * size);
         alignment(std::iter::once(bases[i]).chain(outer))
     };
-    let workspace = c.gemm_workspace(WORKSPACE)?;
+    let (workspace, workspace_bytes) = match workspace {
+        Some(w) => (w.ptr.0, w.bytes),
+        None => (c.gemm_workspace(GEMM_WORKSPACE_BYTES)?, GEMM_WORKSPACE_BYTES),
+    };
     let handle = blas.handle()?;
     let desc = MatmulDesc::new(compute, scale, [a_mat.0, b_mat.0])?;
     let count = i32::try_from(count).map_err(|_| unsupported(format!("a batch of {count} matrices")))?;
@@ -241,7 +258,7 @@ fn product(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &Buffe
         Layout::new(data, a_mat, count, bstride[1])?,
         Layout::new(data, b_mat, count, bstride[2])?,
     ];
-    let pref = Preference::new(WORKSPACE as u64, [align(1), align(2), align(0), align(0)])?;
+    let pref = Preference::new(workspace_bytes as u64, [align(1), align(2), align(0), align(0)])?;
     let Some(heuristic) = heuristic(handle.raw(), &desc, &layouts, &pref)? else {
         return Err(unsupported(format!(
             "cuBLASLt has no algorithm for a {} product of {m}×{k} by {k}×{n}",
@@ -255,6 +272,7 @@ fn product(c: &Ctx, blas: &Blas, lhs: &BufferView, rhs: &BufferView, dst: &Buffe
         algo: &heuristic.algo,
         f64_scale: scale == lt::cudaDataType::CUDA_R_64F,
         workspace,
+        workspace_bytes,
         stream: c.stream,
     };
     // Outer batch dims: one launch per index.
@@ -404,8 +422,10 @@ struct Plan<'a> {
     algo: &'a lt::cublasLtMatmulAlgo_t,
     /// Whether alpha and beta are `f64` (else `f32`).
     f64_scale: bool,
-    /// [`WORKSPACE`] bytes of this stream's device memory.
+    /// `workspace_bytes` bytes of device memory only this stream's work uses (its own, or a
+    /// capture's for this stream).
     workspace: u64,
+    workspace_bytes: usize,
     stream: cudarc::driver::sys::CUstream,
 }
 
@@ -424,7 +444,9 @@ impl Plan<'_> {
         // - `a`, `b`, `d` are live device memory of the stream's device, as the layouts describe
         //   (the launch contract: validated views);
         // - alpha and beta point at live scalars of the descriptor's scale type;
-        // - the workspace is this stream's, of the size passed, used in stream order only;
+        // - the workspace is live device memory of this device, of the size passed, used by this stream's
+        //   work only, in stream order (the stream's own, or the block the runtime keeps for the capture's
+        //   work on this stream as long as the graph);
         // - the device's context is current and the stream is live.
         unsafe {
             ltr::matmul(
@@ -442,7 +464,7 @@ impl Plan<'_> {
                 dl.0,
                 self.algo,
                 self.workspace as *mut c_void,
-                WORKSPACE,
+                self.workspace_bytes,
                 self.stream as lt::cudaStream_t,
             )
         }

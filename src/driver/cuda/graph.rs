@@ -9,7 +9,9 @@
 //!   `cudaMallocMaybeCapturing` does: in global mode they would invalidate the capture.
 //! * A capturing stream's kernels get scratch memory of their own capture (`ctx.rs` keys it by
 //!   the capture id), which the graph owns and frees when it is destroyed: a replay never
-//!   shares scratch with eager work on the stream that captured it.
+//!   shares scratch with eager work on the stream that captured it. A matrix product's cuBLASLt
+//!   workspace comes with the op instead: the runtime gives a captured product a block of the
+//!   capture's private pool (one per capturing stream), which the graph keeps.
 
 use super::status::{driver_error, lock};
 use super::{CudaDriver, DRIVER};

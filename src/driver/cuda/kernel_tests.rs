@@ -631,7 +631,11 @@ fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
         let a = b.dense(d, &[m, k]);
         let bb = b.dense(d, &[k, n]);
         let c = b.dense(d, &[m, n]);
-        b.check_abs(&KernelOp::Gemm { lhs: a.clone(), rhs: bb.clone(), dst: c.clone() }, t, t * 70.0 * 16.0);
+        b.check_abs(
+            &KernelOp::Gemm { lhs: a.clone(), rhs: bb.clone(), dst: c.clone(), workspace: None },
+            t,
+            t * 70.0 * 16.0,
+        );
         // Transposed operands and a transposed (column-major) output.
         let at = b.dense(d, &[k, m]);
         let bt = b.dense(d, &[n, k]);
@@ -639,28 +643,60 @@ fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
         let btv = Bench::view(bt.ptr, d, &[k, n], &[1, k], 0);
         let ct = b.dense(d, &[n, m]);
         let ctv = Bench::view(ct.ptr, d, &[m, n], &[1, m], 0);
-        b.check_abs(&KernelOp::Gemm { lhs: atv, rhs: btv.clone(), dst: c.clone() }, t, t * 70.0 * 16.0);
-        b.check_abs(&KernelOp::Gemm { lhs: a.clone(), rhs: btv, dst: ctv }, t, t * 70.0 * 16.0);
+        b.check_abs(
+            &KernelOp::Gemm { lhs: atv, rhs: btv.clone(), dst: c.clone(), workspace: None },
+            t,
+            t * 70.0 * 16.0,
+        );
+        b.check_abs(&KernelOp::Gemm { lhs: a.clone(), rhs: btv, dst: ctv, workspace: None }, t, t * 70.0 * 16.0);
         // Batched, with the rhs broadcast over the batch (stride 0), and a strided lhs.
         let ab = b.dense(d, &[3, m, k]);
         let cb = b.dense(d, &[3, m, n]);
         let bb3 = Bench::view(bb.ptr, d, &[3, k, n], &[0, n, 1], 0);
-        b.check_abs(&KernelOp::Gemm { lhs: ab.clone(), rhs: bb3.clone(), dst: cb.clone() }, t, t * 70.0 * 16.0);
+        b.check_abs(
+            &KernelOp::Gemm { lhs: ab.clone(), rhs: bb3.clone(), dst: cb.clone(), workspace: None },
+            t,
+            t * 70.0 * 16.0,
+        );
         let wide = b.dense(d, &[3, m, 2 * k]);
         let strided = Bench::view(wide.ptr, d, &[3, m, k], &[m * 2 * k, 2 * k, 2], 1);
-        b.check_abs(&KernelOp::Gemm { lhs: strided, rhs: bb3, dst: cb }, t, t * 70.0 * 16.0);
+        b.check_abs(&KernelOp::Gemm { lhs: strided, rhs: bb3, dst: cb, workspace: None }, t, t * 70.0 * 16.0);
         // K = 0 writes zeros.
         let e = Bench::view(a.ptr, d, &[m, 0], &[k, 1], 0);
         let e2 = Bench::view(bb.ptr, d, &[0, n], &[n, 1], 0);
-        b.check(&KernelOp::Gemm { lhs: e, rhs: e2, dst: c }, 0.0);
+        b.check(&KernelOp::Gemm { lhs: e, rhs: e2, dst: c, workspace: None }, 0.0);
     }
     // TF32 is within its own (looser) tolerance.
     backends::matmul::set_allow_tf32(true);
     let a = b.dense(DType::F32, &[64, 256]);
     let bb = b.dense(DType::F32, &[256, 64]);
     let c = b.dense(DType::F32, &[64, 64]);
-    b.check_abs(&KernelOp::Gemm { lhs: a, rhs: bb, dst: c }, 1e-2, 1.0);
+    b.check_abs(&KernelOp::Gemm { lhs: a, rhs: bb, dst: c, workspace: None }, 1e-2, 1.0);
     backends::matmul::set_allow_tf32(false);
+}
+
+#[test]
+fn matrix_products_use_a_workspace_given_with_the_op_of_any_size() {
+    use crate::kernel::{Workspace, GEMM_WORKSPACE_BYTES};
+    let Some(mut b) = Bench::new() else { return };
+    // The full size (a capture's block of its pool), a small one the heuristics must respect,
+    // and one at an offset inside a larger allocation (256-byte aligned, as allocator blocks are).
+    let big = b.d.malloc(0, GEMM_WORKSPACE_BYTES + 4096).unwrap();
+    for w in [
+        Workspace { ptr: big, bytes: GEMM_WORKSPACE_BYTES },
+        Workspace { ptr: big, bytes: 1 << 20 },
+        Workspace { ptr: big.offset(4096), bytes: GEMM_WORKSPACE_BYTES },
+    ] {
+        for d in [DType::F32, DType::BF16] {
+            let t = if d == DType::F32 { 1e-5 } else { tol(d) * 2.0 };
+            let (m, k, n) = (256, 1024, 192);
+            let (x, y, z) = (b.dense(d, &[m, k]), b.dense(d, &[k, n]), b.dense(d, &[m, n]));
+            let op = KernelOp::Gemm { lhs: x, rhs: y, dst: z, workspace: Some(w) };
+            b.check_abs(&op, t, t * k as f64 * 16.0);
+        }
+    }
+    b.d.stream_synchronize(b.s).unwrap();
+    b.d.free(0, big).unwrap();
 }
 
 #[test]

@@ -88,7 +88,9 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
             }
         }
         KernelOp::Softmax { src, dst, dim, log } => super::reduce::softmax(&c, src, dst, *dim, *log),
-        KernelOp::Gemm { lhs, rhs, dst } => super::gemm::gemm(&c, &dev.ops.blas, lhs, rhs, dst),
+        KernelOp::Gemm { lhs, rhs, dst, workspace } => {
+            super::gemm::gemm(&c, &dev.ops.blas, lhs, rhs, dst, workspace.as_ref())
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`Driver::launch`](crate::driver::Driver::launch) on the simulated machine: the op is checked
-//! now (well formed, every span live, peer access enabled for memory of other devices) and
+//! now (well formed, every span live, peer access enabled for memory of other devices, a
+//! matrix product's workspace live memory of the stream's device) and
 //! queued on the stream's worker, which runs the CPU kernels over the devices' memory by address
 //! and advances the stream's simulated time by the kernel's modelled cost.
 
@@ -80,6 +81,18 @@ impl SimDriver {
                 });
             }
         }
+        if let KernelOp::Gemm { workspace: Some(w), .. } = op {
+            // The CPU kernels need no scratch; a workspace must still be live memory of the
+            // stream's device, as cuBLASLt's is.
+            self.span(w.ptr, w.bytes)?;
+            let owner = device_of(w.ptr).unwrap_or(usize::MAX);
+            if owner != device {
+                return Err(Error::InvalidArgument {
+                    op: "launch",
+                    reason: format!("a gemm on cuda:{device} was given a workspace of cuda:{owner}"),
+                });
+            }
+        }
         let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
         let op = op.clone();
         s.submit(Job::run("kernel", time::kernel(&op), move || {
@@ -111,6 +124,53 @@ impl SimDriver {
                 job(&mem)
             }
         }));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::Driver;
+    use crate::kernel::{BufferView, Dims, Workspace, GEMM_WORKSPACE_BYTES};
+    use crate::{DType, PeerSpec, SimConfig};
+
+    #[test]
+    fn a_gemm_workspace_is_accepted_only_as_live_memory_of_the_streams_device() -> Result<()> {
+        let d = SimDriver::new(SimConfig { devices: 2, memory: 1 << 30, peer: PeerSpec::All });
+        let s = d.create_stream(0, 0)?;
+        let view = |ptr, shape: [usize; 2]| BufferView {
+            ptr,
+            dtype: DType::F32,
+            shape: Dims::from(&shape[..]),
+            strides: Dims::from(&[shape[1], 1][..]),
+            offset: 0,
+        };
+        let (a, c) = (d.malloc(0, 4 * 4)?, d.malloc(0, 4 * 4)?);
+        d.memcpy_htod(a, &[1.0f32, 2.0, 3.0, 4.0].map(f32::to_ne_bytes).concat(), s)?;
+        let (ws0, ws1) = (d.malloc(0, GEMM_WORKSPACE_BYTES)?, d.malloc(1, GEMM_WORKSPACE_BYTES)?);
+        let gemm = |w: Option<Workspace>| KernelOp::Gemm {
+            lhs: view(a, [2, 2]),
+            rhs: view(a, [2, 2]),
+            dst: view(c, [2, 2]),
+            workspace: w,
+        };
+        d.launch(s, &gemm(Some(Workspace { ptr: ws0, bytes: GEMM_WORKSPACE_BYTES })))?;
+        let mut out = [0u8; 16];
+        d.memcpy_dtoh(&mut out, c, s)?;
+        let got: Vec<f32> = out.chunks(4).map(|b| f32::from_ne_bytes(b.try_into().unwrap())).collect();
+        assert_eq!(got, [7.0, 10.0, 15.0, 22.0], "the product is computed; the workspace is not touched");
+        let past_end = Workspace { ptr: ws0, bytes: GEMM_WORKSPACE_BYTES + 512 };
+        let other_device = Workspace { ptr: ws1, bytes: GEMM_WORKSPACE_BYTES };
+        for w in [past_end, other_device] {
+            assert!(d.launch(s, &gemm(Some(w))).is_err(), "{w:?} is refused");
+        }
+        d.free(0, ws0)?;
+        let freed = Workspace { ptr: ws0, bytes: GEMM_WORKSPACE_BYTES };
+        assert!(d.launch(s, &gemm(Some(freed))).is_err(), "a freed workspace is refused");
+        for (dev, p) in [(0, a), (0, c), (1, ws1)] {
+            d.free(dev, p)?;
+        }
         Ok(())
     }
 }

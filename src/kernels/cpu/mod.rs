@@ -217,7 +217,8 @@ mod tests {
         let s = f32s(&mem, 300, 3);
         assert!((s.iter().sum::<f32>() - 1.0).abs() < 1e-6 && s[0] < s[1] && s[1] < s[2]);
         let xt = view(0, DType::F32, &[3, 2], &[1, 3]);
-        let mm = KernelOp::Gemm { lhs: x.clone(), rhs: xt, dst: view(400, DType::F32, &[2, 2], &[2, 1]) };
+        let mm =
+            KernelOp::Gemm { lhs: x.clone(), rhs: xt, dst: view(400, DType::F32, &[2, 2], &[2, 1]), workspace: None };
         execute(&mm, &mem).unwrap();
         assert_eq!(f32s(&mem, 400, 4), [14.0, 32.0, 32.0, 77.0]);
         let neg = KernelOp::Unary { op: UnaryOp::Neg, src: x.clone(), dst: view(500, DType::I32, &[2, 3], &[3, 1]) };

@@ -35,6 +35,7 @@ impl Tensor {
             lhs: self.broadcast_view(op, &shape_of(m, k))?,
             rhs: other.broadcast_view(op, &shape_of(k, n))?,
             dst: out.buffer_view(),
+            workspace: None, // the runtime gives a captured product one of its capture's pool
         };
         exec.run(&k_op, &[self, other, &out])?;
         Ok(out)

@@ -322,3 +322,75 @@ fn all_to_all_splits_that_do_not_pair_up_fail_on_every_rank_and_the_group_goes_o
     }
     Ok(())
 }
+
+#[test]
+fn a_collective_that_cannot_finish_aborts_the_group_and_later_calls_fail_at_once() -> Result<()> {
+    let _one = serial();
+    if !cudasem::testing::has_devices(1) {
+        return Ok(());
+    }
+    // The communication stream is held far beyond the group's timeout, so the collective behind
+    // it never finishes in time (as if a peer never came): the watchdog aborts the group (NCCL:
+    // ncclCommAbort) instead of letting the host wait, on the simulated backend and through NCCL.
+    let solo = ProcessGroup::from_devices_with(&[0], &quick(200))?.remove(0);
+    cudasem::testing::delay(solo.comm_stream(), std::time::Duration::from_secs(3))?;
+    let t = Tensor::ones([4], DType::F32, "cuda:0")?;
+    let work = solo.all_reduce(&t, ReduceOp::Sum, true)?;
+    let outcome = work.wait_blocking();
+    match &outcome {
+        Err(Error::DistributedTimeout { what, timeout_ms: 200 }) => {
+            assert!(what.contains("all_reduce (collective #1)") && what.contains("watchdog"), "{what}")
+        }
+        other => panic!("expected the watchdog's timeout, got {other:?}"),
+    }
+    assert_eq!(solo.abort_cause().map(Err::<(), _>), Some(outcome.clone()));
+    assert_eq!(work.is_completed().map(|_| ()), outcome, "the work keeps its error");
+    // Every later call is refused at once, naming itself and the cause.
+    for r in
+        [solo.all_reduce(&t, ReduceOp::Sum, false).map(|_| ()), solo.broadcast(&t, 0, true).map(|_| ()), solo.barrier()]
+    {
+        match r {
+            Err(Error::ProcessGroupAborted { rank: 0, cause, .. }) => assert_eq!(Err(*cause), outcome),
+            other => panic!("expected ProcessGroupAborted, got {other:?}"),
+        }
+    }
+    // Destroying the aborted group does not wait for the stuck stream; the runtime goes on.
+    drop((work, solo));
+    let fresh = ProcessGroup::from_devices_with(&[0], &quick(20_000))?.remove(0);
+    let t = Tensor::full([4], 2.0, DType::F32, "cuda:0")?;
+    fresh.all_reduce(&t, ReduceOp::Sum, false)?;
+    assert_eq!(t.to_vec::<f32>()?, [2.0; 4]);
+    cuda::synchronize(0)?;
+    Ok(())
+}
+
+#[test]
+fn a_rank_stuck_mid_collective_is_an_error_on_every_rank() -> Result<()> {
+    let _one = serial();
+    // Both ranks pass the check; rank 1's collective then never runs in time (its communication
+    // stream is held): rank 0's collective times out waiting for rank 1 (naming it, on the
+    // simulated backend; through NCCL the watchdog aborts it), rank 1's watchdog aborts its group.
+    let Some(groups) = pair(&quick(300)) else { return Ok(()) };
+    cudasem::testing::delay(groups[1].comm_stream(), std::time::Duration::from_secs(3))?;
+    let results = on_ranks(&groups, |g| {
+        let t = Tensor::ones([4], DType::F32, Device::cuda(g.device()))?;
+        g.all_reduce(&t, ReduceOp::Sum, true)?.wait_blocking()
+    });
+    for (r, res) in results.iter().enumerate() {
+        match res {
+            Err(Error::DistributedTimeout { what, .. }) => {
+                let sim_wait = is_sim() && r == 0;
+                assert!(if sim_wait { what.contains("[1]") } else { what.contains("watchdog") }, "rank {r}: {what}");
+            }
+            other => panic!("rank {r}: expected a timeout, got {other:?}"),
+        }
+    }
+    assert!(groups[1].abort_cause().is_some(), "rank 1's group aborted");
+    let t = Tensor::ones([4], DType::F32, "cuda:1")?;
+    assert!(matches!(groups[1].all_reduce(&t, ReduceOp::Sum, true), Err(Error::ProcessGroupAborted { rank: 1, .. })));
+    drop(groups);
+    // The error rank 0's collective left on its device is taken once.
+    let _ = cuda::synchronize(0);
+    cuda::synchronize(0)?;
+    Ok(())
+}

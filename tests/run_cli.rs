@@ -2,7 +2,7 @@
 //! ignored `rank_body` test is the rank's program) reduce over `env://` through a `TcpStore`,
 //! (all_reduce, broadcast, an uneven all_to_all_single, barrier) with 1, 2 and 4 ranks on one node and 2 nodes of one rank; a failing rank makes the launcher
 //! stop the others and exit with its status; a rank that dies is a timeout error for the others
-//! (not a hang); SIGTERM to the launcher reaches every rank.
+//! (not a hang), also when it dies mid-collective; SIGTERM to the launcher reaches every rank.
 
 mod common;
 
@@ -64,6 +64,20 @@ fn rank_body() {
                     println!("rank {rank} finished: a timeout naming rank 1")
                 }
                 other => panic!("rank {rank}: expected a timeout naming rank 1, got {other:?}"),
+            }
+        }
+        "die_mid" => {
+            // Both ranks pass the check; rank 1's collective is held on its stream and the rank
+            // dies before it runs, mid-collective for rank 0.
+            let t = Tensor::ones([4], DType::F32, dev).unwrap();
+            if rank == 1 {
+                cudasem::testing::delay(pg.comm_stream(), Duration::from_secs(60)).unwrap();
+                let _work = pg.all_reduce(&t, ReduceOp::Sum, true).unwrap();
+                std::process::exit(3);
+            }
+            match pg.all_reduce(&t, ReduceOp::Sum, true).unwrap().wait_blocking() {
+                Err(Error::DistributedTimeout { what, .. }) => println!("rank {rank} finished: a timeout ({what})"),
+                other => panic!("rank {rank}: expected a timeout, got {other:?}"),
             }
         }
         "sleep" => {
@@ -197,23 +211,46 @@ fn a_dead_rank_is_a_timeout_error_for_the_others() {
     if !two_local_ranks() {
         return;
     }
+    let outs = two_ranks("die", "1500");
+    assert_eq!(outs[1].status.code(), Some(3), "{}", text(&outs[1]));
+    assert!(outs[0].status.success(), "rank 0 got its error and exited: {}", text(&outs[0]));
+    assert!(text(&outs[0]).contains("rank 0 finished: a timeout naming rank 1"), "{}", text(&outs[0]));
+}
+
+/// Starts ranks 0 and 1 of a world of two with `body` (this executable, directly, no launcher)
+/// and returns their outputs.
+fn two_ranks(body: &str, timeout_ms: &str) -> Vec<Output> {
     let port = free_port().to_string();
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
             let mut cmd = Command::new(std::env::current_exe().unwrap());
             cmd.args(["--ignored", "--exact", "rank_body", "--nocapture", "--test-threads=1"]);
             machine_env(&mut cmd)
-                .env("DIST_BODY", "die")
-                .env("DIST_TIMEOUT_MS", "1500")
+                .env("DIST_BODY", body)
+                .env("DIST_TIMEOUT_MS", timeout_ms)
                 .envs([("RANK", rank.to_string()), ("LOCAL_RANK", rank.to_string()), ("WORLD_SIZE", "2".into())])
                 .envs([("MASTER_ADDR", "127.0.0.1".to_string()), ("MASTER_PORT", port.clone())]);
             cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();
-    let outs: Vec<Output> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+}
+
+#[test]
+fn a_rank_that_dies_mid_collective_is_a_timeout_error_for_the_others() {
+    if !two_local_ranks() {
+        return;
+    }
+    let outs = two_ranks("die_mid", "1500");
     assert_eq!(outs[1].status.code(), Some(3), "{}", text(&outs[1]));
-    assert!(outs[0].status.success(), "rank 0 got its error and exited: {}", text(&outs[0]));
-    assert!(text(&outs[0]).contains("rank 0 finished: a timeout naming rank 1"), "{}", text(&outs[0]));
+    let out = text(&outs[0]);
+    assert!(outs[0].status.success(), "rank 0 got its error and exited: {out}");
+    assert!(out.contains("rank 0 finished: a timeout"), "{out}");
+    if std::env::var("CUDASEM_DRIVER").as_deref() != Ok("cuda") {
+        assert!(out.contains("[1]"), "the simulated collective names the rank it waited for: {out}");
+    } else {
+        assert!(out.contains("watchdog"), "NCCL's collective is aborted by the watchdog: {out}");
+    }
 }
 
 #[cfg(unix)]

@@ -10,14 +10,16 @@
 //!    when the caller drops it at once; the [`Work`] keeps them too;
 //! 4. an end event is recorded on the communication stream; `async_op = false` makes the
 //!    current stream wait for it at once, `async_op = true` leaves that to [`Work::wait`].
-//!    Neither blocks the host.
+//!    Neither blocks the host. The group's watchdog (`watchdog.rs`) follows the end event: a
+//!    collective that misses its deadline, or a communicator error, aborts the group.
 
 use super::agree::Exchange;
-use super::group::{Channel, ProcessGroup};
+use super::group::ProcessGroup;
 use super::reduce::check_dtype;
-use super::{sim, ReduceOp};
+use super::watchdog::Pending;
+use super::{sim, Backend, ReduceOp};
 use crate::device::Device;
-use crate::driver::comm::Collective;
+use crate::driver::comm::{Collective, HostJob};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -26,6 +28,7 @@ use crate::Tensor;
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// An issued collective (`torch.distributed.Work`).
 pub struct Work {
@@ -61,21 +64,23 @@ impl Work {
     }
 
     /// Whether the collective has finished (`work.is_completed()`); its error if it failed
-    /// (on NCCL also an error the communicator met asynchronously, `ncclCommGetAsyncError`).
+    /// (also when its group's watchdog aborted it: see [`Work::wait_blocking`]).
     pub fn is_completed(&self) -> Result<bool> {
         self.failed()?;
-        if let Channel::Driver(comm) = &self.group.channel {
-            comm.async_error()?;
-        }
+        self.group.watch.poll(Instant::now());
+        self.failed()?;
         let done = self.end.query()?;
         self.failed()?;
         Ok(done)
     }
 
     /// Blocks the host until the collective has finished, and returns its error if it failed
-    /// (`work.get_future().wait()`).
+    /// (`work.get_future().wait()`). Never longer than the group's watchdog allows: a collective
+    /// that does not finish within the group's timeout, or a communicator error (NCCL's
+    /// `ncclCommGetAsyncError`: a peer that died mid-collective), aborts the group (NCCL:
+    /// `ncclCommAbort`) and is this work's error ([`Error::DistributedTimeout`], or NCCL's).
     pub fn wait_blocking(&self) -> Result<()> {
-        self.end.synchronize()?;
+        self.group.watch.block_until(|| self.end.query())?;
         self.failed()
     }
 
@@ -287,6 +292,7 @@ impl ProcessGroup {
     /// Steps 1–4 of the module docs for a checked call.
     fn issue(&self, call: Call<'_>, async_op: bool) -> Result<Work> {
         let inner = &self.inner;
+        inner.watch.refuse_if_aborted(call.name)?;
         // Collectives are numbered in the group; messages per pair and direction.
         let seq = match call.message {
             None => inner.seq.fetch_add(1, Ordering::Relaxed) + 1,
@@ -308,21 +314,40 @@ impl ProcessGroup {
             t.record_stream(&inner.stream)?;
         }
         let outcome = Arc::new(Mutex::new(None));
-        match &inner.channel {
-            Channel::Driver(comm) => inner.stream.collective(comm.as_ref(), &call.op)?,
-            Channel::Sim => {
-                let (slot, device) = (outcome.clone(), inner.device);
+        let what = match call.message {
+            None => format!("{} (collective #{seq})", call.name),
+            Some((peer, _)) => format!("{} (message #{seq} with rank {peer})", call.name),
+        };
+        match inner.backend {
+            Backend::Nccl => inner.watch.with_comm(call.name, |comm| inner.stream.collective(comm, &call.op))?,
+            Backend::Sim => {
+                let (slot, device, watch) = (outcome.clone(), inner.device, inner.watch.clone());
                 let done = move |r: Result<()>| {
                     if let Err(e) = r {
                         record_device_error(device, e.clone());
                         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                     }
                 };
-                inner.stream.host_job(sim::job(self.sim_rank(), seq, call.op, call.fingerprint, done))?;
+                let job = sim::job(self.sim_rank(), seq, call.op, call.fingerprint, done);
+                // An aborted group's collectives do nothing when the stream reaches them (NCCL's
+                // kernels exit); their outcome is the abort's cause.
+                let job: HostJob = Box::new(move |mem| {
+                    if watch.aborted().is_none() {
+                        job(mem)
+                    }
+                });
+                inner.stream.host_job(job)?;
             }
         }
         let end = Event::new(EventFlags::default());
         end.record(Some(&inner.stream))?;
+        let query = end.clone();
+        inner.watch.track(Pending {
+            what,
+            since: Instant::now(),
+            done: Box::new(move || query.query()),
+            outcome: outcome.clone(),
+        });
         let tensors = call.tensors.into_iter().cloned().collect();
         let work = Work { op: call.name, device: inner.device, end, outcome, _tensors: tensors, group: inner.clone() };
         if !async_op {

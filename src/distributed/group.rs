@@ -5,16 +5,17 @@
 use super::agree::agree;
 use super::sim::{wait_ranks, SimRank};
 use super::store::{HashStore, Store};
+use super::watchdog::Watch;
 use super::{Backend, InitOptions};
 use crate::driver::comm::Comm;
 use crate::error::{Error, Result};
-use crate::runtime::{comm_init_all, comm_init_rank, comm_unique_id, Stream};
+use crate::runtime::{capture_underway, comm_init_all, comm_init_rank, comm_unique_id, Event, EventFlags, Stream};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How a group's collectives reach the other ranks.
+/// How a group's collectives reach the other ranks (while it is made).
 pub(super) enum Channel {
     /// A driver communicator (NCCL).
     Driver(Box<dyn Comm>),
@@ -29,8 +30,9 @@ pub(super) struct Inner {
     /// The key prefix of this group in the store.
     pub tag: String,
     pub store: Arc<dyn Store>,
-    pub channel: Channel,
     pub backend: Backend,
+    /// The watchdog, which also holds the communicator (NCCL's; none on the simulated backend).
+    pub watch: Arc<Watch>,
     /// The stream the group's collectives run on (PyTorch's NCCL stream).
     pub stream: Stream,
     pub timeout: Duration,
@@ -62,10 +64,17 @@ pub(super) enum Farewell {
 impl Drop for Inner {
     fn drop(&mut self) {
         // Let the last collectives finish before the communicator goes (NCCL's finalize does
-        // the same on the device; the host must not free what they use first).
-        if let Err(e) = self.stream.synchronize() {
-            crate::runtime::record_device_error(self.device, e);
+        // the same on the device; the host must not free what they use first), but no longer
+        // than the watchdog allows: a collective that cannot finish aborts the group instead.
+        if self.watch.aborted().is_none() {
+            let end = Event::new(EventFlags::default());
+            let waited = end.record(Some(&self.stream)).and_then(|()| self.watch.block_until(|| end.query()));
+            if let Err(e) = waited {
+                crate::runtime::record_device_error(self.device, e);
+            }
         }
+        // Finalized and destroyed here, unless aborted (then NCCL freed it already).
+        drop(self.watch.shutdown());
         if self.farewell != Farewell::Silent {
             let (left, all) = (format!("{}/left", self.tag), format!("{}/all_left", self.tag));
             if self.store.add(&left, 1).is_ok_and(|n| n == self.world as i64) {
@@ -173,6 +182,13 @@ impl ProcessGroup {
 
     fn assemble(parts: Parts, channel: Channel, backend: Backend, options: &InitOptions) -> Result<ProcessGroup> {
         let stream = Stream::new(parts.device, 0)?;
+        let (comm, deadline) = match channel {
+            // ProcessGroupNCCL's watchdog: a collective gets the group's timeout on the device.
+            Channel::Driver(comm) => (Some(comm), options.timeout),
+            // The simulated collectives time out by themselves (their store waits); the watchdog
+            // is the backstop for work that never reaches them (a stream that never gets there).
+            Channel::Sim => (None, options.timeout.saturating_mul(2)),
+        };
         Ok(ProcessGroup {
             inner: Arc::new(Inner {
                 rank: parts.rank,
@@ -180,8 +196,8 @@ impl ProcessGroup {
                 device: parts.device,
                 tag: parts.tag,
                 store: parts.store,
-                channel,
                 backend,
+                watch: Watch::new(parts.rank, options.timeout, deadline, capture_underway, comm),
                 stream,
                 timeout: options.timeout,
                 check_collectives: options.check_collectives,
@@ -192,6 +208,13 @@ impl ProcessGroup {
                 farewell: parts.farewell,
             }),
         })
+    }
+
+    /// Why the group was aborted (by its watchdog: a collective that did not finish within the
+    /// timeout, or an error the communicator met), if it was; every call on it then fails with
+    /// [`Error::ProcessGroupAborted`].
+    pub fn abort_cause(&self) -> Option<Error> {
+        self.inner.watch.aborted().cloned()
     }
 
     /// This rank's number in the group, `0..world_size()` (`dist.get_rank(group)`).

@@ -34,7 +34,12 @@
 //! [`Error::CollectiveMismatch`] on every rank (split sizes of an `all_to_all_single` that do not
 //! pair up across ranks: [`Error::SplitMismatch`]); a rank that never arrives (dead, or not started)
 //! is [`Error::DistributedTimeout`] after the group's timeout; a store server that went away is
-//! [`Error::RankFailed`].
+//! [`Error::RankFailed`]. After a collective is queued, the group's watchdog (ProcessGroupNCCL's)
+//! follows it: one that does not finish on the device within the timeout (a peer that died
+//! mid-collective) or an error NCCL reports asynchronously (`ncclCommGetAsyncError`) aborts the
+//! group (`ncclCommAbort`, so stuck kernels exit) — the outstanding works fail with that error,
+//! [`Work::wait_blocking`] and [`ProcessGroup::barrier`] return it instead of hanging, and every
+//! later call is [`Error::ProcessGroupAborted`] at once.
 
 mod agree;
 mod collectives;
@@ -44,6 +49,7 @@ mod reduce;
 mod sim;
 mod store;
 mod tcp_store;
+mod watchdog;
 
 pub use crate::driver::comm::ReduceOp;
 pub use collectives::{Work, COLLECTIVE_DTYPES};

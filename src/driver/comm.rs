@@ -142,9 +142,11 @@ pub trait Comm: Send + Sync {
     /// Queues `op` on the native stream `stream` (a [`Driver::raw_stream`](super::Driver::raw_stream)
     /// of the communicator's device: NCCL takes a `cudaStream_t`); returns once queued.
     fn run(&self, op: &Collective, stream: u64) -> Result<()>;
-    /// An error the communicator met asynchronously (a peer gone, a network failure), if any.
+    /// An error the communicator met asynchronously (a peer gone, a network failure), if any
+    /// (`ncclCommGetAsyncError`; may be asked from another thread while collectives are queued).
     fn async_error(&self) -> Result<()>;
-    /// Aborts the communicator's outstanding work (`ncclCommAbort`); it is unusable afterwards.
+    /// Aborts the communicator's outstanding work (`ncclCommAbort`: kernels waiting for a peer
+    /// exit); it is unusable afterwards. The caller makes sure no other call on it is in progress.
     fn abort(&self);
 }
 

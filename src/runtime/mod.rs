@@ -17,6 +17,7 @@ mod pool;
 mod stream;
 mod work;
 
+pub(crate) use capture::active as capture_underway;
 pub(crate) use capture::KeepAlive;
 pub(crate) use current::current_of;
 pub use current::{current_stream, default_stream, set_stream, with_stream, StreamGuard};

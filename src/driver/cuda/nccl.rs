@@ -363,6 +363,11 @@ impl NcclComm {
 
 impl Comm for NcclComm {
     fn run(&self, op: &Collective, stream: u64) -> Result<()> {
+        if self.aborted.load(std::sync::atomic::Ordering::Acquire) {
+            // The distributed layer refuses calls on an aborted group first; this keeps a freed
+            // communicator from ever reaching NCCL.
+            return Err(Error::Internal { op: "nccl", reason: "the communicator was aborted".into() });
+        }
         self.enter()?;
         let (lib, c, s) = (self.lib, self.comm.0, stream as usize as Stream);
         let ptr = |p: crate::driver::DevicePtr| p.0 as usize as *mut c_void;
@@ -400,10 +405,19 @@ impl Comm for NcclComm {
     }
 
     fn async_error(&self) -> Result<()> {
+        if self.aborted.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let mut status: c_int = 0;
-        // SAFETY: a live communicator and a valid out-parameter.
+        // SAFETY: a live communicator (not aborted: the flag above, and the distributed layer's
+        // watchdog never aborts it during a call) and a valid out-parameter. NCCL lets another
+        // thread ask while collectives are queued (ProcessGroupNCCL's watchdog does).
         let called = unsafe { (self.lib.async_error)(self.comm.0, &mut status) };
         self.lib.check("ncclCommGetAsyncError", called, Some(self.comm.0))?;
+        // `ncclInProgress` is a non-blocking communicator's pending state, not an error.
+        if status == 7 {
+            return Ok(());
+        }
         self.lib.check("ncclCommGetAsyncError", status, Some(self.comm.0))
     }
 
@@ -411,8 +425,10 @@ impl Comm for NcclComm {
         if self.aborted.swap(true, std::sync::atomic::Ordering::AcqRel) || self.enter().is_err() {
             return;
         }
-        // SAFETY: a live communicator, aborted once (the flag); abort frees it, so nothing uses it
-        // afterwards (`Drop` skips an aborted one).
+        // SAFETY: a live communicator, aborted once (the flag) and with no other call on it in
+        // progress (the distributed layer's watchdog leaves the abort to the last call to
+        // return); abort frees it, so nothing uses it afterwards (`run` and `async_error` check
+        // the flag, `Drop` skips an aborted one). Kernels it queued that wait for a dead peer exit.
         let _ = unsafe { (self.lib.abort)(self.comm.0) };
     }
 }

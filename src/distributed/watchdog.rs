@@ -1,0 +1,435 @@
+//! A group's watchdog (ProcessGroupNCCL's): failures that happen on the device, after a
+//! collective was queued — a peer that died mid-collective, a network error, a collective that
+//! never finishes — become typed errors within the group's timeout instead of hangs.
+//!
+//! Every issued collective is [`track`](Watch::track)ed with its end event. A poll
+//! ([`Watch::poll`]: by the group's watchdog thread while work is outstanding, and by every host
+//! wait of the group) asks the communicator for an asynchronous error (`ncclCommGetAsyncError`),
+//! forgets the collectives whose end event completed, and checks the oldest one against the
+//! deadline. On an error or a missed deadline the group **aborts, once**: the cause is kept, every
+//! outstanding collective's outcome becomes it, the communicator is aborted (`ncclCommAbort`, so
+//! that kernels waiting for a dead peer exit), and every later call fails at once with
+//! [`Error::ProcessGroupAborted`].
+//!
+//! The communicator is used only inside [`Watch::with_comm`], which refuses once the group
+//! aborted and counts the calls in progress; an abort that comes while one runs is left to the
+//! last call to leave (NCCL's blocking communicators must not be freed under a call), so the
+//! abort never races a call. The decisions are here, independent of the backend; the simulated
+//! backend has no communicator (its collectives see [`Watch::aborted`] when they start).
+
+use crate::driver::comm::Comm;
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// An issued collective the watchdog follows until its end event completes.
+pub(crate) struct Pending {
+    /// What it is, for the timeout's message (`all_reduce (collective #3)`).
+    pub what: String,
+    /// When it was issued.
+    pub since: Instant,
+    /// Whether it finished on the device (its end event's query).
+    pub done: Box<dyn Fn() -> Result<bool> + Send>,
+    /// Its outcome, which an abort sets (unless the collective already failed by itself).
+    pub outcome: Arc<Mutex<Option<Error>>>,
+}
+
+#[derive(Default)]
+struct State {
+    pending: VecDeque<Pending>,
+    /// The communicator (none on the simulated backend, or after shutdown).
+    comm: Option<Arc<dyn Comm>>,
+    /// Calls inside `with_comm`.
+    running: usize,
+    /// The group aborted while a call ran: the last call to leave aborts the communicator.
+    abort_owed: bool,
+    stopped: bool,
+    thread: bool,
+}
+
+/// One group's watchdog state (see the module docs).
+pub(crate) struct Watch {
+    rank: usize,
+    /// The group's timeout, for the errors' messages.
+    timeout: Duration,
+    /// How long a collective may take on the device, from its issue, before the group aborts.
+    deadline: Duration,
+    /// How often the watchdog thread polls while work is outstanding.
+    interval: Duration,
+    /// Whether polls must wait (a CUDA graph capture underway: querying an event from this
+    /// thread would invalidate it).
+    paused: fn() -> bool,
+    /// Why the group aborted, once it did.
+    cause: OnceLock<Error>,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Watch {
+    /// The watchdog of rank `rank`'s group: collectives get `deadline` on the device, polls skip
+    /// while `paused()`, `comm` is the communicator it may abort.
+    pub fn new(
+        rank: usize,
+        timeout: Duration,
+        deadline: Duration,
+        paused: fn() -> bool,
+        comm: Option<Box<dyn Comm>>,
+    ) -> Arc<Watch> {
+        let interval = (deadline / 8).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let state = State { comm: comm.map(Arc::from), ..State::default() };
+        Arc::new(Watch {
+            rank,
+            timeout,
+            deadline,
+            interval,
+            paused,
+            cause: OnceLock::new(),
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why the group aborted, if it did.
+    pub fn aborted(&self) -> Option<&Error> {
+        self.cause.get()
+    }
+
+    /// `Ok` while the group has not aborted; else the error of a call `op` refused.
+    pub fn refuse_if_aborted(&self, op: &'static str) -> Result<()> {
+        match self.cause.get() {
+            None => Ok(()),
+            Some(cause) => Err(Error::ProcessGroupAborted { op, rank: self.rank, cause: Box::new(cause.clone()) }),
+        }
+    }
+
+    /// Runs `f` with the communicator, unless the group aborted (then the refusal of `op`); an
+    /// abort that comes meanwhile waits for `f` to return.
+    pub fn with_comm<R>(&self, op: &'static str, f: impl FnOnce(&dyn Comm) -> Result<R>) -> Result<R> {
+        let comm = self.enter(op)?.ok_or(Error::Internal { op, reason: "the group has no communicator".into() })?;
+        let result = f(comm.as_ref());
+        self.leave(&comm);
+        result
+    }
+
+    /// The communicator, counted as in use (none on the simulated backend or after shutdown),
+    /// unless the group aborted.
+    fn enter(&self, op: &'static str) -> Result<Option<Arc<dyn Comm>>> {
+        let mut st = self.lock();
+        self.refuse_if_aborted(op)?;
+        let comm = st.comm.clone();
+        if comm.is_some() {
+            st.running += 1;
+        }
+        Ok(comm)
+    }
+
+    /// Ends a use of `comm` from [`Watch::enter`]; the last one aborts it if an abort is owed.
+    fn leave(&self, comm: &Arc<dyn Comm>) {
+        let owed = {
+            let mut st = self.lock();
+            st.running -= 1;
+            self.changed.notify_all();
+            st.running == 0 && std::mem::take(&mut st.abort_owed)
+        };
+        if owed {
+            comm.abort();
+        }
+    }
+
+    /// Follows `work` until it completes (starting the watchdog thread on first use).
+    pub fn track(self: &Arc<Self>, work: Pending) {
+        let mut st = self.lock();
+        if let Some(cause) = self.cause.get() {
+            fail(&work.outcome, cause);
+            return;
+        }
+        st.pending.push_back(work);
+        if !st.thread && !st.stopped {
+            let me = self.clone();
+            st.thread = std::thread::Builder::new()
+                .name(format!("cudasem-watchdog-{}", self.rank))
+                .spawn(move || me.watch())
+                .is_ok();
+        }
+        self.changed.notify_all();
+    }
+
+    /// Aborts the group with `cause`, once (later causes are dropped): see the module docs.
+    pub fn abort(&self, cause: Error) {
+        if self.cause.set(cause).is_err() {
+            return;
+        }
+        let cause = self.cause.get().cloned().unwrap_or(Error::Internal { op: "abort", reason: "no cause".into() });
+        let comm = {
+            let mut st = self.lock();
+            for work in st.pending.drain(..) {
+                fail(&work.outcome, &cause);
+            }
+            if st.running == 0 {
+                st.comm.clone()
+            } else {
+                st.abort_owed = true;
+                None
+            }
+        };
+        self.changed.notify_all();
+        if let Some(comm) = comm {
+            comm.abort();
+        }
+    }
+
+    /// One look at the group at time `now` (see the module docs); aborts it on a failure.
+    pub fn poll(&self, now: Instant) {
+        if self.cause.get().is_some() || (self.paused)() {
+            return;
+        }
+        if let Ok(Some(comm)) = self.enter("watchdog") {
+            let status = comm.async_error();
+            self.leave(&comm);
+            if let Err(e) = status {
+                return self.abort(e);
+            }
+        }
+        // The events are queried without the lock (a query may wait on the driver).
+        let works = std::mem::take(&mut self.lock().pending);
+        let mut kept = VecDeque::with_capacity(works.len());
+        let mut failure = None;
+        for work in works {
+            match (work.done)() {
+                Ok(true) => {}
+                Ok(false) => kept.push_back(work),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    kept.push_back(work);
+                }
+            }
+        }
+        if let Some(oldest) = kept.front() {
+            if failure.is_none() && now.saturating_duration_since(oldest.since) >= self.deadline {
+                failure = Some(Error::DistributedTimeout {
+                    what: format!(
+                        "{} to finish on the device (rank {}); the watchdog aborted the process group",
+                        oldest.what, self.rank
+                    ),
+                    timeout_ms: self.timeout.as_millis().min(u64::MAX as u128) as u64,
+                });
+            }
+        }
+        {
+            let mut st = self.lock();
+            let newer = std::mem::take(&mut st.pending);
+            kept.extend(newer);
+            st.pending = kept;
+        }
+        if let Some(e) = failure {
+            self.abort(e);
+        }
+    }
+
+    /// Blocks until `done` (polling the group meanwhile, backing off up to the watchdog's
+    /// interval) or until the group aborted; the caller reads its own outcome after.
+    pub fn block_until(&self, done: impl Fn() -> Result<bool>) -> Result<()> {
+        let mut pause = Duration::from_micros(20);
+        loop {
+            if done()? || self.cause.get().is_some() {
+                return Ok(());
+            }
+            self.poll(Instant::now());
+            if self.cause.get().is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(self.interval);
+        }
+    }
+
+    /// Stops the watchdog thread and hands the communicator back (once no call uses it) for
+    /// the group to destroy.
+    pub fn shutdown(&self) -> Option<Arc<dyn Comm>> {
+        let mut st = self.lock();
+        st.stopped = true;
+        self.changed.notify_all();
+        while st.running > 0 {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.comm.take()
+    }
+
+    /// The watchdog thread: polls every interval while work is outstanding, sleeps otherwise.
+    fn watch(&self) {
+        let mut st = self.lock();
+        while !st.stopped {
+            if st.pending.is_empty() || self.cause.get().is_some() {
+                st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            st = self.changed.wait_timeout(st, self.interval).unwrap_or_else(|e| e.into_inner()).0;
+            if st.stopped {
+                break;
+            }
+            drop(st);
+            self.poll(Instant::now());
+            st = self.lock();
+        }
+    }
+}
+
+/// Sets `outcome` to `cause` unless the collective already failed by itself.
+fn fail(outcome: &Mutex<Option<Error>>, cause: &Error) {
+    let mut slot = outcome.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.is_none() {
+        *slot = Some(cause.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::comm::Collective;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// A communicator whose asynchronous error the test sets, counting its aborts.
+    #[derive(Default)]
+    struct FakeComm {
+        failed: AtomicBool,
+        aborts: AtomicUsize,
+        /// Set while a call is inside `run`, to check the abort waits for it.
+        inside: AtomicBool,
+        aborted_inside: AtomicBool,
+    }
+
+    impl Comm for Arc<FakeComm> {
+        fn run(&self, _: &Collective, _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn async_error(&self) -> Result<()> {
+            if self.failed.load(Ordering::SeqCst) {
+                return Err(Error::Nccl {
+                    op: "ncclCommGetAsyncError",
+                    code: 6,
+                    name: "ncclRemoteError".into(),
+                    message: "peer gone".into(),
+                });
+            }
+            Ok(())
+        }
+        fn abort(&self) {
+            self.aborted_inside.fetch_or(self.inside.load(Ordering::SeqCst), Ordering::SeqCst);
+            self.aborts.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn watch(fake: &Arc<FakeComm>) -> Arc<Watch> {
+        let d = Duration::from_millis(100);
+        Watch::new(0, d, d, || false, Some(Box::new(fake.clone())))
+    }
+
+    /// A collective whose completion the test sets.
+    fn work(what: &str, since: Instant) -> (Pending, Arc<AtomicBool>, Arc<Mutex<Option<Error>>>) {
+        let (done, outcome) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(None)));
+        let flag = done.clone();
+        let pending = Pending {
+            what: what.into(),
+            since,
+            done: Box::new(move || Ok(flag.load(Ordering::SeqCst))),
+            outcome: outcome.clone(),
+        };
+        (pending, done, outcome)
+    }
+
+    #[test]
+    fn finished_work_is_forgotten_and_late_work_aborts_the_group_once() {
+        let fake = Arc::new(FakeComm::default());
+        let w = watch(&fake);
+        let t0 = Instant::now();
+        let (a, a_done, a_out) = work("all_reduce (collective #1)", t0);
+        let (b, _, b_out) = work("broadcast (collective #2)", t0 + Duration::from_millis(50));
+        w.track(a);
+        w.track(b);
+        a_done.store(true, Ordering::SeqCst);
+        w.poll(t0 + Duration::from_millis(120)); // a is done; b is 70 ms old
+        assert!(w.aborted().is_none() && a_out.lock().unwrap().is_none());
+        w.poll(t0 + Duration::from_millis(150)); // b is 100 ms old: the deadline
+        match w.aborted() {
+            Some(Error::DistributedTimeout { what, timeout_ms: 100 }) => assert!(what.contains("broadcast"), "{what}"),
+            other => panic!("expected the watchdog's timeout, got {other:?}"),
+        }
+        assert_eq!(b_out.lock().unwrap().as_ref(), w.aborted(), "the outstanding work carries the cause");
+        assert!(a_out.lock().unwrap().is_none(), "finished work keeps its success");
+        w.poll(t0 + Duration::from_secs(9));
+        w.abort(Error::Internal { op: "again", reason: "a second cause".into() });
+        assert_eq!(fake.aborts.load(Ordering::SeqCst), 1, "the communicator is aborted once");
+        assert!(matches!(w.aborted(), Some(Error::DistributedTimeout { .. })), "the first cause stays");
+        // Later calls are refused at once, naming the call and the cause.
+        let r = w.with_comm("all_reduce", |_| Ok(()));
+        assert!(
+            matches!(&r, Err(Error::ProcessGroupAborted { op: "all_reduce", rank: 0, cause }) if matches!(**cause, Error::DistributedTimeout { .. })),
+            "{r:?}"
+        );
+        let (late, _, late_out) = work("late", Instant::now());
+        w.track(late);
+        assert!(late_out.lock().unwrap().is_some(), "work tracked after the abort fails at once");
+        w.shutdown();
+    }
+
+    #[test]
+    fn an_asynchronous_error_aborts_with_that_error() {
+        let fake = Arc::new(FakeComm::default());
+        let w = watch(&fake);
+        let t0 = Instant::now();
+        let (a, _, a_out) = work("all_gather_into_tensor (collective #1)", t0);
+        w.track(a);
+        w.poll(t0);
+        assert!(w.aborted().is_none());
+        fake.failed.store(true, Ordering::SeqCst);
+        w.poll(t0 + Duration::from_millis(1));
+        assert!(matches!(w.aborted(), Some(Error::Nccl { code: 6, .. })), "{:?}", w.aborted());
+        assert!(matches!(&*a_out.lock().unwrap(), Some(Error::Nccl { code: 6, .. })));
+        assert_eq!(fake.aborts.load(Ordering::SeqCst), 1);
+        assert!(w.shutdown().is_some(), "the communicator comes back for destruction");
+    }
+
+    #[test]
+    fn an_abort_during_a_call_waits_for_the_call() {
+        let fake = Arc::new(FakeComm::default());
+        let w = watch(&fake);
+        let r = w.with_comm("all_reduce", |_| {
+            fake.inside.store(true, Ordering::SeqCst);
+            w.abort(Error::Internal { op: "test", reason: "abort mid-call".into() });
+            assert_eq!(fake.aborts.load(Ordering::SeqCst), 0, "not while the call runs");
+            fake.inside.store(false, Ordering::SeqCst);
+            Ok(7)
+        });
+        assert_eq!(r, Ok(7));
+        assert_eq!(fake.aborts.load(Ordering::SeqCst), 1, "the leaving call aborted it");
+        assert!(!fake.aborted_inside.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_blocked_host_wait_returns_when_the_thread_aborts() {
+        // No one polls but the waiter and the watchdog thread; the work never finishes.
+        let fake = Arc::new(FakeComm::default());
+        let d = Duration::from_millis(20);
+        let w = Watch::new(1, d, d, || false, Some(Box::new(fake.clone())));
+        let (a, _, a_out) = work("barrier (collective #1)", Instant::now());
+        w.track(a);
+        w.block_until(|| Ok(false)).unwrap();
+        assert!(matches!(&*a_out.lock().unwrap(), Some(Error::DistributedTimeout { .. })));
+        // The thread alone aborts a group nobody waits on.
+        let w = Watch::new(1, d, d, || false, None);
+        let (b, _, b_out) = work("send", Instant::now());
+        w.track(b);
+        let start = Instant::now();
+        while b_out.lock().unwrap().is_none() {
+            assert!(start.elapsed() < Duration::from_secs(60), "the watchdog thread never aborted");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(w.aborted().is_some());
+        assert!(w.shutdown().is_none(), "no communicator on the simulated backend");
+    }
+}

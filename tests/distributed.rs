@@ -338,8 +338,8 @@ fn groups_report_their_ranks_and_subgroups_reduce_among_their_members() {
 }
 
 /// Rows of 3 elements that rank `r` sends to rank `s` in the uneven all-to-all of `world`
-/// ranks: random 0..=3, rank 0 never sends to the last rank, and in groups of more than one
-/// rank the last rank sends nothing at all (an empty input).
+/// ranks: random 0..=3; in groups of more than one rank, rank 0 never sends to the last rank
+/// and the last rank sends nothing at all (an empty input); a group of one sends 1..=3 rows.
 fn split_matrix(world: usize, salt: u64) -> Vec<Vec<usize>> {
     let mut rng = Rng::new(salt);
     (0..world)
@@ -347,7 +347,9 @@ fn split_matrix(world: usize, salt: u64) -> Vec<Vec<usize>> {
             (0..world)
                 .map(|s| {
                     let n = (rng.next_u64() % 4) as usize;
-                    if (world > 1 && r == world - 1) || (r == 0 && s == world - 1) {
+                    if world == 1 {
+                        1 + n % 3
+                    } else if r == world - 1 || (r == 0 && s == world - 1) {
                         0
                     } else {
                         n

@@ -68,6 +68,7 @@ impl Work {
     pub fn is_completed(&self) -> Result<bool> {
         self.failed()?;
         self.group.watch.poll(Instant::now());
+        self.group.watch.settled();
         self.failed()?;
         let done = self.end.query()?;
         self.failed()?;
@@ -345,7 +346,7 @@ impl ProcessGroup {
         inner.watch.track(Pending {
             what,
             since: Instant::now(),
-            done: Box::new(move || query.query()),
+            done: Arc::new(move || query.query()),
             outcome: outcome.clone(),
         });
         let tensors = call.tensors.into_iter().cloned().collect();

@@ -23,21 +23,27 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+/// Whether a collective finished on the device (its end event's query).
+pub(crate) type Done = Arc<dyn Fn() -> Result<bool> + Send + Sync>;
+
 /// An issued collective the watchdog follows until its end event completes.
 pub(crate) struct Pending {
     /// What it is, for the timeout's message (`all_reduce (collective #3)`).
     pub what: String,
     /// When it was issued.
     pub since: Instant,
-    /// Whether it finished on the device (its end event's query).
-    pub done: Box<dyn Fn() -> Result<bool> + Send>,
+    /// Whether it finished on the device.
+    pub done: Done,
     /// Its outcome, which an abort sets (unless the collective already failed by itself).
     pub outcome: Arc<Mutex<Option<Error>>>,
 }
 
 #[derive(Default)]
 struct State {
-    pending: VecDeque<Pending>,
+    /// Tracked works not yet seen finished, oldest first, with their numbers.
+    pending: VecDeque<Tracked>,
+    /// The next work's number.
+    next: u64,
     /// The communicator (none on the simulated backend, or after shutdown).
     comm: Option<Arc<dyn Comm>>,
     /// Calls inside `with_comm`.
@@ -46,6 +52,15 @@ struct State {
     abort_owed: bool,
     stopped: bool,
     thread: bool,
+}
+
+/// A [`Pending`] work with its number in the group's list.
+struct Tracked {
+    id: u64,
+    what: String,
+    since: Instant,
+    done: Done,
+    outcome: Arc<Mutex<Option<Error>>>,
 }
 
 /// One group's watchdog state (see the module docs).
@@ -148,7 +163,10 @@ impl Watch {
             fail(&work.outcome, cause);
             return;
         }
-        st.pending.push_back(work);
+        let id = st.next;
+        st.next += 1;
+        let Pending { what, since, done, outcome } = work;
+        st.pending.push_back(Tracked { id, what, since, done, outcome });
         if !st.thread && !st.stopped {
             let me = self.clone();
             st.thread = std::thread::Builder::new()
@@ -159,16 +177,19 @@ impl Watch {
         self.changed.notify_all();
     }
 
-    /// Aborts the group with `cause`, once (later causes are dropped): see the module docs.
+    /// Aborts the group with `cause`, once (later causes are dropped): see the module docs. The
+    /// cause is set and the outstanding works failed in one critical section, so whoever sees
+    /// the cause through [`Watch::settled`] also sees their outcomes.
     pub fn abort(&self, cause: Error) {
-        if self.cause.set(cause).is_err() {
-            return;
-        }
-        let cause = self.cause.get().cloned().unwrap_or(Error::Internal { op: "abort", reason: "no cause".into() });
         let comm = {
             let mut st = self.lock();
-            for work in st.pending.drain(..) {
-                fail(&work.outcome, &cause);
+            if self.cause.set(cause).is_err() {
+                return;
+            }
+            if let Some(cause) = self.cause.get() {
+                for work in st.pending.drain(..) {
+                    fail(&work.outcome, cause);
+                }
             }
             if st.running == 0 {
                 st.comm.clone()
@@ -183,6 +204,14 @@ impl Watch {
         }
     }
 
+    /// Why the group aborted, once the abort has failed every outstanding work (so a work's
+    /// outcome read after this is final); `None` while it has not.
+    pub fn settled(&self) -> Option<&Error> {
+        let cause = self.cause.get()?;
+        drop(self.lock());
+        Some(cause)
+    }
+
     /// One look at the group at time `now` (see the module docs); aborts it on a failure.
     pub fn poll(&self, now: Instant) {
         if self.cause.get().is_some() || (self.paused)() {
@@ -195,36 +224,34 @@ impl Watch {
                 return self.abort(e);
             }
         }
-        // The events are queried without the lock (a query may wait on the driver).
-        let works = std::mem::take(&mut self.lock().pending);
-        let mut kept = VecDeque::with_capacity(works.len());
+        // The events are queried without the lock (a query may wait on the driver), the works
+        // staying in the list meanwhile, so that an abort from elsewhere still fails them all.
+        let queries: Vec<(u64, Done)> = self.lock().pending.iter().map(|w| (w.id, w.done.clone())).collect();
+        let mut finished = Vec::new();
         let mut failure = None;
-        for work in works {
-            match (work.done)() {
-                Ok(true) => {}
-                Ok(false) => kept.push_back(work),
+        for (id, done) in queries {
+            match done() {
+                Ok(true) => finished.push(id),
+                Ok(false) => {}
                 Err(e) => {
                     failure.get_or_insert(e);
-                    kept.push_back(work);
                 }
-            }
-        }
-        if let Some(oldest) = kept.front() {
-            if failure.is_none() && now.saturating_duration_since(oldest.since) >= self.deadline {
-                failure = Some(Error::DistributedTimeout {
-                    what: format!(
-                        "{} to finish on the device (rank {}); the watchdog aborted the process group",
-                        oldest.what, self.rank
-                    ),
-                    timeout_ms: self.timeout.as_millis().min(u64::MAX as u128) as u64,
-                });
             }
         }
         {
             let mut st = self.lock();
-            let newer = std::mem::take(&mut st.pending);
-            kept.extend(newer);
-            st.pending = kept;
+            st.pending.retain(|w| !finished.contains(&w.id));
+            if let Some(oldest) = st.pending.front() {
+                if failure.is_none() && now.saturating_duration_since(oldest.since) >= self.deadline {
+                    failure = Some(Error::DistributedTimeout {
+                        what: format!(
+                            "{} to finish on the device (rank {}); the watchdog aborted the process group",
+                            oldest.what, self.rank
+                        ),
+                        timeout_ms: self.timeout.as_millis().min(u64::MAX as u128) as u64,
+                    });
+                }
+            }
         }
         if let Some(e) = failure {
             self.abort(e);
@@ -236,11 +263,11 @@ impl Watch {
     pub fn block_until(&self, done: impl Fn() -> Result<bool>) -> Result<()> {
         let mut pause = Duration::from_micros(20);
         loop {
-            if done()? || self.cause.get().is_some() {
+            if self.settled().is_some() || done()? {
                 return Ok(());
             }
             self.poll(Instant::now());
-            if self.cause.get().is_some() {
+            if self.settled().is_some() {
                 return Ok(());
             }
             std::thread::sleep(pause);
@@ -336,7 +363,7 @@ mod tests {
         let pending = Pending {
             what: what.into(),
             since,
-            done: Box::new(move || Ok(flag.load(Ordering::SeqCst))),
+            done: Arc::new(move || Ok(flag.load(Ordering::SeqCst))),
             outcome: outcome.clone(),
         };
         (pending, done, outcome)

@@ -58,7 +58,7 @@ fn elementwise(c: &mut Criterion) {
     };
     both(&mut group, "add_f32_2^28", "sum_f32_1GiB");
     if on_gpu && std::env::var("TENSOR_OPS_SWEEP").is_ok_and(|v| v == "1") {
-        // (elementwise waves, vectors per thread, reduce waves): the default is (256, 1, 1).
+        // (elementwise waves, vectors per thread, reduce waves): the default is (256, 0, 1).
         for (tuning, add_name, sum_name) in [
             ((1, 2, 2), "add_f32_2^28@w1", "sum_f32_1GiB@w2"),
             ((0, 2, 4), "add_f32_2^28@v2", "sum_f32_1GiB@w4"),
@@ -67,7 +67,7 @@ fn elementwise(c: &mut Criterion) {
             cudasem::driver::cuda::set_tuning(tuning.0, tuning.1, tuning.2);
             both(&mut group, add_name, sum_name);
         }
-        cudasem::driver::cuda::set_tuning(256, 1, 1);
+        cudasem::driver::cuda::set_tuning(256, 0, 1);
     }
     group.finish();
 }

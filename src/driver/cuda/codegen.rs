@@ -430,16 +430,48 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     }
 }
 
-/// Whether the fast kernel's grid-stride loop takes two vectors at a time. Not for the functions
-/// of many instructions (and registers) when the vectors hold 8 or more elements (half types),
-/// nor for `pow`: twice as many of them in flight would cost the kernel occupancy, which is what
-/// keeps a single pass (one vector per thread, the usual grid) streaming.
+/// Vectors each thread of a fast kernel takes over a large tensor (the launch caps it so that
+/// the grid still fills the device: `elementwise.rs`): more than one for the functions of many
+/// instructions, whose loads then overlap the math of the vectors before them. Measured on the
+/// H200 over [4096, 4096] (BENCHMARKS.md, "Elementwise launch policy"): `sin`, `cos`, `gelu` of a
+/// half type and f16 `tanh` gain 4–7 % with four; `exp`, `sigmoid`, bf16 `tanh` and `pow` of a
+/// half type, and f32 `gelu`, 2–3 % with two; f32 `pow` 7 % with four; the cheap functions lose
+/// a little with more.
+pub(super) fn ew_per_thread(op: EwOp, out: DType, vec: usize) -> u64 {
+    let half = vec >= 8 && matches!(out, DType::F16 | DType::BF16);
+    match op {
+        EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Gelu) if half => 4,
+        EwOp::Unary(UnaryOp::Tanh) if half => 2 + 2 * (out == DType::F16) as u64,
+        EwOp::Unary(UnaryOp::Exp | UnaryOp::Sigmoid) if half => 2,
+        EwOp::Binary(BinaryOp::Pow, c) if c.is_float() => {
+            if half {
+                2
+            } else if out == DType::F32 {
+                4
+            } else {
+                1
+            }
+        }
+        EwOp::Unary(UnaryOp::Gelu) if out == DType::F32 => 2,
+        _ => 1,
+    }
+}
+
+/// Whether the fast kernel's grid-stride loop takes two vectors at a time: when a thread takes
+/// several ([`ew_per_thread`]), and otherwise where the unrolled loop's registers cost nothing
+/// (it runs only on tensors past the grid's cap, but its registers limit every launch's
+/// occupancy): not for the functions of many instructions, f32 `sigmoid` and `log` among them
+/// (the unrolled loop cost f32 `sigmoid` 8 %).
 fn unrolled(op: EwOp, out: DType, vec: usize) -> bool {
+    if ew_per_thread(op, out, vec) > 1 {
+        return true;
+    }
     match op {
         EwOp::Binary(BinaryOp::Pow, c) => !c.is_float(),
         EwOp::Binary(BinaryOp::Div, c) if vec >= 8 => !c.is_float(),
         EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Gelu) if vec >= 8 => false,
         EwOp::Unary(UnaryOp::Tanh | UnaryOp::Sqrt) if vec >= 8 => out != DType::F16,
+        EwOp::Unary(UnaryOp::Sigmoid | UnaryOp::Log) if out == DType::F32 => false,
         _ => true,
     }
 }
@@ -495,7 +527,7 @@ __device__ __forceinline__ acc combine(acc a, acc b) {{
 __device__ __forceinline__ acc shfl_down(acc a, int off) {{ acc b; b.v = __shfl_down_sync(FULL, a.v, off); b.i = __shfl_down_sync(FULL, a.i, off); return b; }}
 __device__ __forceinline__ void st_partial(char* base, i64 k, acc a) {{ ((acc*)base)[k] = a; }}
 __device__ __forceinline__ acc ld_partial(const char* base, i64 k) {{ const acc* p = (const acc*)base + k; acc a; a.v = __ldcg(&p->v); a.i = __ldcg(&p->i); return a; }}
-__device__ __forceinline__ void store(TD* out, acc a, i64 n) {{ *out = {store}; }}
+__device__ __forceinline__ void store(TD* out, acc a, i64 n, double inv) {{ (void)inv; *out = {store}; }}
 __device__ __forceinline__ void store_value(TS* out, acc a) {{ *out = {value}; }}
 /* `a` (of earlier rows, not the identity) and row `r`'s element `x`. */
 __device__ __forceinline__ acc step(acc a, TS x, i64 r) {{
@@ -521,7 +553,10 @@ __device__ __forceinline__ acc step(acc a, TS x, i64 r) {{
             _ => (if max { "I64_MIN" } else { "I64_MAX" }, format!("b {} a ? b : a", if max { ">" } else { "<" })),
         };
         let fin = match (op, dom) {
-            (ReduceOp::Mean, _) => "a / (double)n".to_owned(),
+            // The sum times `1 / n` (computed on the host): within an f64 ulp of `a / n`, far
+            // below the sum's own rounding; a division per output cost the column kernel of 8
+            // outputs per thread a fifth of its speed in registers.
+            (ReduceOp::Mean, _) => "a * inv".to_owned(),
             (ReduceOp::Sum, _) => "a".to_owned(),
             (_, DType::F64) => "n == 0 ? d_nan() : a".to_owned(),
             (_, DType::F32) => "n == 0 ? __int_as_float(0x7fc00000) : a".to_owned(),
@@ -536,7 +571,7 @@ __device__ __forceinline__ acc combine(acc a, acc b) {{ return {comb}; }}
 __device__ __forceinline__ acc shfl_down(acc a, int off) {{ return __shfl_down_sync(FULL, a, off); }}
 __device__ __forceinline__ void st_partial(char* base, i64 k, acc a) {{ ((acc*)base)[k] = a; }}
 __device__ __forceinline__ acc ld_partial(const char* base, i64 k) {{ return __ldcg((const acc*)base + k); }}
-__device__ __forceinline__ void store(TD* out, acc a, i64 n) {{ (void)n; const acc v = {fin}; *out = {store}; }}
+__device__ __forceinline__ void store(TD* out, acc a, i64 n, double inv) {{ (void)n; (void)inv; const acc v = {fin}; *out = {store}; }}
 __device__ __forceinline__ acc step(acc a, TS x, i64 r) {{ return combine(a, load(x, r)); }}
 "#,
             store = conv(dom, dst, "v"),
@@ -563,7 +598,7 @@ pub(super) fn softmax_vec(src: DType, dst: DType) -> usize {
 
 /// The softmax kernels' register layouts: `(w, ch, g)` of the warp kernels (`w` elements per
 /// access, `ch` chunks per lane, at most 32 values per lane, groups of `g` lanes per row: 32,
-/// or fewer for rows of one chunk) and `ch` of the block kernels (`v` elements per access, at
+/// fewer for rows of one chunk, or 16 with two chunks each) and `ch` of the block kernels (`v` elements per access, at
 /// most 64 values per thread).
 pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8, u8)>, Vec<u8>) {
     let mut warp = Vec::new();
@@ -574,6 +609,8 @@ pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8, u8)>, Vec<u8>) {
         for g in [1u8, 2, 4, 8, 16] {
             warp.push((w as u8, 1, g));
         }
+        // Two rows per warp, two chunks per lane, for rows a full warp would hold in one.
+        warp.push((w as u8, 2, 16));
         let mut ch = 1;
         while ch * w <= 32 {
             warp.push((w as u8, ch as u8, 32));

@@ -19,18 +19,19 @@ use std::sync::{Mutex, OnceLock};
 /// PyTorch's 4.35 TB/s): one wave of grid-stride blocks 4.05 TB/s, 8 waves 4.17, a single pass
 /// with 4 / 2 / 1 vectors per thread 4.32 / 4.34 / 4.36; so the cap only bounds huge grids.
 pub(super) static EW_WAVES: AtomicU32 = AtomicU32::new(256);
-/// 16-byte vectors each thread of a fast elementwise kernel handles in a single pass.
-pub(super) static EW_VECTORS: AtomicU32 = AtomicU32::new(1);
+/// 16-byte vectors each thread of a fast elementwise kernel handles in a single pass (0: the
+/// op's own, `codegen::ew_per_thread`).
+pub(super) static EW_VECTORS: AtomicU32 = AtomicU32::new(0);
 /// Waves of blocks a reduction split over blocks uses.
 pub(super) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
 
 /// Tuning for benchmarks, not an API: the most waves of blocks elementwise grids hold (0: no
-/// cap), the vectors per thread of a fast elementwise pass, and the waves of blocks a reduction
-/// split over blocks uses. The defaults are `(256, 1, 1)`.
+/// cap), the vectors per thread of a fast elementwise pass (0: each op's own), and the waves of
+/// blocks a reduction split over blocks uses. The defaults are `(256, 0, 1)`.
 #[doc(hidden)]
 pub fn set_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
     EW_WAVES.store(elementwise_waves, Ordering::Relaxed);
-    EW_VECTORS.store(vectors_per_thread.max(1), Ordering::Relaxed);
+    EW_VECTORS.store(vectors_per_thread, Ordering::Relaxed);
     REDUCE_WAVES.store(reduce_waves.max(1), Ordering::Relaxed);
 }
 
@@ -144,6 +145,12 @@ impl Ctx<'_> {
             0 => i32::MAX as u64,
             w => wave * w as u64,
         }
+    }
+
+    /// Threads of `f` the device holds at once (one full wave of blocks of [`THREADS`]).
+    #[inline]
+    pub(super) fn full_wave_threads(&self, f: Func) -> u64 {
+        (self.info.sms as u64 * f.blocks_per_sm as u64 * THREADS as u64).max(1)
     }
 
     /// Blocks for `work` items of [`THREADS`] per block, at most [`Ctx::wave`] of them.

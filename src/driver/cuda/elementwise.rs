@@ -12,7 +12,7 @@
 //! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
 //! `#[repr(C)]` structs on the stack.
 
-use super::codegen::{ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS};
+use super::codegen::{ew_per_thread, ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS};
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -172,7 +172,11 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
     let mut work = if aligned { p.n.div_ceil(vec) } else { p.n };
-    let per_thread = EW_VECTORS.load(Ordering::Relaxed) as u64;
+    let per_thread = match EW_VECTORS.load(Ordering::Relaxed) {
+        // The op's own, but never so many that the grid would not fill the device once.
+        0 => ew_per_thread(op, out_dtype, vec as usize).min(work / c.full_wave_threads(f)).max(1),
+        n => n as u64,
+    };
     if aligned && per_thread > 1 {
         work = work.div_ceil(per_thread);
     }

@@ -513,6 +513,25 @@ fn unary_and_binary_ops_for_every_dtype() {
     b.check(&KernelOp::Unary { op: UnaryOp::Abs, src: v, dst: out }, 0.0);
 }
 
+/// The functions of many instructions on tensors large enough for the fast kernel to give a
+/// thread several vectors (`codegen::ew_per_thread`), with a tail past the last whole vector.
+#[test]
+fn heavy_functions_on_large_tensors_take_several_vectors_per_thread() {
+    let Some(mut b) = Bench::new() else { return };
+    let n = (9 << 20) + 13;
+    for d in [DType::F32, DType::BF16, DType::F16] {
+        let (x, y, out) = (b.dense(d, &[n]), b.dense(d, &[n]), b.dense(d, &[n]));
+        for op in
+            [UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Gelu, UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Log]
+        {
+            let abs = if op == UnaryOp::Gelu { 1e-6 } else { 0.0 };
+            b.check_abs(&KernelOp::Unary { op, src: x.clone(), dst: out.clone() }, tol(d), abs);
+        }
+        let pow = KernelOp::Binary { op: BinaryOp::Pow, lhs: x.clone(), rhs: y.clone(), dst: out.clone(), compute: d };
+        b.check(&pow, tol(d) * 4.0);
+    }
+}
+
 #[test]
 fn reductions_over_every_path() {
     let Some(mut b) = Bench::new() else { return };
@@ -604,7 +623,18 @@ fn softmax_rows_columns_and_long_rows() {
     let Some(mut b) = Bench::new() else { return };
     for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for (shape, dim) in
-            [(vec![7usize, 300], 1), (vec![300, 7], 0), (vec![4, 5000], 1), (vec![3, 4, 5], 1), (vec![9, 3], 1)]
+            // Rows of 128, 256 and 25: two rows per warp of 16 lanes (aligned for f32 and for
+            // the half types; unaligned) for an odd number of rows.
+            [
+                (vec![7usize, 300], 1),
+                (vec![300, 7], 0),
+                (vec![4, 5000], 1),
+                (vec![3, 4, 5], 1),
+                (vec![9, 3], 1),
+                (vec![33, 128], 1),
+                (vec![5, 256], 1),
+                (vec![7, 25], 1),
+            ]
         {
             for log in [false, true] {
                 let src = b.dense(d, &shape);

@@ -56,6 +56,8 @@ struct RedP {
     n_red: i64,
     splits: i64,
     chunk: i64,
+    /// `1 / n_red`, the mean's scale.
+    inv_n: f64,
     out_ndim: i32,
     red_ndim: i32,
     vec: i32,
@@ -165,6 +167,7 @@ pub(super) fn reduce(
         n_red,
         splits,
         chunk,
+        inv_n: 1.0 / n_red.max(1) as f64,
         out_ndim: kept.n as i32,
         red_ndim: red.n as i32,
         vec: vec_ok as i32,
@@ -211,10 +214,16 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         let w = if aligned { v } else { 1 };
         let chunks = |per: i64| (ceil_div(n, per).max(1) as u64).next_power_of_two();
         if n <= 1024 {
-            // Rows of one chunk per lane take as few lanes as hold them.
+            // Rows of one chunk per lane take as few lanes as hold them; rows that need all 32
+            // take 16 lanes of two chunks each instead (two rows per warp: twice the loads in
+            // flight before the shuffles wait on them).
             let ch = chunks(32 * w) as u8;
             let g = if ch == 1 { chunks(w).min(32) as u8 } else { 32 };
-            Entry::Rows { g, w: w as u8, ch }
+            if ch == 1 && g == 32 {
+                Entry::Rows { g: 16, w: w as u8, ch: 2 }
+            } else {
+                Entry::Rows { g, w: w as u8, ch }
+            }
         } else if aligned && softmax_block_fits(v as usize, chunks(256 * v).max(2)) {
             Entry::Rows { g: 0, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
         } else if aligned

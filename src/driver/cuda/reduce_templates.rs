@@ -8,6 +8,7 @@ pub(super) const REDUCE: &str = r#"
 struct RedP {
     const char* src; char* dst; char* dst2; char* partials; u32* counters;
     i64 n_out, n_red, splits, chunk;
+    double inv_n;
     int out_ndim, red_ndim, vec, pad;
     i64 out_shape[MAXD]; i64 out_sst[MAXD]; i64 out_dst[MAXD];
     i64 red_shape[MAXD]; i64 red_st[MAXD];
@@ -16,7 +17,7 @@ struct RedP {
 /* The result of an output at `dof` (and, for an extreme with its index, its value at the same
    offset of `dst2`). */
 __device__ __forceinline__ void store_out(const RedP& p, i64 dof, acc a) {
-    store((TD*)p.dst + dof, a, p.n_red);
+    store((TD*)p.dst + dof, a, p.n_red, p.inv_n);
 #if VALUES
     store_value((TS*)p.dst2 + dof, a);
 #endif

@@ -37,8 +37,9 @@ __device__ __forceinline__ float d2f_odd(double d) {
 }
 __device__ __forceinline__ u16 d2h(double d) { return f2h(d2f_odd(d)); }
 __device__ __forceinline__ u16 d2b(double d) { return f2b(d2f_odd(d)); }
-__device__ __forceinline__ float sigmoid_of(bool pos, float e) { return pos ? 1.0f / (1.0f + e) : e / (1.0f + e); }
-__device__ __forceinline__ double sigmoid_of(bool pos, double e) { return pos ? 1.0 / (1.0 + e) : e / (1.0 + e); }
+/* 1 / (1 + e) or e / (1 + e): one division of a selected numerator. */
+__device__ __forceinline__ float sigmoid_of(bool pos, float e) { return (pos ? 1.0f : e) / (1.0f + e); }
+__device__ __forceinline__ double sigmoid_of(bool pos, double e) { return (pos ? 1.0 : e) / (1.0 + e); }
 __device__ __forceinline__ float tanh_approx(float x) {
 #if __CUDA_ARCH__ >= 750
     float y;

@@ -333,13 +333,17 @@ fn a_collective_that_cannot_finish_aborts_the_group_and_later_calls_fail_at_once
     // it never finishes in time (as if a peer never came): the watchdog aborts the group (NCCL:
     // ncclCommAbort) instead of letting the host wait, on the simulated backend and through NCCL.
     let solo = ProcessGroup::from_devices_with(&[0], &quick(200))?.remove(0);
-    cudasem::testing::delay(solo.comm_stream(), std::time::Duration::from_secs(3))?;
     let t = Tensor::ones([4], DType::F32, "cuda:0")?;
+    // A first collective sets the communicator up (NCCL connects lazily, and its first call may
+    // wait for the communication stream on the host), so the stuck one below is queued at once.
+    solo.all_reduce(&t, ReduceOp::Sum, false)?;
+    cuda::synchronize(0)?;
+    cudasem::testing::delay(solo.comm_stream(), std::time::Duration::from_secs(3))?;
     let work = solo.all_reduce(&t, ReduceOp::Sum, true)?;
     let outcome = work.wait_blocking();
     match &outcome {
         Err(Error::DistributedTimeout { what, timeout_ms: 200 }) => {
-            assert!(what.contains("all_reduce (collective #1)") && what.contains("watchdog"), "{what}")
+            assert!(what.contains("all_reduce (collective #2)") && what.contains("watchdog"), "{what}")
         }
         other => panic!("expected the watchdog's timeout, got {other:?}"),
     }

@@ -92,8 +92,10 @@ fn resnet50_beats_pytorch_from_the_command_line() {
 
 /// A folder with the repository's ResNet-50 and two-stream traces (one gzip-compressed) and
 /// their PyTorch outcome files, written out so the test runs from any folder.
-fn trace_folder() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cudasem-{}-traces", std::process::id()));
+/// The traces in a temporary folder of their own per test (`tag`): the tests of one process run
+/// at once, and each removes its folder when done.
+fn trace_folder(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cudasem-{}-{tag}-traces", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp folder");
     let files: [(&str, &[u8]); 4] = [
         ("resnet50_train.csv", include_bytes!("../bench/traces/resnet50_train.csv")),
@@ -109,7 +111,7 @@ fn trace_folder() -> PathBuf {
 
 #[test]
 fn compare_sets_pytorchs_figures_beside_cudasems() {
-    let dir = trace_folder();
+    let dir = trace_folder("compare");
     let run = |json: bool| {
         let mut cmd = Command::new(common::cudasem_binary());
         cmd.arg("replay").arg(dir.join("prefetch_two_streams.csv.gz"));
@@ -141,7 +143,7 @@ fn compare_sets_pytorchs_figures_beside_cudasems() {
 
 #[test]
 fn all_replays_every_trace_of_a_folder_in_one_table() {
-    let dir = trace_folder();
+    let dir = trace_folder("all");
     let o = Command::new(common::cudasem_binary())
         .args(["replay", "--all"])
         .arg(&dir)

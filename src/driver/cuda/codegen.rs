@@ -69,6 +69,8 @@ pub(super) enum ModuleKey {
 pub(super) enum Entry {
     /// Elementwise over contiguous operands; bit `i` of the mask: input `i` is one broadcast element.
     Fast(u8),
+    /// [`Entry::Fast`] over at most one block of elements: a thread each.
+    Tiny(u8),
     /// Elementwise over strided operands.
     Strided,
     /// Elementwise over two collapsed dims with a dense output (broadcast rows and columns,
@@ -111,6 +113,7 @@ impl Entry {
         };
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
+            Entry::Tiny(mask) => format!("ew_t{mask}"),
             Entry::Strided => "ew_s".into(),
             Entry::Two => "ew_2d".into(),
             Entry::Tile => "ew_tile".into(),
@@ -133,6 +136,7 @@ impl ModuleKey {
         match self {
             ModuleKey::Elementwise { op, .. } => {
                 let mut v: Vec<Entry> = (0..fast_masks(*op)).map(Entry::Fast).collect();
+                v.extend((0..fast_masks(*op)).map(Entry::Tiny));
                 v.push(Entry::Strided);
                 v.push(Entry::Two);
                 v.push(Entry::Tile);
@@ -425,7 +429,8 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     for mask in 0..fast_masks(op) {
         let _ = writeln!(
             s,
-            "extern \"C\" __global__ void __launch_bounds__(256) ew_f{mask}(EwFast p) {{ ew_fast<{mask}>(p); }}"
+            "extern \"C\" __global__ void __launch_bounds__(256) ew_f{mask}(EwFast p) {{ ew_fast<{mask}>(p); }}\n\
+             extern \"C\" __global__ void __launch_bounds__(256) ew_t{mask}(EwFast p) {{ ew_tiny<{mask}>(p); }}"
         );
     }
 }
@@ -717,7 +722,7 @@ mod tests {
             ins: [DType::F32, DType::F32, DType::Bool],
         };
         let entries = m.entries();
-        assert_eq!(entries.len(), 7);
+        assert_eq!(entries.len(), 11);
         let src = m.source();
         for e in entries {
             assert!(src.contains(&format!("void __launch_bounds__(256) {}(", e.name(&m))), "{e:?}");

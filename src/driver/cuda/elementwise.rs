@@ -3,7 +3,8 @@
 //! Elementwise ops collapse the dimensions their operands agree on (innermost first, size-1 dims
 //! dropped). When the output is then one dense run and every input is either the same dense run
 //! or a single broadcast element, the *fast* kernel runs: a grid-stride loop over 16-byte
-//! vectors when every dense operand is aligned, one element at a time otherwise. When they
+//! vectors when every dense operand is aligned, one element at a time otherwise (at most one
+//! block of elements: the *tiny* kernel, a thread each and no loop). When they
 //! collapse to at most two dims with a dense output (a broadcast row or column, a strided or
 //! transposed input), the *two-dimensional* kernel runs: the row and column of each element come
 //! from one multiply-shift division, inputs dense along the row are loaded as vectors, inputs
@@ -158,6 +159,15 @@ pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferVie
 /// Queues the fast kernel of `op` over `p` (its `vec` set here), `mask` of the `nin` inputs
 /// being one broadcast element.
 fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, mask: u8, mut p: EwFast) -> Result<()> {
+    if p.n <= THREADS as u64 {
+        let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
+        // A thread per element in one block of no more warps than the elements need: a tiny
+        // op's cost is its launch and latency, which grow with the warps a block starts and the
+        // loops a thread runs (in a graph, that is all a node costs).
+        let f = c.kernel(KernelId { module, entry: Entry::Tiny(mask) })?;
+        let threads = (p.n.max(1).div_ceil(32) * 32) as u32;
+        return c.run_threads(f, 1, threads, &mut p);
+    }
     // Vectors are 16 bytes: a power of two of elements, so a vector of a dtype is a power of
     // two of bytes (alignment by mask, no division).
     let vec = ew_vec(op, out_dtype, dtypes) as u64;

@@ -126,6 +126,24 @@ __device__ __forceinline__ T get_one(const T* p, u64 i, T s) { return (!ACTIVE |
 #define B_ARGS T1, (MASK & 2) != 0, (NIN > 1)
 #define C_ARGS T2, (MASK & 4) != 0, (NIN > 2)
 
+/* At most one block of elements: a thread each, no loop (a tiny op's kernel is its launch and
+   its latency, which in a graph is all a node costs). */
+template <int MASK>
+__device__ __forceinline__ void ew_tiny(const EwFast& p) {
+    const u32 i = threadIdx.x;
+    if (i >= (u32)p.n) return;
+    const T0* a = (const T0*)p.in0;
+    const T1* b = (const T1*)p.in1;
+    const T2* c = (const T2*)p.in2;
+    T0 sa = T0();
+    T1 sb = T1();
+    T2 sc = T2();
+    if (NIN > 0 && (MASK & 1)) sa = a[0];
+    if (NIN > 1 && (MASK & 2)) sb = b ? b[0] : imm<T1>(p.value);
+    if (NIN > 2 && (MASK & 4)) sc = c[0];
+    ((TO*)p.out)[i] = apply(get_one<A_ARGS>(a, i, sa), get_one<B_ARGS>(b, i, sb), get_one<C_ARGS>(c, i, sc), p.value);
+}
+
 template <int MASK>
 __device__ __forceinline__ void ew_fast(const EwFast& p) {
     const u64 n = p.n;

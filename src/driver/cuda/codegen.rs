@@ -429,8 +429,8 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     for mask in 0..fast_masks(op) {
         let _ = writeln!(
             s,
-            "extern \"C\" __global__ void __launch_bounds__(256) ew_f{mask}(EwFast p) {{ ew_fast<{mask}>(p); }}\n\
-             extern \"C\" __global__ void __launch_bounds__(256) ew_t{mask}(EwFast p) {{ ew_tiny<{mask}>(p); }}"
+            "extern \"C\" __global__ void __launch_bounds__(256) ew_f{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}>(p); }}\n\
+             extern \"C\" __global__ void __launch_bounds__(256) ew_t{mask}(EwFast p) {{ cs_enter(); ew_tiny<{mask}>(p); }}"
         );
     }
 }
@@ -682,18 +682,18 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
     for (w, ch, g) in warp {
         let _ = writeln!(
             s,
-            "{head} sm_w{w}_{ch}_{g}(const __grid_constant__ SmP p) {{ sm_warp_rows<{w}, {ch}, {g}>(p); }}"
+            "{head} sm_w{w}_{ch}_{g}(const __grid_constant__ SmP p) {{ cs_enter(); sm_warp_rows<{w}, {ch}, {g}>(p); }}"
         );
     }
     for ch in block {
-        let _ = writeln!(s, "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ sm_block_rows<{ch}, 256>(p); }}");
+        let _ = writeln!(s, "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 256>(p); }}");
     }
     let big = "extern \"C\" __global__ void __launch_bounds__(1024)";
     for ch in softmax_big_layouts(v, softmax_value_bytes(src, dst)) {
-        let _ = writeln!(s, "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ sm_block_rows<{ch}, 1024>(p); }}");
+        let _ = writeln!(s, "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 1024>(p); }}");
     }
     for w in [1, v] {
-        let _ = writeln!(s, "{head} sm_o{w}(const __grid_constant__ SmP p) {{ sm_online_rows<{w}>(p); }}");
+        let _ = writeln!(s, "{head} sm_o{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_online_rows<{w}>(p); }}");
         if v == 1 {
             break;
         }
@@ -712,6 +712,37 @@ mod tests {
         assert_eq!(conv(DType::I64, DType::BF16, "a"), "d2b((double)(i64)(a))");
         assert_eq!(conv(DType::F16, DType::Bool, "a"), "((u8)(h2f(a) != 0))");
         assert_eq!(conv(DType::Bool, DType::F32, "a"), "((float)(i64)((i64)((a) != 0)))");
+    }
+
+    /// Every kernel's first statement is `cs_enter` (`templates.rs`): the launch allows
+    /// programmatic serialization (`ctx.rs`), which is only safe when each kernel waits for the
+    /// grids before it before it touches memory.
+    #[test]
+    fn every_kernel_waits_for_the_grids_before_it() {
+        let d = [DType::F32, DType::F32, DType::Bool];
+        let mut modules = vec![
+            ModuleKey::Elementwise { op: EwOp::Fill, out: DType::F32, ins: d },
+            ModuleKey::Elementwise { op: EwOp::Cast, out: DType::BF16, ins: d },
+            ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Exp), out: DType::F16, ins: [DType::F16; 3] },
+            ModuleKey::Elementwise { op: EwOp::Binary(BinaryOp::Add, DType::F32), out: DType::F32, ins: d },
+            ModuleKey::Elementwise { op: EwOp::Where, out: DType::F32, ins: [DType::Bool, DType::F32, DType::F32] },
+        ];
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::ArgMin] {
+            let dst = if matches!(op, ReduceOp::ArgMin) { DType::I64 } else { DType::F32 };
+            modules.push(ModuleKey::Reduce { op, src: DType::F32, dst, values: false });
+        }
+        for (src, dst) in [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32)] {
+            modules.push(ModuleKey::Softmax { src, dst, log: false });
+        }
+        for m in modules {
+            let text = m.source();
+            let kernels: Vec<&str> = text.split("__global__").skip(1).collect();
+            assert_eq!(kernels.len(), m.entries().len(), "{m:?}");
+            for k in kernels {
+                let body = &k[k.find('{').expect("a kernel has a body") + 1..];
+                assert!(body.trim_start().starts_with("cs_enter();"), "{m:?}: {}", &k[..k.len().min(120)]);
+            }
+        }
     }
 
     #[test]

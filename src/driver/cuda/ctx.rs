@@ -166,16 +166,66 @@ impl Ctx<'_> {
     }
 
     /// [`Ctx::run`] with blocks of `threads` threads (at most the kernel's launch bound).
+    ///
+    /// A small grid captured into a graph on a device of compute capability 9.0 or later is
+    /// launched with programmatic stream serialization ([`Ctx::programmatic`]).
     #[inline]
     pub(super) fn run_threads<P>(&self, f: Func, grid: u32, threads: u32, p: &mut P) -> Result<()> {
         let mut args = [(p as *mut P).cast::<c_void>()];
+        if !self.programmatic(grid) {
+            // SAFETY:
+            // - `f` is a live kernel of the current context taking one parameter whose C layout is
+            //   `P`'s (`#[repr(C)]`, mirrored in codegen);
+            // - `cuLaunchKernel` copies it before returning;
+            // - the stream is live and of the current context.
+            return unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (threads, 1, 1), 0, self.stream, &mut args) }
+                .map_err(|e| driver_error("cuLaunchKernel", e));
+        }
+        // SAFETY: zero is a valid bit pattern for this C union (an all-zero attribute value).
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: self.stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
         // SAFETY:
         // - `f` is a live kernel of the current context taking one parameter whose C layout is `P`'s
-        //   (`#[repr(C)]`, mirrored in codegen);
-        // - `cuLaunchKernel` copies it before returning;
+        //   (`#[repr(C)]`, mirrored in codegen), and every generated kernel waits for the grids
+        //   before it (`cs_enter`) before it touches memory, as the attribute requires;
+        // - `cuLaunchKernelEx` copies the configuration, the attribute and the parameter before
+        //   returning;
         // - the stream is live and of the current context.
-        unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (threads, 1, 1), 0, self.stream, &mut args) }
-            .map_err(|e| driver_error("cuLaunchKernel", e))
+        unsafe { sys::cuLaunchKernelEx(&config, f.handle(), args.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| driver_error("cuLaunchKernelEx", e))
+    }
+
+    /// Whether a launch of `grid` blocks allows programmatic stream serialization: the kernel
+    /// may be scheduled while the kernel before it on the stream still runs, and waits for it in
+    /// its first statement (`cs_enter`, `templates.rs`); captured, that is a programmatic edge
+    /// of the graph. Only for grids of at most a block per SM being captured on compute
+    /// capability 9.0 or later: measured on the H200, a graph of 100 tiny kernels went from 853
+    /// to 552 ns per node, while eager launches gained at most 9 % on grids of many waves and
+    /// lost up to a third on reductions of one wave, tiled copies and launch-bound ops.
+    #[inline]
+    fn programmatic(&self, grid: u32) -> bool {
+        self.info.major >= 9
+            && grid <= self.info.sms
+            && super::graph::capturing()
+            && super::graph::capture_id(self.stream).is_some()
     }
 
     /// Whose scratch a launch uses: its stream's, or while the stream is capturing, the

@@ -161,12 +161,10 @@ pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferVie
 fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, mask: u8, mut p: EwFast) -> Result<()> {
     if p.n <= THREADS as u64 {
         let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
-        // A thread per element in one block of no more warps than the elements need: a tiny
-        // op's cost is its launch and latency, which grow with the warps a block starts and the
-        // loops a thread runs (in a graph, that is all a node costs).
+        // A thread per element in one block, no loop: a tiny op's cost is its launch and
+        // latency (in a graph, that is all a node costs).
         let f = c.kernel(KernelId { module, entry: Entry::Tiny(mask) })?;
-        let threads = (p.n.max(1).div_ceil(32) * 32) as u32;
-        return c.run_threads(f, 1, threads, &mut p);
+        return c.run_threads(f, 1, tiny_threads(p.n), &mut p);
     }
     // Vectors are 16 bytes: a power of two of elements, so a vector of a dtype is a power of
     // two of bytes (alignment by mask, no division).
@@ -191,13 +189,18 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
         work = work.div_ceil(per_thread);
     }
     if work < THREADS as u64 {
-        // One block of no more warps than the work needs: a tiny op's cost is its launch, which
-        // grows with the warps a block starts (in a graph, that is all a node costs).
-        let threads = (work.max(1).div_ceil(32) * 32) as u32;
-        return c.run_threads(f, 1, threads, &mut p);
+        // One block: a small op's cost is its launch.
+        return c.run_threads(f, 1, tiny_threads(work), &mut p);
     }
     let grid = c.grid(f, work);
     c.run(f, grid, &mut p)
+}
+
+/// Threads of the one block of a launch for `work` (at most [`THREADS`]) items: whole warps,
+/// at least four. Measured on the H200 in graphs of 100 nodes of 16 elements, a node of 128
+/// threads ran 12-15 ns faster than one of 32, with and without programmatic launch.
+fn tiny_threads(work: u64) -> u32 {
+    (work.max(1).div_ceil(32) * 32).clamp(128, THREADS as u64) as u32
 }
 
 /// [`elementwise`] for every layout the short path does not take: the dimensions collapsed,

@@ -113,6 +113,7 @@ __device__ __forceinline__ acc block_reduce(acc a, acc* sh) {
 }
 
 extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constant__ RedP p) {
+    cs_enter();
     __shared__ acc sh[32];
     __shared__ int last;
     const i64 tasks = p.n_out * p.splits;
@@ -149,6 +150,7 @@ extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constan
 }
 
 extern "C" __global__ void __launch_bounds__(256) red_warp(const __grid_constant__ RedP p) {
+    cs_enter();
     const i64 lane = threadIdx.x & 31;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
     for (i64 o = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < p.n_out; o += warps) {
@@ -160,6 +162,7 @@ extern "C" __global__ void __launch_bounds__(256) red_warp(const __grid_constant
 }
 
 extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_constant__ RedP p) {
+    cs_enter();
     const i64 tasks = p.n_out * p.splits;
     const i64 step = (i64)gridDim.x * blockDim.x;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < tasks; t += step) {
@@ -299,6 +302,6 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(256) red_cols1(const __grid_constant__ RedP p) { red_cols<1>(p); }
-extern "C" __global__ void __launch_bounds__(256) red_colsv(const __grid_constant__ RedP p) { red_cols<VEC>(p); }
+extern "C" __global__ void __launch_bounds__(256) red_cols1(const __grid_constant__ RedP p) { cs_enter(); red_cols<1>(p); }
+extern "C" __global__ void __launch_bounds__(256) red_colsv(const __grid_constant__ RedP p) { cs_enter(); red_cols<VEC>(p); }
 "#;

@@ -15,6 +15,17 @@ typedef unsigned long long u64;
 #define I64_MAX 9223372036854775807LL
 #define FULL 0xffffffffu
 
+/* Programmatic dependent launch (sm_90 on): the first statement of every kernel. The kernel
+   lets the next kernel of its stream be scheduled at once (its blocks then wait here in turn),
+   and waits until the kernels before it have finished and their writes are visible. Launched
+   without the attribute, both are no-ops. */
+__device__ __forceinline__ void cs_enter() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float b2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
@@ -232,6 +243,7 @@ __device__ __forceinline__ Pack<T, VEC> two_vec(const EwTwo& p, const T* base, u
 }
 
 extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ EwTwo p) {
+    cs_enter();
     const u64 n = p.b.n;
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 step = (u64)gridDim.x * blockDim.x;
@@ -266,6 +278,7 @@ extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ 
    the outer dim): 32 x 32 tiles, each transposed input staged through shared memory so that
    both its reads and the output's writes are coalesced. */
 extern "C" __global__ void __launch_bounds__(256) ew_tile(const __grid_constant__ EwTwo p) {
+    cs_enter();
     __shared__ T0 t0[32][33];
     __shared__ T1 t1[32][33];
     __shared__ T2 t2[32][33];
@@ -307,6 +320,7 @@ extern "C" __global__ void __launch_bounds__(256) ew_tile(const __grid_constant_
 }
 
 extern "C" __global__ void __launch_bounds__(256) ew_s(const __grid_constant__ EwStrided p) {
+    cs_enter();
     const u64 n = p.b.n;
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 step = (u64)gridDim.x * blockDim.x;
@@ -555,6 +569,7 @@ __device__ __forceinline__ void sm_online_rows(const SmP& p) {
 
 /* A thread per row (rows next to each other in memory, the softmax dim strided): two passes. */
 extern "C" __global__ void __launch_bounds__(256) sm_thread(const __grid_constant__ SmP p) {
+    cs_enter();
     const i64 step = (i64)gridDim.x * blockDim.x;
     for (i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x; row < p.rows; row += step) {
         i64 so, dof;

@@ -686,11 +686,17 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
         );
     }
     for ch in block {
-        let _ = writeln!(s, "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 256>(p); }}");
+        let _ = writeln!(
+            s,
+            "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 256>(p); }}"
+        );
     }
     let big = "extern \"C\" __global__ void __launch_bounds__(1024)";
     for ch in softmax_big_layouts(v, softmax_value_bytes(src, dst)) {
-        let _ = writeln!(s, "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 1024>(p); }}");
+        let _ = writeln!(
+            s,
+            "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 1024>(p); }}"
+        );
     }
     for w in [1, v] {
         let _ = writeln!(s, "{head} sm_o{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_online_rows<{w}>(p); }}");

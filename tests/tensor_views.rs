@@ -360,3 +360,38 @@ fn tensors_cross_threads() -> Result<()> {
     }
     Ok(())
 }
+
+/// A transposed tensor made contiguous, cast or mapped by a unary op moves every element to its
+/// place, for the shapes that leave partial tiles (the CUDA driver stages transposes through
+/// shared tiles of 64 × 64 half-type elements, 32 × 32 otherwise).
+#[test]
+fn transposed_tensors_become_contiguous_in_place_order() -> Result<()> {
+    let (r, c) = (131usize, 67usize);
+    let base: Vec<f32> = (0..r * c).map(|i| ((i * 37) % 1001) as f32 / 8.0 - 60.0).collect();
+    for device in devices() {
+        for dtype in [DType::BF16, DType::F16, DType::F32, DType::U8, DType::F64] {
+            let what = format!("{dtype} on {device}");
+            let x = Tensor::from_slice(&base, [r, c], device)?.to_dtype(dtype)?;
+            let xv = values(&x)?;
+            let want: Vec<f64> = (0..c * r).map(|k| xv[(k % r) * c + k / r]).collect();
+            let t = x.t()?;
+            assert!(!t.is_contiguous(), "{what}");
+            assert_eq!(values(&t.contiguous()?)?, want, "{what}: contiguous");
+            let other = if dtype == DType::F16 { DType::BF16 } else { DType::F16 };
+            let cast = t.contiguous()?.to_dtype(other)?;
+            let cast_t = Tensor::empty([c, r], other, device)?;
+            cast_t.copy_(&t.to_dtype(other)?, false)?;
+            assert_eq!(values(&cast_t)?, values(&cast)?, "{what}: cast to {other}");
+            let converted = Tensor::empty([c, r], other, device)?;
+            converted.copy_(&t, false)?;
+            assert_eq!(values(&converted)?, values(&cast)?, "{what}: copy_ converting to {other}");
+            if dtype.is_float() {
+                let neg = Tensor::empty([c, r], dtype, device)?;
+                neg.copy_(&t.neg()?, false)?;
+                let want_neg: Vec<f64> = want.iter().map(|v| -v).collect();
+                assert_eq!(values(&neg)?, want_neg, "{what}: neg");
+            }
+        }
+    }
+    Ok(())
+}

@@ -35,8 +35,11 @@ pub fn set_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves:
     REDUCE_WAVES.store(reduce_waves.max(1), Ordering::Relaxed);
 }
 
-/// Partial results a reduction may keep per stream (and outputs it may split).
-pub(super) const PARTIALS: usize = 1 << 16;
+/// Partial results a reduction may keep per stream (and outputs it may split): a column
+/// reduction of 4096 outputs splits its rows over at most `PARTIALS / 4096` groups of blocks, which
+/// at 2^16 held a `[4096, 4096]` sum over dim 0 to 512 blocks (256 for half types), short of the two
+/// waves it asks for. 5 MiB per stream with split reductions, counters included.
+pub(super) const PARTIALS: usize = 1 << 18;
 
 /// What a launch needs to know about the device.
 #[derive(Debug, Clone, Copy)]

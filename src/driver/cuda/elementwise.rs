@@ -227,8 +227,10 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     if let Some(mut t) = two_dims(&dims, p, ins.len(), out_dtype, &dtypes, ew_vec(op, out_dtype, dtypes)) {
         if t.cls.contains(&3) {
-            // 32 × 32 tiles, a block (of 256 threads) each.
-            let tiles = t.inner.div_ceil(32) * (n / t.inner).div_ceil(32);
+            // Square tiles (`TILE` in templates.rs: 64 for one input and an output of 2-byte
+            // elements, else 32), a block of 256 threads each.
+            let edge = if ins.len() == 1 && dtypes[0].size() == 2 && out_dtype.size() == 2 { 64 } else { 32 };
+            let tiles = t.inner.div_ceil(edge) * (n / t.inner).div_ceil(edge);
             let f = c.kernel(KernelId { module, entry: Entry::Tile })?;
             let grid = c.grid(f, tiles * 256);
             return c.run(f, grid, &mut t);

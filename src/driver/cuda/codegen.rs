@@ -22,6 +22,9 @@ pub(super) const MAXD: usize = 16;
 
 /// Threads per block of every kernel (each is compiled with `__launch_bounds__(THREADS)`).
 pub(super) const THREADS: u32 = 256;
+/// The largest grid launched with programmatic stream serialization (`Ctx::programmatic`), and
+/// the largest whose blocks run `cs_enter`'s instructions (`CS_PDL_MAX_GRID` in templates.rs).
+pub(super) const PDL_MAX_GRID: u32 = 1024;
 
 /// The elementwise functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -740,6 +743,7 @@ mod tests {
         for (src, dst) in [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32)] {
             modules.push(ModuleKey::Softmax { src, dst, log: false });
         }
+        assert!(COMMON.contains(&format!("#define CS_PDL_MAX_GRID {PDL_MAX_GRID}\n")));
         for m in modules {
             let text = m.source();
             let kernels: Vec<&str> = text.split("__global__").skip(1).collect();

@@ -13,7 +13,9 @@
 //! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
 //! `#[repr(C)]` structs on the stack.
 
-use super::codegen::{ew_per_thread, ew_vec, fast_masks, raw_dtype, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS};
+use super::codegen::{
+    ew_per_thread, ew_vec, fast_masks, raw_dtype, tile_edge, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS,
+};
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -227,9 +229,8 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     if let Some(mut t) = two_dims(&dims, p, ins.len(), out_dtype, &dtypes, ew_vec(op, out_dtype, dtypes)) {
         if t.cls.contains(&3) {
-            // Square tiles (`TILE` in templates.rs: 64 for one input and an output of 2-byte
-            // elements, else 32), a block of 256 threads each.
-            let edge = if ins.len() == 1 && dtypes[0].size() == 2 && out_dtype.size() == 2 { 64 } else { 32 };
+            // Square tiles, a block of 256 threads each.
+            let edge = tile_edge(op, out_dtype, dtypes);
             let tiles = t.inner.div_ceil(edge) * (n / t.inner).div_ceil(edge);
             let f = c.kernel(KernelId { module, entry: Entry::Tile })?;
             let grid = c.grid(f, tiles * 256);

@@ -281,12 +281,9 @@ extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ 
 
 /* Two collapsed dims with a dense output and some input transposed (class 3: contiguous along
    the outer dim): TILE x TILE tiles, each transposed input staged through shared memory so that
-   both its reads and the output's writes are coalesced. A tile is 64 for one input and an output
-   of 2-byte elements (a transposed half-type copy, cast or unary op: a column of the tile is then
-   128 bytes, measured 1353 -> 1756 GB/s on the H200), else 32 (64 was slower with two inputs).
-   Rows of the shared tiles are padded to a multiple of 4 bytes plus one word, so that a warp
-   reading a tile's row across its columns hits 32 banks. */
-#define TILE ((NIN == 1 && sizeof(T0) == 2 && sizeof(TO) == 2) ? 64 : 32)
+   both its reads and the output's writes are coalesced (TILE: `codegen::tile_edge`). Rows of
+   the shared tiles are padded to a multiple of 4 bytes plus one word, so that a warp reading a
+   tile's row across its columns hits 32 banks. */
 #define TPAD(T) (sizeof(T) >= 4 ? 1 : 4 / sizeof(T))
 extern "C" __global__ void __launch_bounds__(256) ew_tile(const __grid_constant__ EwTwo p) {
     cs_enter();

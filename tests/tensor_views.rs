@@ -361,37 +361,55 @@ fn tensors_cross_threads() -> Result<()> {
     Ok(())
 }
 
-/// A transposed tensor made contiguous, cast or mapped by a unary op moves every element to its
-/// place, for the shapes that leave partial tiles (the CUDA driver stages transposes through
-/// shared tiles of 64 × 64 half-type elements, 32 × 32 otherwise).
+/// A transposed tensor made contiguous, cast, mapped by a unary op or combined with a contiguous
+/// one moves every element to its place, for shapes that leave partial tiles (the CUDA driver
+/// stages transposes through shared tiles of 64 × 64 half-type elements for one input, 32 × 32
+/// otherwise): odd sizes, and multiples of 8 that are not multiples of a tile.
 #[test]
 fn transposed_tensors_become_contiguous_in_place_order() -> Result<()> {
-    let (r, c) = (131usize, 67usize);
-    let base: Vec<f32> = (0..r * c).map(|i| ((i * 37) % 1001) as f32 / 8.0 - 60.0).collect();
-    for device in devices() {
-        for dtype in [DType::BF16, DType::F16, DType::F32, DType::U8, DType::F64] {
-            let what = format!("{dtype} on {device}");
-            let x = Tensor::from_slice(&base, [r, c], device)?.to_dtype(dtype)?;
-            let xv = values(&x)?;
-            let want: Vec<f64> = (0..c * r).map(|k| xv[(k % r) * c + k / r]).collect();
-            let t = x.t()?;
-            assert!(!t.is_contiguous(), "{what}");
-            assert_eq!(values(&t.contiguous()?)?, want, "{what}: contiguous");
-            let other = if dtype == DType::F16 { DType::BF16 } else { DType::F16 };
-            let cast = t.contiguous()?.to_dtype(other)?;
-            let cast_t = Tensor::empty([c, r], other, device)?;
-            cast_t.copy_(&t.to_dtype(other)?, false)?;
-            assert_eq!(values(&cast_t)?, values(&cast)?, "{what}: cast to {other}");
-            let converted = Tensor::empty([c, r], other, device)?;
-            converted.copy_(&t, false)?;
-            assert_eq!(values(&converted)?, values(&cast)?, "{what}: copy_ converting to {other}");
-            if dtype.is_float() {
-                let neg = Tensor::empty([c, r], dtype, device)?;
-                neg.copy_(&t.neg()?, false)?;
-                let want_neg: Vec<f64> = want.iter().map(|v| -v).collect();
-                assert_eq!(values(&neg)?, want_neg, "{what}: neg");
+    for (r, c) in [(131usize, 67usize), (200, 136)] {
+        let base: Vec<f32> = (0..r * c).map(|i| ((i * 37) % 1001) as f32 / 8.0 - 60.0).collect();
+        let other_base: Vec<f32> = (0..r * c).map(|i| ((i * 53) % 997) as f32 / 8.0 - 60.0).collect();
+        for device in devices() {
+            for dtype in [DType::BF16, DType::F16, DType::F32, DType::U8, DType::F64] {
+                let what = format!("{dtype} [{c}, {r}] on {device}");
+                let x = Tensor::from_slice(&base, [r, c], device)?.to_dtype(dtype)?;
+                let xv = values(&x)?;
+                let want: Vec<f64> = (0..c * r).map(|k| xv[(k % r) * c + k / r]).collect();
+                let t = x.t()?;
+                assert!(!t.is_contiguous(), "{what}");
+                assert_eq!(values(&t.contiguous()?)?, want, "{what}: contiguous");
+                transposed_casts_and_unary(&t, &want, device, &what)?;
+                // Binary and ternary ops with the transposed operand in each place (exact results).
+                let y = Tensor::from_slice(&other_base, [c, r], device)?.to_dtype(dtype)?;
+                let yv = values(&y)?;
+                let max: Vec<f64> = want.iter().zip(&yv).map(|(a, b)| a.max(*b)).collect();
+                assert_eq!(values(&t.maximum(&y)?)?, max, "{what}: maximum(t, y)");
+                assert_eq!(values(&y.maximum(&t)?)?, max, "{what}: maximum(y, t)");
+                let picked = Tensor::where_cond(&t.gt(&y)?, &t, &y)?;
+                assert_eq!(values(&picked)?, max, "{what}: where(t > y, t, y)");
             }
         }
+    }
+    Ok(())
+}
+
+/// `t` (transposed, holding `want` in row-major order) cast, copied with a conversion and negated.
+fn transposed_casts_and_unary(t: &Tensor, want: &[f64], device: Device, what: &str) -> Result<()> {
+    let (dtype, shape) = (t.dtype(), t.shape().to_vec());
+    let other = if dtype == DType::F16 { DType::BF16 } else { DType::F16 };
+    let cast = t.contiguous()?.to_dtype(other)?;
+    let cast_t = Tensor::empty(shape.clone(), other, device)?;
+    cast_t.copy_(&t.to_dtype(other)?, false)?;
+    assert_eq!(values(&cast_t)?, values(&cast)?, "{what}: cast to {other}");
+    let converted = Tensor::empty(shape.clone(), other, device)?;
+    converted.copy_(t, false)?;
+    assert_eq!(values(&converted)?, values(&cast)?, "{what}: copy_ converting to {other}");
+    if dtype.is_float() {
+        let neg = Tensor::empty(shape, dtype, device)?;
+        neg.copy_(&t.neg()?, false)?;
+        let want_neg: Vec<f64> = want.iter().map(|v| -v).collect();
+        assert_eq!(values(&neg)?, want_neg, "{what}: neg");
     }
     Ok(())
 }

@@ -14,8 +14,8 @@
 //! * **columns**: a reduction over an outer dim whose adjacent outputs are adjacent in memory
 //!   (one reduced dim): blocks of 32 × 8 threads, each thread `VEC` adjacent outputs by one
 //!   16-byte load per row when aligned (else one), the block's 8 row lanes combined in shared
-//!   memory, rows split over blocks when outputs are few (combined by the last block of each
-//!   group of columns);
+//!   memory by a thread per output, rows split over blocks when outputs are few (combined by the
+//!   last block of each group of columns, again a thread per output);
 //! * **thread**: a thread per output (other layouts of outputs near each other in memory), also
 //!   split into chunks when outputs are few.
 //!

@@ -207,7 +207,9 @@ __device__ __forceinline__ void cols_fold(const TS* base, i64 st, i64 r, acc* a)
 }
 template <int W>
 __device__ __forceinline__ void red_cols(const RedP& p) {
-    __shared__ acc sh[8][33];
+    /* Accumulators per thread staged in shared memory at a time (at most 64 bytes of them). */
+    constexpr int JC = (int)(W * sizeof(acc) <= 64 ? W : 64 / sizeof(acc));
+    __shared__ acc sh[8][32 * JC];
     __shared__ int last;
     const int x = threadIdx.x & 31, y = threadIdx.x >> 5;
     const i64 groups = (p.n_out + W - 1) / W, nbc = (groups + 31) / 32, tasks = nbc * p.splits;
@@ -218,6 +220,7 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
         const bool live = g < groups;
         i64 so = 0, dof = 0;
         if (live) out_offsets(p, o, so, dof);
+        (void)dof;
         const TS* base = (const TS*)p.src + so;
         const i64 r0 = s * p.chunk, r1 = min(p.n_red, r0 + p.chunk);
         acc a[W];
@@ -256,47 +259,57 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
             }
             for (; r < r1; r += 8) cols_fold<W>(base, st, r, a);
         }
-        /* The 8 row lanes of each column, combined by lane y = 0 in lane order. */
-#pragma unroll
-        for (int j = 0; j < W; ++j) {
-            __syncthreads();
-            sh[y][x] = a[j];
-            __syncthreads();
-            if (y == 0) {
-                acc b = sh[0][x];
-#pragma unroll
-                for (int k = 1; k < 8; ++k) b = combine(b, sh[k][x]);
-                a[j] = b;
-            }
-        }
+        /* The 8 row lanes of each column combined in lane order, JC accumulators of every
+           thread at a time, each of those 32 x JC columns by a thread of its own, which stores
+           the result (or the split's partial). */
         const i64 ost = p.out_ndim > 0 ? p.out_dst[0] : 0;
-        if (p.splits == 1) {
-            if (y == 0 && live) {
 #pragma unroll
-                for (int j = 0; j < W; ++j)
-                    if (o + j < p.n_out) store_out(p, dof + j * ost, a[j]);
+        for (int j0 = 0; j0 < W; j0 += JC) {
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < JC; ++j) sh[y][j * 32 + x] = a[j0 + j];
+            __syncthreads();
+            for (int q = threadIdx.x; q < 32 * JC; q += blockDim.x) {
+                acc b = sh[0][q];
+#pragma unroll
+                for (int k = 1; k < 8; ++k) b = combine(b, sh[k][q]);
+                const i64 g2 = bc * 32 + (q & 31), j = j0 + (q >> 5), o2 = g2 * W + j;
+                if (g2 >= groups || o2 >= p.n_out) continue;
+                if (p.splits == 1) {
+                    i64 so2 = 0, dof2 = 0;
+                    out_offsets(p, g2 * W, so2, dof2);
+                    store_out(p, dof2 + j * ost, b);
+                } else {
+                    st_partial(p.partials, o2 * p.splits + s, b);
+                }
             }
-            continue;
         }
-        if (y == 0 && live) {
-#pragma unroll
-            for (int j = 0; j < W; ++j)
-                if (o + j < p.n_out) st_partial(p.partials, (o + j) * p.splits + s, a[j]);
-        }
+        if (p.splits == 1) continue;
         __threadfence();
         __syncthreads();
         if (threadIdx.x == 0) last = atomicAdd(p.counters + bc, 1u) == (u32)(p.splits - 1);
         __syncthreads();
         if (last) {
             __threadfence();
-            if (y == 0 && live) {
-#pragma unroll 1
-                for (int j = 0; j < W; ++j) {
-                    if (o + j >= p.n_out) break;
-                    acc b = identity();
-                    for (i64 k = 0; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, (o + j) * p.splits + k));
-                    store_out(p, dof + j * ost, b);
+            /* Each of the group's 32 x W outputs combined by a thread of its own, its partials
+               read eight at a time and folded in split order. */
+            for (int q = threadIdx.x; q < 32 * W; q += blockDim.x) {
+                const i64 g2 = bc * 32 + (q & 31), o2 = g2 * W + (q >> 5);
+                if (g2 >= groups || o2 >= p.n_out) continue;
+                i64 so2 = 0, dof2 = 0;
+                out_offsets(p, g2 * W, so2, dof2);
+                const i64 first = o2 * p.splits;
+                acc b = identity();
+                i64 k = 0;
+                for (; k + 8 <= p.splits; k += 8) {
+                    acc v[8];
+#pragma unroll
+                    for (int u = 0; u < 8; ++u) v[u] = ld_partial(p.partials, first + k + u);
+#pragma unroll
+                    for (int u = 0; u < 8; ++u) b = combine(b, v[u]);
                 }
+                for (; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, first + k));
+                store_out(p, dof2 + (q >> 5) * ost, b);
             }
             if (threadIdx.x == 0) p.counters[bc] = 0;
         }

@@ -75,6 +75,8 @@ macro_rules! raw_handle {
 // Declared after `raw_handle!` so that they can use it.
 pub mod backends;
 mod codegen;
+#[cfg(test)]
+mod codegen_tests;
 mod ctx;
 mod elementwise;
 mod events;

@@ -1,0 +1,82 @@
+//! Tests of the generated CUDA C (`codegen.rs`): conversions, entry names, launch bounds and
+//! the first statement of every kernel.
+
+use super::codegen::*;
+use super::templates::COMMON;
+use crate::dtype::DType;
+use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
+
+#[test]
+fn conversions_are_spelled_as_the_cpu_converts() {
+    assert_eq!(conv(DType::F32, DType::F32, "a"), "(a)");
+    assert_eq!(conv(DType::F32, DType::I32, "a"), "((int)__float2ll_rz((a)))");
+    assert_eq!(conv(DType::F64, DType::F16, "a"), "d2h(a)");
+    assert_eq!(conv(DType::I64, DType::BF16, "a"), "d2b((double)(i64)(a))");
+    assert_eq!(conv(DType::F16, DType::Bool, "a"), "((u8)(h2f(a) != 0))");
+    assert_eq!(conv(DType::Bool, DType::F32, "a"), "((float)(i64)((i64)((a) != 0)))");
+}
+
+/// Every kernel's first statement is `cs_enter` (`templates.rs`): the launch allows
+/// programmatic serialization (`ctx.rs`), which is only safe when each kernel waits for the
+/// grids before it before it touches memory.
+#[test]
+fn every_kernel_waits_for_the_grids_before_it() {
+    let d = [DType::F32, DType::F32, DType::Bool];
+    let mut modules = vec![
+        ModuleKey::Elementwise { op: EwOp::Fill, out: DType::F32, ins: d },
+        ModuleKey::Elementwise { op: EwOp::Cast, out: DType::BF16, ins: d },
+        ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Exp), out: DType::F16, ins: [DType::F16; 3] },
+        ModuleKey::Elementwise { op: EwOp::Binary(BinaryOp::Add, DType::F32), out: DType::F32, ins: d },
+        ModuleKey::Elementwise { op: EwOp::Where, out: DType::F32, ins: [DType::Bool, DType::F32, DType::F32] },
+    ];
+    for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::ArgMin] {
+        let dst = if matches!(op, ReduceOp::ArgMin) { DType::I64 } else { DType::F32 };
+        modules.push(ModuleKey::Reduce { op, src: DType::F32, dst, values: false });
+    }
+    for (src, dst) in [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32)] {
+        modules.push(ModuleKey::Softmax { src, dst, log: false });
+    }
+    assert!(COMMON.contains(&format!("#define CS_PDL_MAX_GRID {PDL_MAX_GRID}\n")));
+    for m in modules {
+        let text = m.source();
+        let kernels: Vec<&str> = text.split("__global__").skip(1).collect();
+        assert_eq!(kernels.len(), m.entries().len(), "{m:?}");
+        for k in kernels {
+            let body = &k[k.find('{').expect("a kernel has a body") + 1..];
+            assert!(body.trim_start().starts_with("cs_enter();"), "{m:?}: {}", &k[..k.len().min(120)]);
+        }
+    }
+}
+
+#[test]
+fn modules_list_their_entries() {
+    let m = ModuleKey::Elementwise {
+        op: EwOp::Binary(BinaryOp::Add, DType::F32),
+        out: DType::F32,
+        ins: [DType::F32, DType::F32, DType::Bool],
+    };
+    let entries = m.entries();
+    assert_eq!(entries.len(), 11);
+    let src = m.source();
+    for e in entries {
+        assert!(src.contains(&format!("void __launch_bounds__(256) {}(", e.name(&m))), "{e:?}");
+    }
+    assert!(src.contains("#define TILE 32\n"));
+    let copy =
+        ModuleKey::Elementwise { op: EwOp::Copy, out: DType::BF16, ins: [DType::BF16, DType::Bool, DType::Bool] };
+    assert!(copy.source().contains("#define TILE 64\n"));
+    assert_eq!(ew_vec(EwOp::Binary(BinaryOp::Add, DType::F32), DType::F32, [DType::F32; 3]), 4);
+    assert_eq!(ew_vec(EwOp::Cast, DType::F16, [DType::F64, DType::Bool, DType::Bool]), 2);
+    let r = ModuleKey::Reduce { op: ReduceOp::ArgMax, src: DType::BF16, dst: DType::I64, values: true };
+    assert!(r.source().contains("red_thread"));
+    for (src, dst) in
+        [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32), (DType::F64, DType::F64)]
+    {
+        let m = ModuleKey::Softmax { src, dst, log: true };
+        let text = m.source();
+        for e in m.entries() {
+            let name = e.name(&m);
+            assert_eq!(text.matches(&format!(" {name}(")).count(), 1, "{src:?}->{dst:?}: {name}");
+        }
+    }
+}

@@ -283,14 +283,68 @@ extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ 
    the outer dim): TILE x TILE tiles, each transposed input staged through shared memory so that
    both its reads and the output's writes are coalesced (TILE: `codegen::tile_edge`). Rows of
    the shared tiles are padded to a multiple of 4 bytes plus one word, so that a warp reading a
-   tile's row across its columns hits 32 banks. */
+   tile's row across its columns hits 32 banks. When every pointer, stride and extent is a
+   multiple of TV elements (`tile_vec`), each thread moves TV elements with one access (the
+   tile's columns from the transposed inputs, the rows of the dense ones and of the output),
+   so that the address arithmetic is paid once per TV elements; else one element at a time. */
 #define TPAD(T) (sizeof(T) >= 4 ? 1 : 4 / sizeof(T))
+#define TMAX(x, y) ((x) > (y) ? (x) : (y))
+#define TSZ TMAX(TMAX(sizeof(TO), sizeof(T0)), TMAX(NIN > 1 ? sizeof(T1) : 1, NIN > 2 ? sizeof(T2) : 1))
+#define TV (TILE == 64 ? 8 : (16 / TSZ < 4 ? 16 / TSZ : 4))
+#define TL (TILE / TV)
+#define TPASS (TILE * TL / 256)
+template <typename T>
+__device__ __forceinline__ bool tile_fits(const EwTwo& p, int k, const T* base, u64 rows) {
+    if (k >= NIN || p.cls[k] == 1) return true;
+    if (p.cls[k] == 2 || ((u64)base % (TV * sizeof(T))) != 0) return false;
+    return p.cls[k] == 3 ? (p.si[k] % TV == 0 && rows % TV == 0) : (p.so[k] % TV == 0);
+}
+__device__ __forceinline__ bool tile_vec(const EwTwo& p, u64 rows) {
+    return p.inner % TV == 0 && ((u64)p.b.out % (TV * sizeof(TO))) == 0 &&
+           tile_fits<T0>(p, 0, (const T0*)p.b.in0, rows) && tile_fits<T1>(p, 1, (const T1*)p.b.in1, rows) &&
+           tile_fits<T2>(p, 2, (const T2*)p.b.in2, rows);
+}
+/* A transposed input's tile, TV rows of one column per access. */
+template <typename T, int K>
+__device__ __forceinline__ void tile_in(const EwTwo& p, const T* base, T (*t)[TILE + TPAD(T)], u64 r0, u64 c0,
+                                        u64 rows) {
+    if (K >= NIN || p.cls[K] != 3) return;
+    const int lr = (threadIdx.x % TL) * TV;
+    Pack<T, TV> v[TPASS];
+#pragma unroll
+    for (int q = 0; q < TPASS; ++q) {
+        const u64 col = c0 + threadIdx.x / TL + q * (256 / TL), row = r0 + lr;
+        if (col < p.inner && row < rows) v[q] = ldv<T, TV>(base + (i64)row + (i64)col * p.si[K]);
+    }
+#pragma unroll
+    for (int q = 0; q < TPASS; ++q) {
+        const int lc = threadIdx.x / TL + q * (256 / TL);
+#pragma unroll
+        for (int i = 0; i < TV; ++i) t[lc][lr + i] = v[q].v[i];
+    }
+}
+/* TV consecutive columns of one row of input K: from its tile, its row, or its one value. */
+template <typename T, int K>
+__device__ __forceinline__ Pack<T, TV> tile_row(const EwTwo& p, const T* base, const T (*t)[TILE + TPAD(T)], int lr,
+                                                int lc, u64 row, u64 col, T s) {
+    Pack<T, TV> v;
+    if (K < NIN && p.cls[K] == 3) {
+#pragma unroll
+        for (int i = 0; i < TV; ++i) v.v[i] = t[lc + i][lr];
+        return v;
+    }
+    if (K < NIN && base && p.cls[K] == 0) return ldv<T, TV>(base + (i64)row * p.so[K] + (i64)col);
+    const T x = (K < NIN && base) ? base[(i64)row * p.so[K]] : s;
+#pragma unroll
+    for (int i = 0; i < TV; ++i) v.v[i] = x;
+    return v;
+}
 extern "C" __global__ void __launch_bounds__(256) ew_tile(const __grid_constant__ EwTwo p) {
     cs_enter();
     __shared__ T0 t0[NIN > 0 ? TILE : 1][TILE + TPAD(T0)];
     __shared__ T1 t1[NIN > 1 ? TILE : 1][TILE + TPAD(T1)];
     __shared__ T2 t2[NIN > 2 ? TILE : 1][TILE + TPAD(T2)];
-    const u64 inner = p.inner, rows = p.b.n / inner;
+    const u64 inner = p.inner, rows = p.wide ? p.b.n / inner : (u64)((u32)p.b.n / (u32)inner);
     const u64 tc = (inner + TILE - 1) / TILE, tiles = tc * ((rows + TILE - 1) / TILE);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     TO* out = (TO*)p.b.out;
@@ -298,9 +352,33 @@ extern "C" __global__ void __launch_bounds__(256) ew_tile(const __grid_constant_
     const T1* b = (const T1*)p.b.in1;
     const T2* c = (const T2*)p.b.in2;
     const T1 sb = (NIN > 1 && !b) ? imm<T1>(p.b.value) : T1();
+    const bool vec = tile_vec(p, rows);
     for (u64 t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const u64 r0 = (t / tc) * TILE, c0 = (t % tc) * TILE;
+        const u64 tr = tiles <= 0xffffffffull ? (u64)((u32)t / (u32)tc) : t / tc;
+        const u64 r0 = tr * TILE, c0 = (t - tr * tc) * TILE;
         __syncthreads();
+        if (vec) {
+            tile_in<T0, 0>(p, a, t0, r0, c0, rows);
+            tile_in<T1, 1>(p, b, t1, r0, c0, rows);
+            tile_in<T2, 2>(p, c, t2, r0, c0, rows);
+            __syncthreads();
+            const int lc = (threadIdx.x % TL) * TV;
+#pragma unroll
+            for (int q = 0; q < TPASS; ++q) {
+                const int lr = threadIdx.x / TL + q * (256 / TL);
+                const u64 row = r0 + lr, col = c0 + lc;
+                if (row < rows && col < inner) {
+                    const Pack<T0, TV> x0 = tile_row<T0, 0>(p, a, t0, lr, lc, row, col, T0());
+                    const Pack<T1, TV> x1 = tile_row<T1, 1>(p, b, t1, lr, lc, row, col, sb);
+                    const Pack<T2, TV> x2 = tile_row<T2, 2>(p, c, t2, lr, lc, row, col, T2());
+                    Pack<TO, TV> r;
+#pragma unroll
+                    for (int i = 0; i < TV; ++i) r.v[i] = apply(x0.v[i], x1.v[i], x2.v[i], p.b.value);
+                    stv<TO, TV>(out + row * inner + col, r);
+                }
+            }
+            continue;
+        }
         /* Transposed inputs: the tile's column lc holds rows r0.. (contiguous in memory). */
 #pragma unroll
         for (int j = 0; j < TILE / 8; ++j) {

@@ -61,12 +61,23 @@ fn modules_list_their_entries() {
     for e in entries {
         assert!(src.contains(&format!("void __launch_bounds__(256) {}(", e.name(&m))), "{e:?}");
     }
-    assert!(src.contains("#define TILE 32\n"));
+    assert!(src.contains("#define TILE 64\n"));
     let copy =
         ModuleKey::Elementwise { op: EwOp::Copy, out: DType::BF16, ins: [DType::BF16, DType::Bool, DType::Bool] };
     assert!(copy.source().contains("#define TILE 64\n"));
+    let wide = ModuleKey::Elementwise { op: EwOp::Copy, out: DType::I64, ins: [DType::I64, DType::Bool, DType::Bool] };
+    assert!(wide.source().contains("#define TILE 32\n"));
+    // A bool tile and two f32 tiles of 64 fit in 40 KiB of shared memory.
+    assert_eq!(tile_edge(EwOp::Where, DType::F32, [DType::Bool, DType::F32, DType::F32]), 64);
     assert_eq!(ew_vec(EwOp::Binary(BinaryOp::Add, DType::F32), DType::F32, [DType::F32; 3]), 4);
     assert_eq!(ew_vec(EwOp::Cast, DType::F16, [DType::F64, DType::Bool, DType::Bool]), 2);
+    // Extremes of floats in one NaN-propagating instruction; half columns in 16 x 16 blocks.
+    let amax = ModuleKey::Reduce { op: ReduceOp::Max, src: DType::BF16, dst: DType::BF16, values: false }.source();
+    assert!(
+        amax.contains("acc combine(acc a, acc b) { return fmax_nan(a, b); }") && amax.contains("#define COLX 16\n")
+    );
+    let amin = ModuleKey::Reduce { op: ReduceOp::Min, src: DType::F32, dst: DType::F32, values: false }.source();
+    assert!(amin.contains("return fmin_nan(a, b);") && amin.contains("#define COLX 32\n"));
     let r = ModuleKey::Reduce { op: ReduceOp::ArgMax, src: DType::BF16, dst: DType::I64, values: true };
     assert!(r.source().contains("red_thread"));
     for (src, dst) in

@@ -12,10 +12,11 @@
 //! * **warp**: a warp per output, for rows of up to [`WARP_ROW`] elements, or of up to
 //!   [`LONG_WARP_ROW`] when the outputs are enough to fill the GPU with warps;
 //! * **columns**: a reduction over an outer dim whose adjacent outputs are adjacent in memory
-//!   (one reduced dim): blocks of 32 × 8 threads, each thread `VEC` adjacent outputs by one
-//!   16-byte load per row when aligned (else one), the block's 8 row lanes combined in shared
-//!   memory by a thread per output, rows split over blocks when outputs are few (combined by the
-//!   last block of each group of columns, again a thread per output);
+//!   (one reduced dim): blocks of `COLX` × `256 / COLX` threads ([`cols_x`]: 16 × 16 for 2-byte
+//!   elements, else 32 × 8), each thread `VEC` adjacent outputs by one 16-byte load per row when
+//!   aligned (else one), four rows in flight, the block's row lanes combined in shared memory by
+//!   a thread per output, rows split over blocks when outputs are few (combined by the last
+//!   block of each group of columns, again a thread per output);
 //! * **thread**: a thread per output (other layouts of outputs near each other in memory), also
 //!   split into chunks when outputs are few.
 //!
@@ -24,10 +25,11 @@
 //!
 //! Floating-point sums and means accumulate in `f64` (results within an ulp of the CPU
 //! reference, and deterministic: every combination order is fixed), extremes compare in the
-//! input's precision, integers accumulate in wrapping `i64`.
+//! input's precision (floats by PTX's NaN-propagating `max.NaN` / `min.NaN`), integers accumulate
+//! in wrapping `i64`.
 
 use super::codegen::{
-    softmax_big_fits, softmax_block_fits, softmax_value_bytes, softmax_vec, Entry, KernelId, ModuleKey, MAXD,
+    cols_x, softmax_big_fits, softmax_block_fits, softmax_value_bytes, softmax_vec, Entry, KernelId, ModuleKey, MAXD,
 };
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::error::Result;
@@ -136,7 +138,7 @@ pub(super) fn reduce(
     let f = c.kernel(KernelId { module, entry })?;
     let wave = c.wave(f, &REDUCE_WAVES) as i64;
     let col_blocks = match entry {
-        Entry::Cols(w) => ceil_div(ceil_div(n_out, w as i64), 32),
+        Entry::Cols(w) => ceil_div(ceil_div(n_out, w as i64), cols_x(src.dtype) as i64),
         _ => 0,
     };
     let splits = match entry {
@@ -145,7 +147,9 @@ pub(super) fn reduce(
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
         // Two waves of blocks, each thread at least `COL_ROWS` rows.
-        Entry::Cols(_) => (2 * wave / col_blocks).min(n_red / (8 * COL_ROWS)).min(PARTIALS as i64 / n_out),
+        Entry::Cols(_) => (2 * wave / col_blocks)
+            .min(n_red / ((256 / cols_x(src.dtype) as i64) * COL_ROWS))
+            .min(PARTIALS as i64 / n_out),
         _ => 1,
     }
     .max(1);

@@ -190,33 +190,33 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
 
 /* Reductions over an outer dim, a column per output with adjacent outputs adjacent in memory
    (source stride 1 along the inner kept dim, one reduced dim of stride `red_st[0]`): blocks of
-   32 x 8 threads. Thread (x, y) of a block holds `W` adjacent outputs (one `W`-element load per
-   row: 16 bytes when aligned) and folds rows y, y + 8, ... of its split's rows in increasing
-   order (`step`); the block's 8 row lanes are combined in shared memory, and a column split
-   over blocks is combined, in split order, by the last of its blocks to finish (a counter per
-   group of 32 x W columns), as `red_block` combines a row. */
+   COLX x COLY threads (`codegen::cols_x`). Thread (x, y) of a block holds `W` adjacent outputs
+   (one `W`-element load per row: 16 bytes when aligned) and folds rows y, y + COLY, ... of its
+   split's rows in increasing order (`step`), COLU loads in flight; the block's COLY row lanes
+   are combined in shared memory by a thread per output, and a column split over blocks is
+   combined, in split order, by the last of its blocks to finish (a counter per group of
+   COLX x W columns), as `red_block` combines a row. */
+#define COLY (256 / COLX)
+#define COLU 4
 template <int W>
-__device__ __forceinline__ void cols_fold(const TS* base, i64 st, i64 r, acc* a) {
-    if (W > 1) {
-        const Pack<TS, W> v = ldv<TS, W>(base + r * st);
-#pragma unroll
-        for (int j = 0; j < W; ++j) a[j] = step(a[j], v.v[j], r);
-    } else {
-        a[0] = step(a[0], base[r * st], r);
-    }
+__device__ __forceinline__ Pack<TS, W> cols_ld(const TS* base, i64 st, i64 r) {
+    if (W > 1) return ldv<TS, W>(base + r * st);
+    Pack<TS, W> v;
+    v.v[0] = base[r * st];
+    return v;
 }
 template <int W>
 __device__ __forceinline__ void red_cols(const RedP& p) {
     /* Accumulators per thread staged in shared memory at a time (at most 64 bytes of them). */
     constexpr int JC = (int)(W * sizeof(acc) <= 64 ? W : 64 / sizeof(acc));
-    __shared__ acc sh[8][32 * JC];
+    __shared__ acc sh[COLY][COLX * JC];
     __shared__ int last;
-    const int x = threadIdx.x & 31, y = threadIdx.x >> 5;
-    const i64 groups = (p.n_out + W - 1) / W, nbc = (groups + 31) / 32, tasks = nbc * p.splits;
+    const int x = threadIdx.x % COLX, y = threadIdx.x / COLX;
+    const i64 groups = (p.n_out + W - 1) / W, nbc = (groups + COLX - 1) / COLX, tasks = nbc * p.splits;
     const i64 st = p.red_st[0];
     for (i64 t = blockIdx.x; t < tasks; t += gridDim.x) {
         const i64 s = t / nbc, bc = t - s * nbc;
-        const i64 g = bc * 32 + x, o = g * W;
+        const i64 g = bc * COLX + x, o = g * W;
         const bool live = g < groups;
         i64 so = 0, dof = 0;
         if (live) out_offsets(p, o, so, dof);
@@ -229,51 +229,42 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
         i64 r = r0 + y;
         if (live && r < r1) {
             /* The first row starts each accumulator (so `step` needs no identity). */
-            if (W > 1) {
-                const Pack<TS, W> v = ldv<TS, W>(base + r * st);
+            {
+                const Pack<TS, W> v = cols_ld<W>(base, st, r);
 #pragma unroll
                 for (int j = 0; j < W; ++j) a[j] = load(v.v[j], r);
-            } else {
-                a[0] = load(base[r * st], r);
             }
-            r += 8;
-            for (; r + 24 < r1; r += 32) {
-                /* Four loads in flight, folded in row order. */
-                if (W > 1) {
-                    const Pack<TS, W> v0 = ldv<TS, W>(base + r * st), v1 = ldv<TS, W>(base + (r + 8) * st);
-                    const Pack<TS, W> v2 = ldv<TS, W>(base + (r + 16) * st), v3 = ldv<TS, W>(base + (r + 24) * st);
+            r += COLY;
+            /* COLU loads in flight on every pass, the last one's too: its rows past the split's
+               end are loaded from the split's last row and not folded. */
+            for (; r < r1; r += COLU * COLY) {
+                Pack<TS, W> v[COLU];
 #pragma unroll
-                    for (int j = 0; j < W; ++j) {
-                        a[j] = step(a[j], v0.v[j], r);
-                        a[j] = step(a[j], v1.v[j], r + 8);
-                        a[j] = step(a[j], v2.v[j], r + 16);
-                        a[j] = step(a[j], v3.v[j], r + 24);
+                for (int u = 0; u < COLU; ++u) v[u] = cols_ld<W>(base, st, min(r + u * COLY, r1 - 1));
+#pragma unroll
+                for (int u = 0; u < COLU; ++u) {
+                    if (r + u * COLY < r1) {
+#pragma unroll
+                        for (int j = 0; j < W; ++j) a[j] = step(a[j], v[u].v[j], r + u * COLY);
                     }
-                } else {
-                    const TS v0 = base[r * st], v1 = base[(r + 8) * st], v2 = base[(r + 16) * st], v3 = base[(r + 24) * st];
-                    a[0] = step(a[0], v0, r);
-                    a[0] = step(a[0], v1, r + 8);
-                    a[0] = step(a[0], v2, r + 16);
-                    a[0] = step(a[0], v3, r + 24);
                 }
             }
-            for (; r < r1; r += 8) cols_fold<W>(base, st, r, a);
         }
-        /* The 8 row lanes of each column combined in lane order, JC accumulators of every
-           thread at a time, each of those 32 x JC columns by a thread of its own, which stores
-           the result (or the split's partial). */
+        /* The COLY row lanes of each column combined in lane order, JC accumulators of every
+           thread at a time, each of those COLX x JC columns by a thread of its own, which
+           stores the result (or the split's partial). */
         const i64 ost = p.out_ndim > 0 ? p.out_dst[0] : 0;
 #pragma unroll
         for (int j0 = 0; j0 < W; j0 += JC) {
             __syncthreads();
 #pragma unroll
-            for (int j = 0; j < JC; ++j) sh[y][j * 32 + x] = a[j0 + j];
+            for (int j = 0; j < JC; ++j) sh[y][j * COLX + x] = a[j0 + j];
             __syncthreads();
-            for (int q = threadIdx.x; q < 32 * JC; q += blockDim.x) {
+            for (int q = threadIdx.x; q < COLX * JC; q += blockDim.x) {
                 acc b = sh[0][q];
 #pragma unroll
-                for (int k = 1; k < 8; ++k) b = combine(b, sh[k][q]);
-                const i64 g2 = bc * 32 + (q & 31), j = j0 + (q >> 5), o2 = g2 * W + j;
+                for (int k = 1; k < COLY; ++k) b = combine(b, sh[k][q]);
+                const i64 g2 = bc * COLX + (q % COLX), j = j0 + (q / COLX), o2 = g2 * W + j;
                 if (g2 >= groups || o2 >= p.n_out) continue;
                 if (p.splits == 1) {
                     i64 so2 = 0, dof2 = 0;
@@ -291,10 +282,10 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
         __syncthreads();
         if (last) {
             __threadfence();
-            /* Each of the group's 32 x W outputs combined by a thread of its own, its partials
-               read eight at a time and folded in split order. */
-            for (int q = threadIdx.x; q < 32 * W; q += blockDim.x) {
-                const i64 g2 = bc * 32 + (q & 31), o2 = g2 * W + (q >> 5);
+            /* Each of the group's COLX x W outputs combined by a thread of its own, its
+               partials read eight at a time and folded in split order. */
+            for (int q = threadIdx.x; q < COLX * W; q += blockDim.x) {
+                const i64 g2 = bc * COLX + (q % COLX), o2 = g2 * W + (q / COLX);
                 if (g2 >= groups || o2 >= p.n_out) continue;
                 i64 so2 = 0, dof2 = 0;
                 out_offsets(p, g2 * W, so2, dof2);
@@ -309,7 +300,7 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
                     for (int u = 0; u < 8; ++u) b = combine(b, v[u]);
                 }
                 for (; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, first + k));
-                store_out(p, dof2 + (q >> 5) * ost, b);
+                store_out(p, dof2 + (q / COLX) * ost, b);
             }
             if (threadIdx.x == 0) p.counters[bc] = 0;
         }

@@ -33,6 +33,26 @@ __device__ __forceinline__ void cs_enter() {
 
 __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+/* The larger (smaller) of two floats, NaN when either is: one instruction from sm_80 on
+   (PTX's `max.NaN` / `min.NaN`), else compares. */
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return isnan(a) ? a : (isnan(b) ? b : (b > a ? b : a));
+#endif
+}
+__device__ __forceinline__ float fmin_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return isnan(a) ? a : (isnan(b) ? b : (b < a ? b : a));
+#endif
+}
 __device__ __forceinline__ float b2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
 __device__ __forceinline__ u16 f2b(float f) {
 #if __CUDA_ARCH__ >= 800
@@ -290,7 +310,8 @@ extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ 
 #define TPAD(T) (sizeof(T) >= 4 ? 1 : 4 / sizeof(T))
 #define TMAX(x, y) ((x) > (y) ? (x) : (y))
 #define TSZ TMAX(TMAX(sizeof(TO), sizeof(T0)), TMAX(NIN > 1 ? sizeof(T1) : 1, NIN > 2 ? sizeof(T2) : 1))
-#define TV (TILE == 64 ? 8 : (16 / TSZ < 4 ? 16 / TSZ : 4))
+#define TVMAX (TILE == 64 ? 8 : 4)
+#define TV (TVMAX < 16 / TSZ ? TVMAX : 16 / TSZ)
 #define TL (TILE / TV)
 #define TPASS (TILE * TL / 256)
 template <typename T>

@@ -11,8 +11,7 @@ use tensor_util::reference::{apply_binary, binary_reference, is_comparison, out_
 use tensor_util::{assert_close, devices, expect_ok, laid_out, round_to, sample, tensor, values, Domain, Layout, Rng};
 
 /// `(m, n)`: a single row, odd sizes, multiples of 8 (16-byte rows of every dtype), and rows of
-/// more than 256 vectors of every dtype, not a whole number of 256 (the CUDA 2-D kernel's row
-/// mode: a block per 256 vectors of a row, the last one partial, fewer blocks than rows).
+/// more than a block's 256 vectors of every dtype, not a whole number of them.
 const SHAPES: [(usize, usize); 6] = [(1, 13), (5, 7), (37, 67), (8, 64), (16, 136), (3, 2056)];
 
 const DTYPES: [DType; 5] = [DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64];

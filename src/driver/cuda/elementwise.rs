@@ -58,8 +58,7 @@ struct EwTwo {
     magic: u32,
     shift: u32,
     wide: i32,
-    /// Blocks per row of the vector path's row mode (0: a division per vector).
-    segs: u32,
+    pad: i32,
 }
 
 /// `(magic, shift)` with `x / d == (umulhi(x, magic) + x) >> shift` for every `x < 2^32`
@@ -239,15 +238,7 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         }
         let f = c.kernel(KernelId { module, entry: Entry::Two })?;
         let work = if t.b.vec != 0 { n / ew_vec(op, out_dtype, dtypes) as u64 } else { n };
-        let mut grid = c.grid(f, work);
-        let row_vectors = t.inner / ew_vec(op, out_dtype, dtypes) as u64;
-        if t.b.vec != 0 && row_vectors >= THREADS as u64 && row_vectors < 1 << 39 {
-            // Rows of whole blocks: a block per 256 vectors of a row, the grid a multiple of them.
-            let segs = row_vectors.div_ceil(THREADS as u64);
-            let rows = n / t.inner;
-            t.segs = segs as u32;
-            grid = (grid as u64 / segs).clamp(1, rows) as u32 * segs as u32;
-        }
+        let grid = c.grid(f, work);
         return c.run(f, grid, &mut t);
     }
     let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
@@ -284,7 +275,7 @@ fn two_dims<const K: usize>(
     let outer = |k: usize| if d.n == 2 { d.st[k][1] } else { 0 };
     let vec = vec as u64;
     let fits = |a: u64, size: usize| a.is_multiple_of(size as u64 * vec);
-    let mut t = EwTwo { b, inner, so: [0; 3], si: [0; 3], cls: [0; 3], magic: 0, shift: 0, wide: 0, segs: 0 };
+    let mut t = EwTwo { b, inner, so: [0; 3], si: [0; 3], cls: [0; 3], magic: 0, shift: 0, wide: 0, pad: 0 };
     let mut aligned = vec > 1 && inner.is_multiple_of(vec) && fits(b.out, out.size());
     for (k, dtype) in dtypes.iter().enumerate().take(nin) {
         let (si, so) = (d.st[k + 1][0], outer(k + 1));

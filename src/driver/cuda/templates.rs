@@ -234,11 +234,8 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
 /* Two collapsed dims (inner `inner` elements, then rows) and a dense output: every input is
    dense along the inner dim (class 0: vector loads), constant along it (class 1: a row value,
    a broadcast column, a number), or strided (class 2: gathered). Row and column come from one
-   multiply-shift division (`magic`, `shift`) unless the elements pass 2^32 (`wide`). With
-   `segs` (vector path, rows of at least 256 vectors), each block takes segment `blockIdx.x %
-   segs` of 256 vectors of rows `blockIdx.x / segs`, + `gridDim.x / segs`, ...: its row and
-   column come from its block, once, not from a division per vector. */
-struct EwTwo { EwFast b; u64 inner; i64 so[3]; i64 si[3]; int cls[3]; u32 magic; u32 shift; int wide; u32 segs; };
+   multiply-shift division (`magic`, `shift`) unless the elements pass 2^32 (`wide`). */
+struct EwTwo { EwFast b; u64 inner; i64 so[3]; i64 si[3]; int cls[3]; u32 magic; u32 shift; int wide; int pad; };
 
 __device__ __forceinline__ u64 two_row(const EwTwo& p, u64 e) {
     if (p.wide) return e / p.inner;
@@ -280,22 +277,6 @@ extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ 
     const T1* b = (const T1*)p.b.in1;
     const T2* c = (const T2*)p.b.in2;
     const T1 sb = (NIN > 1 && !b) ? imm<T1>(p.b.value) : T1();
-    if (VEC > 1 && p.b.vec && p.segs) {
-        const u32 g = gridDim.x / p.segs, row0 = blockIdx.x / p.segs;
-        const u64 col = ((u64)(blockIdx.x - row0 * p.segs) * 256 + threadIdx.x) * VEC;
-        const u64 rows = p.wide ? n / p.inner : two_row(p, n - 1) + 1;
-        if (col >= p.inner) return;
-        for (u64 row = row0; row < rows; row += g) {
-            const Pack<T0, VEC> x0 = two_vec<T0, 0>(p, a, row, col, T0());
-            const Pack<T1, VEC> x1 = two_vec<T1, 1>(p, b, row, col, sb);
-            const Pack<T2, VEC> x2 = two_vec<T2, 2>(p, c, row, col, T2());
-            Pack<TO, VEC> r;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) r.v[j] = apply(x0.v[j], x1.v[j], x2.v[j], p.b.value);
-            stv<TO, VEC>(out + row * p.inner + col, r);
-        }
-        return;
-    }
     if (VEC > 1 && p.b.vec) {
         for (u64 i = tid; i < n / VEC; i += step) {
             const u64 e = i * VEC, row = two_row(p, e), col = e - row * p.inner;

@@ -6,7 +6,8 @@
 // In a module named `alloc` so that `cargo test alloc` selects these tests.
 mod alloc {
     use cudasem::alloc::{
-        AccountingMemory, AllocatorSettings, BlockState, CachingAllocator, MemPoolId, StreamFilter, TraceAction,
+        AccountingMemory, AllocatorSettings, BlockState, CachingAllocator, MemPoolId, MemoryCounts, StreamFilter,
+        TraceAction,
     };
     use cudasem::driver::{DevicePtr, StreamId};
     use cudasem::Error;
@@ -192,6 +193,65 @@ mod alloc {
         next_pool: u64,
     }
 
+    /// After a step of a random program: nothing freed to the driver, recorded or waited on during
+    /// a capture (against the counts at its start); every live pool's use count the model's; with
+    /// `snapshot`, the snapshot agrees with the statistics and each allocated block sits in a
+    /// segment of the pool the model says.
+    fn check_books(
+        mem: &AccountingMemory,
+        a: &CachingAllocator,
+        m: &Model,
+        capture_counts: Option<MemoryCounts>,
+        snapshot: bool,
+        what: &str,
+    ) {
+        if let Some(c) = capture_counts {
+            let now = mem.counts();
+            assert_eq!(
+                (now.frees, now.unmaps, now.events, now.syncs),
+                (c.frees, c.unmaps, c.events, c.syncs),
+                "{what}: during a capture"
+            );
+        }
+        for (&p, &n) in &m.pools {
+            if n > 0 {
+                assert_eq!(a.pool_use_count(p).unwrap(), n, "{what}: use count of {p:?}");
+            }
+        }
+        if snapshot {
+            let snap = a.snapshot();
+            assert!(snap.mismatches(&a.memory_stats()).is_empty(), "{what}: {:?}", snap.mismatches(&a.memory_stats()));
+            for s in &snap.segments {
+                for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
+                    let (_, pool) = m.held[&b.address];
+                    assert_eq!(s.segment_pool_id, pool.unwrap_or_default(), "{what}: block {:#x}", b.address);
+                }
+            }
+        }
+    }
+
+    /// The end of a random program: the capture ended, every block freed and every pool released;
+    /// then `empty_cache` returns every byte and deletes every pool.
+    fn tear_down(mem: &AccountingMemory, a: &CachingAllocator, mut m: Model, seed: u64) {
+        if let Some(p) = m.capture.take() {
+            a.end_allocate_to_pool(p).unwrap();
+        }
+        for &k in m.held.keys() {
+            a.free(DevicePtr(k)).unwrap();
+        }
+        for (&p, &n) in &m.pools {
+            for _ in 0..n {
+                a.release_pool(p).unwrap();
+            }
+        }
+        a.empty_cache().unwrap();
+        assert_eq!(a.memory_reserved(), 0, "seed {seed}: every byte went back");
+        assert_eq!((mem.used(), mem.segments()), (0, 0), "seed {seed}");
+        for &p in m.pools.keys() {
+            assert!(is_pool_error(a.pool_use_count(p)), "seed {seed}: {p:?} deleted");
+        }
+    }
+
     /// Random programs: captures of S1 begin and end (on a new pool or one shared with an earlier
     /// capture), pools are released, blocks are allocated on S1 and S2, freed, used on the other
     /// stream, events complete, the cache is emptied. After every step: each new block comes from
@@ -269,51 +329,9 @@ mod alloc {
                     95..=99 => a.empty_cache().unwrap(),
                     _ => {}
                 }
-                if let Some(c) = capture_counts {
-                    let now = mem.counts();
-                    assert_eq!(
-                        (now.frees, now.unmaps, now.events, now.syncs),
-                        (c.frees, c.unmaps, c.events, c.syncs),
-                        "{what}: during a capture"
-                    );
-                }
-                for (&p, &n) in &m.pools {
-                    if n > 0 {
-                        assert_eq!(a.pool_use_count(p).unwrap(), n, "{what}: use count of {p:?}");
-                    }
-                }
-                if step % 16 == 0 {
-                    let snap = a.snapshot();
-                    assert!(
-                        snap.mismatches(&a.memory_stats()).is_empty(),
-                        "{what}: {:?}",
-                        snap.mismatches(&a.memory_stats())
-                    );
-                    for s in &snap.segments {
-                        for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
-                            let (_, pool) = m.held[&b.address];
-                            assert_eq!(s.segment_pool_id, pool.unwrap_or_default(), "{what}: block {:#x}", b.address);
-                        }
-                    }
-                }
+                check_books(&mem, &a, &m, capture_counts, step % 16 == 0, &what);
             }
-            if let Some(p) = m.capture.take() {
-                a.end_allocate_to_pool(p).unwrap();
-            }
-            for &k in m.held.keys() {
-                a.free(DevicePtr(k)).unwrap();
-            }
-            for (&p, &n) in &m.pools {
-                for _ in 0..n {
-                    a.release_pool(p).unwrap();
-                }
-            }
-            a.empty_cache().unwrap();
-            assert_eq!(a.memory_reserved(), 0, "seed {seed}: every byte went back");
-            assert_eq!((mem.used(), mem.segments()), (0, 0), "seed {seed}");
-            for &p in m.pools.keys() {
-                assert!(is_pool_error(a.pool_use_count(p)), "seed {seed}: {p:?} deleted");
-            }
+            tear_down(&mem, &a, m, seed);
         }
         // The programs did what they are for.
         assert!(

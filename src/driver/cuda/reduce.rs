@@ -30,6 +30,7 @@
 
 use super::codegen::{
     cols_x, softmax_big_fits, softmax_block_fits, softmax_value_bytes, softmax_vec, Entry, KernelId, ModuleKey, MAXD,
+    THREADS,
 };
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::error::Result;
@@ -137,8 +138,10 @@ pub(super) fn reduce(
     };
     let f = c.kernel(KernelId { module, entry })?;
     let wave = c.wave(f, &REDUCE_WAVES) as i64;
+    // The column kernel's blocks: `colx` groups of outputs by `THREADS / colx` row lanes.
+    let colx = cols_x(src.dtype) as i64;
     let col_blocks = match entry {
-        Entry::Cols(w) => ceil_div(ceil_div(n_out, w as i64), cols_x(src.dtype) as i64),
+        Entry::Cols(w) => ceil_div(ceil_div(n_out, w as i64), colx),
         _ => 0,
     };
     let splits = match entry {
@@ -147,9 +150,9 @@ pub(super) fn reduce(
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
         // Two waves of blocks, each thread at least `COL_ROWS` rows.
-        Entry::Cols(_) => (2 * wave / col_blocks)
-            .min(n_red / ((256 / cols_x(src.dtype) as i64) * COL_ROWS))
-            .min(PARTIALS as i64 / n_out),
+        Entry::Cols(_) => {
+            (2 * wave / col_blocks).min(n_red / (THREADS as i64 / colx * COL_ROWS)).min(PARTIALS as i64 / n_out)
+        }
         _ => 1,
     }
     .max(1);

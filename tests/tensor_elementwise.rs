@@ -62,6 +62,52 @@ fn binary_ops_match_the_f64_reference_for_every_dtype_and_layout() -> Result<()>
     Ok(())
 }
 
+/// `pow` of half types (and f32 beside them) over the bases and exponents where a fast form of
+/// `x^y` could lose accuracy or special cases: bases next to 1 with exponents up to ±64 and past
+/// them, tiny and huge bases, results that overflow and underflow, zero and negative bases
+/// (integer and fractional exponents), infinities and NaN on either side; in a vectorized run
+/// with a tail.
+#[test]
+fn pow_of_half_types_matches_the_reference_across_bases_and_exponents() -> Result<()> {
+    let (inf, nan) = (f64::INFINITY, f64::NAN);
+    #[rustfmt::skip]
+    let specials: [(f64, f64); 20] = [
+        (0.0, 2.0), (0.0, -1.0), (0.0, 0.0), (-2.0, 3.0), (-2.0, 2.0), (-2.0, 0.5), (-0.5, -3.0),
+        (inf, 2.0), (inf, -2.0), (2.0, inf), (0.5, inf), (2.0, -inf), (1.0, nan), (nan, 0.0),
+        (nan, 1.0), (3.0, nan), (1.0, inf), (1e4, 64.0), (1e-4, -64.0), (2.0, 100.0),
+    ];
+    let mut rng = Rng::new(54);
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let n = 4099;
+            let (mut xv, mut yv) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for i in 0..n {
+                let (x, y) = match i % 4 {
+                    // Next to 1, large exponents (some past the fast form's ±64).
+                    0 => (1.0 + rng.uniform(-0.02, 0.02), rng.uniform(-200.0, 200.0)),
+                    // Bases over many decades, exponents that keep most results finite.
+                    1 => (10f64.powf(rng.uniform(-4.0, 4.0)), rng.uniform(-4.0, 4.0)),
+                    2 => (rng.uniform(0.1, 10.0), rng.uniform(-64.0, 64.0)),
+                    _ => (rng.uniform(0.25, 3.0), rng.uniform(-2.0, 2.0)),
+                };
+                xv.push(round_to(dtype, x));
+                yv.push(round_to(dtype, y));
+            }
+            for (i, &(x, y)) in specials.iter().enumerate() {
+                for at in [i, 2050 + i, n - specials.len() + i] {
+                    (xv[at], yv[at]) = (round_to(dtype, x), round_to(dtype, y));
+                }
+            }
+            let what = format!("pow of {dtype} on {device}");
+            let (x, y) = (tensor(&xv, &[n], dtype, device)?, tensor(&yv, &[n], dtype, device)?);
+            let out = expect_ok(apply_binary("pow", &x, Operand::Tensor(&y)), &what);
+            let want: Vec<f64> = xv.iter().zip(&yv).map(|(&a, &b)| reference("pow", a, b, dtype)).collect();
+            assert_close(&values(&out)?, &want, "pow", dtype, &what);
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn type_promotion_matches_pytorch() -> Result<()> {
     use DType::*;

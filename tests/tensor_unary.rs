@@ -100,6 +100,35 @@ fn sin_cos_tanh_and_gelu_match_the_reference_on_every_path() -> Result<()> {
     check_ops(&["sin", "cos", "tanh", "gelu"], 52)
 }
 
+/// Sine and cosine of arguments far outside [-π, π]: up to f16's largest finite value, and for f32
+/// and bf16 past 2^17 (where the half types' reduced-argument fast form hands over to the library
+/// function), in a vectorized run with a tail.
+#[test]
+fn sin_and_cos_of_large_arguments_match_the_reference() -> Result<()> {
+    let mut rng = Rng::new(53);
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let top = if dtype == DType::F16 { 65504.0 } else { 1e7 };
+            let n = 4099;
+            let xv: Vec<f64> = (0..n)
+                .map(|i| {
+                    // Magnitudes spread evenly over the decades from 10 to `top`.
+                    let x = 10f64.powf(rng.uniform(1.0, f64::log10(top)));
+                    round_to(dtype, if i % 2 == 0 { x } else { -x })
+                })
+                .collect();
+            let x = tensor(&xv, &[n], dtype, device)?;
+            for op in ["sin", "cos"] {
+                let what = format!("{op} of large {dtype} arguments on {device}");
+                let out = expect_ok(apply_unary(op, &x), &what);
+                let want: Vec<f64> = xv.iter().map(|&v| round_to(dtype, unary_reference(op, v))).collect();
+                assert_close(&values(&out)?, &want, op, dtype, &what);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The values PyTorch documents or gives for the special inputs, spelled out (the reference
 /// functions above compute them; this pins them down independently).
 #[test]

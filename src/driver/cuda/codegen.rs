@@ -7,9 +7,10 @@
 //! `f32`). Half types are stored as `u16` and converted with PTX `cvt` / bit manipulation, so
 //! the sources need no header. Floating-point math runs in `float` for `f16`/`bf16`/`f32` and
 //! `double` for `f64`, without fast math, except where a half-precision result hides a fast
-//! intrinsic's error (see `unary_body`, and softmax's exponential). Sums and means of floats
-//! accumulate in `double`; maxima and minima compare in the input's precision (exact);
-//! softmax accumulates in `float` (in `double` when a side is `f64`), as PyTorch's does.
+//! intrinsic's error (see `unary_body`, `binary_body`'s `pow_half`, and softmax's exponential).
+//! Sums and means of floats accumulate in `double`; maxima and minima compare in the input's
+//! precision (exact); softmax accumulates in `float` (in `double` when a side is `f64`), as
+//! PyTorch's does.
 
 use super::reduce_templates::REDUCE;
 use super::templates::{COMMON, ELEMENTWISE, SOFTMAX};
@@ -98,6 +99,9 @@ pub(super) enum Entry {
     /// Softmax rows by a block of 1,024 threads holding each row in registers, `w` elements
     /// per access, `ch` chunks per thread.
     BigRows { w: u8, ch: u8 },
+    /// Softmax rows by a block of [`SOFTMAX_MID_THREADS`] threads holding each row in registers,
+    /// `w` elements per access, `ch` chunks per thread.
+    MidRows { w: u8, ch: u8 },
 }
 
 /// One kernel: its module and entry point.
@@ -130,6 +134,7 @@ impl Entry {
             Entry::Rows { g: 0, w, ch } => format!("sm_b{w}_{ch}"),
             Entry::Rows { g, w, ch } => format!("sm_w{w}_{ch}_{g}"),
             Entry::BigRows { w, ch } => format!("sm_B{w}_{ch}"),
+            Entry::MidRows { w, ch } => format!("sm_m{w}_{ch}"),
         }
     }
 }
@@ -153,6 +158,7 @@ impl ModuleKey {
                 e.extend(block.into_iter().map(|ch| Entry::Rows { g: 0, w: v, ch }));
                 let big = softmax_big_layouts(v as usize, softmax_value_bytes(*src, *dst));
                 e.extend(big.into_iter().map(|ch| Entry::BigRows { w: v, ch }));
+                e.extend(softmax_mid_layouts(v as usize).into_iter().map(|ch| Entry::MidRows { w: v, ch }));
                 e.push(Entry::Rows { g: 0, w: 1, ch: 0 });
                 if v > 1 {
                     e.push(Entry::Rows { g: 0, w: v, ch: 0 });
@@ -263,7 +269,9 @@ fn fname(name: &str, m: DType) -> String {
 /// the half result), `tanh.approx` for bf16, and for bf16 the approximate square root, whose
 /// relative error (a few f32 ulp: CUDA documents `sqrtf` without `-prec-sqrt` at 1 to 3) is
 /// far inside the 2^-18 that separates the square root of a bf16 from a bf16 rounding
-/// midpoint, so the rounded result is still exact); `f32` uses the
+/// midpoint, so the rounded result is still exact), and `sin_half` / `cos_half` (the argument
+/// reduced by π in two FMAs, then a polynomial: relative error below 2^-22, zeros included; the
+/// library's for |x| ≥ 2^17); `f32` uses the
 /// accurate library functions too, and PyTorch's `erf` form of gelu (its cancellation for
 /// x < −3 is an absolute error of a few f32 ulp); `f64` computes gelu through `erfc`.
 fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
@@ -283,6 +291,8 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
             UnaryOp::Log => "__logf(x)".to_owned(),
             UnaryOp::Sqrt if c == DType::BF16 => "sqrt_approx(x)".to_owned(),
             UnaryOp::Gelu => GELU_F32.to_owned(),
+            UnaryOp::Sin => "sin_half(x)".to_owned(),
+            UnaryOp::Cos => "cos_half(x)".to_owned(),
             _ => float_unary(op, &f, &lit),
         },
         (DType::F32, UnaryOp::Gelu) => GELU_F32.to_owned(),
@@ -354,6 +364,8 @@ fn binary_body(op: BinaryOp, lhs: DType, rhs: DType, c: DType, out: DType) -> St
             BinaryOp::Div => "x / y".to_owned(),
             BinaryOp::Maximum => "(isnan(x) || isnan(y)) ? x + y : (x > y ? x : y)".to_owned(),
             BinaryOp::Minimum => "(isnan(x) || isnan(y)) ? x + y : (x < y ? x : y)".to_owned(),
+            // A half-precision result hides the fast form's error (`pow_half`).
+            _ if matches!(c, DType::F16 | DType::BF16) => "pow_half(x, y)".to_owned(),
             _ => format!("{}(x, y)", fname("pow", m)),
         },
         DType::I64 => match op {
@@ -523,8 +535,9 @@ fn reduce(s: &mut String, op: ReduceOp, src: DType, dst: DType, values: bool) {
     let split = !matches!(op, ReduceOp::Sum | ReduceOp::Mean) as u8;
     let _ = write!(
         s,
-        "#define VEC {vec}\n#define SPLIT_ACC {split}\n#define VALUES {}\n#define COLX {}\ntypedef {} TS;\ntypedef {} TD;\n",
+        "#define VEC {vec}\n#define SPLIT_ACC {split}\n#define VALUES {}\n#define ARG {}\n#define COLX {}\ntypedef {} TS;\ntypedef {} TD;\n",
         values as u8,
+        matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) as u8,
         cols_x(src),
         ctype(src),
         ctype(dst)
@@ -575,7 +588,28 @@ __device__ __forceinline__ acc step(acc a, TS x, i64 r) {{
     if ({replace}) {{ a.v = v; a.i = r; }}
     return a;
 }}
+/* The first extreme of elements r, r + 1, ... of a vector: its offset found by compares of
+   values alone, the 64-bit index formed once. */
+__device__ __forceinline__ acc fold(const Pack<TS, VEC>& x, i64 r) {{
+    acc a;
+    a.v = {x0};
+    int j = 0;
+#pragma unroll
+    for (int k = 1; k < VEC; ++k) {{
+        const {vt} v = {xk};
+        if ({replace}) {{ a.v = v; j = k; }}
+    }}
+    a.i = r + j;
+    return a;
+}}
+/* `a` and `b`, every element of `b` after those of `a` (which may be the identity). */
+__device__ __forceinline__ acc later(acc a, acc b) {{
+    const {vt} v = b.v;
+    return (a.i == I64_MAX || ({replace})) ? b : a;
+}}
 "#,
+            x0 = conv(src, dom, "x.v[0]"),
+            xk = conv(src, dom, "x.v[k]"),
             an = nan("a.v"),
             bn = nan("b.v"),
             store = conv(DType::I64, dst, "n == 0 ? 0 : a.i"),
@@ -642,8 +676,8 @@ pub(super) fn softmax_vec(src: DType, dst: DType) -> usize {
 
 /// The softmax kernels' register layouts: `(w, ch, g)` of the warp kernels (`w` elements per
 /// access, `ch` chunks per lane, at most 32 values per lane, groups of `g` lanes per row: 32,
-/// fewer for rows of one chunk, or 16 with two chunks each) and `ch` of the block kernels (`v` elements per access, at
-/// most 64 values per thread).
+/// fewer for rows of one chunk, or 4 to 16 lanes of two or four chunks each) and `ch` of the
+/// block kernels (`v` elements per access, at most 64 values per thread).
 pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8, u8)>, Vec<u8>) {
     let mut warp = Vec::new();
     for w in [1, v] {
@@ -653,8 +687,15 @@ pub(super) fn softmax_layouts(v: usize) -> (Vec<(u8, u8, u8)>, Vec<u8>) {
         for g in [1u8, 2, 4, 8, 16] {
             warp.push((w as u8, 1, g));
         }
-        // Two rows per warp, two chunks per lane, for rows a full warp would hold in one.
-        warp.push((w as u8, 2, 16));
+        // Two or four chunks per lane in groups of fewer lanes, for rows a full warp would hold
+        // in one (`softmax_warp_layout`).
+        for ch in [2u8, 4] {
+            for g in [4u8, 8, 16] {
+                if ch as usize * w <= 32 && (w > 1 || (ch, g) == (2, 16)) {
+                    warp.push((w as u8, ch, g));
+                }
+            }
+        }
         let mut ch = 1;
         while ch * w <= 32 {
             warp.push((w as u8, ch as u8, 32));
@@ -676,6 +717,21 @@ pub(super) fn softmax_block_fits(v: usize, ch: u64) -> bool {
 /// leaves).
 pub(super) fn softmax_big_fits(v: usize, value_bytes: usize, ch: u64) -> bool {
     matches!(ch, 2 | 4 | 8 | 16) && ch * (v * value_bytes) as u64 <= 128
+}
+
+/// Threads per block of the softmax kernels for rows of a few thousand elements
+/// ([`Entry::MidRows`]).
+pub(super) const SOFTMAX_MID_THREADS: u32 = 128;
+
+/// Whether a softmax module has a kernel of [`SOFTMAX_MID_THREADS`]-thread blocks with `ch`
+/// chunks per thread (`v` elements per access, at most 32 values per thread).
+pub(super) fn softmax_mid_fits(v: usize, ch: u64) -> bool {
+    matches!(ch, 4 | 8) && ch * v as u64 <= 32
+}
+
+/// `ch` of every kernel of [`SOFTMAX_MID_THREADS`]-thread blocks of a softmax module.
+pub(super) fn softmax_mid_layouts(v: usize) -> Vec<u8> {
+    [4u8, 8].into_iter().filter(|&ch| softmax_mid_fits(v, ch as u64)).collect()
 }
 
 /// `ch` of every kernel of 1,024-thread blocks of a softmax module ([`softmax_big_fits`]).
@@ -735,6 +791,13 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
         let _ = writeln!(
             s,
             "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 1024>(p); }}"
+        );
+    }
+    for ch in softmax_mid_layouts(v) {
+        let _ = writeln!(
+            s,
+            "extern \"C\" __global__ void __launch_bounds__({SOFTMAX_MID_THREADS}) sm_m{v}_{ch}(const __grid_constant__ SmP p) \
+             {{ cs_enter(); sm_block_rows<{ch}, {SOFTMAX_MID_THREADS}>(p); }}"
         );
     }
     for w in [1, v] {

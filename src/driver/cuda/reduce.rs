@@ -29,8 +29,8 @@
 //! in wrapping `i64`.
 
 use super::codegen::{
-    cols_x, softmax_big_fits, softmax_block_fits, softmax_value_bytes, softmax_vec, Entry, KernelId, ModuleKey, MAXD,
-    THREADS,
+    cols_x, softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_value_bytes, softmax_vec, Entry, KernelId,
+    ModuleKey, MAXD, SOFTMAX_MID_THREADS, THREADS,
 };
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::error::Result;
@@ -195,12 +195,37 @@ pub(super) fn reduce(
     c.run(f, grid.max(1), &mut p)
 }
 
+/// Chunks per lane of a warp kernel's row of aligned vectors when the row is shorter than a
+/// warp's 32 lanes of this many (measured on the H200, `softmax_bf16_rows128`: 22.2 µs with one
+/// chunk on each of 16 lanes, 20.1 with two on each of 8, 20.2 with four on each of 4).
+const MIN_CH: i64 = 2;
+
+/// `(g, ch)` of a warp kernel for a row of `t` chunks of `w` elements (`t` a power of two; at
+/// most 32 values per lane): rows of at least 32 · [`MIN_CH`] chunks take the whole warp; shorter
+/// ones of 16 chunks or more (aligned vectors) take groups of fewer lanes with `MIN_CH` chunks
+/// each, so that several loads are in flight before the shuffles wait on them; the others one
+/// chunk per lane (16 lanes of two for a row of 32).
+fn warp_layout(t: i64, w: i64) -> (u8, u8) {
+    let k = if w > 1 { MIN_CH.min(32 / w) } else { 1 };
+    if t >= 32 * k {
+        return (32, (t / 32) as u8);
+    }
+    let ch = if t >= 16 { k } else { 1 };
+    match t / ch {
+        32 => (16, 2),
+        g => (g as u8, ch as u8),
+    }
+}
+
 /// Queues `dst = softmax(src)` (or its log) along `dim` (already validated; not empty).
 ///
-/// Contiguous rows of up to 1,024 elements go to a warp each, held in registers; longer ones
-/// to a block each, in registers of 256 threads (up to 64 values each) or of 1,024 (up to 32),
-/// else in two passes over the row; rows
-/// laid out across threads (the softmax dim strided, outer to the others) to a thread each.
+/// Contiguous rows of up to 1,024 elements go to a warp each (or to fewer lanes,
+/// [`warp_layout`]), held in registers; longer ones to a block each, in registers of 128 threads
+/// when four or eight chunks each hold the row in at most 32 values (half-type rows of 2,049 to
+/// 4,096: 19.4–19.6 µs for `softmax_bf16_rows4096` / `_f16_`, against 21.1–21.5 in 256 threads of
+/// two chunks), else of 256 (up to 64 values each) or of 1,024 (up to 32), else in two passes
+/// over the row; rows laid out across threads (the softmax dim strided, outer to the others) to
+/// a thread each.
 pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, log: bool) -> Result<()> {
     let kept = collapse(&src.shape, [Some(&src.strides), Some(&dst.strides)], |d| d != dim)
         .ok_or_else(|| too_many_dims(src))?;
@@ -221,16 +246,10 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         let w = if aligned { v } else { 1 };
         let chunks = |per: i64| (ceil_div(n, per).max(1) as u64).next_power_of_two();
         if n <= 1024 {
-            // Rows of one chunk per lane take as few lanes as hold them; rows that need all 32
-            // take 16 lanes of two chunks each instead (two rows per warp: twice the loads in
-            // flight before the shuffles wait on them).
-            let ch = chunks(32 * w) as u8;
-            let g = if ch == 1 { chunks(w).min(32) as u8 } else { 32 };
-            if ch == 1 && g == 32 {
-                Entry::Rows { g: 16, w: w as u8, ch: 2 }
-            } else {
-                Entry::Rows { g, w: w as u8, ch }
-            }
+            let (g, ch) = warp_layout(chunks(w) as i64, w);
+            Entry::Rows { g, w: w as u8, ch }
+        } else if aligned && softmax_mid_fits(v as usize, chunks(SOFTMAX_MID_THREADS as i64 * v)) {
+            Entry::MidRows { w: v as u8, ch: chunks(SOFTMAX_MID_THREADS as i64 * v) as u8 }
         } else if aligned && softmax_block_fits(v as usize, chunks(256 * v).max(2)) {
             Entry::Rows { g: 0, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
         } else if aligned
@@ -265,6 +284,9 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
         Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
         Entry::BigRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), 1024, &mut p),
+        Entry::MidRows { .. } => {
+            return c.run_threads(f, c.grid(f, rows as u64 * 256), SOFTMAX_MID_THREADS, &mut p);
+        }
         _ => c.grid(f, rows as u64),
     };
     c.run(f, grid.max(1), &mut p)

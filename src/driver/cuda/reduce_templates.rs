@@ -1,9 +1,10 @@
 //! The reduction kernels of the generated CUDA C (see `codegen.rs`, and `templates.rs` for the
 //! helpers every module shares), written against the names each reduction module defines first:
-//! `TS`, `TD`, `VEC`, `SPLIT_ACC`, `VALUES`, `acc` and its functions (`identity`, `load`,
-//! `combine`, `step`, `shfl_down`, `st_partial`, `ld_partial`, `store`, `store_value`).
+//! `TS`, `TD`, `VEC`, `SPLIT_ACC`, `VALUES`, `ARG`, `acc` and its functions (`identity`, `load`,
+//! `combine`, `step`, `shfl_down`, `st_partial`, `ld_partial`, `store`, `store_value`; for an
+//! arg-reduction also `fold` and `later`).
 
-/// The reduction kernels, after the generated `TS`, `TD`, `VEC`, `acc` and its functions.
+/// The reduction kernels, after the generated `TS`, `TD`, `VEC`, `ARG`, `acc` and its functions.
 pub(super) const REDUCE: &str = r#"
 struct RedP {
     const char* src; char* dst; char* dst2; char* partials; u32* counters;
@@ -38,14 +39,18 @@ __device__ __forceinline__ i64 red_offset(const RedP& p, i64 r) {
     return off;
 }
 
-/* The elements r, r + 1, ... of a vector, folded in order (`step`: for an arg-reduction, a
-   compare and a select each instead of a full combine). */
+#if !ARG
+/* The elements r, r + 1, ... of a vector, folded in order (an arg-reduction's module defines
+   its own `fold` and `later`). */
 __device__ __forceinline__ acc fold(const Pack<TS, VEC>& v, i64 r) {
     acc a = load(v.v[0], r);
 #pragma unroll
     for (int j = 1; j < VEC; ++j) a = step(a, v.v[j], r + j);
     return a;
 }
+/* `a` and `b`, every element of `b` after those of `a`. */
+__device__ __forceinline__ acc later(acc a, acc b) { return combine(a, b); }
+#endif
 
 /* Combines elements r0 + lane, r0 + lane + width, ... below r1 of the row at `base`. */
 __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0, i64 r1, i64 lane, i64 width) {
@@ -65,12 +70,12 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
             const Pack<TS, VEC> v1 = ldv<TS, VEC>(b + (i + width) * VEC);
             const Pack<TS, VEC> v2 = ldv<TS, VEC>(b + (i + 2 * width) * VEC);
             const Pack<TS, VEC> v3 = ldv<TS, VEC>(b + (i + 3 * width) * VEC);
-            a = combine(a, fold(v0, r0 + i * VEC));
-            a1 = combine(a1, fold(v1, r0 + (i + width) * VEC));
-            a2 = combine(a2, fold(v2, r0 + (i + 2 * width) * VEC));
-            a3 = combine(a3, fold(v3, r0 + (i + 3 * width) * VEC));
+            a = later(a, fold(v0, r0 + i * VEC));
+            a1 = later(a1, fold(v1, r0 + (i + width) * VEC));
+            a2 = later(a2, fold(v2, r0 + (i + 2 * width) * VEC));
+            a3 = later(a3, fold(v3, r0 + (i + 3 * width) * VEC));
         }
-        for (; i < nv; i += width) a = combine(a, fold(ldv<TS, VEC>(b + i * VEC), r0 + i * VEC));
+        for (; i < nv; i += width) a = later(a, fold(ldv<TS, VEC>(b + i * VEC), r0 + i * VEC));
         a = combine(combine(a, a1), combine(a2, a3));
         for (i64 r = r0 + nv * VEC + lane; r < r1; r += width) a = combine(a, load(base[r], r));
         return a;

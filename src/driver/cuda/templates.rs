@@ -86,6 +86,51 @@ __device__ __forceinline__ float tanh_approx(float x) {
 #endif
 }
 __device__ __forceinline__ float sqrt_approx(float x) { float y; asm("sqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+/* sin and cos for a half-precision result, relatively accurate everywhere (at their zeros too):
+   x = k pi + r with |r| <= pi/2 (pi split into two floats: two FMAs give r within 2^-23
+   relative and 3e-10 absolute for |x| < 2^17), then sin x = (-1)^k sin r by the odd Taylor
+   polynomial of degree 11 (relative error below 6e-8 on [-pi/2, pi/2]); cos x = (-1)^(j+1)
+   sin(x - (j + 1/2) pi) likewise. Larger arguments, infinities and NaN take the library's. */
+__device__ __forceinline__ float sin_poly(float r) {
+    const float r2 = r * r;
+    float p = -2.50521084e-8f;
+    p = fmaf(p, r2, 2.75573192e-6f);
+    p = fmaf(p, r2, -1.98412698e-4f);
+    p = fmaf(p, r2, 8.33333333e-3f);
+    p = fmaf(p, r2, -1.66666667e-1f);
+    return fmaf(p * r2, r, r);
+}
+/* (-1)^k of an integer-valued float k. */
+__device__ __forceinline__ float parity_sign(float k) { return fmaf(-2.0f, fabsf(fmaf(-2.0f, rintf(0.5f * k), k)), 1.0f); }
+/* x - h pi. */
+__device__ __forceinline__ float minus_pi_times(float x, float h) {
+    return fmaf(-h, -8.74227766e-8f, fmaf(-h, 3.14159274101257324f, x));
+}
+__device__ __forceinline__ float sin_half(float x) {
+    if (!(fabsf(x) < 131072.0f)) return sinf(x);
+    const float k = rintf(x * 0.318309886183790671538f);
+    /* x == 0 keeps its sign (the reduction would turn -0 into +0). */
+    return x == 0.0f ? x : parity_sign(k) * sin_poly(minus_pi_times(x, k));
+}
+__device__ __forceinline__ float cos_half(float x) {
+    if (!(fabsf(x) < 131072.0f)) return cosf(x);
+    const float j = rintf(fmaf(x, 0.318309886183790671538f, -0.5f));
+    return -parity_sign(j) * sin_poly(minus_pi_times(x, j + 0.5f));
+}
+/* x^y for a half-precision result: 2^(y log2 x) by the hardware's approximations for finite
+   x > 0 and |y| <= 64 (log2's error 2^-22.6 absolute or 2^-22 relative, times |y|, then ex2's
+   2^-22.5: a relative error below 2^-14 over both half types' ranges, so within an ulp); other
+   bases and exponents (zero, negative, infinite, NaN, large) take the library's powf, which has
+   PyTorch's special cases. */
+__device__ __forceinline__ float pow_half(float x, float y) {
+    if (x > 0.0f && isfinite(x) && fabsf(y) <= 64.0f) {
+        float l, r;
+        asm("lg2.approx.f32 %0, %1;" : "=f"(l) : "f"(x));
+        asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(y * l));
+        return r;
+    }
+    return powf(x, y);
+}
 __device__ __forceinline__ double d_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
 __device__ __forceinline__ double d_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
 __device__ __forceinline__ i64 ipow(i64 b, i64 e) {

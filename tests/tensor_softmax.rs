@@ -13,10 +13,12 @@ const FLOATS: [DType; 4] = [DType::F32, DType::BF16, DType::F16, DType::F64];
 
 /// The row lengths of the kernels' boundaries: a warp's 32 lanes, groups of fewer lanes with two
 /// chunks each (64 for f32, 120 and 128 for the half types), the register-held rows of a warp
-/// (≤ 1024 for f32) and of blocks of 128 threads (2048 to 4096 for f32, 3000 with idle chunks)
-/// and of 256, the two-pass rows beyond, and the split of 16-byte accesses (odd lengths and
-/// lengths one past a power of two leave a tail).
-const ROW_LENGTHS: [usize; 17] = [1, 2, 7, 31, 32, 33, 64, 120, 128, 129, 1000, 1024, 2048, 3000, 4096, 4097, 32768];
+/// (≤ 1024 for f32) and of blocks of 128 threads (2048 to 4096 for f32, 3000 with idle chunks),
+/// of 256 and of 512 holding raw half-type elements (20000 with idle chunks, 32768), the two-pass
+/// rows beyond, and the split of 16-byte accesses (odd lengths and lengths one past a power of
+/// two leave a tail).
+const ROW_LENGTHS: [usize; 18] =
+    [1, 2, 7, 31, 32, 33, 64, 120, 128, 129, 1000, 1024, 2048, 3000, 4096, 4097, 20000, 32768];
 
 /// The float64 softmax (or log_softmax) of one row, as PyTorch computes it: shifted by the row's
 /// maximum (NaN ignored), so a row of −inf, one holding +inf and one holding NaN are NaN rows.
@@ -139,7 +141,8 @@ fn softmax_of_rows_of_thousands() -> Result<()> {
     last_dim_case(&ROW_LENGTHS[10..16], 44)
 }
 
-/// Rows of 32768: the two-pass (online maximum and sum) block per row.
+/// Rows of 20000 and 32768: a block per row holding it in registers, or (for f64) the two-pass
+/// (online maximum and sum) block per row.
 #[test]
 fn softmax_of_long_rows() -> Result<()> {
     last_dim_case(&ROW_LENGTHS[16..], 45)

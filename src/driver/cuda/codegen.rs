@@ -102,6 +102,10 @@ pub(super) enum Entry {
     /// Softmax rows by a block of [`SOFTMAX_MID_THREADS`] threads holding each row in registers,
     /// `w` elements per access, `ch` chunks per thread.
     MidRows { w: u8, ch: u8 },
+    /// Softmax rows by a block of [`SOFTMAX_RAW_THREADS`] threads holding each row's raw
+    /// elements (a half type's, half the registers of their `float` values) in registers, `w`
+    /// elements per access, `ch` chunks per thread.
+    RawRows { w: u8, ch: u8 },
 }
 
 /// One kernel: its module and entry point.
@@ -135,6 +139,7 @@ impl Entry {
             Entry::Rows { g, w, ch } => format!("sm_w{w}_{ch}_{g}"),
             Entry::BigRows { w, ch } => format!("sm_B{w}_{ch}"),
             Entry::MidRows { w, ch } => format!("sm_m{w}_{ch}"),
+            Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
         }
     }
 }
@@ -159,6 +164,7 @@ impl ModuleKey {
                 let big = softmax_big_layouts(v as usize, softmax_value_bytes(*src, *dst));
                 e.extend(big.into_iter().map(|ch| Entry::BigRows { w: v, ch }));
                 e.extend(softmax_mid_layouts(v as usize).into_iter().map(|ch| Entry::MidRows { w: v, ch }));
+                e.extend(softmax_raw_layouts(*src, *dst).into_iter().map(|ch| Entry::RawRows { w: v, ch }));
                 e.push(Entry::Rows { g: 0, w: 1, ch: 0 });
                 if v > 1 {
                     e.push(Entry::Rows { g: 0, w: v, ch: 0 });
@@ -269,9 +275,9 @@ fn fname(name: &str, m: DType) -> String {
 /// the half result), `tanh.approx` for bf16, and for bf16 the approximate square root, whose
 /// relative error (a few f32 ulp: CUDA documents `sqrtf` without `-prec-sqrt` at 1 to 3) is
 /// far inside the 2^-18 that separates the square root of a bf16 from a bf16 rounding
-/// midpoint, so the rounded result is still exact), and `sin_half` / `cos_half` (the argument
-/// reduced by π in two FMAs, then a polynomial: relative error below 2^-22, zeros included; the
-/// library's for |x| ≥ 2^17); `f32` uses the
+/// midpoint, so the rounded result is still exact); `sin` and `cos` keep the library's (`__sinf`
+/// is only absolutely accurate, which `sin` of a tiny half value would show, and a reduction by π
+/// with a polynomial measured no faster than `sinf` on the H200); `f32` uses the
 /// accurate library functions too, and PyTorch's `erf` form of gelu (its cancellation for
 /// x < −3 is an absolute error of a few f32 ulp); `f64` computes gelu through `erfc`.
 fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
@@ -291,8 +297,6 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
             UnaryOp::Log => "__logf(x)".to_owned(),
             UnaryOp::Sqrt if c == DType::BF16 => "sqrt_approx(x)".to_owned(),
             UnaryOp::Gelu => GELU_F32.to_owned(),
-            UnaryOp::Sin => "sin_half(x)".to_owned(),
-            UnaryOp::Cos => "cos_half(x)".to_owned(),
             _ => float_unary(op, &f, &lit),
         },
         (DType::F32, UnaryOp::Gelu) => GELU_F32.to_owned(),
@@ -734,6 +738,23 @@ pub(super) fn softmax_mid_layouts(v: usize) -> Vec<u8> {
     [4u8, 8].into_iter().filter(|&ch| softmax_mid_fits(v, ch as u64)).collect()
 }
 
+/// Threads per block of the softmax kernels that hold a row's raw elements ([`Entry::RawRows`]).
+pub(super) const SOFTMAX_RAW_THREADS: u32 = 512;
+
+/// `ch` of every raw-register kernel of a softmax module: eight chunks of 16-byte vectors of a
+/// half type (32 registers of raw elements per thread, so two blocks of 512 fit an SM where a
+/// block of 1,024 holding `float` values fits alone), for half-type rows to half-type or `f32`
+/// outputs. Measured on the H200 for rows of 32,768: `softmax_bf16` 25.2 µs / `_f16` 24.5
+/// (`log_softmax` 23.7 / 23.2), against 28.4 / 28.1 (27.9 / 27.6) for 1,024 threads of `float`
+/// values; blocks of 1,024 or 256 holding raw elements 24.3–30.7.
+pub(super) fn softmax_raw_layouts(src: DType, dst: DType) -> Vec<u8> {
+    if src.size() == 2 && softmax_vec(src, dst) == 8 {
+        vec![8]
+    } else {
+        Vec::new()
+    }
+}
+
 /// `ch` of every kernel of 1,024-thread blocks of a softmax module ([`softmax_big_fits`]).
 pub(super) fn softmax_big_layouts(v: usize, value_bytes: usize) -> Vec<u8> {
     [2u8, 4, 8, 16].into_iter().filter(|&ch| softmax_big_fits(v, value_bytes, ch as u64)).collect()
@@ -798,6 +819,13 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
             s,
             "extern \"C\" __global__ void __launch_bounds__({SOFTMAX_MID_THREADS}) sm_m{v}_{ch}(const __grid_constant__ SmP p) \
              {{ cs_enter(); sm_block_rows<{ch}, {SOFTMAX_MID_THREADS}>(p); }}"
+        );
+    }
+    for ch in softmax_raw_layouts(src, dst) {
+        let _ = writeln!(
+            s,
+            "extern \"C\" __global__ void __launch_bounds__({SOFTMAX_RAW_THREADS}) sm_r{v}_{ch}(const __grid_constant__ SmP p) \
+             {{ cs_enter(); sm_raw_rows<{ch}, {SOFTMAX_RAW_THREADS}>(p); }}"
         );
     }
     for w in [1, v] {

@@ -29,8 +29,8 @@
 //! in wrapping `i64`.
 
 use super::codegen::{
-    cols_x, softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_value_bytes, softmax_vec, Entry, KernelId,
-    ModuleKey, MAXD, SOFTMAX_MID_THREADS, THREADS,
+    cols_x, softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes,
+    softmax_vec, Entry, KernelId, ModuleKey, MAXD, SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS, THREADS,
 };
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
 use crate::error::Result;
@@ -253,6 +253,10 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         } else if aligned && softmax_block_fits(v as usize, chunks(256 * v).max(2)) {
             Entry::Rows { g: 0, w: v as u8, ch: chunks(256 * v).max(2) as u8 }
         } else if aligned
+            && softmax_raw_layouts(src.dtype, dst.dtype).contains(&(chunks(SOFTMAX_RAW_THREADS as i64 * v) as u8))
+        {
+            Entry::RawRows { w: v as u8, ch: chunks(SOFTMAX_RAW_THREADS as i64 * v) as u8 }
+        } else if aligned
             && softmax_big_fits(v as usize, softmax_value_bytes(src.dtype, dst.dtype), chunks(1024 * v).max(2))
         {
             Entry::BigRows { w: v as u8, ch: chunks(1024 * v).max(2) as u8 }
@@ -284,6 +288,7 @@ pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, l
         Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
         Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
         Entry::BigRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), 1024, &mut p),
+        Entry::RawRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), SOFTMAX_RAW_THREADS, &mut p),
         Entry::MidRows { .. } => {
             return c.run_threads(f, c.grid(f, rows as u64 * 256), SOFTMAX_MID_THREADS, &mut p);
         }

@@ -86,37 +86,6 @@ __device__ __forceinline__ float tanh_approx(float x) {
 #endif
 }
 __device__ __forceinline__ float sqrt_approx(float x) { float y; asm("sqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
-/* sin and cos for a half-precision result, relatively accurate everywhere (at their zeros too):
-   x = k pi + r with |r| <= pi/2 (pi split into two floats: two FMAs give r within 2^-23
-   relative and 3e-10 absolute for |x| < 2^17), then sin x = (-1)^k sin r by the odd Taylor
-   polynomial of degree 11 (relative error below 6e-8 on [-pi/2, pi/2]); cos x = (-1)^(j+1)
-   sin(x - (j + 1/2) pi) likewise. Larger arguments, infinities and NaN take the library's. */
-__device__ __forceinline__ float sin_poly(float r) {
-    const float r2 = r * r;
-    float p = -2.50521084e-8f;
-    p = fmaf(p, r2, 2.75573192e-6f);
-    p = fmaf(p, r2, -1.98412698e-4f);
-    p = fmaf(p, r2, 8.33333333e-3f);
-    p = fmaf(p, r2, -1.66666667e-1f);
-    return fmaf(p * r2, r, r);
-}
-/* (-1)^k of an integer-valued float k. */
-__device__ __forceinline__ float parity_sign(float k) { return fmaf(-2.0f, fabsf(fmaf(-2.0f, rintf(0.5f * k), k)), 1.0f); }
-/* x - h pi. */
-__device__ __forceinline__ float minus_pi_times(float x, float h) {
-    return fmaf(-h, -8.74227766e-8f, fmaf(-h, 3.14159274101257324f, x));
-}
-__device__ __forceinline__ float sin_half(float x) {
-    if (!(fabsf(x) < 131072.0f)) return sinf(x);
-    const float k = rintf(x * 0.318309886183790671538f);
-    /* x == 0 keeps its sign (the reduction would turn -0 into +0). */
-    return x == 0.0f ? x : parity_sign(k) * sin_poly(minus_pi_times(x, k));
-}
-__device__ __forceinline__ float cos_half(float x) {
-    if (!(fabsf(x) < 131072.0f)) return cosf(x);
-    const float j = rintf(fmaf(x, 0.318309886183790671538f, -0.5f));
-    return -parity_sign(j) * sin_poly(minus_pi_times(x, j + 0.5f));
-}
 /* x^y for a half-precision result: 2^(y log2 x) by the hardware's approximations for finite
    x > 0 and |y| <= 64 (log2's error 2^-22.6 absolute or 2^-22 relative, times |y|, then ex2's
    2^-22.5: a relative error below 2^-14 over both half types' ranges, so within an ulp); other
@@ -646,6 +615,57 @@ __device__ __forceinline__ void sm_regs(const SmP& p, i64 row, int t, bool live,
         const i64 i = ((i64)c * THR + t) * W;
         if (i < n) store_c<W>(y, i, v[c], LOG ? sh : (TC)0, k);
     }
+}
+
+/* sm_regs keeping the row's raw elements (`W` > 1: half the registers of a half type's values),
+   converted again at each of the three passes over them. */
+template <int W, int CH, int THR>
+__device__ __forceinline__ void sm_regs_raw(const SmP& p, i64 row, int t, TA* shm) {
+    i64 so = 0, dof = 0;
+    sm_offsets(p, row, so, dof);
+    const TS* x = (const TS*)p.src + so;
+    TD* y = (TD*)p.dst + dof;
+    const i64 n = p.n;
+    Pack<TS, W> r[CH];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < n) r[c] = ldv<TS, W>(x + i);
+    }
+    TC m = neg_inf();
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+        if (((i64)c * THR + t) * W < n)
+#pragma unroll
+            for (int j = 0; j < W; ++j) m = fmax(m, to_c(r[c].v[j]));
+    m = THR <= 32 ? all_max<THR>(m) : (TC)block_all<true>((TA)m, shm);
+    const TC sh = shift_of(m);
+    TA s = 0;
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+        if (((i64)c * THR + t) * W < n)
+#pragma unroll
+            for (int j = 0; j < W; ++j) s += (TA)ex(to_c(r[c].v[j]) - sh);
+    s = final_sum(m, THR <= 32 ? all_sum<THR>(s) : block_all<false>(s, shm));
+    const TC k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < n) {
+            Pack<TD, W> o;
+#pragma unroll
+            for (int j = 0; j < W; ++j) {
+                const TC v = to_c(r[c].v[j]);
+                o.v[j] = from_c(out_of(LOG ? v : ex(v - sh), LOG ? sh : (TC)0, k));
+            }
+            stv<TD, W>(y + i, o);
+        }
+    }
+}
+template <int CH, int THR>
+__device__ __forceinline__ void sm_raw_rows(const SmP& p) {
+    __shared__ TA shm[32];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs_raw<V, CH, THR>(p, row, threadIdx.x, shm);
 }
 
 /* Groups of G lanes, a row each (32 / G rows per warp at a time). */

@@ -42,6 +42,7 @@ LAYOUTS = {
     "log_softmax": {"contig"},
     "contiguous": {"transposed"},
     "copy": {"contig"},
+    "matmul": {"vec"},
 }
 DTYPES = {"float32", "bfloat16", "float16", "int32", "int64"}
 POSITIVE = {"log", "sqrt", "rsqrt"}
@@ -147,6 +148,9 @@ def build(torch, case, ops, scalar):
     if kind == "contiguous":
         x = ops.a.t()
         return lambda: x.contiguous()
+    if kind == "matmul":
+        x, w = ops.first(ops.a, layout), ops.b.reshape(ops.c, ops.r)
+        return lambda: x @ w
     if kind == "copy":
         src = ops.a
         dst = torch.empty_like(src)

@@ -277,7 +277,9 @@ fn fname(name: &str, m: DType) -> String {
 /// far inside the 2^-18 that separates the square root of a bf16 from a bf16 rounding
 /// midpoint, so the rounded result is still exact); `sin` and `cos` keep the library's (`__sinf`
 /// is only absolutely accurate, which `sin` of a tiny half value would show, and a reduction by π
-/// with a polynomial measured no faster than `sinf` on the H200); `f32` uses the
+/// with a polynomial measured no faster than `sinf` on the H200), and gelu is `gelu_half` (the
+/// normal tail by a fitted rational form, one reciprocal and one `ex2`, relative error below
+/// 1e-5: libdevice's `erff` takes two branches that random data both enter); `f32` uses the
 /// accurate library functions too, and PyTorch's `erf` form of gelu (its cancellation for
 /// x < −3 is an absolute error of a few f32 ulp); `f64` computes gelu through `erfc`.
 fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
@@ -296,7 +298,7 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
             UnaryOp::Tanh if c == DType::BF16 => "tanh_approx(x)".to_owned(),
             UnaryOp::Log => "__logf(x)".to_owned(),
             UnaryOp::Sqrt if c == DType::BF16 => "sqrt_approx(x)".to_owned(),
-            UnaryOp::Gelu => GELU_F32.to_owned(),
+            UnaryOp::Gelu => "gelu_half(x)".to_owned(),
             _ => float_unary(op, &f, &lit),
         },
         (DType::F32, UnaryOp::Gelu) => GELU_F32.to_owned(),

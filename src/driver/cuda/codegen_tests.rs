@@ -91,3 +91,40 @@ fn modules_list_their_entries() {
         }
     }
 }
+
+/// `gelu_half` (`templates.rs`) spells the constants of [`GELU_TAIL`], and its form, evaluated
+/// on the host in `f32` as the device does (exact reciprocal and `exp2` standing in for the
+/// approximate ones, whose errors are 2^-23 and 2^-22), is within 1e-5 of gelu in `f64`, relatively,
+/// from −13 (where the tail passes 2^-126) to 13, and exactly `x` or `-0` beyond.
+#[test]
+fn the_half_type_gelu_form_is_accurate_and_spelled_as_tested() {
+    use super::templates::{GELU_TAIL, GELU_T_SCALE};
+    assert!(COMMON.contains(&format!("fmaf({GELU_T_SCALE:?}f, z, 1.0f)")));
+    assert!(COMMON.contains(&format!("float r = {:?}f;", GELU_TAIL[6])));
+    for c in &GELU_TAIL[..6] {
+        assert!(COMMON.contains(&format!("r = fmaf(r, t, {c:?}f);")), "{c:?}");
+    }
+    let half_log2e = -0.5 * std::f32::consts::LOG2_E;
+    assert!(COMMON.contains(&format!("z * (z * {half_log2e:?}f)")));
+    let gelu = |x: f32| {
+        let z = x.abs();
+        let t = 1.0 / GELU_T_SCALE.mul_add(z, 1.0);
+        let r = GELU_TAIL.iter().rev().skip(1).fold(GELU_TAIL[6], |r, &c| r.mul_add(t, c));
+        let q = r * t * (z * (z * half_log2e)).exp2();
+        x * if x >= 0.0 { 1.0 - q } else { q }
+    };
+    let exact = |x: f64| 0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2);
+    let mut worst = 0.0f64;
+    for i in -1_300_000..=1_300_000 {
+        let x = i as f32 * 1e-5;
+        let (g, w) = (gelu(x) as f64, exact(x as f64));
+        if w != 0.0 {
+            worst = worst.max(((g - w) / w).abs());
+        }
+    }
+    assert!(worst < 1e-5, "relative error {worst:e}");
+    assert_eq!(gelu(20.0), 20.0);
+    assert_eq!(gelu(-20.0).to_bits(), (-0.0f32).to_bits());
+    assert!(gelu(f32::NAN).is_nan() && gelu(f32::NEG_INFINITY).is_nan());
+    assert_eq!(gelu(f32::INFINITY), f32::INFINITY);
+}

@@ -217,6 +217,9 @@ pub enum Op {
     Contiguous,
     /// A device-to-device `copy_` of a contiguous tensor: the bandwidth yardstick.
     Copy,
+    /// `x.matmul(&w)` with `w` the `[C, R]` reading of a second `[R, C]` matrix; in the matrix
+    /// only with `x` a `[1, C]` vector (a decode step's product: the weight streams once).
+    Matmul,
 }
 
 /// How the operands are laid out.
@@ -296,6 +299,7 @@ impl Case {
             Op::Softmax { log, row } => format!("{}_{d}_rows{row}", if log { "log_softmax" } else { "softmax" }),
             Op::Contiguous => format!("contiguous_{d}"),
             Op::Copy => "copy_d2d".to_string(),
+            Op::Matmul => format!("matmul_{d}"),
         };
         if let Some(s) = layout.suffix() {
             name = format!("{name}_{s}");
@@ -304,9 +308,9 @@ impl Case {
     }
 
     /// Whether the case is limited by memory bandwidth (all but the `[1, C]` ones, which are
-    /// limited by the launch).
+    /// limited by the launch; a vector's matrix product streams its `[C, R]` weight).
     pub fn memory_bound(&self) -> bool {
-        self.layout != Layout::Vector
+        self.layout != Layout::Vector || self.op == Op::Matmul
     }
 
     /// The dtype of the (first) output.
@@ -351,6 +355,8 @@ impl Case {
                 n * s + outs * (out + index)
             }
             Op::Softmax { .. } | Op::Contiguous | Op::Copy => 2 * n * s,
+            // x [n / c, c] @ w [c, r]: both inputs once, then the [n / c, r] output.
+            Op::Matmul => n * s + c * r * s + (n / c) * r * out,
         }
     }
 }
@@ -363,7 +369,7 @@ pub const INTS: [DType; 2] = [DType::I32, DType::I64];
 pub const SOFTMAX_ROWS: [usize; 4] = [128, 1024, 4096, 32768];
 
 /// Every case, in run order: the copy yardstick first, then unary, binary, where, casts, copies,
-/// reductions, softmax.
+/// reductions, softmax, matrix products of a vector.
 pub fn matrix() -> Vec<Case> {
     use Layout::*;
     let mut v = vec![Case::new(Op::Copy, DType::F32, Contig)];
@@ -435,6 +441,7 @@ pub fn matrix() -> Vec<Case> {
             add(Op::Softmax { log, row }, &FLOATS, &[Contig]);
         }
     }
+    add(Op::Matmul, &FLOATS, &[Vector]);
     v
 }
 
@@ -457,7 +464,8 @@ pub fn select(all: Vec<Case>, only: Option<&str>) -> Result<Vec<Case>, String> {
 #[derive(Debug, Serialize)]
 pub struct SpecCase<'a> {
     pub name: &'a str,
-    /// `unary`, `binary`, `where`, `cast`, `reduce`, `softmax`, `log_softmax`, `contiguous`, `copy`.
+    /// `unary`, `binary`, `where`, `cast`, `reduce`, `softmax`, `log_softmax`, `contiguous`, `copy`,
+    /// `matmul`.
     pub kind: &'static str,
     /// The op's name (`exp`, `add`, `sum`, `max`, …; the kind for the others).
     pub op: &'static str,
@@ -498,6 +506,7 @@ pub fn spec_case(case: &Case, r: usize, c: usize) -> SpecCase<'_> {
         Op::Softmax { log: true, .. } => ("log_softmax", "log_softmax", None),
         Op::Contiguous => ("contiguous", "contiguous", None),
         Op::Copy => ("copy", "copy", None),
+        Op::Matmul => ("matmul", "matmul", None),
     };
     let shape = match case.op {
         Op::Softmax { row, .. } => [r * c / row, row],
@@ -563,6 +572,11 @@ mod tests {
         );
         assert_eq!(Case::new(Op::Reduce(Reduce::Sum, Axis::All), DType::I32, Layout::Contig).bytes(r, c), 4 * n + 8);
         assert!(!Case::new(Op::Unary(Unary::Exp), DType::F32, Layout::Vector).memory_bound());
+        let gemv = Case::new(Op::Matmul, DType::BF16, Layout::Vector);
+        assert_eq!(
+            (gemv.name.as_str(), gemv.bytes(r, c), gemv.memory_bound()),
+            ("matmul_bf16_vec", 2 * (c + n + r), true)
+        );
     }
 
     #[test]

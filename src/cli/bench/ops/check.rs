@@ -1,7 +1,7 @@
 //! Each case through cudasem's public API ([`Call`]), and its check against the float64 reference
 //! before it is timed.
 //!
-//! Tolerances: `reference.rs` (the op tests' table). Big outputs are checked on a sample: elementwise and softmax outputs of more than 2^16 elements
+//! Tolerances: `reference.rs` (the op tests' table). Big outputs are checked on a sample: elementwise, softmax and matrix-product outputs of more than 2^16 elements
 //! on their first and last rows (at least 8,192 elements each) and 8 random rows; reductions on every
 //! output element (their reference reads every input element anyway).
 
@@ -50,6 +50,7 @@ impl<'a> Call<'a> {
             Op::Softmax { log: false, .. } => vec![x.softmax(-1)?],
             Op::Softmax { log: true, .. } => vec![x.log_softmax(-1)?],
             Op::Contiguous => vec![x.contiguous()?],
+            Op::Matmul => vec![x.matmul(y())?],
             Op::Copy => {
                 let t = self.target.as_ref().expect("a copy case has a target");
                 t.copy_(x, false)?;
@@ -69,6 +70,7 @@ impl<'a> Call<'a> {
         let r = match self.case.op {
             Op::Reduce(r, axis) => self.check_reduce(r, axis, &outs),
             Op::Softmax { log, .. } => self.check_rows(&outs[0], |v, i| softmax_row(v, i, log, self.case.dtype)),
+            Op::Matmul => self.check_matmul(&outs[0]),
             _ => self.check_rows(&outs[0], |v, i| self.elementwise_row(v, i)),
         };
         r.map_err(|e| match e {
@@ -112,6 +114,32 @@ impl<'a> Call<'a> {
                 let g = &got[(i - start) * cols..(i - start + 1) * cols];
                 if let Some(j) = (0..cols).find(|&j| !tol.accepts(g[j], w[j])) {
                     return Err(mismatch(&format!("({i}, {j})"), g[j], w[j], tol));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares sampled rows of a matrix product with the reference, each output within the
+    /// tests' matmul tolerance relative to its Σ|x·w| (the scale of the rounding errors).
+    fn check_matmul(&self, out: &Tensor) -> std::result::Result<(), Mismatch> {
+        let (x, w) = (&self.ops[0].view, &self.ops[1].view);
+        let (rows, cols) = (x.rows, w.cols);
+        if out.shape() != [rows, cols] {
+            return Err(Mismatch::Value(format!("shape {:?}, expected [{rows}, {cols}]", out.shape())));
+        }
+        let tol = reference::tolerance(self.case);
+        for (start, len) in sample_rows(rows, cols)? {
+            let got = host_f64(&out.narrow(0, start, len)?)?;
+            for i in start..start + len {
+                let (want, scale) = product_row(x, w, i);
+                let g = &got[(i - start) * cols..(i - start + 1) * cols];
+                for j in 0..cols {
+                    let t = Tol { rel: 0.0, abs: tol.abs + tol.rel * scale[j] };
+                    let want = reference::round(self.case.out_dtype(), want[j]);
+                    if !t.accepts(g[j], want) {
+                        return Err(mismatch(&format!("({i}, {j})"), g[j], want, t));
+                    }
                 }
             }
         }
@@ -170,6 +198,20 @@ fn softmax_row(views: &[View], i: usize, log: bool, dtype: DType) -> Vec<f64> {
     let v = &views[0];
     let row: Vec<f64> = (0..v.cols).map(|j| v.at(i, j)).collect();
     reference::softmax(&row, log, dtype)
+}
+
+/// Row `i` of `x · w` in f64, with each output's Σ|x·w|.
+fn product_row(x: &View, w: &View, i: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut out, mut scale) = (vec![0.0; w.cols], vec![0.0; w.cols]);
+    for k in 0..x.cols {
+        let a = x.at(i, k);
+        for (j, (o, s)) in out.iter_mut().zip(scale.iter_mut()).enumerate() {
+            let p = a * w.at(k, j);
+            *o += p;
+            *s += p.abs();
+        }
+    }
+    (out, scale)
 }
 
 /// One accumulator per output element of a reduction of `v` along `axis`, fed in row-major order

@@ -161,7 +161,8 @@ impl Inputs {
         Ok(Operand { dev: x.dev.t()?, view: x.view(self.c, self.r, 1, self.c) })
     }
 
-    /// `x` read as a contiguous `[C, R]` (the other operand of a transposed one).
+    /// `x` read as a contiguous `[C, R]` (the other operand of a transposed one, the weight of a
+    /// matrix product).
     fn as_columns(&self, x: &Pair) -> Result<Operand> {
         let dev = x.dev.reshape([self.c as isize, self.r as isize])?;
         Ok(Operand { dev, view: x.view(self.c, self.r, self.r, 1) })
@@ -223,6 +224,7 @@ impl Inputs {
             Op::Cast(_) | Op::Reduce(..) | Op::Copy => vec![self.first(&self.a, l)?],
             Op::Contiguous => vec![self.transposed(&self.a)?],
             Op::Softmax { row, .. } => vec![self.rows_of(&self.a, row)?],
+            Op::Matmul => vec![self.first(&self.a, l)?, self.as_columns(&self.b)?],
         })
     }
 }

@@ -48,6 +48,7 @@ fn table_name(case: &Case) -> Option<String> {
         Op::Reduce(r, _) => r.name().to_string(),
         Op::Softmax { log: false, .. } => "softmax".into(),
         Op::Softmax { log: true, .. } => "log_softmax".into(),
+        Op::Matmul => "matmul".into(),
         Op::Contiguous | Op::Copy => return None,
     })
 }

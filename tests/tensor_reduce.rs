@@ -366,6 +366,46 @@ fn matmul_and_bmm_match_the_reference() -> Result<()> {
     Ok(())
 }
 
+/// A row vector times a matrix (a decode step's `x @ w`: the CUDA driver's own kernel when the
+/// weight is row-major with aligned rows, cuBLASLt otherwise): rows split over blocks or not, a
+/// last tile of columns cut short, `x` as a 1-D tensor and as a strided view, the weight as a
+/// slice of a wider matrix (a row stride past its width) and at an unaligned offset.
+#[test]
+fn vector_matrix_products_match_the_reference() -> Result<()> {
+    let mut rng = Rng::new(13);
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            for (k, n) in [(64, 8), (300, 264), (4096, 512), (520, 4096)] {
+                let what = format!("[1, {k}] @ [{k}, {n}] of {dtype} on {device}");
+                let xv = sample(&mut rng, dtype, k, Domain::Any);
+                // The weight's rows hold 8 more columns than it uses.
+                let wide = n + 8;
+                let wv = sample(&mut rng, dtype, k * wide, Domain::Any);
+                let wmat = tensor(&wv, &[k, wide], dtype, device)?;
+                let dense: Vec<f64> = (0..k).flat_map(|l| wv[l * wide..l * wide + n].to_vec()).collect();
+                let want = matmul_reference(&xv, &dense, 1, 1, k, n);
+                let x = tensor(&xv, &[1, k], dtype, device)?;
+                let w = wmat.narrow(1, 0, n)?;
+                assert_matmul(&expect_ok(x.matmul(&w), &what), &want, &what)?;
+                let v = tensor(&xv, &[k], dtype, device)?;
+                let y = expect_ok(v.matmul(&w), &what);
+                assert_eq!(y.shape(), [n], "{what}");
+                assert_matmul(&y, &want, &format!("1-D x: {what}"))?;
+                // x as every other element of a longer row.
+                let spread: Vec<f64> = xv.iter().flat_map(|&e| [e, 0.5]).collect();
+                let xs = tensor(&spread, &[1, k, 2], dtype, device)?.narrow(2, 0, 1)?.reshape([1, k as isize])?;
+                assert_matmul(&expect_ok(xs.matmul(&w), &what), &want, &format!("strided x: {what}"))?;
+                // The weight one column in: not 16-byte aligned.
+                let shifted: Vec<f64> = (0..k).flat_map(|l| wv[l * wide + 1..l * wide + 1 + n].to_vec()).collect();
+                let w1 = wmat.narrow(1, 1, n)?;
+                let want1 = matmul_reference(&xv, &shifted, 1, 1, k, n);
+                assert_matmul(&expect_ok(x.matmul(&w1), &what), &want1, &format!("unaligned w: {what}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn matmul_errors_are_typed() -> Result<()> {
     for device in devices() {

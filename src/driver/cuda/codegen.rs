@@ -12,6 +12,7 @@
 //! precision (exact); softmax accumulates in `float` (in `double` when a side is `f64`), as
 //! PyTorch's does.
 
+use super::gemv::{gemv_vec, GEMV};
 use super::reduce_templates::REDUCE;
 use super::templates::{COMMON, ELEMENTWISE, SOFTMAX};
 use crate::dtype::DType;
@@ -66,6 +67,8 @@ pub(super) enum ModuleKey {
     Reduce { op: ReduceOp, src: DType, dst: DType, values: bool },
     /// Softmax or log-softmax from `src` into `dst`.
     Softmax { src: DType, dst: DType, log: bool },
+    /// A row vector times a row-major matrix of `dtype` (`gemv.rs`).
+    Gemv { dtype: DType },
 }
 
 /// A kernel of a module.
@@ -106,6 +109,8 @@ pub(super) enum Entry {
     /// elements (a half type's, half the registers of their `float` values) in registers, `w`
     /// elements per access, `ch` chunks per thread.
     RawRows { w: u8, ch: u8 },
+    /// A row vector times a matrix: blocks of a tile of columns over a split of the rows.
+    Gemv,
 }
 
 /// One kernel: its module and entry point.
@@ -122,6 +127,7 @@ impl Entry {
             ModuleKey::Elementwise { .. } => "ew",
             ModuleKey::Reduce { .. } => "red",
             ModuleKey::Softmax { .. } => "sm",
+            ModuleKey::Gemv { .. } => "gv",
         };
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
@@ -140,6 +146,7 @@ impl Entry {
             Entry::BigRows { w, ch } => format!("sm_B{w}_{ch}"),
             Entry::MidRows { w, ch } => format!("sm_m{w}_{ch}"),
             Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
+            Entry::Gemv => "gv_rows".into(),
         }
     }
 }
@@ -172,6 +179,7 @@ impl ModuleKey {
                 e.push(Entry::Thread);
                 e
             }
+            ModuleKey::Gemv { .. } => vec![Entry::Gemv],
             ModuleKey::Reduce { src, .. } => {
                 vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
             }
@@ -185,6 +193,7 @@ impl ModuleKey {
             ModuleKey::Elementwise { op, out, ins } => elementwise(&mut s, op, out, ins),
             ModuleKey::Reduce { op, src, dst, values } => reduce(&mut s, op, src, dst, values),
             ModuleKey::Softmax { src, dst, log } => softmax(&mut s, src, dst, log),
+            ModuleKey::Gemv { dtype } => gemv(&mut s, dtype),
         }
         s
     }
@@ -769,6 +778,22 @@ pub(super) fn softmax_value_bytes(src: DType, dst: DType) -> usize {
     } else {
         4
     }
+}
+
+/// The vector-matrix module of `dtype`: its storage type, vector width and `float` conversions,
+/// then [`GEMV`].
+fn gemv(s: &mut String, dtype: DType) {
+    let _ = write!(
+        s,
+        "#define V {}\ntypedef {} TS;\n\
+         __device__ __forceinline__ float to_f(TS x) {{ return {}; }}\n\
+         __device__ __forceinline__ TS from_f(float v) {{ return {}; }}\n",
+        gemv_vec(dtype),
+        ctype(dtype),
+        conv(dtype, DType::F32, "x"),
+        conv(DType::F32, dtype, "v"),
+    );
+    s.push_str(GEMV);
 }
 
 fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {

@@ -159,6 +159,9 @@ pub(super) fn gemm(
     if k == 0 {
         return elementwise(c, EwOp::Fill, dst, &[], 0, 0); // all-zero bits are 0.0 in every float dtype
     }
+    if super::gemv::try_gemv(c, lhs, rhs, dst)? {
+        return Ok(());
+    }
     let plan = |v: &BufferView, p: usize, q: usize| colmajor(p, q, v.strides[r - 2], v.strides[r - 1]);
     // Operands cuBLAS cannot read as they are go through dense copies.
     let mut temps = Vec::new();

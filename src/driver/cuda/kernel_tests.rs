@@ -59,6 +59,9 @@ fn sample_modules() -> Vec<ModuleKey> {
         if d.is_float() {
             v.push(ModuleKey::Softmax { src: d, dst: d, log: d == F16 });
         }
+        if matches!(d, F32 | BF16 | F16) {
+            v.push(ModuleKey::Gemv { dtype: d });
+        }
     }
     v
 }

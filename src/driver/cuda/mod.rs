@@ -81,6 +81,7 @@ mod ctx;
 mod elementwise;
 mod events;
 mod gemm;
+mod gemv;
 mod graph;
 mod host;
 #[cfg(test)]

@@ -1,0 +1,166 @@
+//! Products of a row vector and a row-major matrix, `y [1, N] = x [1, K] · w [K, N]` (a decode
+//! step's `x @ w`), on the CUDA driver: a kernel of its own instead of cuBLASLt, whose kernels for
+//! one row read a half-type weight at 1.5–2.3 TB/s on the H200 (`matmul_bf16_vec` in BENCHMARKS.md).
+//!
+//! The weight streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
+//! of `32 · V` adjacent columns (each lane `V` of them) over one split of the rows; its eight warps
+//! fold rows `r, r + 8, …` of the split in increasing order, four loads in flight, accumulating in
+//! `float` with one FMA per element (as cuBLAS accumulates half types); the warps' sums are
+//! combined in shared memory in warp order. With several splits, each block writes its tile's
+//! partial sums to the stream's reduction scratch and the last block of the tile to finish (an
+//! atomic counter, reset after use) adds them in split order and rounds once: deterministic, one
+//! launch. Views it cannot read so (another dtype, batch dims, a column-major or unaligned weight,
+//! a row count not a multiple of `V`) go to cuBLASLt.
+
+use super::codegen::{Entry, KernelId, ModuleKey, PARTIAL_BYTES};
+use super::ctx::{addr, Ctx, PARTIALS};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::kernel::BufferView;
+
+/// The kernel, after the generated `TS`, `V`, `to_f` and `from_f` (`codegen::gemv`).
+pub(super) const GEMV: &str = r#"
+struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; };
+#define GV_LANES 8
+#define GV_FLIGHT 4
+extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant__ GvP p) {
+    cs_enter();
+    __shared__ float sh[GV_LANES][32 * V];
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const i64 width = 32 * V, tiles = (p.n + width - 1) / width;
+    const i64 tile = blockIdx.x % tiles, s = blockIdx.x / tiles;
+    const i64 col = tile * width + lane * V;
+    const TS* x = (const TS*)p.x;
+    const TS* w = (const TS*)p.w + col;
+    const i64 r0 = s * p.chunk, r1 = min(p.k, r0 + p.chunk);
+    float a[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) a[j] = 0.0f;
+    if (col < p.n) {
+        i64 r = r0 + wid;
+        for (; r + (GV_FLIGHT - 1) * GV_LANES < r1; r += GV_FLIGHT * GV_LANES) {
+            Pack<TS, V> v[GV_FLIGHT];
+            float xv[GV_FLIGHT];
+#pragma unroll
+            for (int u = 0; u < GV_FLIGHT; ++u) {
+                v[u] = ldv<TS, V>(w + (r + u * GV_LANES) * p.ldw);
+                xv[u] = to_f(x[(r + u * GV_LANES) * p.sx]);
+            }
+#pragma unroll
+            for (int u = 0; u < GV_FLIGHT; ++u) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) a[j] = fmaf(xv[u], to_f(v[u].v[j]), a[j]);
+            }
+        }
+        for (; r < r1; r += GV_LANES) {
+            const Pack<TS, V> v = ldv<TS, V>(w + r * p.ldw);
+            const float xr = to_f(x[r * p.sx]);
+#pragma unroll
+            for (int j = 0; j < V; ++j) a[j] = fmaf(xr, to_f(v.v[j]), a[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) sh[wid][lane * V + j] = a[j];
+    __syncthreads();
+    float* partials = (float*)p.partials;
+    for (int q = threadIdx.x; q < width; q += blockDim.x) {
+        const i64 c = tile * width + q;
+        float b = sh[0][q];
+#pragma unroll
+        for (int l = 1; l < GV_LANES; ++l) b += sh[l][q];
+        if (c >= p.n) continue;
+        if (p.splits == 1) ((TS*)p.y)[c * p.sy] = from_f(b);
+        else partials[s * p.n + c] = b;
+    }
+    if (p.splits == 1) return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd((u32*)p.counters + tile, 1u) == (u32)(p.splits - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int q = threadIdx.x; q < width; q += blockDim.x) {
+        const i64 c = tile * width + q;
+        if (c >= p.n) continue;
+        float b = __ldcg(partials + c);
+        for (i64 t = 1; t < p.splits; ++t) b += __ldcg(partials + t * p.n + c);
+        ((TS*)p.y)[c * p.sy] = from_f(b);
+    }
+    if (threadIdx.x == 0) ((u32*)p.counters)[tile] = 0;
+}
+"#;
+
+/// Parameters of `gv_rows` (`GvP` in [`GEMV`]).
+#[repr(C)]
+struct GvP {
+    x: u64,
+    w: u64,
+    y: u64,
+    partials: u64,
+    counters: u64,
+    k: i64,
+    n: i64,
+    sx: i64,
+    ldw: i64,
+    sy: i64,
+    splits: i64,
+    chunk: i64,
+}
+
+/// Elements per 16-byte load of `dtype`'s weight.
+pub(super) fn gemv_vec(dtype: DType) -> usize {
+    16 / dtype.size()
+}
+
+/// Blocks the kernel aims for per SM (eight warps each: half the SM's warp slots at four).
+const BLOCKS_PER_SM: i64 = 4;
+/// The fewest rows a split holds (eight per warp).
+const MIN_CHUNK: i64 = 64;
+
+/// Queues `dst = lhs · rhs` with the vector kernel and returns `true` when the views suit it
+/// (`lhs` one row, `rhs` row-major with aligned rows, f32 / bf16 / f16, no batch dims but ones);
+/// returns `false`, queuing nothing, otherwise.
+pub(super) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<bool> {
+    let r = dst.shape.len();
+    let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
+    let dtype = dst.dtype;
+    if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) || m != 1 || dst.shape[..r - 2].iter().any(|&d| d != 1) {
+        return Ok(false);
+    }
+    let (v, size) = (gemv_vec(dtype), dtype.size());
+    let ldw = rhs.strides[r - 2];
+    let aligned = rhs.strides[r - 1] == 1
+        && n.is_multiple_of(v)
+        && (ldw * size).is_multiple_of(16)
+        && addr(rhs).is_multiple_of(16)
+        && ldw >= n;
+    let tiles = n.div_ceil(32 * v) as i64;
+    if !aligned || tiles > PARTIALS as i64 {
+        return Ok(false);
+    }
+    let (k, n) = (k as i64, n as i64);
+    let target = (c.info.sms as i64 * BLOCKS_PER_SM / tiles).max(1);
+    let capacity = (PARTIALS * PARTIAL_BYTES / 4) as i64 / n;
+    let splits = target.min(k / MIN_CHUNK).min(capacity).max(1);
+    let chunk = (k + splits - 1) / splits;
+    let splits = ((k + chunk - 1) / chunk).max(1);
+    let (partials, counters) = if splits > 1 { c.reduce_scratch()? } else { (0, 0) };
+    let mut p = GvP {
+        x: addr(lhs),
+        w: addr(rhs),
+        y: addr(dst),
+        partials,
+        counters,
+        k,
+        n,
+        sx: lhs.strides[r - 1] as i64,
+        ldw: ldw as i64,
+        sy: dst.strides[r - 1] as i64,
+        splits,
+        chunk,
+    };
+    let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
+    c.run(f, (tiles * splits) as u32, &mut p)?;
+    Ok(true)
+}

@@ -42,7 +42,7 @@ LAYOUTS = {
     "log_softmax": {"contig"},
     "contiguous": {"transposed"},
     "copy": {"contig"},
-    "matmul": {"vec"},
+    "matmul": {"vec", "linear"},
 }
 DTYPES = {"float32", "bfloat16", "float16", "int32", "int64"}
 POSITIVE = {"log", "sqrt", "rsqrt"}
@@ -90,7 +90,7 @@ class Operands:
     def first(self, x, layout):
         if layout == "transposed":
             return x.t()
-        if layout == "vec":
+        if layout in ("vec", "linear"):
             return x[0:1]
         return x
 
@@ -149,7 +149,8 @@ def build(torch, case, ops, scalar):
         x = ops.a.t()
         return lambda: x.contiguous()
     if kind == "matmul":
-        x, w = ops.first(ops.a, layout), ops.b.reshape(ops.c, ops.r)
+        x = ops.first(ops.a, layout)
+        w = ops.b.t() if layout == "linear" else ops.b.reshape(ops.c, ops.r)
         return lambda: x @ w
     if kind == "copy":
         src = ops.a

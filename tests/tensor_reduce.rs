@@ -369,13 +369,14 @@ fn matmul_and_bmm_match_the_reference() -> Result<()> {
 /// A row vector times a matrix (a decode step's `x @ w`: the CUDA driver's own kernel when the
 /// weight is row-major with aligned rows, cuBLASLt otherwise): rows split over blocks or not, a
 /// last tile of columns cut short, `x` as a 1-D tensor and as a strided view, the weight as a
-/// slice of a wider matrix (a row stride past its width) and at an unaligned offset.
+/// slice of a wider matrix (a row stride past its width), at an unaligned offset, and transposed
+/// (nn.Linear's `x @ w.t()`).
 #[test]
 fn vector_matrix_products_match_the_reference() -> Result<()> {
     let mut rng = Rng::new(13);
     for device in devices() {
         for dtype in [DType::F32, DType::BF16, DType::F16] {
-            for (k, n) in [(64, 8), (300, 264), (4096, 512), (520, 4096)] {
+            for (k, n) in [(64, 8), (300, 264), (2048, 512), (520, 4096)] {
                 let what = format!("[1, {k}] @ [{k}, {n}] of {dtype} on {device}");
                 let xv = sample(&mut rng, dtype, k, Domain::Any);
                 // The weight's rows hold 8 more columns than it uses.
@@ -400,6 +401,15 @@ fn vector_matrix_products_match_the_reference() -> Result<()> {
                 let w1 = wmat.narrow(1, 1, n)?;
                 let want1 = matmul_reference(&xv, &shifted, 1, 1, k, n);
                 assert_matmul(&expect_ok(x.matmul(&w1), &what), &want1, &format!("unaligned w: {what}"))?;
+                // nn.Linear's `x @ w.t()`: the weight column-major, its columns 8 elements apart
+                // more than they hold; with a strided x too.
+                let lv = sample(&mut rng, dtype, n * (k + 8), Domain::Any);
+                let wt = tensor(&lv, &[n, k + 8], dtype, device)?.narrow(1, 0, k)?.t()?;
+                let dense: Vec<f64> =
+                    (0..k).flat_map(|l| (0..n).map(|j| lv[j * (k + 8) + l]).collect::<Vec<_>>()).collect();
+                let want = matmul_reference(&xv, &dense, 1, 1, k, n);
+                assert_matmul(&expect_ok(x.matmul(&wt), &what), &want, &format!("x @ w.t(): {what}"))?;
+                assert_matmul(&expect_ok(xs.matmul(&wt), &what), &want, &format!("strided x @ w.t(): {what}"))?;
             }
         }
     }

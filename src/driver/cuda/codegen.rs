@@ -109,8 +109,10 @@ pub(super) enum Entry {
     /// elements (a half type's, half the registers of their `float` values) in registers, `w`
     /// elements per access, `ch` chunks per thread.
     RawRows { w: u8, ch: u8 },
-    /// A row vector times a matrix: blocks of a tile of columns over a split of the rows.
+    /// A row vector times a row-major matrix: blocks of a tile of columns over a split of the rows.
     Gemv,
+    /// A row vector times a column-major matrix: a warp per output.
+    GemvDots,
 }
 
 /// One kernel: its module and entry point.
@@ -147,6 +149,7 @@ impl Entry {
             Entry::MidRows { w, ch } => format!("sm_m{w}_{ch}"),
             Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
             Entry::Gemv => "gv_rows".into(),
+            Entry::GemvDots => "gv_dots".into(),
         }
     }
 }
@@ -179,7 +182,7 @@ impl ModuleKey {
                 e.push(Entry::Thread);
                 e
             }
-            ModuleKey::Gemv { .. } => vec![Entry::Gemv],
+            ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::GemvDots],
             ModuleKey::Reduce { src, .. } => {
                 vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
             }

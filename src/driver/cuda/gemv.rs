@@ -20,7 +20,7 @@ use crate::kernel::BufferView;
 
 /// The kernel, after the generated `TS`, `V`, `to_f` and `from_f` (`codegen::gemv`).
 pub(super) const GEMV: &str = r#"
-struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; };
+struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; i64 xvec; };
 #define GV_LANES 8
 #define GV_FLIGHT 4
 extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant__ GvP p) {
@@ -89,6 +89,36 @@ extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant_
     }
     if (threadIdx.x == 0) ((u32*)p.counters)[tile] = 0;
 }
+/* The weight column-major (`x @ w.t()` of a row-major `w`, nn.Linear's product): output `o` is
+   the dot product of `x` and the `o`-th contiguous row of `w.t()`, by a warp in 16-byte loads of
+   both (one element of `x` a time when it is strided or unaligned), folded in lane order. */
+extern "C" __global__ void __launch_bounds__(256) gv_dots(const __grid_constant__ GvP p) {
+    cs_enter();
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5, nv = p.k / V;
+    const TS* x = (const TS*)p.x;
+    for (i64 o = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < p.n; o += warps) {
+        const TS* w = (const TS*)p.w + o * p.ldw;
+        float a = 0.0f;
+#pragma unroll 4
+        for (i64 q = lane; q < nv; q += 32) {
+            const Pack<TS, V> wv = ldv<TS, V>(w + q * V);
+            Pack<TS, V> xv;
+            if (p.xvec) {
+                xv = ldv<TS, V>(x + q * V);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; ++j) xv.v[j] = x[(q * V + j) * p.sx];
+            }
+#pragma unroll
+            for (int j = 0; j < V; ++j) a = fmaf(to_f(xv.v[j]), to_f(wv.v[j]), a);
+        }
+        for (i64 e = nv * V + lane; e < p.k; e += 32) a = fmaf(to_f(x[e * p.sx]), to_f(w[e]), a);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) ((TS*)p.y)[o * p.sy] = from_f(a);
+    }
+}
 "#;
 
 /// Parameters of `gv_rows` (`GvP` in [`GEMV`]).
@@ -106,6 +136,8 @@ struct GvP {
     sy: i64,
     splits: i64,
     chunk: i64,
+    /// Whether `x` is read in 16-byte loads (`gv_dots`).
+    xvec: i64,
 }
 
 /// Elements per 16-byte load of `dtype`'s weight.
@@ -118,9 +150,9 @@ const BLOCKS_PER_SM: i64 = 4;
 /// The fewest rows a split holds (eight per warp).
 const MIN_CHUNK: i64 = 64;
 
-/// Queues `dst = lhs · rhs` with the vector kernel and returns `true` when the views suit it
-/// (`lhs` one row, `rhs` row-major with aligned rows, f32 / bf16 / f16, no batch dims but ones);
-/// returns `false`, queuing nothing, otherwise.
+/// Queues `dst = lhs · rhs` with a vector kernel and returns `true` when the views suit one
+/// (`lhs` one row, `rhs` row-major or column-major with 16-byte aligned rows, f32 / bf16 / f16,
+/// batch dims of one); returns `false`, queuing nothing, otherwise.
 pub(super) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<bool> {
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
@@ -129,38 +161,49 @@ pub(super) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &Buffer
         return Ok(false);
     }
     let (v, size) = (gemv_vec(dtype), dtype.size());
-    let ldw = rhs.strides[r - 2];
-    let aligned = rhs.strides[r - 1] == 1
-        && n.is_multiple_of(v)
-        && (ldw * size).is_multiple_of(16)
-        && addr(rhs).is_multiple_of(16)
-        && ldw >= n;
-    let tiles = n.div_ceil(32 * v) as i64;
-    if !aligned || tiles > PARTIALS as i64 {
-        return Ok(false);
-    }
-    let (k, n) = (k as i64, n as i64);
-    let target = (c.info.sms as i64 * BLOCKS_PER_SM / tiles).max(1);
-    let capacity = (PARTIALS * PARTIAL_BYTES / 4) as i64 / n;
-    let splits = target.min(k / MIN_CHUNK).min(capacity).max(1);
-    let chunk = (k + splits - 1) / splits;
-    let splits = ((k + chunk - 1) / chunk).max(1);
-    let (partials, counters) = if splits > 1 { c.reduce_scratch()? } else { (0, 0) };
+    let (srow, scol) = (rhs.strides[r - 2], rhs.strides[r - 1]);
+    let aligned = |ld: usize| (ld * size).is_multiple_of(16) && addr(rhs).is_multiple_of(16);
     let mut p = GvP {
         x: addr(lhs),
         w: addr(rhs),
         y: addr(dst),
-        partials,
-        counters,
-        k,
-        n,
+        partials: 0,
+        counters: 0,
+        k: k as i64,
+        n: n as i64,
         sx: lhs.strides[r - 1] as i64,
-        ldw: ldw as i64,
+        ldw: 0,
         sy: dst.strides[r - 1] as i64,
-        splits,
-        chunk,
+        splits: 1,
+        chunk: k as i64,
+        xvec: 0,
     };
+    if scol == 1 && srow >= n && n.is_multiple_of(v) && aligned(srow) {
+        p.ldw = srow as i64;
+        return rows(c, dtype, p).map(|()| true);
+    }
+    if srow == 1 && scol >= k && aligned(scol) {
+        p.ldw = scol as i64;
+        p.xvec = (p.sx == 1 && p.x.is_multiple_of(16)) as i64;
+        let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::GemvDots })?;
+        let grid = c.grid(f, n as u64 * 32);
+        return c.run(f, grid, &mut p).map(|()| true);
+    }
+    Ok(false)
+}
+
+/// `gv_rows` over `p` (a row-major weight): rows split over enough blocks to fill the GPU.
+fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
+    let tiles = (p.n as usize).div_ceil(32 * gemv_vec(dtype)) as i64;
+    let target = (c.info.sms as i64 * BLOCKS_PER_SM / tiles).max(1);
+    // Partials and a counter per tile must fit the scratch.
+    let capacity = if tiles > PARTIALS as i64 { 1 } else { (PARTIALS * PARTIAL_BYTES / 4) as i64 / p.n };
+    let splits = target.min(p.k / MIN_CHUNK).min(capacity).max(1);
+    p.chunk = (p.k + splits - 1) / splits;
+    p.splits = ((p.k + p.chunk - 1) / p.chunk).max(1);
+    if p.splits > 1 {
+        (p.partials, p.counters) = c.reduce_scratch()?;
+    }
     let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
-    c.run(f, (tiles * splits) as u32, &mut p)?;
-    Ok(true)
+    c.run(f, (tiles * p.splits) as u32, &mut p)
 }

@@ -217,8 +217,9 @@ pub enum Op {
     Contiguous,
     /// A device-to-device `copy_` of a contiguous tensor: the bandwidth yardstick.
     Copy,
-    /// `x.matmul(&w)` with `w` the `[C, R]` reading of a second `[R, C]` matrix; in the matrix
-    /// only with `x` a `[1, C]` vector (a decode step's product: the weight streams once).
+    /// `x.matmul(&w)` with `w` the `[C, R]` reading of a second `[R, C]` matrix (or, in the
+    /// `Linear` layout, its transpose); in the matrix only with `x` a `[1, C]` vector (a decode
+    /// step's product: the weight streams once).
     Matmul,
 }
 
@@ -239,6 +240,8 @@ pub enum Layout {
     Scalar,
     /// `a.op_(b)` in place, both `[R, C]`.
     InPlace,
+    /// A matrix product's `[1, C] @ w.t()` with `w` a contiguous `[R, C]`: `nn.Linear`'s form.
+    Linear,
 }
 
 impl Layout {
@@ -252,6 +255,7 @@ impl Layout {
             Layout::Vector => Some("vec"),
             Layout::Scalar => Some("scalar"),
             Layout::InPlace => Some("inplace"),
+            Layout::Linear => Some("linear"),
         }
     }
 
@@ -328,7 +332,7 @@ impl Case {
     /// The logical bytes the op reads and writes for a `[r, c]` matrix (each input element once,
     /// a broadcast operand as its own size, each output element once).
     pub fn bytes(&self, r: usize, c: usize) -> usize {
-        let n = if self.layout == Layout::Vector { c } else { r * c };
+        let n = if matches!(self.layout, Layout::Vector | Layout::Linear) { c } else { r * c };
         let (s, out) = (self.dtype.size(), self.out_dtype().size());
         match self.op {
             Op::Unary(_) | Op::Cast(_) => n * (s + out),
@@ -441,7 +445,7 @@ pub fn matrix() -> Vec<Case> {
             add(Op::Softmax { log, row }, &FLOATS, &[Contig]);
         }
     }
-    add(Op::Matmul, &FLOATS, &[Vector]);
+    add(Op::Matmul, &FLOATS, &[Vector, Linear]);
     v
 }
 
@@ -473,7 +477,7 @@ pub struct SpecCase<'a> {
     pub dtype: &'static str,
     /// The cast's target dtype.
     pub to: Option<&'static str>,
-    /// `contig`, `bcast_row`, `bcast_col`, `transposed`, `vec`, `scalar`, `inplace`.
+    /// `contig`, `bcast_row`, `bcast_col`, `transposed`, `vec`, `scalar`, `inplace`, `linear`.
     pub layout: &'static str,
     /// `last`, `first`, `all` for reductions.
     pub axis: Option<&'static str>,

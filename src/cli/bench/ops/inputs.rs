@@ -183,7 +183,7 @@ impl Inputs {
     fn first(&self, x: &Pair, layout: Layout) -> Result<Operand> {
         match layout {
             Layout::Transposed => self.transposed(x),
-            Layout::Vector => self.vector(x),
+            Layout::Vector | Layout::Linear => self.vector(x),
             _ => self.whole(x),
         }
     }
@@ -195,6 +195,7 @@ impl Inputs {
             Layout::BcastCol => Operand { dev: self.col.dev.clone(), view: self.col.view(self.r, self.c, 1, 0) },
             Layout::Transposed => self.as_columns(x)?,
             Layout::Vector => self.vector(x)?,
+            Layout::Linear => self.transposed(x)?,
             Layout::Scalar => return Ok(None),
             Layout::Contig | Layout::InPlace => self.whole(x)?,
         }))
@@ -224,6 +225,7 @@ impl Inputs {
             Op::Cast(_) | Op::Reduce(..) | Op::Copy => vec![self.first(&self.a, l)?],
             Op::Contiguous => vec![self.transposed(&self.a)?],
             Op::Softmax { row, .. } => vec![self.rows_of(&self.a, row)?],
+            Op::Matmul if l == Layout::Linear => vec![self.first(&self.a, l)?, self.transposed(&self.b)?],
             Op::Matmul => vec![self.first(&self.a, l)?, self.as_columns(&self.b)?],
         })
     }

@@ -1,16 +1,19 @@
-//! Products of a row vector and a row-major matrix, `y [1, N] = x [1, K] · w [K, N]` (a decode
-//! step's `x @ w`), on the CUDA driver: a kernel of its own instead of cuBLASLt, whose kernels for
-//! one row read a half-type weight at 1.5–2.3 TB/s on the H200 (`matmul_bf16_vec` in BENCHMARKS.md).
+//! Products of a row vector and a matrix, `y [1, N] = x [1, K] · w [K, N]` (a decode step's
+//! `x @ w` or nn.Linear's `x @ w.t()`), on the CUDA driver: kernels of their own instead of
+//! cuBLASLt, whose kernels for one row read a half-type weight at 1.4–2.3 TB/s on the H200
+//! (`matmul_bf16_vec` in BENCHMARKS.md; these read it at 2.7–3.6).
 //!
-//! The weight streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
+//! A row-major weight of a half type (`gv_rows`; f32 ones stay with cuBLASLt, which was faster)
+//! streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
 //! of `32 · V` adjacent columns (each lane `V` of them) over one split of the rows; its eight warps
 //! fold rows `r, r + 8, …` of the split in increasing order, four loads in flight, accumulating in
 //! `float` with one FMA per element (as cuBLAS accumulates half types); the warps' sums are
 //! combined in shared memory in warp order. With several splits, each block writes its tile's
 //! partial sums to the stream's reduction scratch and the last block of the tile to finish (an
 //! atomic counter, reset after use) adds them in split order and rounds once: deterministic, one
-//! launch. Views it cannot read so (another dtype, batch dims, a column-major or unaligned weight,
-//! a row count not a multiple of `V`) go to cuBLASLt.
+//! launch. A column-major weight (`gv_dots`, f32 too) is a dot product per output, a warp each.
+//! Views neither reads (another dtype, batch dims, an unaligned weight, a row-major one whose
+//! width is not a multiple of `V`) go to cuBLASLt.
 
 use super::codegen::{Entry, KernelId, ModuleKey, PARTIAL_BYTES};
 use super::ctx::{addr, Ctx, PARTIALS};
@@ -178,7 +181,9 @@ pub(super) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &Buffer
         chunk: k as i64,
         xvec: 0,
     };
-    if scol == 1 && srow >= n && n.is_multiple_of(v) && aligned(srow) {
+    // f32 row-major weights stay with cuBLASLt: measured on the H200, `gv_rows` read a 64 MiB
+    // f32 weight in 21.4-21.7 µs, cuBLASLt in 19.5-19.9 (half types: 9.4-9.6 against 22.4-23.6).
+    if scol == 1 && dtype != DType::F32 && srow >= n && n.is_multiple_of(v) && aligned(srow) {
         p.ldw = srow as i64;
         return rows(c, dtype, p).map(|()| true);
     }

@@ -12,7 +12,7 @@
 //! precision (exact); softmax accumulates in `float` (in `double` when a side is `f64`), as
 //! PyTorch's does.
 
-use super::gemv::{gemv_vec, GEMV};
+use super::gemv_templates::{gemv_vec, GEMV};
 use super::reduce_templates::REDUCE;
 use super::templates::{COMMON, ELEMENTWISE, SOFTMAX};
 use crate::dtype::DType;

@@ -82,6 +82,7 @@ mod elementwise;
 mod events;
 mod gemm;
 mod gemv;
+mod gemv_templates;
 mod graph;
 mod host;
 #[cfg(test)]

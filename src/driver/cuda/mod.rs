@@ -94,6 +94,7 @@ mod module_cache;
 mod nccl;
 mod reduce;
 mod reduce_templates;
+mod softmax_layouts;
 mod status;
 mod templates;
 #[cfg(test)]

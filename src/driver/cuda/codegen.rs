@@ -18,7 +18,8 @@ pub(super) use super::softmax_layouts::{
     softmax_big_fits, softmax_big_layouts, softmax_block_fits, softmax_layouts, softmax_mid_fits, softmax_mid_layouts,
     softmax_raw_layouts, softmax_value_bytes, softmax_vec, SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
 };
-use super::templates::{COMMON, ELEMENTWISE, SOFTMAX};
+use super::softmax_templates::SOFTMAX;
+use super::templates::{COMMON, ELEMENTWISE};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::Write;

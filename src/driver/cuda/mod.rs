@@ -95,6 +95,7 @@ mod nccl;
 mod reduce;
 mod reduce_templates;
 mod softmax_layouts;
+mod softmax_templates;
 mod status;
 mod templates;
 #[cfg(test)]

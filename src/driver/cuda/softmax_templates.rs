@@ -1,0 +1,284 @@
+//! The softmax kernels' CUDA C (`codegen.rs` builds each softmax module from it, after
+//! `templates.rs`'s shared helpers): a leaf, as `reduce_templates.rs` and `gemv_templates.rs`.
+
+/// The softmax kernels, after the generated `TS`, `TD`, `TC` (the compute type), `V` (elements
+/// per 16-byte access of the wider of `TS` and `TD`), `LOG`, `to_c`, `from_c`, `ex` and `lg`.
+///
+/// Semantics are PyTorch's (and the CPU kernel's): a row of −inf, one holding NaN and one holding
+/// +inf give NaN rows; sums shift by the running maximum only while it is finite, and a +inf
+/// maximum makes the sum NaN. Kernels: a warp per row with the row in registers (`sm_w{W}_{CH}`: lane `l` holds
+/// chunks `c·32 + l` of `W` elements), a block of 256 or 1,024 threads per row with the row in
+/// registers (`sm_b{V}_{CH}`, `sm_B{V}_{CH}`),
+/// a block per row of any length in two passes (`sm_o{W}`: an online maximum and sum, then the
+/// output), and a thread per row for rows strided across threads (`sm_thread`).
+pub(super) const SOFTMAX: &str = r#"
+struct SmP {
+    const char* src; char* dst; i64 rows, n, sst, dst_st;
+    int out_ndim, pad;
+    i64 out_shape[MAXD]; i64 out_sst[MAXD]; i64 out_dst[MAXD];
+};
+
+__device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& dof) {
+    row_offsets(o, p.out_ndim, p.out_shape, p.out_sst, p.out_dst, so, dof);
+}
+__device__ __forceinline__ TC neg_inf() { return (TC)(-d_inf()); }
+__device__ __forceinline__ TC shift_of(TC m) { return isfinite(m) ? m : (TC)0; }
+__device__ __forceinline__ TC out_of(TC v, TC sh, TC k) { return LOG ? v - sh - k : v * k; }
+/* The sum's type (the compute type, as PyTorch's accumulate type). */
+typedef TC TA;
+/* PyTorch shifts by the maximum even when it is +inf, which makes the whole row NaN. */
+__device__ __forceinline__ TA final_sum(TC m, TA s) { return m == (TC)d_inf() ? (TA)d_nan() : s; }
+template <int G, typename T> __device__ __forceinline__ T all_max(T v) {
+#pragma unroll
+    for (int off = G / 2; off > 0; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL, v, off));
+    return v;
+}
+template <int G, typename T> __device__ __forceinline__ T all_sum(T v) {
+#pragma unroll
+    for (int off = G / 2; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    return v;
+}
+/* The block's maximum (MAX) or sum of `v`, in every thread. */
+template <bool MAX, typename T> __device__ __forceinline__ T block_all(T v, T* sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = MAX ? all_max<32>(v) : all_sum<32>(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (MAX ? (T)neg_inf() : (T)0);
+    v = MAX ? all_max<32>(v) : all_sum<32>(v);
+    __syncthreads();
+    return v;
+}
+/* The running (maximum, sum of ex(x - shift_of(maximum))) of two parts, combined. */
+__device__ __forceinline__ void online_merge(TC& m, TA& s, TC m2, TA s2) {
+    const TC mm = fmax(m, m2), sh = shift_of(mm);
+    const TA a = s == (TA)0 ? (TA)0 : s * (TA)ex(shift_of(m) - sh);
+    const TA b = s2 == (TA)0 ? (TA)0 : s2 * (TA)ex(shift_of(m2) - sh);
+    m = mm;
+    s = a + b;
+}
+template <int W> __device__ __forceinline__ void load_c(const TS* x, i64 i, TC* v) {
+    if (W > 1) {
+        const Pack<TS, W> k = ldv<TS, W>(x + i);
+#pragma unroll
+        for (int j = 0; j < W; ++j) v[j] = to_c(k.v[j]);
+    } else {
+        v[0] = to_c(x[i]);
+    }
+}
+template <int W> __device__ __forceinline__ void store_c(TD* y, i64 i, const TC* v, TC sh, TC k) {
+    if (W > 1) {
+        Pack<TD, W> o;
+#pragma unroll
+        for (int j = 0; j < W; ++j) o.v[j] = from_c(out_of(v[j], sh, k));
+        stv<TD, W>(y + i, o);
+    } else {
+        y[i] = from_c(out_of(v[0], sh, k));
+    }
+}
+
+/* A row of contiguous elements held in registers by `THR` threads (`THR` ≤ 32 lanes of a warp,
+   or the block): thread `t` holds chunks `c·THR + t` of `W` elements. A thread of a row past the
+   last (`live` false) takes part in the shuffles only. */
+template <int W, int CH, int THR>
+__device__ __forceinline__ void sm_regs(const SmP& p, i64 row, int t, bool live, TA* shm) {
+    i64 so = 0, dof = 0;
+    if (live) sm_offsets(p, row, so, dof);
+    const TS* x = (const TS*)p.src + so;
+    TD* y = (TD*)p.dst + dof;
+    const i64 n = live ? p.n : 0;
+    TC v[CH][W];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < n) {
+            load_c<W>(x, i, v[c]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; ++j) v[c][j] = neg_inf();
+        }
+    }
+    TC m = neg_inf();
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+#pragma unroll
+        for (int j = 0; j < W; ++j) m = fmax(m, v[c][j]);
+    m = THR <= 32 ? all_max<THR>(m) : (TC)block_all<true>((TA)m, shm);
+    const TC sh = shift_of(m);
+    TA s = 0;
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const TC e = ex(v[c][j] - sh);
+            s += (TA)e;
+            if (!LOG) v[c][j] = e;
+        }
+    s = final_sum(m, THR <= 32 ? all_sum<THR>(s) : block_all<false>(s, shm));
+    const TC k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < n) store_c<W>(y, i, v[c], LOG ? sh : (TC)0, k);
+    }
+}
+
+/* sm_regs keeping the row's raw elements (`W` > 1: half the registers of a half type's values),
+   converted again at each of the three passes over them. */
+template <int W, int CH, int THR>
+__device__ __forceinline__ void sm_regs_raw(const SmP& p, i64 row, int t, TA* shm) {
+    i64 so = 0, dof = 0;
+    sm_offsets(p, row, so, dof);
+    const TS* x = (const TS*)p.src + so;
+    TD* y = (TD*)p.dst + dof;
+    const i64 n = p.n;
+    Pack<TS, W> r[CH];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < n) r[c] = ldv<TS, W>(x + i);
+    }
+    TC m = neg_inf();
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+        if (((i64)c * THR + t) * W < n)
+#pragma unroll
+            for (int j = 0; j < W; ++j) m = fmax(m, to_c(r[c].v[j]));
+    m = THR <= 32 ? all_max<THR>(m) : (TC)block_all<true>((TA)m, shm);
+    const TC sh = shift_of(m);
+    TA s = 0;
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+        if (((i64)c * THR + t) * W < n)
+#pragma unroll
+            for (int j = 0; j < W; ++j) s += (TA)ex(to_c(r[c].v[j]) - sh);
+    s = final_sum(m, THR <= 32 ? all_sum<THR>(s) : block_all<false>(s, shm));
+    const TC k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+        const i64 i = ((i64)c * THR + t) * W;
+        if (i < n) {
+            Pack<TD, W> o;
+#pragma unroll
+            for (int j = 0; j < W; ++j) {
+                const TC v = to_c(r[c].v[j]);
+                o.v[j] = from_c(out_of(LOG ? v : ex(v - sh), LOG ? sh : (TC)0, k));
+            }
+            stv<TD, W>(y + i, o);
+        }
+    }
+}
+template <int CH, int THR>
+__device__ __forceinline__ void sm_raw_rows(const SmP& p) {
+    __shared__ TA shm[32];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs_raw<V, CH, THR>(p, row, threadIdx.x, shm);
+}
+
+/* Groups of G lanes, a row each (32 / G rows per warp at a time). */
+template <int W, int CH, int G>
+__device__ __forceinline__ void sm_warp_rows(const SmP& p) {
+    const i64 per = 32 / G;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    for (i64 r0 = (((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * per; r0 < p.rows; r0 += warps * per) {
+        const i64 row = r0 + lane / G;
+        sm_regs<W, CH, G>(p, row, lane % G, row < p.rows, 0);
+    }
+}
+template <int CH, int THR>
+__device__ __forceinline__ void sm_block_rows(const SmP& p) {
+    __shared__ TA shm[32];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_regs<V, CH, THR>(p, row, threadIdx.x, true, shm);
+}
+
+/* Folds `W` elements into the running (maximum, sum). */
+template <int W> __device__ __forceinline__ void online_add(TC& m, TA& s, const TC* v) {
+    TC vm = v[0];
+#pragma unroll
+    for (int j = 1; j < W; ++j) vm = fmax(vm, v[j]);
+    const TC mm = fmax(m, vm), sh = shift_of(mm);
+    TA t = s == (TA)0 ? (TA)0 : s * (TA)ex(shift_of(m) - sh);
+#pragma unroll
+    for (int j = 0; j < W; ++j) t += (TA)ex(v[j] - sh);
+    m = mm;
+    s = t;
+}
+
+/* A row of any length by the block, in two passes: the online maximum and sum (four accesses in
+   flight per thread), then the output. */
+template <int W>
+__device__ __forceinline__ void sm_online_row(const SmP& p, i64 row, TA* shm) {
+    i64 so, dof;
+    sm_offsets(p, row, so, dof);
+    const TS* x = (const TS*)p.src + so;
+    TD* y = (TD*)p.dst + dof;
+    const i64 ist = W > 1 ? 1 : p.sst, ost = W > 1 ? 1 : p.dst_st;
+    const i64 nv = p.n / W, B = blockDim.x;
+    TC m = neg_inf();
+    TA s = 0;
+    i64 k = threadIdx.x;
+    for (; k + 3 * B < nv; k += 4 * B) {
+        TC v[4][W];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) load_c<W>(x, (k + u * B) * W * ist, v[u]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) online_add<W>(m, s, v[u]);
+    }
+    for (; k < nv; k += B) {
+        TC v[W];
+        load_c<W>(x, k * W * ist, v);
+        online_add<W>(m, s, v);
+    }
+    /* Combine the threads' parts: warps by shuffles, then the warps' in shared memory. */
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) { shm[w] = (TA)m; shm[32 + w] = s; }
+    __syncthreads();
+    m = lane < nw ? (TC)shm[lane] : neg_inf();
+    s = lane < nw ? shm[32 + lane] : (TA)0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
+    __syncthreads();
+    s = final_sum(m, s);
+    const TC sh = shift_of(m), kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+    for (i64 q = threadIdx.x; q < nv; q += B) {
+        TC v[W];
+        load_c<W>(x, q * W * ist, v);
+        if (!LOG) {
+#pragma unroll
+            for (int j = 0; j < W; ++j) v[j] = ex(v[j] - sh);
+        }
+        store_c<W>(y, q * W * ost, v, LOG ? sh : (TC)0, kk);
+    }
+}
+template <int W>
+__device__ __forceinline__ void sm_online_rows(const SmP& p) {
+    __shared__ TA shm[64];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_online_row<W>(p, row, shm);
+}
+
+/* A thread per row (rows next to each other in memory, the softmax dim strided): two passes. */
+extern "C" __global__ void __launch_bounds__(256) sm_thread(const __grid_constant__ SmP p) {
+    cs_enter();
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x; row < p.rows; row += step) {
+        i64 so, dof;
+        sm_offsets(p, row, so, dof);
+        const TS* x = (const TS*)p.src + so;
+        TD* y = (TD*)p.dst + dof;
+        TC m = neg_inf();
+        TA s = 0;
+        for (i64 r = 0; r < p.n; ++r) {
+            const TC v = to_c(x[r * p.sst]);
+            online_add<1>(m, s, &v);
+        }
+        s = final_sum(m, s);
+        const TC sh = shift_of(m), k = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+        for (i64 r = 0; r < p.n; ++r) {
+            const TC v = to_c(x[r * p.sst]);
+            y[r * p.dst_st] = from_c(out_of(LOG ? v : ex(v - sh), LOG ? sh : (TC)0, k));
+        }
+    }
+}
+"#;

@@ -366,8 +366,9 @@ fn matmul_and_bmm_match_the_reference() -> Result<()> {
     Ok(())
 }
 
-/// A row vector times a matrix (a decode step's `x @ w`: the CUDA driver's own kernel when the
-/// weight is row-major with aligned rows, cuBLASLt otherwise): rows split over blocks or not, a
+/// A row vector times a matrix (a decode step's `x @ w`: on the CUDA driver its own kernels for
+/// half-type row-major and any column-major weight with aligned rows, cuBLASLt otherwise): rows
+/// split over blocks or not, a
 /// last tile of columns cut short, `x` as a 1-D tensor and as a strided view, the weight as a
 /// slice of a wider matrix (a row stride past its width), at an unaligned offset, and transposed
 /// (nn.Linear's `x @ w.t()`).
@@ -395,6 +396,7 @@ fn vector_matrix_products_match_the_reference() -> Result<()> {
                 // x as every other element of a longer row.
                 let spread: Vec<f64> = xv.iter().flat_map(|&e| [e, 0.5]).collect();
                 let xs = tensor(&spread, &[1, k, 2], dtype, device)?.narrow(2, 0, 1)?.reshape([1, k as isize])?;
+                assert_eq!(xs.stride()[1], 2, "{what}: x is a strided view");
                 assert_matmul(&expect_ok(xs.matmul(&w), &what), &want, &format!("strided x: {what}"))?;
                 // The weight one column in: not 16-byte aligned.
                 let shifted: Vec<f64> = (0..k).flat_map(|l| wv[l * wide + 1..l * wide + 1 + n].to_vec()).collect();

@@ -72,7 +72,7 @@ pub(super) enum ModuleKey {
     Reduce { op: ReduceOp, src: DType, dst: DType, values: bool },
     /// Softmax or log-softmax from `src` into `dst`.
     Softmax { src: DType, dst: DType, log: bool },
-    /// A row vector times a row-major matrix of `dtype` (`gemv.rs`).
+    /// A row vector times a matrix of `dtype`, row-major or column-major (`gemv.rs`).
     Gemv { dtype: DType },
 }
 

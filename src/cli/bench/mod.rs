@@ -174,9 +174,32 @@ pub fn parse_only(only: Option<&str>) -> Result<Vec<&'static str>, String> {
     Ok(all.into_iter().filter(|s| chosen.contains(s)).collect())
 }
 
+/// The environment variable that overrides the CUDA driver's launch shapes for a tuning run:
+/// `EW_WAVES,VECTORS,REDUCE_WAVES,SPLIT` — the arguments of `cudasem::driver::cuda::set_tuning`
+/// (elementwise waves, vectors per thread, reduce waves), then of `set_reduce_tuning` (blocks
+/// per SM of a row split over blocks).
+const TUNING_VAR: &str = "CUDASEM_BENCH_TUNING";
+
+/// Applies [`TUNING_VAR`] when it is set (and says so on stderr).
+fn tuning_from_env() -> Result<(), String> {
+    let Ok(v) = std::env::var(TUNING_VAR) else { return Ok(()) };
+    let bad = || format!("{TUNING_VAR}={v:?}: expected four integers, EW_WAVES,VECTORS,REDUCE_WAVES,SPLIT");
+    let parsed: Vec<u32> =
+        v.split(',').map(|x| x.trim().parse::<u32>()).collect::<Result<_, _>>().map_err(|_| bad())?;
+    let [waves, vectors, reduce_waves, split] = parsed[..] else { return Err(bad()) };
+    cudasem::driver::cuda::set_tuning(waves, vectors, reduce_waves);
+    cudasem::driver::cuda::set_reduce_tuning(split);
+    eprintln!("tuning from {TUNING_VAR}: {waves},{vectors},{reduce_waves},{split}");
+    Ok(())
+}
+
 /// Runs the bench; see the module documentation for the exit status. On the sim driver the sizes are
 /// always `--quick`'s (so no JSON is written unless `--json` says where).
 pub fn run(options: Options) -> ExitCode {
+    if let Err(e) = tuning_from_env() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     if options.ops {
         return ops::run(options);
     }

@@ -75,7 +75,18 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
             a2 = later(a2, fold(v2, r0 + (i + 2 * width) * VEC));
             a3 = later(a3, fold(v3, r0 + (i + 3 * width) * VEC));
         }
-        for (; i < nv; i += width) a = later(a, fold(ldv<TS, VEC>(b + i * VEC), r0 + i * VEC));
+        /* At most three vectors are left (i, i + width, i + 2 width), loaded together (the
+           absent ones from vector i, not folded) and folded into the accumulators whose
+           sequences they continue. */
+        if (i < nv) {
+            const bool h1 = i + width < nv, h2 = i + 2 * width < nv;
+            const Pack<TS, VEC> v0 = ldv<TS, VEC>(b + i * VEC);
+            const Pack<TS, VEC> v1 = ldv<TS, VEC>(b + (h1 ? i + width : i) * VEC);
+            const Pack<TS, VEC> v2 = ldv<TS, VEC>(b + (h2 ? i + 2 * width : i) * VEC);
+            a = later(a, fold(v0, r0 + i * VEC));
+            if (h1) a1 = later(a1, fold(v1, r0 + (i + width) * VEC));
+            if (h2) a2 = later(a2, fold(v2, r0 + (i + 2 * width) * VEC));
+        }
         a = combine(combine(a, a1), combine(a2, a3));
         for (i64 r = r0 + nv * VEC + lane; r < r1; r += width) a = combine(a, load(base[r], r));
         return a;
@@ -97,6 +108,21 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
     for (; r < r1; r += width) a = combine(a, load(base[r * st], r));
     return a;
 #endif
+}
+
+/* Counts a finished split of a group in `counter` and returns the count before: a release of
+   the caller's (and, after a barrier, its block's) partials and an acquire of every earlier
+   split's, at GPU scope, in one atomic (no fence on either side). */
+__device__ __forceinline__ u32 count_split(u32* counter) {
+    u32 old;
+#if __CUDA_ARCH__ >= 700
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+#else
+    __threadfence();
+    old = atomicAdd(counter, 1u);
+    __threadfence();
+#endif
+    return old;
 }
 
 __device__ __forceinline__ acc warp_reduce(acc a) {
@@ -136,12 +162,11 @@ extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constan
         }
         if (threadIdx.x == 0) {
             st_partial(p.partials, o * p.splits + s, a);
-            __threadfence();
-            last = atomicAdd(p.counters + o, 1u) == (u32)(p.splits - 1);
+            last = count_split(p.counters + o) == (u32)(p.splits - 1);
         }
+        /* The barrier orders the acquire of thread 0 before every thread's loads. */
         __syncthreads();
         if (last) {
-            __threadfence();
             acc b = identity();
             for (i64 k = threadIdx.x; k < p.splits; k += blockDim.x) b = combine(b, ld_partial(p.partials, o * p.splits + k));
             b = block_reduce(b, sh);
@@ -182,9 +207,7 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
             continue;
         }
         st_partial(p.partials, o * p.splits + s, a);
-        __threadfence();
-        if (atomicAdd(p.counters + o, 1u) == (u32)(p.splits - 1)) {
-            __threadfence();
+        if (count_split(p.counters + o) == (u32)(p.splits - 1)) {
             acc b = identity();
             for (i64 k = 0; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, o * p.splits + k));
             store_out(p, dof, b);
@@ -281,12 +304,12 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
             }
         }
         if (p.splits == 1) continue;
-        __threadfence();
+        /* The barrier puts every thread's partials before thread 0's release, and thread 0's
+           acquire before the loads of the last block. */
         __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(p.counters + bc, 1u) == (u32)(p.splits - 1);
+        if (threadIdx.x == 0) last = count_split(p.counters + bc) == (u32)(p.splits - 1);
         __syncthreads();
         if (last) {
-            __threadfence();
             /* Each of the group's COLX x W outputs combined by a thread of its own, its
                partials read eight at a time and folded in split order. */
             for (int q = threadIdx.x; q < COLX * W; q += blockDim.x) {

@@ -75,18 +75,7 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
             a2 = later(a2, fold(v2, r0 + (i + 2 * width) * VEC));
             a3 = later(a3, fold(v3, r0 + (i + 3 * width) * VEC));
         }
-        /* At most three vectors are left (i, i + width, i + 2 width), loaded together (the
-           absent ones from vector i, not folded) and folded into the accumulators whose
-           sequences they continue. */
-        if (i < nv) {
-            const bool h1 = i + width < nv, h2 = i + 2 * width < nv;
-            const Pack<TS, VEC> v0 = ldv<TS, VEC>(b + i * VEC);
-            const Pack<TS, VEC> v1 = ldv<TS, VEC>(b + (h1 ? i + width : i) * VEC);
-            const Pack<TS, VEC> v2 = ldv<TS, VEC>(b + (h2 ? i + 2 * width : i) * VEC);
-            a = later(a, fold(v0, r0 + i * VEC));
-            if (h1) a1 = later(a1, fold(v1, r0 + (i + width) * VEC));
-            if (h2) a2 = later(a2, fold(v2, r0 + (i + 2 * width) * VEC));
-        }
+        for (; i < nv; i += width) a = later(a, fold(ldv<TS, VEC>(b + i * VEC), r0 + i * VEC));
         a = combine(combine(a, a1), combine(a2, a3));
         for (i64 r = r0 + nv * VEC + lane; r < r1; r += width) a = combine(a, load(base[r], r));
         return a;

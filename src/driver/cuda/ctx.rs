@@ -26,12 +26,14 @@ pub(super) static EW_VECTORS: AtomicU32 = AtomicU32::new(0);
 pub(super) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
 
 /// Blocks per SM (at most the kernel's occupancy) of the one wave a whole row split over blocks
-/// is spread on. Measured on the H200 (a 64 MiB f32 row, probe kernels of `red_block`'s loop):
-/// 4 blocks of 256 threads per SM 19.0 µs without the combine, 8 blocks 19.6.
-pub(super) static SPLIT_BLOCKS: AtomicU32 = AtomicU32::new(4);
+/// is spread on. Measured on the H200 with `red_block` (one binary, `CUDASEM_BENCH_TUNING`), 4
+/// against 8 blocks of 256 threads per SM: `sum_f32_all` 21.66 / 20.98 µs, `amax_f32_all` 21.39 /
+/// 20.80, `sum_bf16_all` 10.73 / 10.58 (standalone probe loops had favoured 4: 19.0 against 19.6
+/// µs without the combine).
+pub(super) static SPLIT_BLOCKS: AtomicU32 = AtomicU32::new(8);
 
 /// Tuning for benchmarks, not an API: the blocks per SM of a row split over blocks
-/// ([`SPLIT_BLOCKS`], default 4).
+/// ([`SPLIT_BLOCKS`], default 8).
 #[doc(hidden)]
 pub fn set_reduce_tuning(split_blocks_per_sm: u32) {
     SPLIT_BLOCKS.store(split_blocks_per_sm.max(1), Ordering::Relaxed);

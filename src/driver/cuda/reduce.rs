@@ -5,7 +5,7 @@
 //! arg-reduction's index is PyTorch's) index the elements of one output. Four kernels:
 //! * **block**: a block per output (reduced elements near each other in memory), 16-byte
 //!   loads when the rows are dense and aligned; when there are fewer outputs than one wave of
-//!   four blocks per SM (`Ctx::split_wave`), each row is split over several blocks of that wave
+//!   blocks (`Ctx::split_wave`), each row is split over several blocks of that wave
 //!   (interleaved: together they stream through one window of the row at a time), whose
 //!   partial results go to per-stream scratch memory and are combined, in a fixed order, by the
 //!   last block to finish (an acquire-release atomic counter per output, no fences), all in one

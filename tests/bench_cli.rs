@@ -48,7 +48,9 @@ fn temp_dir(name: &str) -> PathBuf {
 fn bench(args: &[&str], env: &[(&str, &str)], cwd: Option<&Path>) -> Output {
     let mut cmd = Command::new(common::cudasem_binary());
     cmd.arg("bench").args(args).env("CUDASEM_DRIVER", "sim");
-    for k in ["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_PEER", "CUDASEM_SIM_MEMORY", "CUDASEM_ALLOC_CONF"] {
+    for k in
+        ["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_PEER", "CUDASEM_SIM_MEMORY", "CUDASEM_ALLOC_CONF", "CUDASEM_BENCH_TUNING"]
+    {
         cmd.env_remove(k);
     }
     for (k, v) in env {
@@ -314,6 +316,27 @@ fn an_unknown_figure_is_a_clear_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("unknown figure `warp_speed`") && err.contains("alloc_free_pair"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_malformed_tuning_variable_is_a_clear_error_and_a_good_one_is_echoed() {
+    for bad in ["8", "256,0,1,x", "256,0,1,8,16", ""] {
+        let o = bench(&["--quick", "--no-pytorch", "--only", "small_op"], &[("CUDASEM_BENCH_TUNING", bad)], None);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("CUDASEM_BENCH_TUNING") && err.contains("four integers"), "{bad:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let dir = temp_dir("tuning");
+    let json = dir.join("t.json");
+    let o = bench(
+        &["--quick", "--no-pytorch", "--only", "small_op", "--json", json.to_str().unwrap()],
+        &[("CUDASEM_BENCH_TUNING", "256,0,1,4")],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tuning from CUDASEM_BENCH_TUNING: 256,0,1,4"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The cases of `cudasem bench --ops` by name, from its JSON (names unique).

@@ -247,7 +247,7 @@ pub struct DenseBinary {
 
 impl DenseBinary {
     /// The same op as a [`KernelOp::Binary`] over one-dimensional views of `n` elements.
-    pub fn to_kernel_op(&self) -> KernelOp {
+    pub fn to_kernel_op(self) -> KernelOp {
         let view = |(ptr, dtype): (DevicePtr, DType)| BufferView {
             ptr,
             dtype,

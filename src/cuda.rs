@@ -48,10 +48,9 @@ pub use crate::driver::cuda::backends;
 
 /// Tuning of the CUDA driver's launch shapes for benchmark runs, not an API (`cudasem bench`
 /// reads it from `CUDASEM_BENCH_TUNING`): the most waves of blocks an elementwise grid holds (0: no
-/// cap), the vectors per thread of a fast elementwise pass (0: each op's own), the waves and the
-/// blocks per SM of a row split over blocks. The defaults are `(256, 0, 1, 8)`.
+/// cap), the vectors per thread of a fast elementwise pass (0: each op's own), and the waves of
+/// blocks a row split over blocks uses. The defaults are `(256, 0, 1)`.
 #[doc(hidden)]
-pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32, split_blocks_per_sm: u32) {
+pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
     crate::driver::cuda::set_tuning(elementwise_waves, vectors_per_thread, reduce_waves);
-    crate::driver::cuda::set_reduce_tuning(split_blocks_per_sm);
 }

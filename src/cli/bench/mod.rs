@@ -175,20 +175,19 @@ pub fn parse_only(only: Option<&str>) -> Result<Vec<&'static str>, String> {
 }
 
 /// The environment variable that overrides the CUDA driver's launch shapes for a tuning run:
-/// `EW_WAVES,VECTORS,REDUCE_WAVES,SPLIT` — the arguments of `cudasem::cuda::set_launch_tuning`
-/// (elementwise waves, vectors per thread, reduce waves, blocks per SM of a row split over
-/// blocks).
+/// `EW_WAVES,VECTORS,REDUCE_WAVES` — the arguments of `cudasem::cuda::set_launch_tuning`
+/// (elementwise waves, vectors per thread, waves of a row split over blocks).
 const TUNING_VAR: &str = "CUDASEM_BENCH_TUNING";
 
 /// Applies [`TUNING_VAR`] when it is set (and says so on stderr).
 fn tuning_from_env() -> Result<(), String> {
     let Ok(v) = std::env::var(TUNING_VAR) else { return Ok(()) };
-    let bad = || format!("{TUNING_VAR}={v:?}: expected four integers, EW_WAVES,VECTORS,REDUCE_WAVES,SPLIT");
+    let bad = || format!("{TUNING_VAR}={v:?}: expected three integers, EW_WAVES,VECTORS,REDUCE_WAVES");
     let parsed: Vec<u32> =
         v.split(',').map(|x| x.trim().parse::<u32>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-    let [waves, vectors, reduce_waves, split] = parsed[..] else { return Err(bad()) };
-    cudasem::cuda::set_launch_tuning(waves, vectors, reduce_waves, split);
-    eprintln!("tuning from {TUNING_VAR}: {waves},{vectors},{reduce_waves},{split}");
+    let [waves, vectors, reduce_waves] = parsed[..] else { return Err(bad()) };
+    cudasem::cuda::set_launch_tuning(waves, vectors, reduce_waves);
+    eprintln!("tuning from {TUNING_VAR}: {waves},{vectors},{reduce_waves}");
     Ok(())
 }
 

@@ -25,20 +25,6 @@ pub(super) static EW_VECTORS: AtomicU32 = AtomicU32::new(0);
 /// Waves of blocks a reduction split over blocks uses.
 pub(super) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
 
-/// Blocks per SM (at most the kernel's occupancy) of the one wave a whole row split over blocks
-/// is spread on. Measured on the H200 with `red_block` (one binary, `CUDASEM_BENCH_TUNING`), 4
-/// against 8 blocks of 256 threads per SM: `sum_f32_all` 21.66 / 20.98 µs, `amax_f32_all` 21.39 /
-/// 20.80, `sum_bf16_all` 10.73 / 10.58 (standalone probe loops had favoured 4: 19.0 against 19.6
-/// µs without the combine).
-pub(super) static SPLIT_BLOCKS: AtomicU32 = AtomicU32::new(8);
-
-/// Tuning for benchmarks, not an API: the blocks per SM of a row split over blocks
-/// ([`SPLIT_BLOCKS`], default 8).
-#[doc(hidden)]
-pub fn set_reduce_tuning(split_blocks_per_sm: u32) {
-    SPLIT_BLOCKS.store(split_blocks_per_sm.max(1), Ordering::Relaxed);
-}
-
 /// Tuning for benchmarks, not an API: the most waves of blocks elementwise grids hold (0: no
 /// cap), the vectors per thread of a fast elementwise pass (0: each op's own), and the waves of
 /// blocks a reduction split over blocks uses. The defaults are `(256, 0, 1)`.
@@ -161,14 +147,6 @@ impl Ctx<'_> {
             0 => i32::MAX as u64,
             w => wave * w as u64,
         }
-    }
-
-    /// Blocks of `f` a row split over blocks is spread on: [`SPLIT_BLOCKS`] per SM (at most
-    /// `f`'s occupancy), times the reduce waves.
-    #[inline]
-    pub(super) fn split_wave(&self, f: Func) -> u64 {
-        let per_sm = f.blocks_per_sm.min(SPLIT_BLOCKS.load(Ordering::Relaxed)).max(1) as u64;
-        self.info.sms as u64 * per_sm * REDUCE_WAVES.load(Ordering::Relaxed).max(1) as u64
     }
 
     /// Threads of `f` the device holds at once (one full wave of blocks of [`THREADS`]).

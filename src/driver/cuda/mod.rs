@@ -103,7 +103,7 @@ mod tests;
 mod vmm;
 
 #[doc(hidden)]
-pub use ctx::{set_reduce_tuning, set_tuning};
+pub use ctx::set_tuning;
 pub use nccl::describe as nccl_library;
 
 raw_handle!(

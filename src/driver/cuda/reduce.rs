@@ -4,9 +4,9 @@
 //! together) index the outputs, the reduced dims (collapsed, in their row-major order, so an
 //! arg-reduction's index is PyTorch's) index the elements of one output. Four kernels:
 //! * **block**: a block per output (reduced elements near each other in memory), 16-byte
-//!   loads when the rows are dense and aligned; when there are fewer outputs than one wave of
-//!   blocks (`Ctx::split_wave`), each row is split over several blocks of that wave
-//!   (interleaved: together they stream through one window of the row at a time), whose
+//!   loads when the rows are dense and aligned; when there are fewer outputs than the GPU has
+//!   block slots, each row is split over several blocks of one wave (interleaved: together they
+//!   stream through one window of the row at a time; half a wave measured slower), whose
 //!   partial results go to per-stream scratch memory and are combined, in a fixed order, by the
 //!   last block to finish (an acquire-release atomic counter per output, no fences), all in one
 //!   launch;
@@ -145,11 +145,8 @@ pub(super) fn reduce(
         Entry::Cols(w) => ceil_div(ceil_div(n_out, w as i64), colx),
         _ => 0,
     };
-    let split_wave = c.split_wave(f) as i64;
     let splits = match entry {
-        Entry::Block if n_out < split_wave => {
-            (split_wave / n_out).min(n_red / BLOCK_CHUNK).min(PARTIALS as i64 / n_out)
-        }
+        Entry::Block if n_out < wave => (wave / n_out).min(n_red / BLOCK_CHUNK).min(PARTIALS as i64 / n_out),
         Entry::Thread if n_out < wave * 64 => {
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
@@ -191,8 +188,7 @@ pub(super) fn reduce(
     };
     let tasks = (n_out * splits) as u64;
     let grid = match entry {
-        Entry::Block if splits > 1 => tasks.min(split_wave as u64) as u32,
-        Entry::Block => tasks.min(wave as u64) as u32,
+        Entry::Block => (tasks.min(wave as u64)) as u32,
         Entry::Warp => c.grid(f, tasks * 32),
         Entry::Cols(_) => ((col_blocks * splits) as u64).min(wave as u64 * 16) as u32,
         _ => c.grid(f, tasks),

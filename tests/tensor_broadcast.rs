@@ -133,6 +133,15 @@ fn transposed_operands_alone_and_with_broadcasts() -> Result<()> {
     check_pairs(&pairs, &["sub", "mul", "div", "minimum", "ge"], &same(&DTYPES), 62)
 }
 
+/// A strided operand (every other column) beside a dense one, a broadcast column or a broadcast
+/// row: the two-dimensional kernel gathers it element by element within vectors of the others.
+#[test]
+fn strided_operands_with_broadcasts() -> Result<()> {
+    const STRIDED: Kind = Kind::Full(Layout::Strided);
+    let pairs = [(STRIDED, FULL), (STRIDED, Kind::Column), (Kind::Row, STRIDED), (Kind::Column, STRIDED)];
+    check_pairs(&pairs, &["add", "div", "maximum"], &same(&DTYPES), 65)
+}
+
 /// Mixed dtypes promote as PyTorch's (`f16 + f32` is f32, `bf16 + f16` f32, an int tensor and a
 /// half tensor the half type, …), dense and with a broadcast row or column.
 #[test]

@@ -59,8 +59,13 @@ fn modules_list_their_entries() {
     assert_eq!(entries.len(), 11);
     let src = m.source();
     for e in entries {
-        assert!(src.contains(&format!("void __launch_bounds__(256) {}(", e.name(&m))), "{e:?}");
+        let bounds = if e == Entry::Tile { "TILE_BOUNDS" } else { "__launch_bounds__(256)" };
+        assert!(src.contains(&format!("void {bounds} {}(", e.name(&m))), "{e:?}");
     }
+    assert!(
+        src.contains("#define TILE_PAIRS 0\n#define TILE_BOUNDS __launch_bounds__(256)\n"),
+        "f32 tiles keep one element per access and the compiler's registers"
+    );
     assert!(src.contains("#define TILE 64\n"));
     let copy =
         ModuleKey::Elementwise { op: EwOp::Copy, out: DType::BF16, ins: [DType::BF16, DType::Bool, DType::Bool] };
@@ -127,4 +132,24 @@ fn the_half_type_gelu_form_is_accurate_and_spelled_as_tested() {
     assert_eq!(gelu(-20.0).to_bits(), (-0.0f32).to_bits());
     assert!(gelu(f32::NAN).is_nan() && gelu(f32::NEG_INFINITY).is_nan());
     assert_eq!(gelu(f32::INFINITY), f32::INFINITY);
+}
+
+/// The transpose kernel moves two-byte pairs, with a full SM's blocks, only for an output and at
+/// most two inputs of two bytes; other modules keep one element per access and the compiler's
+/// registers.
+#[test]
+fn tile_pairs_follow_the_element_sizes() {
+    use DType::*;
+    assert!(tile_pairs(EwOp::Binary(BinaryOp::Add, BF16), BF16, [BF16, BF16, Bool]));
+    assert!(tile_pairs(EwOp::Binary(BinaryOp::Div, F16), F16, [F16, F16, Bool]));
+    assert!(tile_pairs(EwOp::Copy, raw_dtype(BF16), [raw_dtype(BF16), Bool, Bool]));
+    assert!(tile_pairs(EwOp::Cast, F16, [BF16, Bool, Bool]));
+    assert!(!tile_pairs(EwOp::Cast, F32, [BF16, Bool, Bool]));
+    assert!(!tile_pairs(EwOp::Cast, BF16, [F32, Bool, Bool]));
+    assert!(!tile_pairs(EwOp::Where, BF16, [Bool, BF16, BF16]));
+    assert!(!tile_pairs(EwOp::Binary(BinaryOp::Add, F32), F32, [F32, F32, Bool]));
+    assert!(!tile_pairs(EwOp::Copy, U8, [U8, Bool, Bool]));
+    let src =
+        ModuleKey::Elementwise { op: EwOp::Copy, out: raw_dtype(F16), ins: [raw_dtype(F16), Bool, Bool] }.source();
+    assert!(src.contains("#define TILE_PAIRS 1\n#define TILE_BOUNDS __launch_bounds__(256, 8)\n"));
 }

@@ -9,7 +9,7 @@
 //! transposed input), the *two-dimensional* kernel runs: the row and column of each element come
 //! from one multiply-shift division, inputs dense along the row are loaded as vectors, inputs
 //! constant along it once per vector; a transposed input sends the op to the *tiled* kernel
-//! instead (32 × 32 tiles through shared memory). Any other layout runs the *strided* kernel,
+//! instead (square tiles through shared memory). Any other layout runs the *strided* kernel,
 //! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
 //! `#[repr(C)]` structs on the stack.
 

@@ -359,6 +359,15 @@ extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ 
 #define TV (TVMAX < 16 / TSZ ? TVMAX : 16 / TSZ)
 #define TL (TILE / TV)
 #define TPASS (TILE * TL / 256)
+/* Two-byte elements (u16) of a transposed input move through shared memory in pairs (TILE 64,
+   TV 8): a thread loads two adjacent columns of TV rows and stores each row's two elements as
+   one word of a tile of 64 rows of 32 words (row-major: the output's orientation), row r's
+   words XOR-swizzled by 4 * (r / 8 % 8), so that a warp's word stores and its 16-byte loads of
+   four words of a row hit distinct banks: a quarter of the shared accesses of one element each.
+   Only in the modules `codegen::tile_pairs` names (TILE_PAIRS), which are compiled for a full
+   SM's blocks (TILE_BOUNDS): the pairs' registers cost the others their occupancy. */
+#define TPAIRS(T) (TILE_PAIRS && sizeof(T) == 2 && TILE == 64 && TV == 8)
+__device__ __forceinline__ int pair_word(int r, int w) { return r * 32 + (w ^ (((r >> 3) & 7) << 2)); }
 template <typename T>
 __device__ __forceinline__ bool tile_fits(const EwTwo& p, int k, const T* base, u64 rows) {
     if (k >= NIN || p.cls[k] == 1) return true;
@@ -375,6 +384,18 @@ template <typename T, int K>
 __device__ __forceinline__ void tile_in(const EwTwo& p, const T* base, T (*t)[TILE + TPAD(T)], u64 r0, u64 c0,
                                         u64 rows) {
     if (K >= NIN || p.cls[K] != 3) return;
+    if (TPAIRS(T)) {
+        const int cp = threadIdx.x / 8, r = (threadIdx.x % 8) * 8;
+        const u64 col = c0 + 2 * cp, row = r0 + r;
+        if (col < p.inner && row < rows) {
+            const Pack<T, TV> v0 = ldv<T, TV>(base + (i64)row + (i64)col * p.si[K]);
+            const Pack<T, TV> v1 = ldv<T, TV>(base + (i64)row + (i64)(col + 1) * p.si[K]);
+            u32* w = (u32*)&t[0][0];
+#pragma unroll
+            for (int i = 0; i < TV; ++i) w[pair_word(r + i, cp)] = (u32)v0.v[i] | ((u32)v1.v[i] << 16);
+        }
+        return;
+    }
     const int lr = (threadIdx.x % TL) * TV;
     Pack<T, TV> v[TPASS];
 #pragma unroll
@@ -394,6 +415,11 @@ template <typename T, int K>
 __device__ __forceinline__ Pack<T, TV> tile_row(const EwTwo& p, const T* base, const T (*t)[TILE + TPAD(T)], int lr,
                                                 int lc, u64 row, u64 col, T s) {
     Pack<T, TV> v;
+    if (K < NIN && p.cls[K] == 3 && TPAIRS(T)) {
+        union { uint4 r; Pack<T, TV> k; } u;
+        u.r = *reinterpret_cast<const uint4*>((const u32*)&t[0][0] + pair_word(lr, lc / 2));
+        return u.k;
+    }
     if (K < NIN && p.cls[K] == 3) {
 #pragma unroll
         for (int i = 0; i < TV; ++i) v.v[i] = t[lc + i][lr];
@@ -405,11 +431,13 @@ __device__ __forceinline__ Pack<T, TV> tile_row(const EwTwo& p, const T* base, c
     for (int i = 0; i < TV; ++i) v.v[i] = x;
     return v;
 }
-extern "C" __global__ void __launch_bounds__(256) ew_tile(const __grid_constant__ EwTwo p) {
+extern "C" __global__ void TILE_BOUNDS ew_tile(const __grid_constant__ EwTwo p) {
     cs_enter();
-    __shared__ T0 t0[NIN > 0 ? TILE : 1][TILE + TPAD(T0)];
-    __shared__ T1 t1[NIN > 1 ? TILE : 1][TILE + TPAD(T1)];
-    __shared__ T2 t2[NIN > 2 ? TILE : 1][TILE + TPAD(T2)];
+    /* Pairs are read back 16 bytes at a time; other modules keep their elements' alignment
+       (a wider one cost a three-tile `where` nine registers). */
+    __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T0)) T0 t0[NIN > 0 ? TILE : 1][TILE + TPAD(T0)];
+    __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T1)) T1 t1[NIN > 1 ? TILE : 1][TILE + TPAD(T1)];
+    __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T2)) T2 t2[NIN > 2 ? TILE : 1][TILE + TPAD(T2)];
     const u64 inner = p.inner, rows = p.wide ? p.b.n / inner : (u64)((u32)p.b.n / (u32)inner);
     const u64 tc = (inner + TILE - 1) / TILE, tiles = tc * ((rows + TILE - 1) / TILE);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;

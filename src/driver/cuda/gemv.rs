@@ -11,7 +11,8 @@
 //! combined in shared memory in warp order. With several splits, each block writes its tile's
 //! partial sums to the stream's reduction scratch and the last block of the tile to finish (an
 //! atomic counter, reset after use) adds them in split order and rounds once: deterministic, one
-//! launch. A column-major weight (`gv_dots`, f32 too) is a dot product per output, a warp each.
+//! launch. A column-major weight (`gv_dots`, f32 too) is a dot product per output, by as many
+//! warps of a block (up to eight) as keep the outputs' warps within what the device holds.
 //! Views neither reads (another dtype, batch dims, an unaligned weight, a row-major one whose
 //! width is not a multiple of `V`) go to cuBLASLt.
 
@@ -84,10 +85,22 @@ pub(super) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &Buffer
         p.ldw = scol as i64;
         p.xvec = (p.sx == 1 && p.x.is_multiple_of(16)) as i64;
         let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::GemvDots })?;
-        let grid = c.grid(f, n as u64 * 32);
-        return c.run(f, grid, &mut p).map(|()| true);
+        p.splits = dot_splits(c.full_wave_threads(f) / 32, n as u64);
+        let outs = 8 / p.splits as u64;
+        let grid = (n as u64).div_ceil(outs).min(c.wave(f, &super::ctx::EW_WAVES)) as u32;
+        return c.run(f, grid.max(1), &mut p).map(|()| true);
     }
     Ok(false)
+}
+
+/// Warps per output of `gv_dots` (1, 2, 4 or 8): the most that keep `n` outputs' warps within
+/// the `slots` warps the device holds at once.
+fn dot_splits(slots: u64, n: u64) -> i64 {
+    let mut s = 1;
+    while s < 8 && n * s * 2 <= slots {
+        s *= 2;
+    }
+    s as i64
 }
 
 /// `gv_rows` over `p` (a row-major weight): rows split over enough blocks to fill the GPU.
@@ -104,4 +117,22 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
     }
     let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
     c.run(f, (tiles * p.splits) as u32, &mut p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dot_splits;
+
+    /// Outputs take more warps only while every output's warps fit in the device's slots at once.
+    #[test]
+    fn dot_splits_fill_the_device_once() {
+        // 132 SMs × 4 blocks × 8 warps.
+        let slots = 132 * 4 * 8;
+        assert_eq!(dot_splits(slots, 4096), 1, "4,096 outputs already fill the device");
+        assert_eq!(dot_splits(slots, 2048), 2);
+        assert_eq!(dot_splits(slots, 1024), 4);
+        assert_eq!(dot_splits(slots, 264), 8, "at most a block of eight warps per output");
+        assert_eq!(dot_splits(slots, 1), 8);
+        assert_eq!(dot_splits(8, 4096), 1, "a small device keeps one warp each");
+    }
 }

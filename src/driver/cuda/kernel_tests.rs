@@ -789,3 +789,72 @@ fn loading_a_module_while_a_kernel_runs() {
     b.d.stream_synchronize(s2).unwrap();
     b.d.stream_synchronize(s1).unwrap();
 }
+
+/// ptxas's registers and spill-store bytes of every kernel in a report of
+/// [`resource_report`](super::module_cache::resource_report), by name.
+fn kernel_resources(report: &str) -> std::collections::HashMap<String, (u32, u32)> {
+    let mut out = std::collections::HashMap::new();
+    let mut name = String::new();
+    let number_before = |line: &str, word: &str| -> Option<u32> {
+        let head = &line[..line.find(word)?];
+        head.split_whitespace().last()?.parse().ok()
+    };
+    for line in report.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            name = rest.split('\'').next().unwrap_or_default().to_owned();
+            out.insert(name.clone(), (u32::MAX, u32::MAX));
+        }
+        let e = out.get_mut(&name);
+        if let (Some(e), Some(n)) = (e, number_before(line, " bytes spill stores")) {
+            e.1 = n;
+        }
+        if let (Some(e), Some(n)) = (out.get_mut(&name), number_before(line, " registers")) {
+            e.0 = n;
+        }
+    }
+    out
+}
+
+/// The occupancy the launch policies were measured with (sm_90, blocks of 256 threads): the
+/// two-dimensional elementwise kernel in 32 registers (48 cost every broadcast case 2.5–4 µs on
+/// the H200), the transpose kernel's pairs in 32 without spills (`codegen::tile_pairs`), and
+/// nn.Linear's vector product in 64 without spills (`gv_dots`: 128 halved its speed). A compiler
+/// that needs more for these kernels fails here, before a GPU run shows it.
+#[test]
+fn kernels_fit_the_registers_their_launches_assume() {
+    if !nvrtc_present() {
+        crate::testing::skip(1, "libnvrtc not found");
+        return;
+    }
+    use DType::*;
+    let report = |k: &ModuleKey| {
+        let r = super::module_cache::resource_report(&k.source(), 9, 0).unwrap_or_else(|e| panic!("{k:?}: {e}"));
+        kernel_resources(&r)
+    };
+    for d in [F32, BF16, F16] {
+        for b in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum] {
+            let k = ModuleKey::Elementwise { op: EwOp::Binary(b, d), out: d, ins: [d, d, Bool] };
+            let r = report(&k);
+            let (regs, spills) = r["ew_2d"];
+            assert!(regs <= 32 && spills == 0, "{k:?}: ew_2d takes {regs} registers, {spills} bytes of spills");
+            let (regs, spills) = r["ew_tile"];
+            if codegen::tile_pairs(EwOp::Binary(b, d), d, [d, d, Bool]) {
+                let clean = matches!(b, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul);
+                assert!(
+                    regs <= 32 && (!clean || spills == 0),
+                    "{k:?}: ew_tile takes {regs} registers, {spills} of spills"
+                );
+            }
+        }
+        let raw = codegen::raw_dtype(d);
+        let copy = ModuleKey::Elementwise { op: EwOp::Copy, out: raw, ins: [raw, Bool, Bool] };
+        let r = report(&copy);
+        assert!(r["ew_2d"].0 <= 32 && r["ew_2d"].1 == 0, "{copy:?}: ew_2d {:?}", r["ew_2d"]);
+        if d.size() == 2 {
+            assert!(r["ew_tile"].0 <= 32 && r["ew_tile"].1 == 0, "{copy:?}: ew_tile {:?}", r["ew_tile"]);
+        }
+        let gemv = ModuleKey::Gemv { dtype: d };
+        let (regs, spills) = report(&gemv)["gv_dots"];
+        assert!(regs <= 64 && spills == 0, "{gemv:?}: gv_dots takes {regs} registers, {spills} bytes of spills");
+    }
+}

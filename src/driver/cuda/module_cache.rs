@@ -178,7 +178,7 @@ pub(super) fn cache_dir() -> Option<PathBuf> {
 pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
     let n = nvrtc()?;
     let (arch, cubin) = target(n, major, minor)?;
-    let options = [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()];
+    let options = options(&arch);
     let mut key = format!("{}.{}\n{}\n", n.version.0, n.version.1, options.join(" ")).into_bytes();
     key.extend_from_slice(src.as_bytes());
     let hash = (fnv(0xcbf2_9ce4_8422_2325, &key) as u128) << 64 | fnv(0x6c62_272e_07bb_0142, &key) as u128;
@@ -203,6 +203,25 @@ pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
     let img = Arc::new(img);
     lock(&IMAGES).push((hash, img.clone()));
     Ok(img)
+}
+
+/// NVRTC's options for a target (`compute_XY` or `sm_XY`).
+fn options(arch: &str) -> [String; 3] {
+    [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()]
+}
+
+/// The compiler's report of `src` compiled for compute capability `major.minor` as [`image`]
+/// compiles it, with ptxas's resource usage (registers, spills) of every kernel (for tests).
+#[cfg(test)]
+pub(super) fn resource_report(src: &str, major: u32, minor: u32) -> Result<String> {
+    let n = nvrtc()?;
+    let (arch, _) = target(n, major, minor)?;
+    let mut options = options(&arch).to_vec();
+    options.push("--ptxas-options=--verbose".into());
+    let csrc = CString::new(src).map_err(|_| unsupported("a generated kernel source holds a NUL byte"))?;
+    let prog = Program::new(&csrc).map_err(nvrtc_error)?;
+    prog.compile(&options).map_err(nvrtc_error)?;
+    Ok(prog.log())
 }
 
 /// Forgets this process's compiled images, so the next [`image`] reads the disk (for tests).
@@ -273,6 +292,12 @@ impl Drop for Program {
 /// An NVRTC failure: the call, the result and the compiler's log (empty when there is none).
 type NvrtcFailure = (&'static str, nv::NvrtcError, String);
 
+/// An NVRTC failure as an [`Error::Driver`] whose message is the compiler's log.
+fn nvrtc_error((op, e, log): NvrtcFailure) -> Error {
+    let message = if log.trim().is_empty() { "NVRTC gave no log".to_owned() } else { log.trim().to_owned() };
+    Error::Driver { op, code: e.0 as i32, name: format!("{:?}", e.0), message }
+}
+
 impl Program {
     fn new(src: &CString) -> std::result::Result<Program, NvrtcFailure> {
         nv::create_program(src, Some(c"cudasem.cu")).map(Program).map_err(|e| ("nvrtcCreateProgram", e, String::new()))
@@ -282,12 +307,15 @@ impl Program {
     fn compile(&self, options: &[String]) -> std::result::Result<(), NvrtcFailure> {
         // SAFETY: `self.0` is live (owned by `self`).
         let compiled = unsafe { nv::compile_program(self.0, options) };
-        compiled.map_err(|e| {
-            // SAFETY: `self.0` is live.
-            let log = unsafe { nv::get_program_log(self.0) }.unwrap_or_default();
-            let log: Vec<u8> = log.into_iter().map(|c| c as u8).take_while(|&c| c != 0).collect();
-            ("nvrtcCompileProgram", e, String::from_utf8_lossy(&log).into_owned())
-        })
+        compiled.map_err(|e| ("nvrtcCompileProgram", e, self.log()))
+    }
+
+    /// The compiler's log of the last compilation (empty when there is none).
+    fn log(&self) -> String {
+        // SAFETY: `self.0` is live (owned by `self`).
+        let log = unsafe { nv::get_program_log(self.0) }.unwrap_or_default();
+        let log: Vec<u8> = log.into_iter().map(|c| c as u8).take_while(|&c| c != 0).collect();
+        String::from_utf8_lossy(&log).into_owned()
     }
 
     /// The compiled CUBIN.
@@ -332,10 +360,7 @@ fn compile(src: &str, options: &[String], cubin: bool) -> Result<Vec<u8>> {
     };
     match std::panic::catch_unwind(run) {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err((op, e, log))) => {
-            let message = if log.trim().is_empty() { "NVRTC gave no log".to_owned() } else { log.trim().to_owned() };
-            Err(Error::Driver { op, code: e.0 as i32, name: format!("{:?}", e.0), message })
-        }
+        Ok(Err(failure)) => Err(nvrtc_error(failure)),
         Err(_) => Err(unsupported("NVRTC panicked while compiling a tensor kernel (is libnvrtc older than CUDA 13?)")),
     }
 }

@@ -818,8 +818,9 @@ fn kernel_resources(report: &str) -> std::collections::HashMap<String, (u32, u32
 /// The occupancy the launch policies were measured with (sm_90, blocks of 256 threads): the
 /// two-dimensional elementwise kernel in 32 registers (48 cost every broadcast case 2.5–4 µs on
 /// the H200), the transpose kernel's pairs in 32 without spills (`codegen::tile_pairs`), and
-/// nn.Linear's vector product in 64 without spills (`gv_dots`: 128 halved its speed). A compiler
-/// that needs more for these kernels fails here, before a GPU run shows it.
+/// nn.Linear's vector product in 64 without spills (`gv_dots`: 128 halved its speed). Registers
+/// are the compiler's choice, so the budgets hold for the NVRTC they were read with, CI's (12.9);
+/// another version's figures are printed, not judged.
 #[test]
 fn kernels_fit_the_registers_their_launches_assume() {
     if !nvrtc_present() {
@@ -827,34 +828,42 @@ fn kernels_fit_the_registers_their_launches_assume() {
         return;
     }
     use DType::*;
+    let judged = std::cell::Cell::new(true);
     let report = |k: &ModuleKey| {
-        let r = super::module_cache::resource_report(&k.source(), 9, 0).unwrap_or_else(|e| panic!("{k:?}: {e}"));
-        kernel_resources(&r)
+        let (version, r) =
+            super::module_cache::resource_report(&k.source(), 9, 0).unwrap_or_else(|e| panic!("{k:?}: {e}"));
+        if version != (12, 9) {
+            judged.set(false);
+        }
+        let found = kernel_resources(&r);
+        eprintln!("NVRTC {}.{} {k:?}: {found:?}", version.0, version.1);
+        found
     };
+    // `name` within `max` registers and, unless `spills` allows some, without spill stores.
+    let fits =
+        |found: &std::collections::HashMap<String, (u32, u32)>, k: &ModuleKey, name: &str, max: u32, spills: bool| {
+            let (regs, spilled) = found.get(name).copied().unwrap_or((u32::MAX, u32::MAX));
+            let ok = regs <= max && (spills || spilled == 0);
+            assert!(ok || !judged.get(), "{k:?}: {name} takes {regs} registers and {spilled} bytes of spills");
+        };
     for d in [F32, BF16, F16] {
         for b in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum] {
             let k = ModuleKey::Elementwise { op: EwOp::Binary(b, d), out: d, ins: [d, d, Bool] };
-            let r = report(&k);
-            let (regs, spills) = r["ew_2d"];
-            assert!(regs <= 32 && spills == 0, "{k:?}: ew_2d takes {regs} registers, {spills} bytes of spills");
-            let (regs, spills) = r["ew_tile"];
+            let found = report(&k);
+            fits(&found, &k, "ew_2d", 32, false);
             if codegen::tile_pairs(EwOp::Binary(b, d), d, [d, d, Bool]) {
-                let clean = matches!(b, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul);
-                assert!(
-                    regs <= 32 && (!clean || spills == 0),
-                    "{k:?}: ew_tile takes {regs} registers, {spills} of spills"
-                );
+                // `div` and `maximum` spill a word (4 bytes) in 32 registers; measured faster still.
+                fits(&found, &k, "ew_tile", 32, matches!(b, BinaryOp::Div | BinaryOp::Maximum));
             }
         }
         let raw = codegen::raw_dtype(d);
         let copy = ModuleKey::Elementwise { op: EwOp::Copy, out: raw, ins: [raw, Bool, Bool] };
-        let r = report(&copy);
-        assert!(r["ew_2d"].0 <= 32 && r["ew_2d"].1 == 0, "{copy:?}: ew_2d {:?}", r["ew_2d"]);
+        let found = report(&copy);
+        fits(&found, &copy, "ew_2d", 32, false);
         if d.size() == 2 {
-            assert!(r["ew_tile"].0 <= 32 && r["ew_tile"].1 == 0, "{copy:?}: ew_tile {:?}", r["ew_tile"]);
+            fits(&found, &copy, "ew_tile", 32, false);
         }
         let gemv = ModuleKey::Gemv { dtype: d };
-        let (regs, spills) = report(&gemv)["gv_dots"];
-        assert!(regs <= 64 && spills == 0, "{gemv:?}: gv_dots takes {regs} registers, {spills} bytes of spills");
+        fits(&report(&gemv), &gemv, "gv_dots", 64, false);
     }
 }

@@ -210,10 +210,11 @@ fn options(arch: &str) -> [String; 3] {
     [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()]
 }
 
-/// The compiler's report of `src` compiled for compute capability `major.minor` as [`image`]
-/// compiles it, with ptxas's resource usage (registers, spills) of every kernel (for tests).
+/// NVRTC's version and its report of `src` compiled for compute capability `major.minor` as
+/// [`image`] compiles it, with ptxas's resource usage (registers, spills) of every kernel (for
+/// tests).
 #[cfg(test)]
-pub(super) fn resource_report(src: &str, major: u32, minor: u32) -> Result<String> {
+pub(super) fn resource_report(src: &str, major: u32, minor: u32) -> Result<((i32, i32), String)> {
     let n = nvrtc()?;
     let (arch, _) = target(n, major, minor)?;
     let mut options = options(&arch).to_vec();
@@ -221,7 +222,7 @@ pub(super) fn resource_report(src: &str, major: u32, minor: u32) -> Result<Strin
     let csrc = CString::new(src).map_err(|_| unsupported("a generated kernel source holds a NUL byte"))?;
     let prog = Program::new(&csrc).map_err(nvrtc_error)?;
     prog.compile(&options).map_err(nvrtc_error)?;
-    Ok(prog.log())
+    Ok((n.version, prog.log()))
 }
 
 /// Forgets this process's compiled images, so the next [`image`] reads the disk (for tests).

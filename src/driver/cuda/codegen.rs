@@ -475,14 +475,15 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     let n = op.inputs();
     let t = |i: usize| if i < n { ctype(ins[i]) } else { "u8" };
     let vec = ew_vec(op, out, ins);
+    let pairs = tile_pairs(op, out, ins);
     let _ = write!(
         s,
         "#define NIN {n}\n#define VEC {vec}\n#define UNROLL {}\n#define TILE {}\n#define TILE_PAIRS {}\n\
          #define TILE_BOUNDS {}\ntypedef {} T0;\ntypedef {} T1;\ntypedef {} T2;\ntypedef {} TO;\n",
         unrolled(op, out, vec) as u8,
         tile_edge(op, out, ins),
-        tile_pairs(op, out, ins) as u8,
-        if tile_pairs(op, out, ins) { "__launch_bounds__(256, 8)" } else { "__launch_bounds__(256)" },
+        pairs as u8,
+        if pairs { "__launch_bounds__(256, 8)" } else { "__launch_bounds__(256)" },
         t(0),
         t(1),
         t(2),

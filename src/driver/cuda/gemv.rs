@@ -16,7 +16,7 @@
 //! Views neither reads (another dtype, batch dims, an unaligned weight, a row-major one whose
 //! width is not a multiple of `V`) go to cuBLASLt.
 
-use super::codegen::{Entry, KernelId, ModuleKey, PARTIAL_BYTES};
+use super::codegen::{Entry, KernelId, ModuleKey, PARTIAL_BYTES, THREADS};
 use super::ctx::{addr, Ctx, PARTIALS};
 use super::gemv_templates::gemv_vec;
 use crate::dtype::DType;
@@ -86,9 +86,9 @@ pub(super) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &Buffer
         p.xvec = (p.sx == 1 && p.x.is_multiple_of(16)) as i64;
         let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::GemvDots })?;
         p.splits = dot_splits(c.full_wave_threads(f) / 32, n as u64);
-        let outs = 8 / p.splits as u64;
-        let grid = (n as u64).div_ceil(outs).min(c.wave(f, &super::ctx::EW_WAVES)) as u32;
-        return c.run(f, grid.max(1), &mut p).map(|()| true);
+        // A block of THREADS threads takes 8 / splits outputs.
+        let grid = c.grid(f, (n as u64).div_ceil(8 / p.splits as u64) * THREADS as u64);
+        return c.run(f, grid, &mut p).map(|()| true);
     }
     Ok(false)
 }

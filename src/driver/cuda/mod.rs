@@ -94,6 +94,8 @@ mod module_cache;
 mod nccl;
 mod reduce;
 mod reduce_templates;
+#[cfg(test)]
+mod resource_tests;
 mod softmax_layouts;
 mod softmax_templates;
 mod status;

@@ -225,6 +225,13 @@ pub(super) fn resource_report(src: &str, major: u32, minor: u32) -> Result<((i32
     Ok((n.version, prog.log()))
 }
 
+/// Whether libnvrtc can be loaded (for tests that compile kernels).
+#[cfg(test)]
+pub(super) fn nvrtc_present() -> bool {
+    // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
+    unsafe { nvsys::is_culib_present() }
+}
+
 /// Forgets this process's compiled images, so the next [`image`] reads the disk (for tests).
 #[cfg(test)]
 pub(super) fn forget_images() {

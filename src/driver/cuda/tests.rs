@@ -5,6 +5,7 @@
 //! the machine lacks what it needs (a GPU, two GPUs, NVRTC) — or failing where the run must cover
 //! it (`CUDASEM_REQUIRE_GPU`, [`crate::testing::skip`]).
 
+use super::module_cache::nvrtc_present;
 use super::*;
 use std::time::Instant;
 
@@ -17,11 +18,6 @@ fn gpu() -> Option<CudaDriver> {
         return None;
     }
     Some(driver)
-}
-
-fn nvrtc_present() -> bool {
-    // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
 #[test]

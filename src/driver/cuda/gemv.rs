@@ -5,10 +5,11 @@
 //!
 //! A row-major weight of a half type (`gv_rows`; f32 ones stay with cuBLASLt, which was faster)
 //! streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
-//! of `32 · V` adjacent columns (each lane `V` of them) over one split of the rows; its eight warps
-//! fold rows `r, r + 8, …` of the split in increasing order, four loads in flight, accumulating in
-//! `float` with one FMA per element (as cuBLAS accumulates half types); the warps' sums are
-//! combined in shared memory in warp order. With several splits, each block writes its tile's
+//! of `16 · V` adjacent columns (each of 16 column lanes `V` of them) over one split of the rows,
+//! the splits half a wave of blocks; its 16 row lanes fold rows `r, r + 16, …` of the split in
+//! increasing order, four loads in flight, accumulating in `float` with one FMA per element (as
+//! cuBLAS accumulates half types); the row lanes' sums are combined in shared memory in lane
+//! order. With several splits, each block writes its tile's
 //! partial sums to the stream's reduction scratch and the last block of the tile to finish (an
 //! atomic counter, reset after use) adds them in split order and rounds once: deterministic, one
 //! launch. A column-major weight (`gv_dots`, f32 too) is a dot product per output, by as many
@@ -18,7 +19,7 @@
 
 use super::codegen::{Entry, KernelId, ModuleKey, PARTIAL_BYTES, THREADS};
 use super::ctx::{addr, Ctx, PARTIALS};
-use super::gemv_templates::gemv_vec;
+use super::gemv_templates::{gemv_vec, GV_CX};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::BufferView;
@@ -42,9 +43,7 @@ struct GvP {
     xvec: i64,
 }
 
-/// Blocks the kernel aims for per SM (eight warps each: half the SM's warp slots at four).
-const BLOCKS_PER_SM: i64 = 4;
-/// The fewest rows a split holds (eight per warp).
+/// The fewest rows a split holds (four per row lane of `gv_rows`).
 const MIN_CHUNK: i64 = 64;
 
 /// Queues `dst = lhs · rhs` with a vector kernel and returns `true` when the views suit one
@@ -105,8 +104,11 @@ fn dot_splits(slots: u64, n: u64) -> i64 {
 
 /// `gv_rows` over `p` (a row-major weight): rows split over enough blocks to fill the GPU.
 fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
-    let tiles = (p.n as usize).div_ceil(32 * gemv_vec(dtype)) as i64;
-    let target = (c.info.sms as i64 * BLOCKS_PER_SM / tiles).max(1);
+    let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
+    let tiles = (p.n as usize).div_ceil(GV_CX * gemv_vec(dtype)) as i64;
+    // Half a wave of blocks (two per SM at the kernel's four).
+    let half_wave = (c.full_wave_threads(f) / THREADS as u64 / 2).max(1) as i64;
+    let target = (half_wave / tiles).max(1);
     // Partials and a counter per tile must fit the scratch.
     let capacity = if tiles > PARTIALS as i64 { 1 } else { (PARTIALS * PARTIAL_BYTES / 4) as i64 / p.n };
     let splits = target.min(p.k / MIN_CHUNK).min(capacity).max(1);
@@ -115,13 +117,19 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
     if p.splits > 1 {
         (p.partials, p.counters) = c.reduce_scratch()?;
     }
-    let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
     c.run(f, (tiles * p.splits) as u32, &mut p)
 }
 
 #[cfg(test)]
 mod tests {
     use super::dot_splits;
+    use crate::driver::cuda::gemv_templates::{GEMV, GV_CX};
+
+    /// The launch's tiles of `gv_rows` are the kernel's: both sides use the same column lanes.
+    #[test]
+    fn gv_rows_column_lanes_match_the_kernel() {
+        assert!(GEMV.contains(&format!("#define GV_CX {GV_CX}\n")), "GV_CX differs between gemv.rs and the kernel");
+    }
 
     /// Outputs take more warps only while every output's warps fit in the device's slots at once.
     #[test]

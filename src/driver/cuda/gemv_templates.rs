@@ -6,14 +6,17 @@ use crate::dtype::DType;
 /// The kernels `gv_rows` and `gv_dots`, after the generated `TS`, `V`, `to_f` and `from_f` (`codegen::gemv`).
 pub(super) const GEMV: &str = r#"
 struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; i64 xvec; };
-#define GV_LANES 8
+/* `gv_rows`: a block's GV_CX column lanes of V columns each by GV_LANES row lanes (a warp
+   spans two rows of a tile of 16 V columns). */
+#define GV_CX 16
+#define GV_LANES (256 / GV_CX)
 #define GV_FLIGHT 4
 extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant__ GvP p) {
     cs_enter();
-    __shared__ float sh[GV_LANES][32 * V];
+    __shared__ float sh[GV_LANES][GV_CX * V];
     __shared__ int last;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    const i64 width = 32 * V, tiles = (p.n + width - 1) / width;
+    const int lane = threadIdx.x % GV_CX, wid = threadIdx.x / GV_CX;
+    const i64 width = GV_CX * V, tiles = (p.n + width - 1) / width;
     const i64 tile = blockIdx.x % tiles, s = blockIdx.x / tiles;
     const i64 col = tile * width + lane * V;
     const TS* x = (const TS*)p.x;
@@ -129,6 +132,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) gv_dots(const __grid_consta
     }
 }
 "#;
+
+/// Column lanes of a `gv_rows` block (`GV_CX`), each `V` columns; its other `256 / GV_CX`
+/// lanes take rows.
+pub(super) const GV_CX: usize = 16;
 
 /// Elements per 16-byte load of `dtype`'s weight.
 pub(super) fn gemv_vec(dtype: DType) -> usize {

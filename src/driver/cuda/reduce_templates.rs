@@ -209,18 +209,39 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
    (source stride 1 along the inner kept dim, one reduced dim of stride `red_st[0]`): blocks of
    COLX x COLY threads (`codegen::cols_x`). Thread (x, y) of a block holds `W` adjacent outputs
    (one `W`-element load per row: 16 bytes when aligned) and folds rows y, y + COLY, ... of its
-   split's rows in increasing order (`step`), COLU loads in flight; the block's COLY row lanes
+   split's rows in increasing order (`step`), two passes of COLU loads in flight; the block's COLY row lanes
    are combined in shared memory by a thread per output, and a column split over blocks is
    combined, in split order, by the last of its blocks to finish (a counter per group of
    COLX x W columns), as `red_block` combines a row. */
 #define COLY (256 / COLX)
 #define COLU 4
 template <int W>
-__device__ __forceinline__ Pack<TS, W> cols_ld(const TS* base, i64 st, i64 r) {
-    if (W > 1) return ldv<TS, W>(base + r * st);
+__device__ __forceinline__ Pack<TS, W> cols_ld(const TS* q) {
+    if (W > 1) return ldv<TS, W>(q);
     Pack<TS, W> v;
-    v.v[0] = base[r * st];
+    v.v[0] = *q;
     return v;
+}
+/* A pass of COLU rows from row `r` (COLY apart; those past the split's end `r1` loaded from its
+   last row). */
+template <int W>
+__device__ __forceinline__ void cols_pass(Pack<TS, W> (&v)[COLU], const TS* base, i64 st, i64 r, i64 r1) {
+#pragma unroll
+    for (int u = 0; u < COLU; ++u) v[u] = cols_ld<W>(base + min(r + u * COLY, r1 - 1) * st);
+}
+/* Folds the pass from row `r` into `a`, its rows below `r1` (all of them with `whole`), in row
+   order; with `first`, its first row starts the accumulators (so `step` needs no identity). */
+template <int W>
+__device__ __forceinline__ void cols_fold(acc (&a)[W], const Pack<TS, W> (&v)[COLU], i64 r, i64 r1, bool first, bool whole) {
+#pragma unroll
+    for (int u = 0; u < COLU; ++u) {
+        const i64 ru = r + u * COLY;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const acc b = (first && u == 0) ? load(v[u].v[j], ru) : step(a[j], v[u].v[j], ru);
+            a[j] = (whole || ru < r1) ? b : a[j];
+        }
+    }
 }
 template <int W>
 __device__ __forceinline__ void red_cols(const RedP& p) {
@@ -245,26 +266,37 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
         for (int j = 0; j < W; ++j) a[j] = identity();
         i64 r = r0 + y;
         if (live && r < r1) {
-            /* The first row starts each accumulator (so `step` needs no identity). */
-            {
-                const Pack<TS, W> v = cols_ld<W>(base, st, r);
+            /* Passes of COLU rows, each pass's loads issued before the pass before it is
+               folded, the whole passes between the first and the last through a pointer: left
+               to itself (a pass loaded and folded at a time, its addresses clamped) the compiler
+               kept two loads in flight. Measured on the H200 ([4096, 4096] over dim 0, µs, the
+               old loop at its best split against this one at two blocks per SM): f32 sum 23.7
+               against 22.3, bf16 sum 11.9 / 11.6, f32 max 23.0 / 21.9, f32 argmax 25.7 / 24.5. */
+            const i64 d = COLY * st;
+            Pack<TS, W> e[COLU], v[COLU];
+            cols_pass<W>(e, base, st, r, r1);
+            const TS* q = base + (r + COLU * COLY) * st;
+            bool whole = r + (2 * COLU - 1) * COLY < r1;
+            if (whole) {
 #pragma unroll
-                for (int j = 0; j < W; ++j) a[j] = load(v.v[j], r);
+                for (int u = 0; u < COLU; ++u) v[u] = cols_ld<W>(q + u * d);
             }
-            r += COLY;
-            /* COLU loads in flight on every pass, the last one's too: its rows past the split's
-               end are loaded from the split's last row and not folded. */
-            for (; r < r1; r += COLU * COLY) {
-                Pack<TS, W> v[COLU];
+            cols_fold<W>(a, e, r, r1, true, false);
+            for (r += COLU * COLY; whole; r += COLU * COLY, q += COLU * d) {
+                const bool next = r + (2 * COLU - 1) * COLY < r1;
+                Pack<TS, W> w[COLU] = {};
+                if (next) {
 #pragma unroll
-                for (int u = 0; u < COLU; ++u) v[u] = cols_ld<W>(base, st, min(r + u * COLY, r1 - 1));
-#pragma unroll
-                for (int u = 0; u < COLU; ++u) {
-                    if (r + u * COLY < r1) {
-#pragma unroll
-                        for (int j = 0; j < W; ++j) a[j] = step(a[j], v[u].v[j], r + u * COLY);
-                    }
+                    for (int u = 0; u < COLU; ++u) w[u] = cols_ld<W>(q + (COLU + u) * d);
                 }
+                cols_fold<W>(a, v, r, r1, false, true);
+                whole = next;
+#pragma unroll
+                for (int u = 0; u < COLU; ++u) v[u] = w[u];
+            }
+            if (r < r1) {
+                cols_pass<W>(e, base, st, r, r1);
+                cols_fold<W>(a, e, r, r1, false, false);
             }
         }
         /* The COLY row lanes of each column combined in lane order, JC accumulators of every

@@ -4,7 +4,7 @@
 use super::codegen::{self, EwOp, ModuleKey};
 use super::module_cache::{nvrtc_present, resource_report};
 use crate::dtype::DType;
-use crate::kernel::BinaryOp;
+use crate::kernel::{BinaryOp, ReduceOp};
 use std::collections::HashMap;
 
 /// ptxas's registers and spill-store bytes of every kernel in a report of
@@ -35,7 +35,9 @@ fn kernel_resources(report: &str) -> HashMap<String, (u32, u32)> {
 /// The occupancy the launch policies were measured with (sm_90, blocks of 256 threads): the
 /// two-dimensional elementwise kernel in 32 registers (48 cost every broadcast case 2.5–4 µs on
 /// the H200), the transpose kernel's pairs in 32 without spills (`codegen::tile_pairs`), and
-/// nn.Linear's vector product in 64 without spills (`gv_dots`: 128 halved its speed). Registers
+/// nn.Linear's vector product in 64 without spills (`gv_dots`: 128 halved its speed), and the
+/// half types' `x @ w` in 64 without spills (`gv_rows`, four blocks per SM), and the column
+/// reductions in 128 without spills (`red_colsv`: two blocks per SM). Registers
 /// are the compiler's choice, so the budgets hold for the NVRTC they were read with, CI's (12.9);
 /// another version's figures are printed, not judged.
 #[test]
@@ -79,6 +81,16 @@ fn kernels_fit_the_registers_their_launches_assume() {
             fits(&found, &copy, "ew_tile", 32, false);
         }
         let gemv = ModuleKey::Gemv { dtype: d };
-        fits(&report(&gemv), &gemv, "gv_dots", 64, false);
+        let found = report(&gemv);
+        fits(&found, &gemv, "gv_dots", 64, false);
+        if d.size() == 2 {
+            // Half a wave of `gv_rows` blocks is two per SM at four.
+            fits(&found, &gemv, "gv_rows", 64, false);
+        }
+        // A column reduction split over rows takes two blocks per SM, which fit at 128.
+        for (op, out) in [(ReduceOp::Sum, d), (ReduceOp::Max, d), (ReduceOp::ArgMax, DType::I64)] {
+            let red = ModuleKey::Reduce { op, src: d, dst: out, values: false };
+            fits(&report(&red), &red, "red_colsv", 128, false);
+        }
     }
 }

@@ -151,7 +151,7 @@ pub(super) fn reduce(
         Entry::Thread if n_out < wave * 64 => {
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
-        // Two blocks per SM (one wave at the kernel's two or three), each thread at least
+        // Two blocks per SM (within one wave: the kernel holds two to four), each thread at least
         // `COL_ROWS` rows: measured on the H200 ([4096, 4096] over dim 0, 32 groups of columns),
         // the f32 sum took 27.2 / 22.3 / 26.7 / 31.0 µs over 4 / 8 / 16 / 33 splits.
         Entry::Cols(_) => (2 * c.info.sms as i64 / col_blocks)

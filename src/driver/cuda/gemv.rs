@@ -106,7 +106,7 @@ fn dot_splits(slots: u64, n: u64) -> i64 {
 fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
     let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
     let tiles = (p.n as usize).div_ceil(GV_CX * gemv_vec(dtype)) as i64;
-    // Half a wave of blocks (two per SM at the kernel's four).
+    // Half a wave: half the blocks the device holds at once at the kernel's occupancy.
     let half_wave = (c.full_wave_threads(f) / THREADS as u64 / 2).max(1) as i64;
     let target = (half_wave / tiles).max(1);
     // Partials and a counter per tile must fit the scratch.

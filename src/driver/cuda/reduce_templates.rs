@@ -209,10 +209,10 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
    (source stride 1 along the inner kept dim, one reduced dim of stride `red_st[0]`): blocks of
    COLX x COLY threads (`codegen::cols_x`). Thread (x, y) of a block holds `W` adjacent outputs
    (one `W`-element load per row: 16 bytes when aligned) and folds rows y, y + COLY, ... of its
-   split's rows in increasing order (`step`), two passes of COLU loads in flight; the block's COLY row lanes
-   are combined in shared memory by a thread per output, and a column split over blocks is
-   combined, in split order, by the last of its blocks to finish (a counter per group of
-   COLX x W columns), as `red_block` combines a row. */
+   split's rows in increasing order (`step`), two passes of COLU loads in flight; the block's
+   COLY row lanes are combined in shared memory by a thread per output, and a column split over
+   blocks is combined, in split order, by the last of its blocks to finish (a counter per group
+   of COLX x W columns), as `red_block` combines a row. */
 #define COLY (256 / COLX)
 #define COLU 4
 template <int W>

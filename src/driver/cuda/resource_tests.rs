@@ -84,7 +84,7 @@ fn kernels_fit_the_registers_their_launches_assume() {
         let found = report(&gemv);
         fits(&found, &gemv, "gv_dots", 64, false);
         if d.size() == 2 {
-            // Half a wave of `gv_rows` blocks is two per SM at four.
+            // `gv_rows` launches half a wave; measured with four or more blocks per SM.
             fits(&found, &gemv, "gv_rows", 64, false);
         }
         // A column reduction split over rows takes two blocks per SM, which fit at 128.

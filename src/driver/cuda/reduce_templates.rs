@@ -156,8 +156,20 @@ extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constan
         /* The barrier orders the acquire of thread 0 before every thread's loads. */
         __syncthreads();
         if (last) {
+            /* Each thread's partials (k = tid, tid + blockDim, ...) folded in that order, eight
+               loads in flight at a time: one at a time, their latencies added up (1.2 µs of a
+               one-wave f32 sum of 64 MiB's 21 on the H200, in a probe). */
             acc b = identity();
-            for (i64 k = threadIdx.x; k < p.splits; k += blockDim.x) b = combine(b, ld_partial(p.partials, o * p.splits + k));
+            for (i64 k0 = threadIdx.x; k0 < p.splits; k0 += 8 * (i64)blockDim.x) {
+                acc v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    const i64 k = k0 + u * (i64)blockDim.x;
+                    v[u] = k < p.splits ? ld_partial(p.partials, o * p.splits + k) : identity();
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u) b = combine(b, v[u]);
+            }
             b = block_reduce(b, sh);
             if (threadIdx.x == 0) {
                 store_out(p, dof, b);
@@ -197,8 +209,15 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
         }
         st_partial(p.partials, o * p.splits + s, a);
         if (count_split(p.counters + o) == (u32)(p.splits - 1)) {
+            /* In split order, eight loads in flight at a time (as `red_block`'s last block). */
             acc b = identity();
-            for (i64 k = 0; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, o * p.splits + k));
+            for (i64 k0 = 0; k0 < p.splits; k0 += 8) {
+                acc v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) v[u] = k0 + u < p.splits ? ld_partial(p.partials, o * p.splits + k0 + u) : identity();
+#pragma unroll
+                for (int u = 0; u < 8; ++u) b = combine(b, v[u]);
+            }
             store_out(p, dof, b);
             p.counters[o] = 0;
         }

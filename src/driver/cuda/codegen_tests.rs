@@ -153,3 +153,27 @@ fn tile_pairs_follow_the_element_sizes() {
         ModuleKey::Elementwise { op: EwOp::Copy, out: raw_dtype(F16), ins: [raw_dtype(F16), Bool, Bool] }.source();
     assert!(src.contains("#define TILE_PAIRS 1\n#define TILE_BOUNDS __launch_bounds__(256, 8)\n"));
 }
+
+/// Runs of elements are added in `f32` only for sums and means of a half type into a half type
+/// (whose ulp dwarfs the runs' rounding); every other reduction converts each element to its
+/// accumulator, and only the run modules define the `float` conversion the runs use.
+#[test]
+fn only_half_type_sums_into_half_types_add_runs_in_f32() {
+    use DType::*;
+    let cases = [
+        (ReduceOp::Sum, BF16, BF16, true),
+        (ReduceOp::Mean, F16, F16, true),
+        (ReduceOp::Sum, F16, BF16, true),
+        (ReduceOp::Sum, BF16, F32, false),
+        (ReduceOp::Sum, F16, F64, false),
+        (ReduceOp::Sum, F32, F32, false),
+        (ReduceOp::Max, BF16, BF16, false),
+        (ReduceOp::ArgMax, F16, I64, false),
+    ];
+    for (op, src, dst, runs) in cases {
+        assert_eq!(half_runs(op, src, dst), runs, "{op:?} {src:?} -> {dst:?}");
+        let text = ModuleKey::Reduce { op, src, dst, values: false }.source();
+        assert!(text.contains(&format!("#define HALF_RUNS {}\n", runs as u8)), "{op:?} {src:?} -> {dst:?}");
+        assert_eq!(text.contains("float tof(TS x)"), runs, "{op:?} {src:?} -> {dst:?}");
+    }
+}

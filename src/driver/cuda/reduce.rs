@@ -26,7 +26,8 @@
 //! value beside the index (`RedP::dst2`, at the index's element offset).
 //!
 //! Floating-point sums and means accumulate in `f64` (results within an ulp of the CPU
-//! reference, and deterministic: every combination order is fixed), extremes compare in the
+//! reference, and deterministic: every combination order is fixed; a half type's into a half
+//! type add runs of four or eight elements in `f32` first, `codegen::half_runs`), extremes compare in the
 //! input's precision (floats by PTX's NaN-propagating `max.NaN` / `min.NaN`), integers accumulate
 //! in wrapping `i64`.
 

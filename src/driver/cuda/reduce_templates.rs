@@ -39,7 +39,27 @@ __device__ __forceinline__ i64 red_offset(const RedP& p, i64 r) {
     return off;
 }
 
-#if !ARG
+#if HALF_RUNS
+/* `n` values added in `float` as a fixed tree (pairs, then pairs of pairs, ...). */
+template <int N>
+__device__ __forceinline__ float run_sum(float (&t)[N]) {
+#pragma unroll
+    for (int w = 1; w < N; w *= 2) {
+#pragma unroll
+        for (int j = 0; j + w < N; j += 2 * w) t[j] += t[j + w];
+    }
+    return t[0];
+}
+/* A vector's elements as one run (`codegen::half_runs`): added in `float`, then converted. */
+__device__ __forceinline__ acc fold(const Pack<TS, VEC>& v, i64 r) {
+    (void)r;
+    float t[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) t[j] = tof(v.v[j]);
+    return (acc)run_sum<VEC>(t);
+}
+__device__ __forceinline__ acc later(acc a, acc b) { return combine(a, b); }
+#elif !ARG
 /* The elements r, r + 1, ... of a vector, folded in order (an arg-reduction's module defines
    its own `fold` and `later`). */
 __device__ __forceinline__ acc fold(const Pack<TS, VEC>& v, i64 r) {
@@ -252,6 +272,19 @@ __device__ __forceinline__ void cols_pass(Pack<TS, W> (&v)[COLU], const TS* base
    order; with `first`, its first row starts the accumulators (so `step` needs no identity). */
 template <int W>
 __device__ __forceinline__ void cols_fold(acc (&a)[W], const Pack<TS, W> (&v)[COLU], i64 r, i64 r1, bool first, bool whole) {
+#if HALF_RUNS
+    /* Each column's COLU rows as one run (`codegen::half_runs`); rows past `r1` add -0, which
+       leaves every sum as it is. */
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+        float t[COLU];
+#pragma unroll
+        for (int u = 0; u < COLU; ++u) t[u] = (whole || r + u * COLY < r1) ? tof(v[u].v[j]) : -0.0f;
+        const acc b = (acc)run_sum<COLU>(t);
+        a[j] = first ? b : combine(a[j], b);
+    }
+    return;
+#endif
 #pragma unroll
     for (int u = 0; u < COLU; ++u) {
         const i64 ru = r + u * COLY;

@@ -13,6 +13,7 @@
 //! PyTorch's does.
 
 use super::gemv_templates::{gemv_vec, GEMV};
+pub(super) use super::reduce_layouts::{cols_x, half_runs, PARTIAL_BYTES};
 use super::reduce_templates::REDUCE;
 pub(super) use super::softmax_layouts::{
     softmax_big_fits, softmax_big_layouts, softmax_block_fits, softmax_layouts, softmax_mid_fits, softmax_mid_layouts,
@@ -557,21 +558,6 @@ fn unrolled(op: EwOp, out: DType, vec: usize) -> bool {
     }
 }
 
-/// Column-group lanes of a block of the column-reduction kernel (`COLX` of `red_cols`; the
-/// block's other `256 / COLX` lanes take rows): 16 for elements of up to 2 bytes, else 32.
-/// Measured on the H200 over [4096, 4096] along dim 0: `sum_bf16_first` 14.5 µs with 32, 12.6
-/// with 16, `amax_bf16_first` 13.9 and 10.5; `sum_f32_first` 24.2 with 32, 25.2 with 16.
-pub(super) fn cols_x(src: DType) -> usize {
-    if src.size() <= 2 {
-        16
-    } else {
-        32
-    }
-}
-
-/// Bytes of one partial result of a reduction (the widest accumulator: value and index).
-pub(super) const PARTIAL_BYTES: usize = 16;
-
 fn reduce(s: &mut String, op: ReduceOp, src: DType, dst: DType, values: bool) {
     let vec = 16 / src.size();
     let split = !matches!(op, ReduceOp::Sum | ReduceOp::Mean) as u8;
@@ -704,17 +690,6 @@ __device__ __forceinline__ acc step(acc a, TS x, i64 r) {{ return combine(a, loa
         let _ = writeln!(s, "__device__ __forceinline__ float tof(TS x) {{ return {}; }}", conv(src, DType::F32, "x"));
     }
     s.push_str(REDUCE);
-}
-
-/// Whether a reduction module adds short runs of elements in `f32` before its `f64` accumulator
-/// (`HALF_RUNS`): sums and means of a half type into a half type. Each run's partial sums, of
-/// elements of 8 or 11 significant bits, round at most at 2^-24 of themselves, far below the
-/// output's ulp (2^-8, 2^-11); one conversion to `f64` per run instead of per element (on the
-/// H200 the conversions, 16 a clock per SM, bounded these sums: `sum_bf16_first` 11.6 µs against
-/// `amax_bf16_first`'s 9.6 over the same 32 MiB).
-pub(super) fn half_runs(op: ReduceOp, src: DType, dst: DType) -> bool {
-    let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
-    matches!(op, ReduceOp::Sum | ReduceOp::Mean) && half(src) && half(dst)
 }
 
 /// When a later element `v` replaces the extreme `a.v` of earlier ones in an arg-reduction

@@ -93,6 +93,7 @@ mod memory;
 mod module_cache;
 mod nccl;
 mod reduce;
+mod reduce_layouts;
 mod reduce_templates;
 #[cfg(test)]
 mod resource_tests;

@@ -26,10 +26,10 @@
 //! value beside the index (`RedP::dst2`, at the index's element offset).
 //!
 //! Floating-point sums and means accumulate in `f64` (results within an ulp of the CPU
-//! reference, and deterministic: every combination order is fixed; a half type's into a half
-//! type add runs of four or eight elements in `f32` first, `codegen::half_runs`), extremes compare in the
-//! input's precision (floats by PTX's NaN-propagating `max.NaN` / `min.NaN`), integers accumulate
-//! in wrapping `i64`.
+//! reference, and deterministic: every combination order is fixed; a half type's sum into a
+//! half type adds runs of four or eight elements in `f32` first, `reduce_layouts::half_runs`),
+//! extremes compare in the input's precision (floats by PTX's NaN-propagating `max.NaN` /
+//! `min.NaN`), integers accumulate in wrapping `i64`.
 
 use super::codegen::{
     cols_x, softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes,

@@ -50,7 +50,7 @@ __device__ __forceinline__ float run_sum(float (&t)[N]) {
     }
     return t[0];
 }
-/* A vector's elements as one run (`codegen::half_runs`): added in `float`, then converted. */
+/* A vector's elements as one run (`reduce_layouts::half_runs`): added in `float`, then converted. */
 __device__ __forceinline__ acc fold(const Pack<TS, VEC>& v, i64 r) {
     (void)r;
     float t[VEC];
@@ -246,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
 
 /* Reductions over an outer dim, a column per output with adjacent outputs adjacent in memory
    (source stride 1 along the inner kept dim, one reduced dim of stride `red_st[0]`): blocks of
-   COLX x COLY threads (`codegen::cols_x`). Thread (x, y) of a block holds `W` adjacent outputs
+   COLX x COLY threads (`reduce_layouts::cols_x`). Thread (x, y) of a block holds `W` adjacent outputs
    (one `W`-element load per row: 16 bytes when aligned) and folds rows y, y + COLY, ... of its
    split's rows in increasing order (`step`), two passes of COLU loads in flight; the block's
    COLY row lanes are combined in shared memory by a thread per output, and a column split over
@@ -273,7 +273,7 @@ __device__ __forceinline__ void cols_pass(Pack<TS, W> (&v)[COLU], const TS* base
 template <int W>
 __device__ __forceinline__ void cols_fold(acc (&a)[W], const Pack<TS, W> (&v)[COLU], i64 r, i64 r1, bool first, bool whole) {
 #if HALF_RUNS
-    /* Each column's COLU rows as one run (`codegen::half_runs`); rows past `r1` add -0, which
+    /* Each column's COLU rows as one run (`reduce_layouts::half_runs`); rows past `r1` add -0, which
        leaves every sum as it is. */
 #pragma unroll
     for (int j = 0; j < W; ++j) {

@@ -515,7 +515,7 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
 /// Vectors each thread of a fast kernel takes over a large tensor (the launch caps it so that
 /// the grid still fills the device: `elementwise.rs`): more than one for the functions of many
 /// instructions, whose loads then overlap the math of the vectors before them. Measured on the
-/// H200 over [4096, 4096] (BENCHMARKS.md, "Elementwise launch policy"): `sin`, `cos`, `gelu` of a
+/// H200 over [4096, 4096] (docs/gpu-runs.md, session 7's kernel probes): `sin`, `cos`, `gelu` of a
 /// half type and f16 `tanh` gain 4–7 % with four; `exp`, `sigmoid`, bf16 `tanh` and `pow` of a
 /// half type, and f32 `gelu`, 2–3 % with two; f32 `pow` 7 % with four; the cheap functions lose
 /// a little with more.

@@ -15,12 +15,12 @@ pub use crate::driver::{DeviceProperties, StreamId};
 pub use crate::runtime::{
     allocator_settings, caching_allocator_alloc, caching_allocator_delete, caching_allocator_record_stream,
     can_device_access_peer, current_device, current_stream, default_stream, device_count, driver_name, empty_cache,
-    enable_peer_access, get_device_name, get_device_properties, get_per_process_memory_fraction, host_empty_cache,
-    host_memory_stats, is_available, is_peer_access_enabled, max_memory_allocated, max_memory_reserved, mem_get_info,
-    memory_allocated, memory_reserved, memory_snapshot, memory_stats, memory_summary, primary_context,
-    record_memory_history, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats, reset_peak_memory_stats,
-    set_device, set_per_process_memory_fraction, set_stream, synchronize, with_device, with_stream, DeviceGuard, Event,
-    EventFlags, Stream, StreamGuard,
+    enable_peer_access, get_device_name, get_device_properties, get_last_error, get_per_process_memory_fraction,
+    host_empty_cache, host_memory_stats, is_available, is_peer_access_enabled, max_memory_allocated,
+    max_memory_reserved, mem_get_info, memory_allocated, memory_reserved, memory_snapshot, memory_stats,
+    memory_summary, peek_at_last_error, primary_context, record_memory_history, reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats, reset_peak_memory_stats, set_device, set_per_process_memory_fraction, set_stream,
+    synchronize, with_device, with_stream, DeviceGuard, Event, EventFlags, Stream, StreamGuard,
 };
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};

@@ -436,6 +436,23 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// Several asynchronous errors are pending on one device (raised in a `Drop`, or by a
+    /// collective that failed after it was queued); each is kept, in the order raised. One
+    /// pending error is returned as itself. Sticky, as CUDA's: every synchronization point of the
+    /// device returns them until [`cuda::get_last_error`](crate::cuda::get_last_error) takes them.
+    #[error("{} asynchronous errors are pending on cuda:{device} (sticky until cudasem::cuda::get_last_error({device}) takes them): {}", errors.len(), numbered(errors))]
+    DeviceErrors {
+        /// The device.
+        device: usize,
+        /// The errors, oldest first.
+        errors: Vec<Error>,
+    },
+}
+
+/// `errors` as `1) …; 2) …`.
+fn numbered(errors: &[Error]) -> String {
+    let items: Vec<String> = errors.iter().enumerate().map(|(i, e)| format!("{}) {e}", i + 1)).collect();
+    items.join("; ")
 }
 
 /// An error raised where it cannot be returned (in `Drop`: destroying an event, freeing memory or

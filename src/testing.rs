@@ -217,8 +217,8 @@ impl Drop for RawBuffer {
     fn drop(&mut self) {
         if self.cached {
             // Stream-ordered: the block is reused only by its stream (or after recorded streams).
-            if let (Err(e), Ok(rt)) = (crate::runtime::caching_allocator_delete(self.ptr.0), rt()) {
-                rt.driver.record_error(self.device, e);
+            if let Err(e) = crate::runtime::caching_allocator_delete(self.ptr.0) {
+                crate::runtime::record_device_error(self.device, e);
             }
             return;
         }
@@ -227,7 +227,7 @@ impl Drop for RawBuffer {
             // failure is kept for the device's next synchronize.
             let freed = rt.driver.synchronize_device(self.device).and_then(|()| rt.driver.free(self.device, self.ptr));
             if let Err(e) = freed {
-                rt.driver.record_error(self.device, e);
+                crate::runtime::record_device_error(self.device, e);
             }
         }
     }

@@ -3,7 +3,8 @@
 //! store before the backend could hang; on the simulated backend also inside the collective when
 //! the check is off), a rank that never arrives at a collective or at the rendezvous, and the
 //! group stays usable after a mismatch. The tests of this file run one at a time: an error a
-//! failed collective leaves on its device is returned by that device's next synchronize.
+//! failed collective leaves on its device is returned by that device's synchronization points
+//! until `cuda::get_last_error` takes it.
 
 mod common;
 mod dist_util;
@@ -99,8 +100,10 @@ fn the_simulated_backend_finds_a_mismatch_inside_the_collective_when_the_check_i
         let t = Tensor::ones([4 + g.rank()], DType::F32, Device::cuda(g.device()))?;
         let work = g.all_reduce(&t, ReduceOp::Sum, true)?;
         let outcome = work.wait_blocking();
-        // The error is also left for the device's next synchronize, once.
+        // The error is also left on the device: sticky, until get_last_error takes it.
         let kept = cuda::synchronize(g.device());
+        assert_eq!(cuda::synchronize(g.device()), kept, "rank {}: still pending", g.rank());
+        assert_eq!(cuda::get_last_error(g.device()), kept, "rank {}: taken", g.rank());
         cuda::synchronize(g.device())?;
         Ok((outcome, kept))
     });
@@ -133,6 +136,7 @@ fn a_rank_that_never_arrives_is_a_timeout_naming_it() -> Result<()> {
             "{outcome:?}"
         );
         assert_eq!(cuda::synchronize(0), outcome, "kept for the device's synchronize");
+        assert_eq!(cuda::get_last_error(0), outcome, "until get_last_error takes it");
     }
     Ok(())
 }
@@ -296,7 +300,7 @@ fn all_to_all_splits_that_do_not_pair_up_fail_on_every_rank_and_the_group_goes_o
         }
         // The error left on each device (with the check off) is taken; the group goes on.
         for g in &groups {
-            let _ = cuda::synchronize(g.device());
+            let _ = cuda::get_last_error(g.device());
         }
         let got: Vec<Vec<f32>> = on_ranks(&groups, |g| uneven_pair(g, 0)).into_iter().collect::<Result<_>>()?;
         assert_eq!(got, [vec![10.0, 20.0], vec![11.0, 12.0]], "check {}", options.check_collectives);
@@ -358,6 +362,8 @@ fn a_collective_that_cannot_finish_aborts_the_group_and_later_calls_fail_at_once
             other => panic!("expected ProcessGroupAborted, got {other:?}"),
         }
     }
+    // The abort is also the device's pending error, until taken.
+    assert_eq!(cuda::get_last_error(0), outcome, "the abort is left on the device");
     // Destroying the aborted group does not wait for the stuck stream; the runtime goes on.
     drop((work, solo));
     let fresh = ProcessGroup::from_devices_with(&[0], &quick(20_000))?.remove(0);
@@ -393,8 +399,78 @@ fn a_rank_stuck_mid_collective_is_an_error_on_every_rank() -> Result<()> {
     let t = Tensor::ones([4], DType::F32, "cuda:1")?;
     assert!(matches!(groups[1].all_reduce(&t, ReduceOp::Sum, true), Err(Error::ProcessGroupAborted { rank: 1, .. })));
     drop(groups);
-    // The error rank 0's collective left on its device is taken once.
-    let _ = cuda::synchronize(0);
-    cuda::synchronize(0)?;
+    // The errors the ranks' collectives left on their devices are taken.
+    for d in [0, 1] {
+        assert!(cuda::get_last_error(d).is_err(), "cuda:{d} kept its rank's error");
+        cuda::synchronize(d)?;
+    }
+    Ok(())
+}
+
+/// Rank 1 of two comes to an all_reduce past the group's timeout (its communication stream is
+/// held): on both ranks the collective fails after it was queued. The error reaches the user at
+/// the first read: the tensor it was to write is poisoned (to_vec, item, cpu return the error, not
+/// the rank's own un-reduced data), the work's wait and the device's synchronization points
+/// return it, until get_last_error takes it; the poisoned tensor stays unreadable, others read.
+#[test]
+fn a_collective_that_fails_after_queueing_is_the_error_of_the_first_read() -> Result<()> {
+    let _one = serial();
+    let Some(groups) = pair(&quick(300)) else { return Ok(()) };
+    cudasem::testing::delay(groups[1].comm_stream(), std::time::Duration::from_secs(3))?;
+    let results = on_ranks(&groups, |g| {
+        let mut rng = dist_util::Rng::new(36 + g.rank() as u64);
+        let data: Vec<f32> = (0..64).map(|_| rng.float() as f32).collect();
+        let dev = Device::cuda(g.device());
+        let t = Tensor::from_slice(&data, [64], dev)?;
+        let work = g.all_reduce(&t, ReduceOp::Sum, false)?;
+        let read = t.to_vec::<f32>();
+        if let Ok(v) = &read {
+            panic!("rank {}: to_vec returned data (its own: {}) after a failed all_reduce", g.rank(), *v == data);
+        }
+        assert!(matches!(read, Err(Error::DistributedTimeout { .. })), "rank {}: {read:?}", g.rank());
+        let err = read.clone().map(|_| ());
+        assert_eq!(t.narrow(0, 0, 1)?.item::<f32>().map(|_| ()), err, "item");
+        assert_eq!(t.cpu().map(|_| ()), err, "cpu");
+        assert_eq!(work.wait(), err, "Work::wait");
+        assert_eq!(cuda::current_stream(g.device())?.synchronize(), err, "the stream's synchronize");
+        assert_eq!(cuda::synchronize(g.device()), err, "the device's synchronize, still");
+        assert_eq!(cuda::get_last_error(g.device()), err, "taken");
+        // The device reads again; the tensor the collective was to write does not.
+        assert_eq!(t.to_vec::<f32>().map(|_| ()), err, "the poisoned tensor stays unreadable");
+        let fresh = Tensor::from_slice(&data, [64], dev)?;
+        assert_eq!(fresh.to_vec::<f32>()?, data);
+        cuda::synchronize(g.device())
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
+    Ok(())
+}
+
+/// The same with `async_op = true`: the work is waited for before it failed; the first read
+/// after that still returns the error.
+#[test]
+fn an_async_collective_that_fails_later_is_the_error_of_the_first_read() -> Result<()> {
+    let _one = serial();
+    let Some(groups) = pair(&quick(300)) else { return Ok(()) };
+    cudasem::testing::delay(groups[1].comm_stream(), std::time::Duration::from_secs(3))?;
+    let results = on_ranks(&groups, |g| {
+        let mut rng = dist_util::Rng::new(360 + g.rank() as u64);
+        let data: Vec<f64> = (0..16).map(|_| rng.float()).collect();
+        let out = Tensor::zeros([32], DType::F64, Device::cuda(g.device()))?;
+        let input = Tensor::from_slice(&data, [16], Device::cuda(g.device()))?;
+        let work = g.all_gather_into_tensor(&out, &input, true)?;
+        work.wait()?; // queued: the failure has not happened yet
+        let read = out.to_vec::<f64>().map(|_| ());
+        assert!(matches!(read, Err(Error::DistributedTimeout { .. })), "rank {}: {read:?}", g.rank());
+        assert_eq!(work.wait(), read, "Work::wait after the failure");
+        assert_eq!(cuda::get_last_error(g.device()), read, "the device kept it");
+        // The input was only read: it is not poisoned.
+        assert_eq!(input.to_vec::<f64>()?, data);
+        Ok(())
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
     Ok(())
 }

@@ -16,7 +16,7 @@
 use super::agree::Exchange;
 use super::group::ProcessGroup;
 use super::reduce::check_dtype;
-use super::watchdog::Pending;
+use super::watchdog::{OnFail, Outcome, Pending};
 use super::{sim, Backend, ReduceOp};
 use crate::device::Device;
 use crate::driver::comm::{Collective, HostJob};
@@ -24,10 +24,11 @@ use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::runtime::{current_stream, record_device_error, Event, EventFlags};
+use crate::tensor::PoisonHandle;
 use crate::Tensor;
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// An issued collective (`torch.distributed.Work`).
@@ -35,7 +36,7 @@ pub struct Work {
     op: &'static str,
     device: usize,
     end: Event,
-    outcome: Arc<Mutex<Option<Error>>>,
+    outcome: Arc<Outcome>,
     /// The tensors the collective uses, kept until the work is dropped (PyTorch's stashed tensors).
     _tensors: Vec<Tensor>,
     /// The group (its communicator's asynchronous errors).
@@ -50,14 +51,17 @@ impl fmt::Debug for Work {
 
 impl Work {
     fn failed(&self) -> Result<()> {
-        match &*self.outcome.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => Err(e.clone()),
+        match self.outcome.error() {
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
     /// Makes the device's *current* stream wait for the collective (`work.wait()`); the host
-    /// does not block. Returns an error the collective already met.
+    /// does not block. Returns an error the collective already met; one it meets later is
+    /// returned by the host reads of the tensors it was to write (`to_vec`, `item`, `cpu`) and
+    /// by the device's synchronization points (`cuda::synchronize`, stream and event
+    /// `synchronize`/`query`) until `cuda::get_last_error` takes it.
     pub fn wait(&self) -> Result<()> {
         self.failed()?;
         self.end.wait(Some(&current_stream(self.device)?))
@@ -81,7 +85,7 @@ impl Work {
     /// `ncclCommGetAsyncError`: a peer that died mid-collective), aborts the group (NCCL:
     /// `ncclCommAbort`) and is this work's error ([`Error::DistributedTimeout`], or NCCL's).
     pub fn wait_blocking(&self) -> Result<()> {
-        self.group.watch.block_until(|| self.end.query())?;
+        self.group.watch.block_until(|| self.end.completed())?;
         self.failed()
     }
 
@@ -314,7 +318,7 @@ impl ProcessGroup {
         for t in &call.tensors {
             t.record_stream(&inner.stream)?;
         }
-        let outcome = Arc::new(Mutex::new(None));
+        let outcome = Outcome::new(on_fail(inner.device, &call));
         let what = match call.message {
             None => format!("{} (collective #{seq})", call.name),
             Some((peer, _)) => format!("{} (message #{seq} with rank {peer})", call.name),
@@ -322,11 +326,10 @@ impl ProcessGroup {
         match inner.backend {
             Backend::Nccl => inner.watch.with_comm(call.name, |comm| inner.stream.collective(comm, &call.op))?,
             Backend::Sim => {
-                let (slot, device, watch) = (outcome.clone(), inner.device, inner.watch.clone());
+                let (slot, watch) = (outcome.clone(), inner.watch.clone());
                 let done = move |r: Result<()>| {
                     if let Err(e) = r {
-                        record_device_error(device, e.clone());
-                        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        slot.fail(&e);
                     }
                 };
                 let job = sim::job(self.sim_rank(), seq, call.op, call.fingerprint, done);
@@ -346,7 +349,7 @@ impl ProcessGroup {
         inner.watch.track(Pending {
             what,
             since: Instant::now(),
-            done: Arc::new(move || query.query()),
+            done: Arc::new(move || query.completed()),
             outcome: outcome.clone(),
         });
         let tensors = call.tensors.into_iter().cloned().collect();
@@ -356,6 +359,22 @@ impl ProcessGroup {
         }
         Ok(work)
     }
+}
+
+/// What a failed collective of `call` on `device` does besides keeping its error: the tensor it
+/// was to write (the first, unless it sends) is poisoned, so host reads of it return the error
+/// instead of data that is not the result, and the error is kept for the device's
+/// synchronization points (sticky until `cuda::get_last_error`).
+fn on_fail(device: usize, call: &Call<'_>) -> OnFail {
+    let sends = matches!(call.message, Some((_, true)));
+    let written: Vec<PoisonHandle> =
+        if sends { Vec::new() } else { call.tensors.first().map(|t| t.poison_handle()).into_iter().collect() };
+    Box::new(move |e: &Error| {
+        for t in &written {
+            t.poison(e);
+        }
+        record_device_error(device, e.clone());
+    })
 }
 
 /// The elements `t` (`which` of an `all_to_all_single`) holds for each rank: `splits` rows of

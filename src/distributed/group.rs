@@ -68,7 +68,7 @@ impl Drop for Inner {
         // than the watchdog allows: a collective that cannot finish aborts the group instead.
         if self.watch.aborted().is_none() {
             let end = Event::new(EventFlags::default());
-            let waited = end.record(Some(&self.stream)).and_then(|()| self.watch.block_until(|| end.query()));
+            let waited = end.record(Some(&self.stream)).and_then(|()| self.watch.block_until(|| end.completed()));
             if let Err(e) = waited {
                 crate::runtime::record_device_error(self.device, e);
             }

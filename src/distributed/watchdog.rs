@@ -35,7 +35,7 @@ pub(crate) struct Pending {
     /// Whether it finished on the device.
     pub done: Done,
     /// Its outcome, which an abort sets (unless the collective already failed by itself).
-    pub outcome: Arc<Mutex<Option<Error>>>,
+    pub outcome: Arc<Outcome>,
 }
 
 #[derive(Default)]
@@ -60,7 +60,7 @@ struct Tracked {
     what: String,
     since: Instant,
     done: Done,
-    outcome: Arc<Mutex<Option<Error>>>,
+    outcome: Arc<Outcome>,
 }
 
 /// One group's watchdog state (see the module docs).
@@ -307,10 +307,42 @@ impl Watch {
 }
 
 /// Sets `outcome` to `cause` unless the collective already failed by itself.
-fn fail(outcome: &Mutex<Option<Error>>, cause: &Error) {
-    let mut slot = outcome.lock().unwrap_or_else(|e| e.into_inner());
-    if slot.is_none() {
-        *slot = Some(cause.clone());
+fn fail(outcome: &Outcome, cause: &Error) {
+    outcome.fail(cause);
+}
+
+/// What a failed collective does besides keeping its error: poison what it was to write and
+/// leave the error on its device (see [`Outcome`]).
+pub(crate) type OnFail = Box<dyn Fn(&Error) + Send + Sync>;
+
+/// A collective's outcome: its error once it failed — by itself (the simulated backend's job)
+/// or by the group's abort (a timeout, a communicator error) — set once. The first failure also
+/// runs the collective's `on_fail` (poisoning the tensors it was to write and keeping the error
+/// for its device's synchronization points), before anything the failure releases (NCCL's
+/// kernels exit only after the abort) can read them.
+pub(crate) struct Outcome {
+    slot: Mutex<Option<Error>>,
+    on_fail: OnFail,
+}
+
+impl Outcome {
+    /// An outcome not yet failed, which runs `on_fail` when it fails.
+    pub fn new(on_fail: OnFail) -> Arc<Outcome> {
+        Arc::new(Outcome { slot: Mutex::new(None), on_fail })
+    }
+
+    /// The error, once the collective failed.
+    pub fn error(&self) -> Option<Error> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Fails the collective with `cause`, unless it already failed (the first cause stays).
+    pub fn fail(&self, cause: &Error) {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(cause.clone());
+            (self.on_fail)(cause);
+        }
     }
 }
 
@@ -357,8 +389,8 @@ mod tests {
     }
 
     /// A collective whose completion the test sets.
-    fn work(what: &str, since: Instant) -> (Pending, Arc<AtomicBool>, Arc<Mutex<Option<Error>>>) {
-        let (done, outcome) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(None)));
+    fn work(what: &str, since: Instant) -> (Pending, Arc<AtomicBool>, Arc<Outcome>) {
+        let (done, outcome) = (Arc::new(AtomicBool::new(false)), Outcome::new(Box::new(|_| {})));
         let flag = done.clone();
         let pending = Pending {
             what: what.into(),
@@ -380,14 +412,14 @@ mod tests {
         w.track(b);
         a_done.store(true, Ordering::SeqCst);
         w.poll(t0 + Duration::from_millis(120)); // a is done; b is 70 ms old
-        assert!(w.aborted().is_none() && a_out.lock().unwrap().is_none());
+        assert!(w.aborted().is_none() && a_out.error().is_none());
         w.poll(t0 + Duration::from_millis(150)); // b is 100 ms old: the deadline
         match w.aborted() {
             Some(Error::DistributedTimeout { what, timeout_ms: 100 }) => assert!(what.contains("broadcast"), "{what}"),
             other => panic!("expected the watchdog's timeout, got {other:?}"),
         }
-        assert_eq!(b_out.lock().unwrap().as_ref(), w.aborted(), "the outstanding work carries the cause");
-        assert!(a_out.lock().unwrap().is_none(), "finished work keeps its success");
+        assert_eq!(b_out.error().as_ref(), w.aborted(), "the outstanding work carries the cause");
+        assert!(a_out.error().is_none(), "finished work keeps its success");
         w.poll(t0 + Duration::from_secs(9));
         w.abort(Error::Internal { op: "again", reason: "a second cause".into() });
         assert_eq!(fake.aborts.load(Ordering::SeqCst), 1, "the communicator is aborted once");
@@ -400,7 +432,7 @@ mod tests {
         );
         let (late, _, late_out) = work("late", Instant::now());
         w.track(late);
-        assert!(late_out.lock().unwrap().is_some(), "work tracked after the abort fails at once");
+        assert!(late_out.error().is_some(), "work tracked after the abort fails at once");
         w.shutdown();
     }
 
@@ -416,7 +448,7 @@ mod tests {
         fake.failed.store(true, Ordering::SeqCst);
         w.poll(t0 + Duration::from_millis(1));
         assert!(matches!(w.aborted(), Some(Error::Nccl { code: 6, .. })), "{:?}", w.aborted());
-        assert!(matches!(&*a_out.lock().unwrap(), Some(Error::Nccl { code: 6, .. })));
+        assert!(matches!(&a_out.error(), Some(Error::Nccl { code: 6, .. })));
         assert_eq!(fake.aborts.load(Ordering::SeqCst), 1);
         assert!(w.shutdown().is_some(), "the communicator comes back for destruction");
     }
@@ -446,13 +478,13 @@ mod tests {
         let (a, _, a_out) = work("barrier (collective #1)", Instant::now());
         w.track(a);
         w.block_until(|| Ok(false)).unwrap();
-        assert!(matches!(&*a_out.lock().unwrap(), Some(Error::DistributedTimeout { .. })));
+        assert!(matches!(&a_out.error(), Some(Error::DistributedTimeout { .. })));
         // The thread alone aborts a group nobody waits on.
         let w = Watch::new(1, d, d, || false, None);
         let (b, _, b_out) = work("send", Instant::now());
         w.track(b);
         let start = Instant::now();
-        while b_out.lock().unwrap().is_none() {
+        while b_out.error().is_none() {
             assert!(start.elapsed() < Duration::from_secs(60), "the watchdog thread never aborted");
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -14,6 +14,7 @@
 
 pub mod comm;
 pub mod cuda;
+pub(crate) mod exit;
 pub mod sim;
 
 pub use crate::kernel::{DevicePtr, HostPtr};

@@ -47,8 +47,9 @@ pub fn get_device_properties(device: impl IntoCudaDevice) -> Result<DeviceProper
 }
 
 /// Waits for all work on all streams of the device (`None` or `"cuda"`: the current device).
-/// Also returns an error raised on the device in a `Drop` since the last synchronize (freeing
-/// memory, destroying an event), which is then cleared.
+/// Also returns the asynchronous errors pending on the device (raised in a `Drop`, or by a
+/// collective that failed after it was queued), which stay pending until
+/// [`get_last_error`](crate::cuda::get_last_error) takes them (sticky, as CUDA's).
 pub fn synchronize(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
     let device = rt.device(device)?;
@@ -56,7 +57,7 @@ pub fn synchronize(device: impl IntoCudaDevice) -> Result<()> {
         super::capture::check_device("cuda::synchronize", device)?;
     }
     rt.driver.synchronize_device(device)?;
-    rt.driver.take_error(device)
+    super::errors::check(device)
 }
 
 /// `(free, total)` bytes of the device's memory (`None` or `"cuda"`: the current device).

@@ -125,8 +125,20 @@ impl Event {
         }
     }
 
-    /// Whether the recorded work has completed (`true` if never recorded, as in PyTorch).
+    /// Whether the recorded work has completed (`true` if never recorded, as in PyTorch); the
+    /// asynchronous errors pending on its device, if any (sticky until
+    /// [`get_last_error`](crate::cuda::get_last_error)).
     pub fn query(&self) -> Result<bool> {
+        let done = self.completed()?;
+        if let Some((device, _)) = self.handle() {
+            super::errors::check(device)?;
+        }
+        Ok(done)
+    }
+
+    /// [`Event::query`] without the device's pending errors (for the watchdog of a process
+    /// group, which follows its own collectives' outcomes).
+    pub(crate) fn completed(&self) -> Result<bool> {
         match self.handle() {
             Some((_, id)) => {
                 if super::capture::active() {
@@ -138,14 +150,17 @@ impl Event {
         }
     }
 
-    /// Waits on the host until the recorded work has completed (returns at once if never recorded).
+    /// Waits on the host until the recorded work has completed (returns at once if never
+    /// recorded); then returns the asynchronous errors pending on its device, if any (sticky
+    /// until [`get_last_error`](crate::cuda::get_last_error)).
     pub fn synchronize(&self) -> Result<()> {
         match self.handle() {
-            Some((_, id)) => {
+            Some((device, id)) => {
                 if super::capture::active() {
                     super::capture::check_event("Event::synchronize", id)?;
                 }
-                rt()?.driver.event_synchronize(id)
+                rt()?.driver.event_synchronize(id)?;
+                super::errors::check(device)
             }
             None => Ok(()),
         }

@@ -391,7 +391,7 @@ impl Drop for PinnedBlock {
         if let Ok(rt) = rt() {
             let device = uses.first().map_or(0, |u| u.device);
             if let Err(e) = rt.host_memory().allocator.free(self.ptr, uses) {
-                rt.driver.record_error(device, e);
+                crate::runtime::record_device_error(device, e);
             }
         }
     }

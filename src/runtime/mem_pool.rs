@@ -125,7 +125,7 @@ impl Drop for MemPool {
             a.empty_pool_cache(self.id)
         });
         if let Err(e) = r {
-            rt.driver.record_error(self.device, e);
+            crate::runtime::record_device_error(self.device, e);
         }
     }
 }
@@ -155,9 +155,7 @@ pub fn use_mem_pool<R>(pool: &MemPool, f: impl FnOnce() -> Result<R>) -> Result<
         fn drop(&mut self) {
             if self.1 {
                 if let Err(e) = self.close() {
-                    if let Ok(rt) = rt() {
-                        rt.driver.record_error(self.0.device, e);
-                    }
+                    crate::runtime::record_device_error(self.0.device, e);
                 }
             }
         }

@@ -36,6 +36,8 @@ pub(crate) struct DeviceBlock {
     /// The device's allocator (the runtime lives for the whole process), kept so that dropping
     /// the block looks nothing up.
     alloc: &'static CachingAllocator,
+    /// Why the block's contents are undefined: a collective that was to write it failed.
+    poison: std::sync::OnceLock<Error>,
 }
 
 impl DeviceBlock {
@@ -48,7 +50,7 @@ impl DeviceBlock {
         let device = stream.device();
         let alloc = rt()?.allocator(device)?;
         let ptr = alloc.malloc(bytes, stream.driver_id())?;
-        Ok(DeviceBlock { device, ptr, alloc })
+        Ok(DeviceBlock { device, ptr, alloc, poison: std::sync::OnceLock::new() })
     }
 
     /// The device holding the block.
@@ -69,6 +71,22 @@ impl DeviceBlock {
         self.alloc.block_pool(self.ptr)
     }
 
+    /// Marks the block's contents undefined because of `error` (a collective that was to write
+    /// it failed): host reads of it return the error for as long as the block lives. The first
+    /// error is kept.
+    pub fn poison(&self, error: &Error) {
+        let _ = self.poison.set(error.clone());
+    }
+
+    /// The error that made the block's contents undefined, if any.
+    #[inline]
+    pub fn poisoned(&self) -> Result<()> {
+        match self.poison.get() {
+            None => Ok(()),
+            Some(e) => Err(e.clone()),
+        }
+    }
+
     /// Marks the block as used on `stream` (a stream of its device, checked by the caller): once
     /// freed, it is reused only after the work queued on `stream` until now has completed.
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
@@ -81,9 +99,7 @@ impl Drop for DeviceBlock {
         // Back to the cache of the stream it was allocated on: reused only by work queued there
         // later (stream order), as PyTorch does. A failure is kept for the next synchronize.
         if let Err(e) = self.alloc.free(self.ptr) {
-            if let Ok(rt) = rt() {
-                rt.driver.record_error(self.device, e);
-            }
+            crate::runtime::record_device_error(self.device, e);
         }
     }
 }

@@ -6,6 +6,7 @@ mod capture;
 mod context;
 mod current;
 mod devices;
+mod errors;
 mod event;
 mod external;
 mod graph;
@@ -22,6 +23,7 @@ pub(crate) use capture::KeepAlive;
 pub(crate) use current::current_of;
 pub use current::{current_stream, default_stream, set_stream, with_stream, StreamGuard};
 pub use devices::*;
+pub use errors::{get_last_error, peek_at_last_error};
 pub use event::{Event, EventFlags};
 pub use external::primary_context;
 pub(crate) use graph::capture_keep;
@@ -38,6 +40,7 @@ pub(crate) fn capture_active() -> bool {
 pub(crate) fn check_host_work(call: &'static str) -> crate::error::Result<()> {
     capture::check_host_work(call)
 }
+pub(crate) use errors::record as record_device_error;
 pub use guard::{with_device, DeviceGuard};
 pub use host_memory::{
     host_empty_cache, host_memory_stats, reset_accumulated_host_memory_stats, reset_peak_host_memory_stats,
@@ -50,7 +53,7 @@ pub use mem_pool::{graph_pool_handle, use_mem_pool, MemPool};
 pub(crate) use memory::DeviceBlock;
 pub use memory::*;
 pub use stream::Stream;
-pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id, record_device_error};
+pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id};
 
 use crate::alloc::{AllocatorSettings, CachingAllocator};
 use crate::device::IntoCudaDevice;
@@ -69,6 +72,8 @@ pub(crate) struct DeviceState {
     /// The device's default stream, asked of the driver once (`None` if it could not say; then
     /// every lookup asks it and reports its error).
     pub default_stream: Option<StreamId>,
+    /// Asynchronous errors pending on the device (`errors.rs`).
+    pub errors: errors::DeviceErrors,
 }
 
 /// The process-wide runtime.
@@ -90,8 +95,11 @@ impl Runtime {
                 peer_enabled: Mutex::new(vec![false; n]),
                 allocator: OnceLock::new(),
                 default_stream: driver.default_stream(d).ok(),
+                errors: errors::DeviceErrors::default(),
             })
             .collect();
+        // Errors still pending at exit are written to stderr, not lost.
+        driver::exit::at_exit(errors::report_at_exit);
         Runtime { driver, devices, alloc_settings: crate::config::allocator_settings(), host: OnceLock::new() }
     }
 

@@ -81,23 +81,25 @@ impl Stream {
         self.id
     }
 
-    /// Waits until all work queued on this stream has completed. Also returns an error raised on
-    /// its device in a `Drop` since the last synchronize, which is then cleared.
+    /// Waits until all work queued on this stream has completed. Also returns the asynchronous
+    /// errors pending on its device (sticky until [`get_last_error`](crate::cuda::get_last_error)).
     pub fn synchronize(&self) -> Result<()> {
         if super::capture::active() {
             super::capture::check_blocking("Stream::synchronize", Some(self.id))?;
         }
         let rt = rt()?;
         rt.driver.stream_synchronize(self.id)?;
-        // An error raised in a `Drop` on the device since the last synchronize.
-        rt.driver.take_error(self.device)
+        super::errors::check(self.device)
     }
 
-    /// Whether all work queued on this stream has completed.
+    /// Whether all work queued on this stream has completed; the asynchronous errors pending on
+    /// its device, if any (sticky until [`get_last_error`](crate::cuda::get_last_error)).
     pub fn query(&self) -> Result<bool> {
         if super::capture::active() {
             super::capture::check_blocking("Stream::query", Some(self.id))?;
         }
-        rt()?.driver.stream_query(self.id)
+        let done = rt()?.driver.stream_query(self.id)?;
+        super::errors::check(self.device)?;
+        Ok(done)
     }
 }

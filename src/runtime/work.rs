@@ -100,7 +100,10 @@ impl Stream {
         if capture::active() {
             capture::check_blocking(DTOH, Some(self.driver_id()))?;
         }
-        rt()?.driver.memcpy_dtoh(dst, src, self.driver_id())
+        let rt = rt()?;
+        rt.driver.memcpy_dtoh(dst, src, self.driver_id())?;
+        // A host read is a synchronization point: errors pending on the device are returned.
+        super::errors::check(self.device())
     }
 
     /// Queues a copy of `bytes` bytes within the stream's device.
@@ -205,12 +208,4 @@ pub(crate) fn comm_init_all(devices: &[usize]) -> Result<Vec<Box<dyn Comm>>> {
         rt.check(d)?;
     }
     rt.driver.comm_init_all(devices)
-}
-
-/// Keeps an error met by work queued on `device` (a collective that failed on the stream) for the
-/// device's next synchronize.
-pub(crate) fn record_device_error(device: usize, error: crate::error::Error) {
-    if let Ok(rt) = rt() {
-        rt.driver.record_error(device, error);
-    }
 }

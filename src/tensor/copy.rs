@@ -227,6 +227,8 @@ impl Tensor {
         let stream = current_of(self.device_index())?;
         let mut bytes = super::storage::zeroed_bytes(len)?;
         stream.memcpy_dtoh(&mut bytes, ptr)?;
+        // A collective that was to write these bytes failed: they are not the data.
+        self.storage.poisoned()?;
         let first = view.span().map_or(0, |(first, _)| first);
         let layout = Layout { offset: self.layout.offset - first, ..self.layout.clone() };
         Ok(Tensor::from_parts(Arc::new(Storage::host(bytes)), layout, self.dtype))

@@ -51,6 +51,7 @@ pub use ops::operand::{result_type, Number, Operand};
 pub use random::{initial_seed, manual_seed};
 pub use range::{SliceBounds, SliceRange};
 pub use shape::{IntoShape, Shape};
+pub(crate) use storage::PoisonHandle;
 
 use crate::device::Device;
 use crate::dtype::DType;

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::kernels::cpu::Memory;
 use crate::runtime::{DeviceBlock, PinnedBlock, PinnedRead, PinnedWrite, Stream};
 use std::ops::{Deref, DerefMut};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 /// Host bytes, with the address of their first byte (their [`DevicePtr`] in kernel views):
 /// ordinary (pageable) memory, or a pinned block of the caching host allocator.
@@ -161,6 +161,16 @@ impl Storage {
         self.as_host().is_some_and(|h| h.pinned().is_some())
     }
 
+    /// `Ok` unless a collective that was to write this storage failed (its contents are then
+    /// undefined, and host reads return that error for as long as it lives).
+    #[inline]
+    pub fn poisoned(&self) -> Result<()> {
+        match self {
+            Storage::Device(block) => block.poisoned(),
+            Storage::Host(_) => Ok(()),
+        }
+    }
+
     /// Marks the whole device block as used on `stream` (a stream of the block's device): once
     /// freed, it is reused only after the work queued on `stream` until then has completed.
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
@@ -185,6 +195,29 @@ impl Storage {
             return Ok(()); // an empty tensor holds no block
         }
         block.record_stream(stream)
+    }
+}
+
+/// A tensor's storage as a collective that writes it sees it: without keeping it alive, it can
+/// mark its contents undefined if the collective fails ([`Storage::poisoned`]).
+pub(crate) struct PoisonHandle(Weak<Storage>);
+
+impl PoisonHandle {
+    /// Marks the storage's contents undefined because of `error` (nothing if it is gone or in
+    /// host memory).
+    pub fn poison(&self, error: &Error) {
+        if let Some(storage) = self.0.upgrade() {
+            if let Storage::Device(block) = &*storage {
+                block.poison(error);
+            }
+        }
+    }
+}
+
+impl super::Tensor {
+    /// A handle that can poison this tensor's storage (for the collectives that write it).
+    pub(crate) fn poison_handle(&self) -> PoisonHandle {
+        PoisonHandle(std::sync::Arc::downgrade(&self.storage))
     }
 }
 

@@ -22,12 +22,17 @@ pub fn machine() {
 /// Runs the tests of a file one at a time. Tests of one file share each device's default
 /// stream (every thread's current stream until it sets another), and two groups whose
 /// collectives wait on one stream in opposite orders would wait for each other (as on a GPU);
-/// an error a failed collective leaves on its device also belongs to one test. Sets the machine
-/// up first.
+/// an error a failed collective leaves on its device (sticky until `cuda::get_last_error`) also
+/// belongs to one test: one an earlier test left (by failing before it took it) is cleared. Sets
+/// the machine up first.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     machine();
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for d in 0..cudasem::cuda::device_count() {
+        let _ = cudasem::cuda::get_last_error(d);
+    }
+    guard
 }
 
 /// Groups over devices `0..w` for each world size `w` of [`world_sizes`] (none, after a

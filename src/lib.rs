@@ -42,6 +42,7 @@
 //! | `torch.cuda.get_device_name(i)` | [`cuda::get_device_name`] |
 //! | `torch.cuda.get_device_properties(i)` | [`cuda::get_device_properties`] |
 //! | `torch.cuda.synchronize(d)` | [`cuda::synchronize`] |
+//! | `cudaGetLastError` / `cudaPeekAtLastError` (asynchronous errors, sticky per device) | [`cuda::get_last_error`], [`cuda::peek_at_last_error`] |
 //! | `torch.cuda.can_device_access_peer(a, b)` | [`cuda::can_device_access_peer`] |
 //! | (implicit in torch) | [`cuda::enable_peer_access`], [`cuda::is_peer_access_enabled`] |
 //! | `torch.cuda.mem_get_info(d)` | [`cuda::mem_get_info`] |

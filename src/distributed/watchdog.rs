@@ -453,6 +453,41 @@ mod tests {
         assert!(w.shutdown().is_some(), "the communicator comes back for destruction");
     }
 
+    /// NCCL's path: the abort runs each outstanding work's `on_fail` (poisoning its tensors,
+    /// keeping the error for its device) once, before it aborts the communicator (which lets the
+    /// kernels waiting for a dead peer exit, and so host reads after them return); a work that
+    /// already failed by itself keeps its own error and is not failed again.
+    #[test]
+    fn an_abort_runs_each_outstanding_works_failure_once_before_aborting_the_communicator() {
+        let fake = Arc::new(FakeComm::default());
+        let w = watch(&fake);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let outcome = |name: &'static str| {
+            let (seen, fake) = (seen.clone(), fake.clone());
+            Outcome::new(Box::new(move |e: &Error| {
+                let aborted = fake.aborts.load(Ordering::SeqCst);
+                seen.lock().unwrap().push((name, e.clone(), aborted));
+            }))
+        };
+        let t0 = Instant::now();
+        let (a, b) = (outcome("a"), outcome("b"));
+        let own = Error::Internal { op: "b", reason: "failed by itself".into() };
+        b.fail(&own);
+        for (what, out) in [("a", &a), ("b", &b)] {
+            let done: Done = Arc::new(|| Ok(false));
+            w.track(Pending { what: what.into(), since: t0, done, outcome: out.clone() });
+        }
+        fake.failed.store(true, Ordering::SeqCst);
+        w.poll(t0);
+        w.poll(t0 + Duration::from_secs(1));
+        let seen = seen.lock().unwrap().clone();
+        let cause = w.aborted().cloned().expect("aborted");
+        assert_eq!(seen, [("b", own.clone(), 0), ("a", cause.clone(), 0)], "each once, before the abort");
+        assert_eq!((a.error(), b.error()), (Some(cause), Some(own)));
+        assert_eq!(fake.aborts.load(Ordering::SeqCst), 1);
+        w.shutdown();
+    }
+
     #[test]
     fn an_abort_during_a_call_waits_for_the_call() {
         let fake = Arc::new(FakeComm::default());

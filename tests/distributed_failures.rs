@@ -461,8 +461,14 @@ fn an_async_collective_that_fails_later_is_the_error_of_the_first_read() -> Resu
         let input = Tensor::from_slice(&data, [16], Device::cuda(g.device()))?;
         let work = g.all_gather_into_tensor(&out, &input, true)?;
         work.wait()?; // queued: the failure has not happened yet
-        let read = out.to_vec::<f64>().map(|_| ());
+                      // A non-blocking copy to pinned host memory, queued before the failure: the host's
+                      // first read of it waits for the copy and returns the error.
+        let staged = out.to(Device::Cpu, true)?;
+        assert!(staged.is_pinned());
+        let read = staged.to_vec::<f64>().map(|_| ());
         assert!(matches!(read, Err(Error::DistributedTimeout { .. })), "rank {}: {read:?}", g.rank());
+        assert_eq!(out.to_vec::<f64>().map(|_| ()), read, "the poisoned output");
+        assert_eq!(out.to(Device::Cpu, true).map(|_| ()), read, "a new non-blocking copy of it");
         assert_eq!(work.wait(), read, "Work::wait after the failure");
         assert_eq!(cuda::get_last_error(g.device()), read, "the device kept it");
         // The input was only read: it is not poisoned.

@@ -75,7 +75,12 @@ fn rank_body() {
                 let _work = pg.all_reduce(&t, ReduceOp::Sum, true).unwrap();
                 std::process::exit(3);
             }
-            match pg.all_reduce(&t, ReduceOp::Sum, true).unwrap().wait_blocking() {
+            let outcome = pg.all_reduce(&t, ReduceOp::Sum, true).unwrap().wait_blocking();
+            // The tensor the collective was to write reads as its error, not as rank 0's data;
+            // so does the device, until the error is taken.
+            assert_eq!(t.to_vec::<f32>().map(|_| ()), outcome, "rank {rank}: the first read after the failure");
+            assert_eq!(cudasem::cuda::get_last_error(dev), outcome, "rank {rank}: left on the device");
+            match outcome {
                 Err(Error::DistributedTimeout { what, .. }) => println!("rank {rank} finished: a timeout ({what})"),
                 other => panic!("rank {rank}: expected a timeout, got {other:?}"),
             }

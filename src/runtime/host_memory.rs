@@ -48,7 +48,9 @@ pub(crate) trait UseEvents {
 
 impl UseEvents for DriverHostMemory {
     fn wait(&self, u: &HostUse) -> Result<()> {
-        self.driver.event_synchronize(u.event)
+        self.driver.event_synchronize(u.event)?;
+        // A host access after a device copy is a synchronization point of the copy's device.
+        super::errors::check(u.device)
     }
     fn done(&self, u: &HostUse) -> bool {
         self.driver.event_query(u.event).unwrap_or(false)

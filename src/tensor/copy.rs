@@ -115,7 +115,10 @@ impl Tensor {
             (a, b) if a == b => self.copy_local(&*self.unaliased(&src)?),
             (Place::Cpu, Place::Cuda(d)) if non_blocking && src.is_pinned() => self.copy_from_pinned(&src, d),
             (Place::Cpu, Place::Cuda(_)) => self.copy_from_host(&src),
-            (Place::Cuda(d), Place::Cpu) if non_blocking && self.is_pinned() => self.copy_into_pinned(&src, d),
+            (Place::Cuda(d), Place::Cpu) if non_blocking && self.is_pinned() => {
+                src.storage.poisoned()?;
+                self.copy_into_pinned(&src, d)
+            }
             (Place::Cuda(_), Place::Cpu) => self.copy_local(&src.read_to_host()?),
             (Place::Cuda(s), Place::Cuda(d)) => self.copy_peer(&src, s, d),
             (Place::Cpu, Place::Cpu) => self.copy_local(&src),

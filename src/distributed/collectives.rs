@@ -12,6 +12,11 @@
 //!    current stream wait for it at once, `async_op = true` leaves that to [`Work::wait`].
 //!    Neither blocks the host. The group's watchdog (`watchdog.rs`) follows the end event: a
 //!    collective that misses its deadline, or a communicator error, aborts the group.
+//! 5. a collective that fails after it was queued (by itself on the simulated backend, or by the
+//!    group's abort) poisons the tensor it was to write — host reads of it (`to_vec`, `item`,
+//!    `cpu`) return the error, not stale data — and leaves the error on its device, where every
+//!    synchronization point returns it until `cuda::get_last_error` takes it; [`Work::wait`]
+//!    returns it once it happened.
 
 use super::agree::Exchange;
 use super::group::ProcessGroup;

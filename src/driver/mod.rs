@@ -240,7 +240,8 @@ pub trait Driver: Send + Sync + 'static {
     /// kept wins; an invalid `device` is ignored.
     fn record_error(&self, device: usize, error: Error);
     /// The error [`Driver::record_error`] kept for `device`, which is no longer kept; `Ok` when
-    /// none. The runtime's `synchronize` calls return it, so a failure in `Drop` is not lost.
+    /// none. The runtime moves it into the device's pending errors at every synchronization point
+    /// (`runtime/errors.rs`, which keeps its own errors there), so a failure in `Drop` is not lost.
     fn take_error(&self, device: usize) -> Result<()>;
 
     /// A new communicator's unique id (`ncclGetUniqueId`), for the first rank to share with the

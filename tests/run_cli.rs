@@ -221,6 +221,7 @@ fn a_dead_rank_is_a_timeout_error_for_the_others() {
 /// and returns their outputs.
 fn two_ranks(body: &str, timeout_ms: &str) -> Vec<Output> {
     let port = free_port().to_string();
+    let secret = format!("two-ranks-{port}-{}", std::process::id());
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
             let mut cmd = Command::new(std::env::current_exe().unwrap());
@@ -229,7 +230,9 @@ fn two_ranks(body: &str, timeout_ms: &str) -> Vec<Output> {
                 .env("DIST_BODY", body)
                 .env("DIST_TIMEOUT_MS", timeout_ms)
                 .envs([("RANK", rank.to_string()), ("LOCAL_RANK", rank.to_string()), ("WORLD_SIZE", "2".into())])
-                .envs([("MASTER_ADDR", "127.0.0.1".to_string()), ("MASTER_PORT", port.clone())]);
+                .envs([("MASTER_ADDR", "127.0.0.1".to_string()), ("MASTER_PORT", port.clone())])
+                // Ranks started by hand share the store's secret as `cudasem run` would give it.
+                .env("CUDASEM_STORE_SECRET", &secret);
             cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();

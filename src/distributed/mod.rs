@@ -48,7 +48,9 @@ mod init;
 mod reduce;
 mod sim;
 mod store;
+mod tcp_server;
 mod tcp_store;
+mod tcp_wire;
 mod watchdog;
 
 pub use crate::driver::comm::ReduceOp;

@@ -3,6 +3,8 @@
 //! a memory snapshot), `bench` (cudasem's figures beside PyTorch's, BENCHMARKS.md) and `run`
 //! (torchrun's launcher for `cudasem::distributed` programs).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod cli;
 
 use clap::{Parser, Subcommand};

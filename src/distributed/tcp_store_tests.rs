@@ -109,6 +109,14 @@ fn a_client_without_the_secret_is_refused_before_touching_a_key() {
         }
         other => panic!("expected a refused connection, got {other:?}"),
     }
+    // No secret at all (another process's view: the master's is not registered here).
+    wire::unregister_local(master.port());
+    let err = TcpStore::with_parts("127.0.0.1", master.port(), false, Duration::from_secs(5), None, Limits::default())
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Store { op: "connect", reason } if reason.contains("no secret") && reason.contains(wire::SECRET_ENV)),
+        "{err}"
+    );
     // A raw client that skips the proof and sends a `set` at once: its first 32 bytes are taken as
     // the (wrong) proof, it is refused and disconnected, and the key is untouched.
     let (s, _, _) = hello(master.port());

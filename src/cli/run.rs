@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 
 /// How long ranks have between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
+/// How long the launcher waits for SIGKILLed processes to be torn down.
+const KILL_WAIT: Duration = Duration::from_secs(2);
 /// How often the launcher looks at its ranks.
 const POLL: Duration = Duration::from_millis(20);
 /// The most processes `--nproc-per-node` starts.
@@ -155,12 +157,14 @@ fn launch(o: Options) -> Result<u8, String> {
             Err(e) => {
                 stop(&mut ranks, &signals, signals::TERM);
                 reaper.release();
+                reap(&mut ranks);
                 return Err(format!("cannot start {program}: {e}"));
             }
         }
     }
     let code = supervise(&mut ranks, &signals, deadline, o.timeout);
     reaper.release();
+    reap(&mut ranks);
     Ok(code)
 }
 
@@ -219,7 +223,7 @@ fn supervise(
 }
 
 /// Sends `sig` to every rank's group and waits until the groups are empty; SIGKILL to the groups
-/// after the grace period (or at another signal); then reaps the ranks.
+/// after the grace period (or at another signal).
 fn stop(ranks: &mut [Rank], signals: &signals::Forwarder, sig: i32) {
     let groups: Vec<u32> = ranks.iter().map(|r| r.child.id()).collect();
     signals::to_groups(&groups, sig);
@@ -235,11 +239,20 @@ fn stop(ranks: &mut [Rank], signals: &signals::Forwarder, sig: i32) {
         std::thread::sleep(POLL);
     }
     signals::to_groups(&groups, signals::KILL);
+    // A killed process is gone once the kernel has torn it down: wait for that, briefly.
+    let deadline = Instant::now() + KILL_WAIT;
+    while guard::any_running(&groups) && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Reaps the ranks (after [`stop`] and the reaper's release: until now an exited rank's pid, its
+/// group's id, stayed the job's).
+fn reap(ranks: &mut [Rank]) {
     for r in ranks.iter_mut() {
         #[cfg(not(unix))]
         let _ = r.child.kill();
-        let status = r.child.wait().ok().map(code_of);
-        r.status = r.status.or(status);
+        let _ = r.child.wait();
     }
 }
 

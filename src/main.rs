@@ -111,8 +111,9 @@ enum Command {
     },
     /// Starts a distributed program as torchrun does: --nproc-per-node copies with RANK,
     /// LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and torchrun's other variables), one GPU
-    /// per local rank; forwards SIGINT/SIGTERM/SIGHUP; when a rank fails, stops the others and
-    /// exits with its status.
+    /// per local rank, and the store's secret (CUDASEM_STORE_SECRET); forwards SIGINT/SIGTERM/SIGHUP;
+    /// when a rank fails, stops the others and exits with its status. Each rank runs in a process
+    /// group of its own that is stopped whole, also when the launcher dies: nothing is left behind.
     Run {
         /// Processes on this node (one per GPU), 1 to 1024.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=cli::run::MAX_NPROC_PER_NODE as u64))]

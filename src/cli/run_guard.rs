@@ -8,6 +8,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 /// Puts the rank that `cmd` starts in a new process group (its pid is the group's id) and, on
 /// Linux, has the kernel SIGKILL it when the launcher dies.
 pub fn own_group_dying_with_launcher(cmd: &mut Command) {
+    #[cfg(not(unix))]
+    let _ = cmd;
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(cmd, 0);
     #[cfg(target_os = "linux")]

@@ -3,6 +3,9 @@
 //! (all_reduce, broadcast, an uneven all_to_all_single, barrier) with 1, 2 and 4 ranks on one node and 2 nodes of one rank; a failing rank makes the launcher
 //! stop the others and exit with its status; a rank that dies is a timeout error for the others
 //! (not a hang), also when it dies mid-collective; SIGTERM to the launcher reaches every rank.
+//! Ranks that fork (shells with children) leave no process behind after a failing rank, a good
+//! end, SIGTERM or SIGKILL to the launcher and `--timeout`; out-of-range process counts are usage
+//! errors; the store lets in no rank with a wrong secret, and several nodes need a shared one.
 
 mod common;
 

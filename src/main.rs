@@ -3,6 +3,8 @@
 //! a memory snapshot), `bench` (cudasem's figures beside PyTorch's, BENCHMARKS.md) and `run`
 //! (torchrun's launcher for `cudasem::distributed` programs).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod cli;
 
 use clap::{Parser, Subcommand};
@@ -109,28 +111,35 @@ enum Command {
     },
     /// Starts a distributed program as torchrun does: --nproc-per-node copies with RANK,
     /// LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and torchrun's other variables), one GPU
-    /// per local rank; forwards SIGINT/SIGTERM/SIGHUP; when a rank fails, stops the others and
-    /// exits with its status.
+    /// per local rank, and the store's secret (CUDASEM_STORE_SECRET); forwards SIGINT/SIGTERM/SIGHUP;
+    /// when a rank fails, stops the others and exits with its status. Each rank runs in a process
+    /// group of its own that is stopped whole, also when the launcher dies: nothing is left behind.
     Run {
-        /// Processes on this node (one per GPU).
-        #[arg(long)]
-        nproc_per_node: usize,
-        /// Nodes in the world.
-        #[arg(long, default_value_t = 1)]
-        nnodes: usize,
+        /// Processes on this node (one per GPU), 1 to 1024.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=cli::run::MAX_NPROC_PER_NODE as u64))]
+        nproc_per_node: u64,
+        /// Nodes in the world, 1 to 65536.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=cli::run::MAX_NNODES as u64))]
+        nnodes: u64,
         /// This node's number, 0..nnodes.
         #[arg(long, default_value_t = 0)]
-        node_rank: usize,
+        node_rank: u64,
         /// Rank 0's host (the store's server).
         #[arg(long, default_value = "127.0.0.1")]
         master_addr: String,
         /// Rank 0's store port [default: a free port on one node; 29500 with several nodes].
         #[arg(long)]
         master_port: Option<u16>,
+        /// Stop every rank once the job has run this many seconds, and exit with 124.
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+        timeout: Option<u64>,
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
         command: Vec<String>,
     },
+    /// The launcher's helper: stops the ranks' process groups if `cudasem run` dies.
+    #[command(name = "run-reaper", hide = true)]
+    RunReaper,
 }
 
 fn main() -> ExitCode {
@@ -144,9 +153,19 @@ fn main() -> ExitCode {
         Command::Memviz { snapshot, html, svg, device, at, by_stream } => {
             cli::memviz::run(cli::memviz::Args { snapshot, html, svg, device, at, by_stream })
         }
-        Command::Run { nproc_per_node, nnodes, node_rank, master_addr, master_port, command } => {
-            cli::run::run(cli::run::Options { nproc_per_node, nnodes, node_rank, master_addr, master_port, command })
+        Command::Run { nproc_per_node, nnodes, node_rank, master_addr, master_port, timeout, command } => {
+            cli::run::run(cli::run::Options {
+                // In range (clap checked), so these fit.
+                nproc_per_node: nproc_per_node as usize,
+                nnodes: nnodes as usize,
+                node_rank: usize::try_from(node_rank).unwrap_or(usize::MAX),
+                master_addr,
+                master_port,
+                timeout: timeout.map(std::time::Duration::from_secs),
+                command,
+            })
         }
+        Command::RunReaper => cli::run::reaper(),
         Command::Bench { json, no_pytorch, python, script, only, quick, ops, write_spec } => {
             let script = script.unwrap_or_else(|| cli::bench::default_script(ops));
             cli::bench::run(cli::bench::Options { json, no_pytorch, python, script, only, quick, ops, write_spec })

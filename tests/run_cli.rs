@@ -3,6 +3,9 @@
 //! (all_reduce, broadcast, an uneven all_to_all_single, barrier) with 1, 2 and 4 ranks on one node and 2 nodes of one rank; a failing rank makes the launcher
 //! stop the others and exit with its status; a rank that dies is a timeout error for the others
 //! (not a hang), also when it dies mid-collective; SIGTERM to the launcher reaches every rank.
+//! Ranks that fork (shells with children) leave no process behind after a failing rank, a good
+//! end, SIGTERM or SIGKILL to the launcher and `--timeout`; out-of-range process counts are usage
+//! errors; the store lets in no rank with a wrong secret, and several nodes need a shared one.
 
 mod common;
 
@@ -184,7 +187,8 @@ fn two_nodes_of_one_rank_meet_at_the_master() {
                 "--",
             ]);
             rank_program(&mut cmd);
-            machine_env(&mut cmd).env("DIST_BODY", "reduce");
+            // The nodes' launchers share the job's secret (each node's would otherwise differ).
+            machine_env(&mut cmd).env("DIST_BODY", "reduce").env("CUDASEM_STORE_SECRET", format!("two-nodes-{port}"));
             if cuda {
                 cmd.env("CUDA_VISIBLE_DEVICES", node.to_string());
             }
@@ -226,6 +230,7 @@ fn a_dead_rank_is_a_timeout_error_for_the_others() {
 /// and returns their outputs.
 fn two_ranks(body: &str, timeout_ms: &str) -> Vec<Output> {
     let port = free_port().to_string();
+    let secret = format!("two-ranks-{port}-{}", std::process::id());
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
             let mut cmd = Command::new(std::env::current_exe().unwrap());
@@ -234,7 +239,9 @@ fn two_ranks(body: &str, timeout_ms: &str) -> Vec<Output> {
                 .env("DIST_BODY", body)
                 .env("DIST_TIMEOUT_MS", timeout_ms)
                 .envs([("RANK", rank.to_string()), ("LOCAL_RANK", rank.to_string()), ("WORLD_SIZE", "2".into())])
-                .envs([("MASTER_ADDR", "127.0.0.1".to_string()), ("MASTER_PORT", port.clone())]);
+                .envs([("MASTER_ADDR", "127.0.0.1".to_string()), ("MASTER_PORT", port.clone())])
+                // Ranks started by hand share the store's secret as `cudasem run` would give it.
+                .env("CUDASEM_STORE_SECRET", &secret);
             cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();
@@ -295,4 +302,213 @@ fn sigterm_to_the_launcher_reaches_every_rank() {
         assert!(!std::path::Path::new(&format!("/proc/{p}")).exists(), "rank pid {p} outlived the launcher");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rank (a shell) that starts two children in its process group, records `SHELL CHILD CHILD`
+/// pids in `$PIDS/$RANK`, then does what `$JOB` says: `wait` (runs until stopped), `fail` (rank 1
+/// exits 7 once rank 0 has recorded its pids, leaving its children running), `exit0` (every rank
+/// exits 0 and leaves its children running).
+const FORKING_RANK: &str = r#"
+sleep 1000 >/dev/null 2>&1 & a=$!
+sleep 1000 >/dev/null 2>&1 & b=$!
+echo "$$ $a $b" > "$PIDS/$RANK.tmp" && mv "$PIDS/$RANK.tmp" "$PIDS/$RANK"
+case "$JOB" in
+  fail) if [ "$RANK" = 1 ]; then until [ -e "$PIDS/0" ]; do sleep 0.05; done; exit 7; fi ;;
+  exit0) exit 0 ;;
+esac
+wait
+"#;
+
+/// A launcher running `ranks` forking ranks with `$JOB` = `job`, and the folder of their pids.
+#[cfg(unix)]
+fn forking_job(ranks: usize, extra: &[&str], job: &str) -> (std::process::Child, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("cudasem-run-leaks-{}-{job}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(common::cudasem_binary());
+    cmd.args(["run", "--nproc-per-node", &ranks.to_string()]).args(extra).args(["--", "sh", "-c", FORKING_RANK]);
+    cmd.env("PIDS", &dir).env("JOB", job).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    (cmd.spawn().unwrap(), dir)
+}
+
+/// The pids the ranks recorded (waits, bounded, until all `ranks` did).
+#[cfg(unix)]
+fn recorded_pids(dir: &std::path::Path, ranks: usize) -> Vec<i32> {
+    for _ in 0..3000 {
+        let files: Vec<String> =
+            (0..ranks).filter_map(|r| std::fs::read_to_string(dir.join(r.to_string())).ok()).collect();
+        if files.len() == ranks {
+            let pids: Vec<i32> = files.iter().flat_map(|f| f.split_whitespace().map(|p| p.parse().unwrap())).collect();
+            assert_eq!(pids.len(), 3 * ranks);
+            return pids;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the ranks did not record their pids within 30 s");
+}
+
+/// Whether `pid` runs (a zombie has exited: it does not).
+#[cfg(unix)]
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(stat.rsplit_once(')').and_then(|(_, f)| f.split_whitespace().next()), Some("Z" | "X")),
+        Err(_) if std::path::Path::new("/proc/self").exists() => false,
+        Err(_) => nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok(),
+    }
+}
+
+/// Waits (bounded) for the launcher to exit; its status. A launcher still running after 60 s is
+/// killed and the test fails.
+#[cfg(unix)]
+fn exit_of(launcher: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..6000 {
+        if let Some(s) = launcher.try_wait().unwrap() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = launcher.kill();
+    panic!("the launcher did not exit within 60 s");
+}
+
+/// Asserts that no recorded process of the job runs, then returns the launcher's stderr.
+#[cfg(unix)]
+fn assert_nothing_left(pids: &[i32], launcher: &mut std::process::Child, dir: &std::path::Path) -> String {
+    let left: Vec<i32> = pids.iter().copied().filter(|&p| running(p)).collect();
+    assert!(left.is_empty(), "processes of the job outlived the launcher: {left:?} (of {pids:?})");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut err).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    err
+}
+
+#[cfg(unix)]
+#[test]
+fn a_failing_rank_leaves_no_process_of_the_job_behind() {
+    let (mut launcher, dir) = forking_job(2, &[], "fail");
+    let pids = recorded_pids(&dir, 2);
+    let status = exit_of(&mut launcher);
+    let err = assert_nothing_left(&pids, &mut launcher, &dir);
+    assert_eq!(status.code(), Some(7), "{err}");
+    assert!(err.contains("rank 1 (local rank 1"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn ranks_that_exit_well_leave_no_process_behind() {
+    let (mut launcher, dir) = forking_job(2, &[], "exit0");
+    let pids = recorded_pids(&dir, 2);
+    let status = exit_of(&mut launcher);
+    let err = assert_nothing_left(&pids, &mut launcher, &dir);
+    assert_eq!(status.code(), Some(0), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_to_the_launcher_leaves_no_process_of_the_job_behind() {
+    let (mut launcher, dir) = forking_job(2, &[], "wait");
+    let pids = recorded_pids(&dir, 2);
+    let pid = nix::unistd::Pid::from_raw(launcher.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = exit_of(&mut launcher);
+    let err = assert_nothing_left(&pids, &mut launcher, &dir);
+    assert_eq!(status.code(), Some(128 + 15), "{err}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn sigkill_to_the_launcher_leaves_no_process_of_the_job_behind() {
+    let (mut launcher, dir) = forking_job(2, &[], "wait");
+    let pids = recorded_pids(&dir, 2);
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    // The launcher cannot clean up: the kernel (PR_SET_PDEATHSIG) and its reaper do, shortly.
+    for _ in 0..2000 {
+        if !pids.iter().any(|&p| running(p)) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<i32> = pids.iter().copied().filter(|&p| running(p)).collect();
+    for &p in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+    }
+    panic!("processes of the job outlived a SIGKILL of the launcher by 20 s: {left:?} (of {pids:?})");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_job_past_its_timeout_is_stopped_with_status_124() {
+    let (mut launcher, dir) = forking_job(2, &["--timeout", "1"], "wait");
+    let pids = recorded_pids(&dir, 2);
+    let status = exit_of(&mut launcher);
+    let err = assert_nothing_left(&pids, &mut launcher, &dir);
+    assert_eq!(status.code(), Some(124), "{err}");
+    assert!(err.contains("--timeout 1"), "{err}");
+}
+
+#[test]
+fn out_of_range_process_counts_are_a_usage_error_not_a_crash() {
+    let cases: [&[&str]; 6] = [
+        &["--nproc-per-node", "18446744073709551615"],
+        &["--nproc-per-node", "1000000000000"],
+        &["--nproc-per-node", "0"],
+        &["--nproc-per-node", "1025"],
+        &["--nproc-per-node", "1", "--nnodes", "18446744073709551615"],
+        &["--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "2"],
+    ];
+    for args in cases {
+        let o = Command::new(common::cudasem_binary())
+            .arg("run")
+            .args(args)
+            .args(["--", "true"])
+            .env("CUDASEM_STORE_SECRET", "s")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked") && err.contains("--n"), "{args:?}: {err}");
+    }
+    let o = Command::new(common::cudasem_binary())
+        .args(["run", "--nproc-per-node", "1025", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1..=1024"), "the range is named");
+}
+
+#[test]
+fn several_nodes_need_a_shared_secret_and_a_wrong_one_is_refused() {
+    let o = Command::new(common::cudasem_binary())
+        .args(["run", "--nproc-per-node", "1", "--nnodes", "2", "--", "true"])
+        .env_remove("CUDASEM_STORE_SECRET")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("CUDASEM_STORE_SECRET"), "the error names the variable: {err}");
+    if local_worlds().is_empty() {
+        return;
+    }
+    // Rank 0 serves with one secret, rank 1 comes with another: refused, not let in.
+    let port = free_port().to_string();
+    let ranks: Vec<_> = ["right", "wrong"]
+        .iter()
+        .enumerate()
+        .map(|(rank, secret)| {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.args(["--ignored", "--exact", "rank_body", "--nocapture", "--test-threads=1"]);
+            machine_env(&mut cmd)
+                .env("DIST_BODY", "reduce")
+                .env("DIST_TIMEOUT_MS", "1500")
+                .envs([("RANK", rank.to_string()), ("LOCAL_RANK", "0".into()), ("WORLD_SIZE", "2".into())])
+                .envs([("MASTER_ADDR", "127.0.0.1".to_string()), ("MASTER_PORT", port.clone())])
+                .env("CUDASEM_STORE_SECRET", secret);
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    assert!(!outs[1].status.success(), "{}", text(&outs[1]));
+    assert!(text(&outs[1]).contains("refused this client"), "{}", text(&outs[1]));
+    assert!(!outs[0].status.success(), "rank 0 timed out waiting for rank 1: {}", text(&outs[0]));
 }

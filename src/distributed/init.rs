@@ -1,6 +1,8 @@
 //! `init_process_group`'s rendezvous: torchrun's environment (`env://`) or an address
 //! (`tcp://host:port`), a [`TcpStore`] served by rank 0, and a check that every rank of the world
-//! arrived with the same world size before the backend joins.
+//! arrived with the same world size before the backend joins. Every rank proves the job's secret to
+//! the store: `CUDASEM_STORE_SECRET` (set by `cudasem run`), else — ranks that are threads of the
+//! master's process — the secret the master made (see [`TcpStore`]).
 
 use super::group::{Farewell, Parts, ProcessGroup};
 use super::sim::{wait_ranks, SimRank};

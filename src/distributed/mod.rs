@@ -12,8 +12,8 @@
 //! | `broadcast`, `all_gather_into_tensor`, `reduce_scatter_tensor`, `all_to_all_single`, `send`/`isend`, `recv`/`irecv` | the same names on [`ProcessGroup`] |
 //! | `all_to_all_single(out, in, output_split_sizes, input_split_sizes)` | [`ProcessGroup::all_to_all_single_splits`]`(&out, &in, Some(&[…]), Some(&[…]), async_op)` (splits count rows of dim 0; `None`: equal) |
 //! | `work.wait()`, `work.is_completed()` | [`Work::wait`] (the current stream waits; the host does not), [`Work::is_completed`] |
-//! | `dist.TCPStore`, `dist.HashStore` | [`TcpStore`], [`HashStore`] (trait [`Store`]: set / get / add / wait / check / delete_key) |
-//! | `torchrun --nproc-per-node N prog` | `cudasem run --nproc-per-node N -- prog` |
+//! | `dist.TCPStore`, `dist.HashStore` | [`TcpStore`], [`HashStore`] (trait [`Store`]: set / get / add / wait / check / delete_key); unlike PyTorch's, the TCP store lets in only clients that prove the job's secret (`CUDASEM_STORE_SECRET`), caps messages at 4 GiB, limits connections and closes idle ones |
+//! | `torchrun --nproc-per-node N prog` | `cudasem run --nproc-per-node N -- prog` (makes the job's store secret; `--timeout`; leaves no process behind) |
 //!
 //! **Stream semantics.** A collective runs on the group's communication stream, which first
 //! waits for an event recorded on the device's current stream, so it sees every op queued
@@ -48,7 +48,9 @@ mod init;
 mod reduce;
 mod sim;
 mod store;
+mod tcp_server;
 mod tcp_store;
+mod tcp_wire;
 mod watchdog;
 
 pub use crate::driver::comm::ReduceOp;

@@ -39,6 +39,9 @@ pub(crate) struct Table {
     changed: Condvar,
 }
 
+/// How often a served wait asks whether its client is still there.
+pub(crate) const ABANDON_TICK: Duration = Duration::from_millis(250);
+
 /// What a wait found when its time ran out: the keys still missing.
 pub(crate) struct Missing(pub Vec<String>);
 
@@ -63,9 +66,21 @@ impl Table {
         new
     }
 
-    /// Waits for `keys`; the value of the first when they are all set.
+    /// Waits for `keys`; the value of the first when they are all set. A `timeout` too long for
+    /// the clock (`Duration::MAX`) waits without a deadline.
     pub fn wait(&self, keys: &[&str], timeout: Duration) -> std::result::Result<Option<Vec<u8>>, Missing> {
-        let deadline = Instant::now() + timeout;
+        self.wait_until(keys, super::tcp_wire::deadline_after(timeout), None)
+    }
+
+    /// Waits for `keys` until `deadline` (`None`: none). With `abandoned`, wakes every
+    /// [`ABANDON_TICK`] to ask it whether the waiter is gone (a store client that hung up), and
+    /// gives up (the keys still missing) when it is: so no thread waits forever for no one.
+    pub fn wait_until(
+        &self,
+        keys: &[&str],
+        deadline: Option<Instant>,
+        abandoned: Option<&dyn Fn() -> bool>,
+    ) -> std::result::Result<Option<Vec<u8>>, Missing> {
         let mut map = self.lock();
         loop {
             let missing: Vec<String> = keys.iter().filter(|k| !map.contains_key(**k)).map(|k| k.to_string()).collect();
@@ -73,10 +88,24 @@ impl Table {
                 return Ok(keys.first().and_then(|k| map.get(*k).cloned()));
             }
             let now = Instant::now();
-            if now >= deadline {
+            let left = match deadline {
+                Some(d) if now >= d => return Err(Missing(missing)),
+                Some(d) => d - now,
+                None => Duration::MAX,
+            };
+            let Some(abandoned) = abandoned else {
+                map = match deadline {
+                    Some(_) => self.changed.wait_timeout(map, left).unwrap_or_else(|e| e.into_inner()).0,
+                    None => self.changed.wait(map).unwrap_or_else(|e| e.into_inner()),
+                };
+                continue;
+            };
+            map = self.changed.wait_timeout(map, left.min(ABANDON_TICK)).unwrap_or_else(|e| e.into_inner()).0;
+            drop(map);
+            if abandoned() {
                 return Err(Missing(missing));
             }
-            map = self.changed.wait_timeout(map, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            map = self.lock();
         }
     }
 
@@ -98,7 +127,7 @@ impl Table {
 pub(crate) fn timed_out(missing: &[String], timeout: Duration) -> Error {
     Error::DistributedTimeout {
         what: format!("store key(s) {missing:?} to be set"),
-        timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
+        timeout_ms: super::tcp_wire::millis(timeout),
     }
 }
 
@@ -170,6 +199,28 @@ mod tests {
         });
         assert_eq!(store.get("k").unwrap(), b"v");
         t.join().unwrap();
+    }
+
+    #[test]
+    fn the_longest_timeouts_wait_without_panicking() {
+        // `Instant::now() + Duration::MAX` would panic: such a wait has no deadline instead.
+        let store = Arc::new(HashStore::new(Duration::MAX));
+        let setter = store.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            setter.set("late", b"x").unwrap();
+        });
+        store.wait(&["late"], Duration::MAX).unwrap();
+        assert_eq!(store.get("late").unwrap(), b"x");
+        t.join().unwrap();
+        // A served wait gives up once its waiter is gone.
+        let table = Table::default();
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let gone = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 1;
+        match table.wait_until(&["never"], None, Some(&gone)) {
+            Err(Missing(keys)) => assert_eq!(keys, ["never"]),
+            Ok(v) => panic!("an abandoned wait returned {v:?}"),
+        }
     }
 
     #[test]

@@ -4,55 +4,114 @@
 //! stream's collective) do not queue behind each other's waits, and report a closed server as
 //! [`Error::RankFailed`] of rank 0.
 //!
-//! The wire format is this crate's own: a request is a command byte and length-prefixed fields
-//! (`u32` little-endian lengths, `i64`/`u64` little-endian numbers); a reply is a status byte
-//! (0 ok, 1 timed out with the missing keys) and the command's result. Waits are served by the
-//! server (its thread per connection sleeps on the table), so a timeout is exact and needs no
-//! second round trip.
+//! Unlike PyTorch's `TCPStore`, which serves anyone who reaches its port, the server lets in only
+//! clients that prove the job's secret (an HMAC-SHA256 challenge-response, before any key is read
+//! or written), caps the size of a message, limits its connections and closes idle ones; the
+//! wire ([`tcp_wire`](super::tcp_wire)) is this crate's own. Waits are served by the server (its
+//! thread per connection sleeps on the table, and gives up when the client hangs up), so a
+//! timeout is exact and needs no second round trip.
 
-use super::store::{timed_out, Missing, Store, Table};
+use super::store::{timed_out, Store};
+use super::tcp_server::{self as server, Server};
+use super::tcp_wire::{self as wire, Dec, Enc, FrameError, Limits};
 use crate::error::{Error, Result};
-use std::io::{BufReader, BufWriter, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-const SET: u8 = 1;
-const GET: u8 = 2;
-const ADD: u8 = 3;
-const WAIT: u8 = 4;
-const CHECK: u8 = 5;
-const DELETE: u8 = 6;
-const NUM_KEYS: u8 = 7;
-
-const OK: u8 = 0;
-const TIMED_OUT: u8 = 1;
 
 /// Extra time a client waits for a reply beyond the wait it asked the server for.
 const REPLY_MARGIN: Duration = Duration::from_secs(5);
+/// Connections a client keeps for later calls.
+const POOLED: usize = 4;
 
-/// A TCP key-value store (`torch.distributed.TCPStore`).
-#[derive(Debug)]
+/// A TCP key-value store (`torch.distributed.TCPStore`) that lets in only the ranks of its job.
+///
+/// **Authentication.** Every connection proves the job's secret before it can read or write a
+/// key: the server sends a random nonce, the client answers HMAC-SHA256(secret, nonce), and a
+/// wrong answer is refused ([`Error::Store`] on the client). The secret is, first hit wins:
+/// - the variable `CUDASEM_STORE_SECRET` (`cudasem run` makes a random one per job and gives it
+///   to its ranks in their environment, never on a command line; for several nodes, or ranks
+///   started by hand, set the same value for every rank);
+/// - else, for the master, a random secret made when it starts, which clients *in the same
+///   process* (ranks that are threads, tests) use; a client in another process without the
+///   variable is refused with an error that names it.
+///
+/// **Limits.** A message (a request or a reply, with a value of any length) may be at most
+/// 4 GiB: a larger `set` is [`Error::Store`] naming the cap, and a peer that declares a larger
+/// message is answered with that error and disconnected before anything is allocated. The
+/// server serves at most 4096 connections at once (more are turned away, and their clients retry
+/// until the timeout), closes a connection that sends nothing for 10 minutes, gives up a wait whose
+/// client hung up, and gives a client 10 s to answer its challenge.
+///
+/// These are differences from PyTorch's `TCPStore`, which has no authentication, no message cap
+/// and no idle timeout; the wire is this crate's own, so the two do not talk to each other.
 pub struct TcpStore {
     addr: SocketAddr,
     timeout: Duration,
-    idle: Mutex<Vec<TcpStream>>,
+    /// This client's secret; `None`: the secret of this process's server on the port, if any.
+    secret: Option<Vec<u8>>,
+    idle: Mutex<Vec<Conn>>,
     /// The server, when this store is the master's.
     server: Option<Server>,
+}
+
+impl fmt::Debug for TcpStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The secret is never printed.
+        f.debug_struct("TcpStore")
+            .field("addr", &self.addr)
+            .field("timeout", &self.timeout)
+            .field("is_master", &self.server.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An authenticated connection and what its server allows.
+struct Conn {
+    stream: TcpStream,
+    max_message: u64,
+    /// The server's idle timeout: a pooled connection older than half of it is not reused.
+    idle_limit: Duration,
+    since: Instant,
+}
+
+/// Why a connection attempt failed: worth retrying (nothing listens yet, the server is busy) or not.
+enum Attempt {
+    Retry(String),
+    Fatal(Error),
 }
 
 impl TcpStore {
     /// A store at `host:port`. The master (`is_master`, rank 0) binds the port (0: any free port,
     /// see [`TcpStore::port`]) and serves it until dropped; the others connect, retrying until
-    /// `timeout` ([`Error::DistributedTimeout`]). `timeout` also bounds [`Store::get`].
+    /// `timeout` ([`Error::DistributedTimeout`]). `timeout` also bounds [`Store::get`]; a
+    /// `timeout` too long for the clock (`Duration::MAX`) means no deadline. The secret comes
+    /// from `CUDASEM_STORE_SECRET` (see the type's docs); a client whose secret is wrong or missing
+    /// is [`Error::Store`], an empty variable [`Error::InvalidConfig`].
     pub fn new(host: &str, port: u16, is_master: bool, timeout: Duration) -> Result<TcpStore> {
-        let server = if is_master { Some(Server::start(host, port)?) } else { None };
+        TcpStore::with_parts(host, port, is_master, timeout, wire::env_secret()?, Limits::default())
+    }
+
+    /// [`TcpStore::new`] with an explicit secret (`None`: the process's own) and limits.
+    pub(crate) fn with_parts(
+        host: &str,
+        port: u16,
+        is_master: bool,
+        timeout: Duration,
+        secret: Option<Vec<u8>>,
+        limits: Limits,
+    ) -> Result<TcpStore> {
+        let server = match is_master {
+            true => Some(Server::start(host, port, secret.clone().map_or_else(wire::new_secret, Ok)?, limits)?),
+            false => None,
+        };
         let addr = match &server {
             Some(s) => s.addr,
             None => resolve(host, port)?,
         };
-        let store = TcpStore { addr, timeout, idle: Mutex::new(Vec::new()), server };
+        let store = TcpStore { addr, timeout, secret, idle: Mutex::new(Vec::new()), server };
         // Connect once now, so that a store that cannot be reached fails here, not at first use.
         let conn = store.connect()?;
         store.give_back(conn);
@@ -74,22 +133,29 @@ impl TcpStore {
         self.addr
     }
 
-    fn connect(&self) -> Result<TcpStream> {
-        let deadline = Instant::now() + self.timeout;
+    /// Connections the server serves now (the master's only).
+    #[cfg(test)]
+    pub(crate) fn server_connections(&self) -> Option<usize> {
+        self.server.as_ref().map(Server::connections)
+    }
+
+    fn connect(&self) -> Result<Conn> {
+        let deadline = wire::deadline_after(self.timeout);
         let mut pause = Duration::from_millis(10);
         loop {
-            match TcpStream::connect_timeout(&self.addr, pause.max(Duration::from_millis(100))) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    return Ok(s);
-                }
-                Err(e) if Instant::now() + pause >= deadline => {
+            let attempt = TcpStream::connect_timeout(&self.addr, pause.max(Duration::from_millis(100)))
+                .map_err(|e| Attempt::Retry(e.to_string()))
+                .and_then(|s| self.handshake(s));
+            match attempt {
+                Ok(c) => return Ok(c),
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(e)) if deadline.is_some_and(|d| Instant::now() + pause >= d) => {
                     return Err(Error::DistributedTimeout {
                         what: format!("the store at {} to accept a connection (last error: {e})", self.addr),
-                        timeout_ms: self.timeout.as_millis() as u64,
+                        timeout_ms: wire::millis(self.timeout),
                     })
                 }
-                Err(_) => {
+                Err(Attempt::Retry(_)) => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -97,36 +163,129 @@ impl TcpStore {
         }
     }
 
-    fn give_back(&self, conn: TcpStream) {
+    /// Answers the server's challenge on a new connection.
+    fn handshake(&self, stream: TcpStream) -> std::result::Result<Conn, Attempt> {
+        let retry = |e: io::Error| Attempt::Retry(format!("the handshake failed: {e}"));
+        let _ = stream.set_nodelay(true);
+        stream.set_read_timeout(Some(wire::HANDSHAKE_TIMEOUT)).map_err(retry)?;
+        let mut hello = [0u8; 9];
+        (&stream).read_exact(&mut hello).map_err(retry)?;
+        if &hello[..8] != wire::MAGIC {
+            return Err(Attempt::Fatal(Error::Store {
+                op: "connect",
+                reason: format!("{} is not a cudasem store (or one of another version)", self.addr),
+            }));
+        }
+        if hello[8] == wire::BUSY {
+            return Err(Attempt::Retry("the store serves its maximum of connections".into()));
+        }
+        let mut challenge = [0u8; wire::NONCE + 16];
+        (&stream).read_exact(&mut challenge).map_err(retry)?;
+        let (nonce, limits) = challenge.split_at(wire::NONCE);
+        let secret = self.secret.clone().or_else(|| wire::local_secret(self.addr.port())).ok_or_else(|| {
+            Attempt::Fatal(Error::Store {
+                op: "connect",
+                reason: format!(
+                    "no secret for the store at {}: set {} to the job's secret (`cudasem run` sets it for its ranks; \
+                     every rank of a job started by hand needs the same value)",
+                    self.addr,
+                    wire::SECRET_ENV
+                ),
+            })
+        })?;
+        (&stream).write_all(&wire::proof(&secret, nonce)).map_err(retry)?;
+        let mut verdict = [0u8; 1];
+        (&stream).read_exact(&mut verdict).map_err(retry)?;
+        if verdict[0] != wire::ACCEPTED {
+            return Err(Attempt::Fatal(Error::Store {
+                op: "connect",
+                reason: format!(
+                    "the store at {} refused this client: its secret does not match the job's (check that {} is \
+                     the same for every rank)",
+                    self.addr,
+                    wire::SECRET_ENV
+                ),
+            }));
+        }
+        let mut d = Dec(limits);
+        let (max_message, idle_ms) = (d.u64().map_err(retry)?, d.u64().map_err(retry)?);
+        let idle_limit = Duration::from_millis(idle_ms / 2);
+        Ok(Conn { stream, max_message, idle_limit, since: Instant::now() })
+    }
+
+    fn give_back(&self, mut conn: Conn) {
+        conn.since = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < 4 {
+        if idle.len() < POOLED {
             idle.push(conn);
         }
     }
 
-    /// Sends `request`, reads the reply with `read` (given up to `wait` plus a margin).
-    fn call<T>(
+    /// A pooled connection the server has not closed for idleness, or a new one.
+    fn take(&self) -> Result<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(c) = idle.pop() {
+            if c.since.elapsed() < c.idle_limit {
+                return Ok(c);
+            }
+        }
+        drop(idle);
+        self.connect()
+    }
+
+    /// Sends `request`, reads the reply (given up to `wait` plus a margin): its body after an
+    /// `OK`, or the keys still missing after a timed-out wait.
+    fn call(
         &self,
         op: &'static str,
-        request: &[u8],
+        request: Enc,
         wait: Duration,
-        read: impl FnOnce(&mut dyn Read) -> std::io::Result<T>,
-    ) -> Result<T> {
-        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let conn = match pooled {
-            Some(c) => c,
-            None => self.connect()?,
-        };
-        let gone = |e: std::io::Error| Error::RankFailed {
+    ) -> Result<std::result::Result<Vec<u8>, Vec<String>>> {
+        let conn = self.take()?;
+        if request.0.len() as u64 > conn.max_message {
+            let n = request.0.len();
+            let cap = conn.max_message;
+            self.give_back(conn);
+            return Err(Error::Store {
+                op,
+                reason: format!("a message of {n} bytes exceeds the store's cap of {cap} bytes; store smaller values"),
+            });
+        }
+        let gone = |e: io::Error| Error::RankFailed {
             rank: 0,
             reason: format!("the store's server at {} did not answer {op}: {e}", self.addr),
         };
-        conn.set_read_timeout(Some(wait + REPLY_MARGIN)).map_err(gone)?;
-        (&conn).write_all(request).map_err(gone)?;
-        let value = read(&mut BufReader::new(&conn)).map_err(gone)?;
+        conn.stream.set_read_timeout(Some(wait.saturating_add(REPLY_MARGIN))).map_err(gone)?;
+        wire::write_frame(&mut &conn.stream, &request.0).map_err(gone)?;
+        let reply = match wire::read_frame(&mut &conn.stream, conn.max_message.saturating_add(1024)) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Err(gone(io::ErrorKind::UnexpectedEof.into())),
+            Err(FrameError::Io(e)) => return Err(gone(e)),
+            Err(FrameError::TooLarge(n)) => {
+                return Err(Error::Store { op, reason: format!("the server sent a reply of {n} bytes, above its cap") })
+            }
+        };
+        let bad = |e: io::Error| Error::Store { op, reason: e.to_string() };
+        let mut d = Dec(&reply);
+        let value = match d.u8().map_err(bad)? {
+            server::OK => Ok(d.rest().to_vec()),
+            server::TIMED_OUT => Err(d.keys().map_err(bad)?),
+            _ => {
+                let why = String::from_utf8_lossy(d.bytes().map_err(bad)?).into_owned();
+                return Err(Error::Store { op, reason: format!("the store refused the request: {why}") });
+            }
+        };
         // A reply read in full leaves the connection clean for the next call.
         self.give_back(conn);
         Ok(value)
+    }
+
+    /// A call whose reply is a result only (no wait).
+    fn result(&self, op: &'static str, request: Enc) -> Result<Vec<u8>> {
+        self.call(op, request, Duration::ZERO)?.map_err(|_| Error::Store {
+            op,
+            reason: "the server answered a timeout to a call that does not wait".into(),
+        })
     }
 }
 
@@ -138,106 +297,46 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
         .ok_or_else(|| Error::Store { op: "connect", reason: format!("cannot resolve {host}:{port}") })
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
-fn put_keys(out: &mut Vec<u8>, keys: &[&str]) {
-    out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-    for k in keys {
-        put_bytes(out, k.as_bytes());
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    d.as_millis().min(u64::MAX as u128) as u64
-}
-
-fn read_u8(r: &mut dyn Read) -> std::io::Result<u8> {
-    let mut b = [0u8; 1];
-    r.read_exact(&mut b)?;
-    Ok(b[0])
-}
-
-fn read_u64(r: &mut dyn Read) -> std::io::Result<u64> {
-    let mut b = [0u8; 8];
-    r.read_exact(&mut b)?;
-    Ok(u64::from_le_bytes(b))
-}
-
-fn read_bytes(r: &mut dyn Read) -> std::io::Result<Vec<u8>> {
-    let mut n = [0u8; 4];
-    r.read_exact(&mut n)?;
-    let mut v = vec![0u8; u32::from_le_bytes(n) as usize];
-    r.read_exact(&mut v)?;
-    Ok(v)
-}
-
-fn read_keys(r: &mut dyn Read) -> std::io::Result<Vec<String>> {
-    let mut n = [0u8; 4];
-    r.read_exact(&mut n)?;
-    (0..u32::from_le_bytes(n))
-        .map(|_| String::from_utf8(read_bytes(r)?).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
-        .collect()
-}
-
-/// A reply that is either the value or the keys a wait is still missing.
-fn read_waited<T>(
-    r: &mut dyn Read,
-    value: impl FnOnce(&mut dyn Read) -> std::io::Result<T>,
-) -> std::io::Result<std::result::Result<T, Vec<String>>> {
-    match read_u8(r)? {
-        OK => Ok(Ok(value(r)?)),
-        _ => Ok(Err(read_keys(r)?)),
-    }
+fn decode<T>(op: &'static str, body: &[u8], f: impl FnOnce(&mut Dec) -> io::Result<T>) -> Result<T> {
+    f(&mut Dec(body)).map_err(|e| Error::Store { op, reason: e.to_string() })
 }
 
 impl Store for TcpStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        let mut req = vec![SET];
-        put_bytes(&mut req, key.as_bytes());
-        put_bytes(&mut req, value);
-        self.call("set", &req, Duration::ZERO, |r| read_u8(r).map(|_| ()))
+        self.result("set", Enc::new(server::SET).bytes(key.as_bytes()).bytes(value)).map(|_| ())
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>> {
-        let mut req = vec![GET];
-        put_bytes(&mut req, key.as_bytes());
-        req.extend_from_slice(&millis(self.timeout).to_le_bytes());
-        self.call("get", &req, self.timeout, |r| read_waited(r, read_bytes))?
-            .map_err(|missing| timed_out(&missing, self.timeout))
+        let req = Enc::new(server::GET).bytes(key.as_bytes()).u64(wire::millis(self.timeout));
+        match self.call("get", req, self.timeout)? {
+            Ok(body) => decode("get", &body, |d| d.bytes().map(<[u8]>::to_vec)),
+            Err(missing) => Err(timed_out(&missing, self.timeout)),
+        }
     }
 
     fn add(&self, key: &str, amount: i64) -> Result<i64> {
-        let mut req = vec![ADD];
-        put_bytes(&mut req, key.as_bytes());
-        req.extend_from_slice(&amount.to_le_bytes());
-        self.call("add", &req, Duration::ZERO, |r| read_u64(r).map(|v| v as i64))
+        let body = self.result("add", Enc::new(server::ADD).bytes(key.as_bytes()).u64(amount as u64))?;
+        decode("add", &body, |d| d.u64().map(|v| v as i64))
     }
 
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
-        let mut req = vec![WAIT];
-        put_keys(&mut req, keys);
-        req.extend_from_slice(&millis(timeout).to_le_bytes());
-        self.call("wait", &req, timeout, |r| read_waited(r, |_| Ok(())))?
-            .map_err(|missing| timed_out(&missing, timeout))
+        let req = Enc::new(server::WAIT).keys(keys).u64(wire::millis(timeout));
+        self.call("wait", req, timeout)?.map(|_| ()).map_err(|missing| timed_out(&missing, timeout))
     }
 
     fn check(&self, keys: &[&str]) -> Result<bool> {
-        let mut req = vec![CHECK];
-        put_keys(&mut req, keys);
-        self.call("check", &req, Duration::ZERO, |r| read_u8(r).map(|b| b == 1))
+        let body = self.result("check", Enc::new(server::CHECK).keys(keys))?;
+        decode("check", &body, |d| d.u8().map(|b| b == 1))
     }
 
     fn delete_key(&self, key: &str) -> Result<bool> {
-        let mut req = vec![DELETE];
-        put_bytes(&mut req, key.as_bytes());
-        self.call("delete_key", &req, Duration::ZERO, |r| read_u8(r).map(|b| b == 1))
+        let body = self.result("delete_key", Enc::new(server::DELETE).bytes(key.as_bytes()))?;
+        decode("delete_key", &body, |d| d.u8().map(|b| b == 1))
     }
 
     fn num_keys(&self) -> Result<usize> {
-        self.call("num_keys", &[NUM_KEYS], Duration::ZERO, |r| read_u64(r).map(|v| v as usize))
+        let body = self.result("num_keys", Enc::new(server::NUM_KEYS))?;
+        decode("num_keys", &body, |d| d.u64().map(|v| v as usize))
     }
 
     fn timeout(&self) -> Duration {
@@ -245,156 +344,6 @@ impl Store for TcpStore {
     }
 }
 
-/// The master's server: a listening thread and a thread per connection over one [`Table`].
-#[derive(Debug)]
-struct Server {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    accepting: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    fn start(host: &str, port: u16) -> Result<Server> {
-        let listener = TcpListener::bind((host, port)).map_err(|e| Error::Store {
-            op: "listen",
-            reason: format!("the master cannot listen on {host}:{port}: {e} (is MASTER_PORT taken?)"),
-        })?;
-        let addr = listener.local_addr().map_err(|e| Error::Store { op: "listen", reason: e.to_string() })?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let table = Arc::new(Table::default());
-        let stopping = stop.clone();
-        let accepting = std::thread::Builder::new()
-            .name("cudasem-tcpstore".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if stopping.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let table = table.clone();
-                    let _ = std::thread::Builder::new().name("cudasem-tcpstore-conn".into()).spawn(move || {
-                        let _ = serve(&conn, &table);
-                    });
-                }
-            })
-            .map_err(|e| Error::Store { op: "listen", reason: format!("cannot start the server thread: {e}") })?;
-        Ok(Server { addr, stop, accepting: Some(accepting) })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        // Wake the accept loop so that it sees the flag, and wait until it closed the port.
-        if TcpStream::connect_timeout(&self.addr, Duration::from_millis(500)).is_ok() {
-            if let Some(t) = self.accepting.take() {
-                let _ = t.join();
-            }
-        }
-    }
-}
-
-/// Answers one client's requests until it hangs up.
-fn serve(conn: &TcpStream, table: &Table) -> std::io::Result<()> {
-    let _ = conn.set_nodelay(true);
-    let mut r = BufReader::new(conn);
-    loop {
-        let mut cmd = [0u8; 1];
-        if r.read(&mut cmd)? == 0 {
-            return Ok(());
-        }
-        let mut out = Vec::new();
-        match cmd[0] {
-            SET => {
-                let (k, v) = (read_bytes(&mut r)?, read_bytes(&mut r)?);
-                table.set(&String::from_utf8_lossy(&k), &v);
-                out.push(OK);
-            }
-            GET => {
-                let k = String::from_utf8_lossy(&read_bytes(&mut r)?).into_owned();
-                let timeout = Duration::from_millis(read_u64(&mut r)?);
-                waited(&mut out, table.wait(&[&k], timeout).map(|v| v.unwrap_or_default()), |o, v| put_bytes(o, &v));
-            }
-            ADD => {
-                let k = String::from_utf8_lossy(&read_bytes(&mut r)?).into_owned();
-                let amount = read_u64(&mut r)? as i64;
-                out.extend_from_slice(&table.add(&k, amount).to_le_bytes());
-            }
-            WAIT => {
-                let keys = read_keys(&mut r)?;
-                let timeout = Duration::from_millis(read_u64(&mut r)?);
-                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-                waited(&mut out, table.wait(&refs, timeout).map(|_| ()), |_, ()| {});
-            }
-            CHECK => {
-                let keys = read_keys(&mut r)?;
-                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-                out.push(table.check(&refs) as u8);
-            }
-            DELETE => {
-                let k = String::from_utf8_lossy(&read_bytes(&mut r)?).into_owned();
-                out.push(table.delete(&k) as u8);
-            }
-            NUM_KEYS => out.extend_from_slice(&(table.len() as u64).to_le_bytes()),
-            other => {
-                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unknown command {other}")))
-            }
-        }
-        let mut w = BufWriter::new(conn);
-        w.write_all(&out)?;
-        w.flush()?;
-    }
-}
-
-/// Writes a wait's reply: `OK` and the value, or `TIMED_OUT` and the missing keys.
-fn waited<T>(out: &mut Vec<u8>, result: std::result::Result<T, Missing>, value: impl FnOnce(&mut Vec<u8>, T)) {
-    match result {
-        Ok(v) => {
-            out.push(OK);
-            value(out, v);
-        }
-        Err(Missing(keys)) => {
-            out.push(TIMED_OUT);
-            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-            put_keys(out, &refs);
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clients_share_keys_through_the_master() {
-        let master = TcpStore::new("127.0.0.1", 0, true, Duration::from_secs(10)).unwrap();
-        let port = master.port();
-        let worker = std::thread::spawn(move || {
-            let client = TcpStore::new("127.0.0.1", port, false, Duration::from_secs(10)).unwrap();
-            assert_eq!(client.get("from-master").unwrap(), b"hello", "get waits for the master's set");
-            client.set("from-worker", &[0, 255, 7]).unwrap();
-            client.add("count", 5).unwrap()
-        });
-        std::thread::sleep(Duration::from_millis(20));
-        master.set("from-master", b"hello").unwrap();
-        master.wait(&["from-worker"], Duration::from_secs(10)).unwrap();
-        assert_eq!(master.get("from-worker").unwrap(), [0, 255, 7]);
-        let worker_count = worker.join().unwrap();
-        assert_eq!(master.add("count", 1).unwrap(), worker_count + 1);
-        assert!(master.check(&["from-master", "from-worker"]).unwrap());
-        assert!(master.delete_key("from-master").unwrap());
-        assert_eq!(master.num_keys().unwrap(), 2);
-        match master.wait(&["never"], Duration::from_millis(20)) {
-            Err(Error::DistributedTimeout { what, timeout_ms: 20 }) => assert!(what.contains("never")),
-            other => panic!("expected a timeout, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_client_of_no_server_times_out() {
-        // Bind and drop a port so that nothing listens there.
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let err = TcpStore::new("127.0.0.1", port, false, Duration::from_millis(150)).unwrap_err();
-        assert!(matches!(err, Error::DistributedTimeout { .. }), "{err}");
-    }
-}
+#[path = "tcp_store_tests.rs"]
+mod tests;

@@ -2,6 +2,13 @@
 //!
 //! Every fallible call in cudasem returns [`Result<T>`](crate::Result). Variants carry structured
 //! fields so a program can react to them, and their `Display` text says what to do next.
+//!
+//! `Debug` prints the variant's name and that text (`DeviceMismatch: Expected all tensors to be
+//! on the same device, …`), so `fn main() -> cudasem::Result<()>` shows the hint when it fails.
+//! [`Error`] is a `std::error::Error + Send + Sync + 'static` whose causes chain through
+//! [`source`](std::error::Error::source), so `?` turns it into `Box<dyn std::error::Error>`,
+//! `anyhow::Error` or an error type of your own with `From<cudasem::Error>`; and
+//! `std::io::Error` turns into it ([`Error::Io`]), for `?` on file reads inside a cudasem program.
 
 /// Result alias used throughout cudasem.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -10,7 +17,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Errors never poison the runtime: after any of them the same thread (and every other thread)
 /// can keep using every device.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A device index outside `0..count`.
@@ -364,6 +371,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// What made the group abort.
+        #[source]
         cause: Box<Error>,
     },
     /// The key-value store (`TcpStore`) failed: connecting, a malformed message, a bad request.
@@ -436,6 +444,127 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// An I/O error, from `?` on a `std::io::Result` in a program (or closure) returning
+    /// cudasem's [`Result`]; the `std::io::Error` is its [`source`](std::error::Error::source).
+    #[error("I/O error: {source}")]
+    Io {
+        /// The I/O error.
+        #[source]
+        source: IoError,
+    },
+}
+
+impl Error {
+    /// The variant's name (`"DeviceMismatch"`), as `Debug` prints it before the message.
+    pub fn variant_name(&self) -> &'static str {
+        match self {
+            Error::InvalidDevice { .. } => "InvalidDevice",
+            Error::NoDevice { .. } => "NoDevice",
+            Error::NotCudaDevice { .. } => "NotCudaDevice",
+            Error::InvalidDeviceString { .. } => "InvalidDeviceString",
+            Error::PeerAccessUnsupported { .. } => "PeerAccessUnsupported",
+            Error::EventTimingDisabled { .. } => "EventTimingDisabled",
+            Error::EventNotRecorded { .. } => "EventNotRecorded",
+            Error::EventNotReady { .. } => "EventNotReady",
+            Error::EventDeviceMismatch { .. } => "EventDeviceMismatch",
+            Error::UnknownStream { .. } => "UnknownStream",
+            Error::OutOfMemory { .. } => "OutOfMemory",
+            Error::InvalidTrace { .. } => "InvalidTrace",
+            Error::InvalidSnapshot { .. } => "InvalidSnapshot",
+            Error::InvalidPointer { .. } => "InvalidPointer",
+            Error::MemPool { .. } => "MemPool",
+            Error::InvalidConfig { .. } => "InvalidConfig",
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::Injected { .. } => "Injected",
+            Error::Driver { .. } => "Driver",
+            Error::Internal { .. } => "Internal",
+            Error::DeviceMismatch { .. } => "DeviceMismatch",
+            Error::ShapeMismatch { .. } => "ShapeMismatch",
+            Error::MatmulShapeMismatch { .. } => "MatmulShapeMismatch",
+            Error::InvalidDim { .. } => "InvalidDim",
+            Error::InvalidShape { .. } => "InvalidShape",
+            Error::UnsupportedDType { .. } => "UnsupportedDType",
+            Error::DTypeMismatch { .. } => "DTypeMismatch",
+            Error::HostOutOfMemory { .. } => "HostOutOfMemory",
+            Error::CannotCast { .. } => "CannotCast",
+            Error::AlreadyInitialized { .. } => "AlreadyInitialized",
+            Error::WrongDeviceForRank { .. } => "WrongDeviceForRank",
+            Error::CollectiveMismatch { .. } => "CollectiveMismatch",
+            Error::SplitMismatch { .. } => "SplitMismatch",
+            Error::DistributedTimeout { .. } => "DistributedTimeout",
+            Error::RankFailed { .. } => "RankFailed",
+            Error::ProcessGroupAborted { .. } => "ProcessGroupAborted",
+            Error::Store { .. } => "Store",
+            Error::NcclNotFound { .. } => "NcclNotFound",
+            Error::Nccl { .. } => "Nccl",
+            Error::IllegalDuringCapture { .. } => "IllegalDuringCapture",
+            Error::CaptureInvalidated { .. } => "CaptureInvalidated",
+            Error::CaptureUnjoined { .. } => "CaptureUnjoined",
+            Error::GraphState { .. } => "GraphState",
+            Error::Io { .. } => "Io",
+        }
+    }
+}
+
+/// The variant's name and the message (`OutOfMemory: CUDA out of memory. Tried to allocate …`):
+/// what `fn main() -> cudasem::Result<()>` prints when it returns an error. `{:#?}` adds the
+/// chain of causes, one a line.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {self}", self.variant_name())?;
+        if f.alternate() {
+            let mut cause = std::error::Error::source(self);
+            while let Some(c) = cause {
+                write!(f, "\n  caused by: {c}")?;
+                cause = c.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io { source: IoError(std::sync::Arc::new(e)) }
+    }
+}
+
+/// A `std::io::Error` kept in an [`Error::Io`]: shared, so `Error` stays `Clone`; two are equal
+/// when their kinds and messages are.
+#[derive(Debug, Clone)]
+pub struct IoError(std::sync::Arc<std::io::Error>);
+
+impl IoError {
+    /// The I/O error.
+    pub fn get(&self) -> &std::io::Error {
+        &self.0
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> std::io::ErrorKind {
+        self.0.kind()
+    }
+}
+
+impl PartialEq for IoError {
+    fn eq(&self, other: &IoError) -> bool {
+        self.kind() == other.kind() && self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for IoError {}
+
+impl std::fmt::Display for IoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for IoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 /// An error raised where it cannot be returned (in `Drop`: destroying an event, freeing memory or
@@ -565,6 +694,52 @@ mod tests {
         assert!(m.contains("unspecified launch failure"), "{m}");
         let m = Error::Internal { op: "malloc", reason: "a broken link".into() }.to_string();
         assert!(m.contains("internal error in malloc: a broken link") && m.contains("bug in cudasem"), "{m}");
+    }
+
+    #[test]
+    fn debug_prints_the_variant_and_the_message_with_its_hint() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..50 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let (index, count) = ((seed % 97) as usize, (seed >> 8) as usize % 9);
+            let e = Error::InvalidDevice { index, count, driver: "sim" };
+            let debug = format!("{e:?}");
+            assert_eq!(debug, format!("InvalidDevice: {e}"));
+            assert!(debug.contains("CUDA_VISIBLE_DEVICES") && debug.contains(&format!("index {index}")), "{debug}");
+            // What `fn main() -> Result` prints (`Error: {:?}`) carries the hint, not the fields.
+            let shown = format!("Error: {:?}", Err::<(), _>(e).unwrap_err());
+            assert!(shown.contains("use cudasem::cuda::device_count()") && !shown.contains("index:"), "{shown}");
+        }
+        let lhs = crate::Device::cuda(0);
+        let e = Error::DeviceMismatch { op: "add", lhs, rhs: crate::Device::Cpu };
+        assert!(format!("{e:?}").starts_with("DeviceMismatch: Expected all tensors to be on the same device"), "{e:?}");
+        assert_eq!(format!("{:?}", Error::EventNotReady), format!("EventNotReady: {}", Error::EventNotReady));
+    }
+
+    #[test]
+    fn io_errors_convert_and_chain_their_source() {
+        use std::error::Error as _;
+        fn assert_std_error<T: std::error::Error + Send + Sync + 'static>() {}
+        assert_std_error::<Error>();
+        fn read(path: &str) -> Result<Vec<u8>> {
+            Ok(std::fs::read(path)?)
+        }
+        let e = read("/nonexistent/cudasem/file").unwrap_err();
+        assert!(matches!(&e, Error::Io { source } if source.kind() == std::io::ErrorKind::NotFound), "{e:?}");
+        assert!(e.to_string().starts_with("I/O error: "), "{e}");
+        let source = e.source().expect("the io::Error is the source");
+        let io = source.downcast_ref::<IoError>().expect("an IoError");
+        assert_eq!(io.get().kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().ends_with(&source.to_string()), "{e}");
+        assert_eq!(e.clone(), e);
+        // Into a boxed error with `?`, and a cause chain through ProcessGroupAborted.
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Error::EventNotReady.into();
+        assert!(boxed.to_string().contains("synchronize"));
+        let aborted = Error::ProcessGroupAborted { op: "all_reduce", rank: 1, cause: Box::new(e.clone()) };
+        assert_eq!(aborted.source().map(|c| c.to_string()), Some(e.to_string()));
+        assert!(format!("{aborted:#?}").contains("caused by: I/O error"), "{aborted:#?}");
     }
 
     #[test]

@@ -169,7 +169,7 @@ pub use device::{Device, IntoCudaDevice, IntoDevice};
 pub use driver::sim::{PeerSpec, SimConfig};
 pub use driver::DriverKind;
 pub use dtype::{DType, Element};
-pub use error::{Error, Result};
+pub use error::{Error, IoError, Result};
 pub use scalar::Scalar;
 pub use tensor::{
     initial_seed, manual_seed, result_type, IntoShape, Number, Operand, Shape, SliceBounds, SliceRange, Tensor,

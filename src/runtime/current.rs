@@ -5,7 +5,7 @@ use super::context;
 use super::stream::Stream;
 use super::{rt, Runtime};
 use crate::device::IntoCudaDevice;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::marker::PhantomData;
 
 /// The device's default stream (`torch.cuda.default_stream`; `None` or `"cuda"`: the current
@@ -92,7 +92,13 @@ impl Drop for StreamGuard {
 /// Runs `f` with `stream` as the current stream (and its device current), then restores both
 /// (also when `f` fails or panics): `with torch.cuda.stream(s):`. The closure returns a
 /// [`Result`], so `?` works inside it and the call needs one `?`.
-pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> Result<R>) -> Result<R> {
+///
+/// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
+/// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
+/// on yours; cudasem's own errors of the call come back converted. When the closure ends in
+/// `Ok(..)` after `?`s and the call is followed by `?`, name the error type once:
+/// `Ok::<_, cudasem::Error>(value)`.
+pub fn with_stream<R, E: From<Error>>(stream: &Stream, f: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     let _g = StreamGuard::new(stream)?;
     f()
 }

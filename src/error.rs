@@ -19,6 +19,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// can keep using every device.
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
+#[doc(alias = "OutOfMemoryError", alias = "CudaError")]
 pub enum Error {
     /// A device index outside `0..count`.
     #[error("invalid device index {index}: this machine has {count} CUDA device(s) ({driver} driver), valid indices are 0..{count}; check CUDA_VISIBLE_DEVICES / CUDASEM_SIM_DEVICES or use cudasem::cuda::device_count()")]
@@ -444,14 +445,6 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
-    /// An I/O error, from `?` on a `std::io::Result` in a program (or closure) returning
-    /// cudasem's [`Result`]; the `std::io::Error` is its [`source`](std::error::Error::source).
-    #[error("I/O error: {source}")]
-    Io {
-        /// The I/O error.
-        #[source]
-        source: IoError,
-    },
 }
 
 impl Error {
@@ -463,9 +456,9 @@ impl Error {
             Error::NotCudaDevice { .. } => "NotCudaDevice",
             Error::InvalidDeviceString { .. } => "InvalidDeviceString",
             Error::PeerAccessUnsupported { .. } => "PeerAccessUnsupported",
-            Error::EventTimingDisabled { .. } => "EventTimingDisabled",
-            Error::EventNotRecorded { .. } => "EventNotRecorded",
-            Error::EventNotReady { .. } => "EventNotReady",
+            Error::EventTimingDisabled => "EventTimingDisabled",
+            Error::EventNotRecorded => "EventNotRecorded",
+            Error::EventNotReady => "EventNotReady",
             Error::EventDeviceMismatch { .. } => "EventDeviceMismatch",
             Error::UnknownStream { .. } => "UnknownStream",
             Error::OutOfMemory { .. } => "OutOfMemory",
@@ -502,7 +495,6 @@ impl Error {
             Error::CaptureInvalidated { .. } => "CaptureInvalidated",
             Error::CaptureUnjoined { .. } => "CaptureUnjoined",
             Error::GraphState { .. } => "GraphState",
-            Error::Io { .. } => "Io",
         }
     }
 }
@@ -521,49 +513,6 @@ impl std::fmt::Debug for Error {
             }
         }
         Ok(())
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Error {
-        Error::Io { source: IoError(std::sync::Arc::new(e)) }
-    }
-}
-
-/// A `std::io::Error` kept in an [`Error::Io`]: shared, so `Error` stays `Clone`; two are equal
-/// when their kinds and messages are.
-#[derive(Debug, Clone)]
-pub struct IoError(std::sync::Arc<std::io::Error>);
-
-impl IoError {
-    /// The I/O error.
-    pub fn get(&self) -> &std::io::Error {
-        &self.0
-    }
-
-    /// Its kind.
-    pub fn kind(&self) -> std::io::ErrorKind {
-        self.0.kind()
-    }
-}
-
-impl PartialEq for IoError {
-    fn eq(&self, other: &IoError) -> bool {
-        self.kind() == other.kind() && self.0.to_string() == other.0.to_string()
-    }
-}
-
-impl Eq for IoError {}
-
-impl std::fmt::Display for IoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for IoError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
     }
 }
 
@@ -709,7 +658,7 @@ mod tests {
             assert_eq!(debug, format!("InvalidDevice: {e}"));
             assert!(debug.contains("CUDA_VISIBLE_DEVICES") && debug.contains(&format!("index {index}")), "{debug}");
             // What `fn main() -> Result` prints (`Error: {:?}`) carries the hint, not the fields.
-            let shown = format!("Error: {:?}", Err::<(), _>(e).unwrap_err());
+            let shown = format!("Error: {e:?}");
             assert!(shown.contains("use cudasem::cuda::device_count()") && !shown.contains("index:"), "{shown}");
         }
         let lhs = crate::Device::cuda(0);
@@ -719,27 +668,29 @@ mod tests {
     }
 
     #[test]
-    fn io_errors_convert_and_chain_their_source() {
+    fn errors_are_std_errors_whose_causes_chain() {
         use std::error::Error as _;
         fn assert_std_error<T: std::error::Error + Send + Sync + 'static>() {}
         assert_std_error::<Error>();
-        fn read(path: &str) -> Result<Vec<u8>> {
-            Ok(std::fs::read(path)?)
+        let mut seed = 0x9e37_79b9_u64;
+        for _ in 0..20 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let cause = Error::InvalidDevice { index: (seed >> 40) as usize % 100, count: 2, driver: "sim" };
+            let aborted = Error::ProcessGroupAborted {
+                op: "all_reduce",
+                rank: (seed >> 20) as usize % 8,
+                cause: Box::new(cause.clone()),
+            };
+            assert_eq!(aborted.source().map(|c| c.to_string()), Some(cause.to_string()));
+            assert!(format!("{aborted:#?}").contains(&format!("caused by: {cause}")), "{aborted:#?}");
+            assert!(!format!("{aborted:?}").contains("caused by"), "{aborted:?}");
         }
-        let e = read("/nonexistent/cudasem/file").unwrap_err();
-        assert!(matches!(&e, Error::Io { source } if source.kind() == std::io::ErrorKind::NotFound), "{e:?}");
-        assert!(e.to_string().starts_with("I/O error: "), "{e}");
-        let source = e.source().expect("the io::Error is the source");
-        let io = source.downcast_ref::<IoError>().expect("an IoError");
-        assert_eq!(io.get().kind(), std::io::ErrorKind::NotFound);
-        assert!(e.to_string().ends_with(&source.to_string()), "{e}");
-        assert_eq!(e.clone(), e);
-        // Into a boxed error with `?`, and a cause chain through ProcessGroupAborted.
-        let boxed: Box<dyn std::error::Error + Send + Sync> = Error::EventNotReady.into();
-        assert!(boxed.to_string().contains("synchronize"));
-        let aborted = Error::ProcessGroupAborted { op: "all_reduce", rank: 1, cause: Box::new(e.clone()) };
-        assert_eq!(aborted.source().map(|c| c.to_string()), Some(e.to_string()));
-        assert!(format!("{aborted:#?}").contains("caused by: I/O error"), "{aborted:#?}");
+        // Into a boxed error with `?`, and back out by downcasting.
+        fn boxed() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            Err(Error::EventNotReady)?
+        }
+        let e = boxed().unwrap_err();
+        assert_eq!(e.downcast_ref::<Error>(), Some(&Error::EventNotReady));
     }
 
     #[test]

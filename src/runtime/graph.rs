@@ -299,9 +299,9 @@ fn capture_stream(device: usize) -> Result<Stream> {
 ///
 /// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
 /// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
-/// on yours; cudasem's own errors of the call come back converted. When the closure ends in
-/// `Ok(..)` after `?`s and the call is followed by `?`, name the error type once:
-/// `Ok::<_, cudasem::Error>(value)`.
+/// on yours; cudasem's own errors of the call come back converted. In a function returning
+/// cudasem's [`Result`], `E` is `cudasem::Error` without saying so; elsewhere a closure that ends in
+/// `Ok(..)` names it once: `Ok::<_, MyError>(value)`.
 pub fn graph<R, E: From<Error>>(
     g: &mut CUDAGraph,
     options: GraphOptions,

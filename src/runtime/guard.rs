@@ -13,6 +13,7 @@ use std::marker::PhantomData;
 /// Guards must be dropped in reverse order of creation (the normal scope order); dropping an
 /// outer guard first panics, like tokio's context guards.
 #[must_use = "the previous device is restored when the guard is dropped; bind it with `let _g = ...`"]
+#[doc(alias = "device")]
 pub struct DeviceGuard {
     prev: usize,
     depth: usize,
@@ -49,9 +50,9 @@ impl Drop for DeviceGuard {
 ///
 /// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
 /// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
-/// on yours; cudasem's own errors of the call come back converted. When the closure ends in
-/// `Ok(..)` after `?`s and the call is followed by `?`, name the error type once:
-/// `Ok::<_, cudasem::Error>(value)`. For example:
+/// on yours; cudasem's own errors of the call come back converted. In a function returning
+/// cudasem's [`Result`], `E` is `cudasem::Error` without saying so; elsewhere a closure that ends in
+/// `Ok(..)` names it once: `Ok::<_, MyError>(value)`. For example:
 ///
 /// ```
 /// use cudasem::{cuda, DType, Tensor};
@@ -64,6 +65,7 @@ impl Drop for DeviceGuard {
 /// assert_eq!(t.device(), cudasem::Device::cuda(last));
 /// # Ok(()) }
 /// ```
+#[doc(alias = "device")]
 pub fn with_device<R, E: From<Error>>(device: impl IntoCudaDevice, f: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     let _g = DeviceGuard::new(device)?;
     f()

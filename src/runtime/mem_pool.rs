@@ -141,9 +141,9 @@ impl Drop for MemPool {
 ///
 /// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
 /// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
-/// on yours; cudasem's own errors of the call come back converted. When the closure ends in
-/// `Ok(..)` after `?`s and the call is followed by `?`, name the error type once:
-/// `Ok::<_, cudasem::Error>(value)`.
+/// on yours; cudasem's own errors of the call come back converted. In a function returning
+/// cudasem's [`Result`], `E` is `cudasem::Error` without saying so; elsewhere a closure that ends in
+/// `Ok(..)` names it once: `Ok::<_, MyError>(value)`.
 pub fn use_mem_pool<R, E: From<Error>>(pool: &MemPool, f: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     let thread = std::thread::current().id();
     let filter: StreamFilter = Arc::new(move |_: StreamId| std::thread::current().id() == thread);

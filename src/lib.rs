@@ -65,7 +65,7 @@
 //! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src, non_blocking)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] (non-blocking between pinned memory and a device) |
 //! | `t.pin_memory()` / `t.is_pinned()` / `torch.empty(…, pin_memory=True)` | [`Tensor::pin_memory`] / [`Tensor::is_pinned`] / [`Tensor::empty_pinned`] |
 //! | `t.record_stream(s)` | [`Tensor::record_stream`] |
-//! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()` | [`cuda::host_memory_stats`], [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`] |
+//! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()`, `reset_accumulated_host_memory_stats()` | [`cuda::host_memory_stats`] ([`cuda::HostMemoryStats`]), [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`], [`cuda::reset_accumulated_host_memory_stats`] |
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
 //! | `t.amax(dim)` / `t.max(dim)` (values and indices) / `t.max()` | [`Tensor::amax`] / [`Tensor::max`] / [`Tensor::max_all`] (and the `min` forms) |
 //! | `t[:, 2:5]` | [`Tensor::slice`]`(1, 2..5)` (Rust ranges), [`Tensor::slice_step`] |
@@ -92,6 +92,7 @@
 //! | `with torch.cuda.graph(g, pool=…, stream=…, capture_error_mode=…):` | [`cuda::graph`]`(&mut g, `[`cuda::GraphOptions`]`, \|\| …)` |
 //! | `torch.cuda.is_current_stream_capturing()` | [`cuda::is_current_stream_capturing`] |
 //! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
+//! | `torch.backends.cuda.matmul.allow_tf32 = True` | [`cuda::backends`]`::matmul::set_allow_tf32(true)` |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
 //!
 //! Tensors follow CUDA semantics: a tensor made on `"cuda"` lands on the current device; an op

@@ -87,6 +87,11 @@ fn tour_passes_on_two_gpus() {
     let text = assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "2")], &TWO_LINKED_GPUS);
     assert!(text.contains("under DeviceGuard(1): Tensor::ones(.., \"cuda\") → cuda:1"), "{text}");
     assert!(text.contains("a + b → [3.0, 3.0, 3.0] on cuda:0"), "{text}");
+    // The sim's device times are its model, and the tour says so: at the top, beside the peer
+    // copy's rate, and beside the graph's eager-vs-replay times.
+    assert!(text.contains("device times below — events, copies — are modelled"), "{text}");
+    assert!(text.contains("GB/s, the simulated machine's model"), "{text}");
+    assert!(text.contains("device times here are the simulated machine's model, not a measurement"), "{text}");
 }
 
 #[test]

@@ -65,6 +65,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eager_ms * 1e3 / STEPS as f32,
         graph_ms * 1e3 / STEPS as f32
     );
+    if cuda::driver_name() == "sim" {
+        // Ask the driver: under the simulated machine the event times above are its model, not a
+        // measurement.
+        println!(
+            "these device times are modelled by the simulated machine, not measured: each captured node costs \
+             what the same op costs eagerly (a fixed per-op overhead plus its bytes and FLOPs at an H200's \
+             rates), and the model has no host launch gaps for a graph to remove — so the replay shows no gain \
+             (it even runs one more node: the copy of each step's output back into the static input). On a GPU \
+             (CUDASEM_DRIVER=cuda) the replay saves the gaps between the eager launches."
+        );
+    } else {
+        println!("these device times were measured on the GPU with events");
+    }
     let pool = g.pool()?;
     let snapshot = cuda::memory_snapshot()?;
     let held: usize = snapshot.segments.iter().filter(|s| s.segment_pool_id == pool).map(|s| s.total_size).sum();

@@ -42,7 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Ops run where their tensors live, on that device's current stream; so does the result.
     let z = cuda::with_device(0, || {
         let z = (&y * 3.0)?.sum_all()?; // y lives on cuda:last, the current device is cuda:0
-        Ok(z)
+        Ok::<_, cudasem::Error>(z)
     })?;
     println!("under cuda:0, (y * 3).sum() of y on {} → {} on {}", y.device(), z.item::<f32>()?, z.device());
     check(z.device() == Device::cuda(last) && z.item::<f32>()? == 12.0, "the op ran on its tensor's device")?;

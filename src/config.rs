@@ -1,8 +1,16 @@
 //! Configuration in code: [`init`] with a [`Config`], before the first other cudasem call.
 //!
 //! Without `init`, the environment decides, read once at first use: `CUDASEM_DRIVER`,
-//! `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY`, `CUDASEM_SIM_PEER` and `CUDASEM_ALLOC_CONF`.
+//! `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY`, `CUDASEM_SIM_PEER` and `CUDASEM_ALLOC_CONF`
+//! (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` when `CUDASEM_ALLOC_CONF` is unset).
 //! [`Config::from_env`] reads the same variables into a `Config`, to change a part of them in code.
+//!
+//! Every setting is checked when the runtime starts (the first cudasem call that needs a device):
+//! an invalid value fails that call and every later one with
+//! [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming it, so `cudasem info` reports it
+//! at once. `CUDA_VISIBLE_DEVICES` applies to the simulated machine as to real GPUs: `sim`
+//! describes the whole machine and the variable selects from it ([`SimConfig::visible`] gives
+//! CUDA's rules).
 
 use crate::alloc::AllocatorSettings;
 use crate::driver::sim::{PeerSpec, SimConfig};
@@ -45,7 +53,8 @@ pub struct Config {
     /// only when the simulated machine is the driver. `CUDASEM_SIM_*` in the environment.
     pub sim: SimConfig,
     /// The caching allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`'s keys; see
-    /// [`Config::with_alloc_conf`] for the string form). `CUDASEM_ALLOC_CONF` in the environment.
+    /// [`Config::with_alloc_conf`] for the string form). `CUDASEM_ALLOC_CONF` in the environment,
+    /// else `PYTORCH_CUDA_ALLOC_CONF` (`CUDASEM_ALLOC_CONF` wins when both are set, even empty).
     pub allocator: AllocatorSettings,
 }
 
@@ -127,10 +136,39 @@ pub fn init(config: Config) -> Result<()> {
 }
 
 /// The allocator settings for the runtime being built: `init`'s, else `CUDASEM_ALLOC_CONF`'s
-/// (an invalid value is kept as the error that every allocating call reports).
+/// (or `PYTORCH_CUDA_ALLOC_CONF`'s); an invalid value stops the runtime from starting.
 pub(crate) fn allocator_settings() -> Result<AllocatorSettings> {
     match ALLOCATOR.lock().unwrap_or_else(|e| e.into_inner()).take() {
         Some(settings) => Ok(settings),
         None => AllocatorSettings::from_env(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn conf(env: &[(&str, &str)]) -> Result<AllocatorSettings> {
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_env_with(|k| env.get(k).cloned()).map(|c| c.allocator)
+    }
+
+    #[test]
+    fn pytorch_alloc_conf_is_the_fallback_and_cudasem_wins() {
+        for mb in [21usize, 128, 512, 4096] {
+            let value = format!("max_split_size_mb:{mb},expandable_segments:True");
+            let want = AllocatorSettings::parse(&value).unwrap();
+            assert_eq!(conf(&[("PYTORCH_CUDA_ALLOC_CONF", &value)]).unwrap(), want, "{value}");
+            assert_eq!(conf(&[("CUDASEM_ALLOC_CONF", &value)]).unwrap(), want, "{value}");
+            // Both set: CUDASEM_ALLOC_CONF wins, even when it is empty (the defaults).
+            let both = [("CUDASEM_ALLOC_CONF", ""), ("PYTORCH_CUDA_ALLOC_CONF", value.as_str())];
+            assert_eq!(conf(&both).unwrap(), AllocatorSettings::default(), "{value}");
+            let both = [("CUDASEM_ALLOC_CONF", value.as_str()), ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:abc")];
+            assert_eq!(conf(&both).unwrap(), want, "{value}");
+        }
+        let e = conf(&[("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:abc")]).unwrap_err();
+        assert!(matches!(e, crate::Error::InvalidConfig { ref key, .. } if key == "max_split_size_mb"), "{e}");
+        assert_eq!(conf(&[]).unwrap(), AllocatorSettings::default());
     }
 }

@@ -2,6 +2,13 @@
 //!
 //! Every fallible call in cudasem returns [`Result<T>`](crate::Result). Variants carry structured
 //! fields so a program can react to them, and their `Display` text says what to do next.
+//!
+//! `Debug` prints the variant's name and that text (`DeviceMismatch: Expected all tensors to be
+//! on the same device, …`), so `fn main() -> cudasem::Result<()>` shows the hint when it fails.
+//! [`Error`] is a `std::error::Error + Send + Sync + 'static` whose causes chain through
+//! [`source`](std::error::Error::source), so `?` turns it into `Box<dyn std::error::Error>`,
+//! `anyhow::Error` or an error type of your own with `From<cudasem::Error>`; and
+//! `std::io::Error` turns into it ([`Error::Io`]), for `?` on file reads inside a cudasem program.
 
 /// Result alias used throughout cudasem.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -10,8 +17,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Errors never poison the runtime: after any of them the same thread (and every other thread)
 /// can keep using every device.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
+#[doc(alias = "OutOfMemoryError", alias = "CudaError")]
 pub enum Error {
     /// A device index outside `0..count`.
     #[error("invalid device index {index}: this machine has {count} CUDA device(s) ({driver} driver), valid indices are 0..{count}; check CUDA_VISIBLE_DEVICES / CUDASEM_SIM_DEVICES or use cudasem::cuda::device_count()")]
@@ -364,6 +372,7 @@ pub enum Error {
         /// This rank.
         rank: usize,
         /// What made the group abort.
+        #[source]
         cause: Box<Error>,
     },
     /// The key-value store (`TcpStore`) failed: connecting, a malformed message, a bad request.
@@ -453,6 +462,75 @@ pub enum Error {
 fn numbered(errors: &[Error]) -> String {
     let items: Vec<String> = errors.iter().enumerate().map(|(i, e)| format!("{}) {e}", i + 1)).collect();
     items.join("; ")
+}
+
+impl Error {
+    /// The variant's name (`"DeviceMismatch"`), as `Debug` prints it before the message.
+    pub fn variant_name(&self) -> &'static str {
+        match self {
+            Error::InvalidDevice { .. } => "InvalidDevice",
+            Error::NoDevice { .. } => "NoDevice",
+            Error::NotCudaDevice { .. } => "NotCudaDevice",
+            Error::InvalidDeviceString { .. } => "InvalidDeviceString",
+            Error::PeerAccessUnsupported { .. } => "PeerAccessUnsupported",
+            Error::EventTimingDisabled => "EventTimingDisabled",
+            Error::EventNotRecorded => "EventNotRecorded",
+            Error::EventNotReady => "EventNotReady",
+            Error::EventDeviceMismatch { .. } => "EventDeviceMismatch",
+            Error::UnknownStream { .. } => "UnknownStream",
+            Error::OutOfMemory { .. } => "OutOfMemory",
+            Error::InvalidTrace { .. } => "InvalidTrace",
+            Error::InvalidSnapshot { .. } => "InvalidSnapshot",
+            Error::InvalidPointer { .. } => "InvalidPointer",
+            Error::MemPool { .. } => "MemPool",
+            Error::InvalidConfig { .. } => "InvalidConfig",
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::Injected { .. } => "Injected",
+            Error::Driver { .. } => "Driver",
+            Error::Internal { .. } => "Internal",
+            Error::DeviceMismatch { .. } => "DeviceMismatch",
+            Error::ShapeMismatch { .. } => "ShapeMismatch",
+            Error::MatmulShapeMismatch { .. } => "MatmulShapeMismatch",
+            Error::InvalidDim { .. } => "InvalidDim",
+            Error::InvalidShape { .. } => "InvalidShape",
+            Error::UnsupportedDType { .. } => "UnsupportedDType",
+            Error::DTypeMismatch { .. } => "DTypeMismatch",
+            Error::HostOutOfMemory { .. } => "HostOutOfMemory",
+            Error::CannotCast { .. } => "CannotCast",
+            Error::AlreadyInitialized { .. } => "AlreadyInitialized",
+            Error::WrongDeviceForRank { .. } => "WrongDeviceForRank",
+            Error::CollectiveMismatch { .. } => "CollectiveMismatch",
+            Error::SplitMismatch { .. } => "SplitMismatch",
+            Error::DistributedTimeout { .. } => "DistributedTimeout",
+            Error::RankFailed { .. } => "RankFailed",
+            Error::ProcessGroupAborted { .. } => "ProcessGroupAborted",
+            Error::Store { .. } => "Store",
+            Error::NcclNotFound { .. } => "NcclNotFound",
+            Error::Nccl { .. } => "Nccl",
+            Error::IllegalDuringCapture { .. } => "IllegalDuringCapture",
+            Error::CaptureInvalidated { .. } => "CaptureInvalidated",
+            Error::CaptureUnjoined { .. } => "CaptureUnjoined",
+            Error::GraphState { .. } => "GraphState",
+        }
+    }
+}
+
+/// The variant's name and the message (`OutOfMemory: CUDA out of memory. Tried to allocate …`):
+/// what `fn main() -> cudasem::Result<()>` prints when it returns an error. `{:#?}` adds the
+/// chain of causes, one a line.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {self}", self.variant_name())?;
+        if f.alternate() {
+            let mut cause = std::error::Error::source(self);
+            while let Some(c) = cause {
+                write!(f, "\n  caused by: {c}")?;
+                cause = c.source();
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An error raised where it cannot be returned (in `Drop`: destroying an event, freeing memory or
@@ -582,6 +660,54 @@ mod tests {
         assert!(m.contains("unspecified launch failure"), "{m}");
         let m = Error::Internal { op: "malloc", reason: "a broken link".into() }.to_string();
         assert!(m.contains("internal error in malloc: a broken link") && m.contains("bug in cudasem"), "{m}");
+    }
+
+    #[test]
+    fn debug_prints_the_variant_and_the_message_with_its_hint() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..50 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let (index, count) = ((seed % 97) as usize, (seed >> 8) as usize % 9);
+            let e = Error::InvalidDevice { index, count, driver: "sim" };
+            let debug = format!("{e:?}");
+            assert_eq!(debug, format!("InvalidDevice: {e}"));
+            assert!(debug.contains("CUDA_VISIBLE_DEVICES") && debug.contains(&format!("index {index}")), "{debug}");
+            // What `fn main() -> Result` prints (`Error: {:?}`) carries the hint, not the fields.
+            let shown = format!("Error: {e:?}");
+            assert!(shown.contains("use cudasem::cuda::device_count()") && !shown.contains("index:"), "{shown}");
+        }
+        let lhs = crate::Device::cuda(0);
+        let e = Error::DeviceMismatch { op: "add", lhs, rhs: crate::Device::Cpu };
+        assert!(format!("{e:?}").starts_with("DeviceMismatch: Expected all tensors to be on the same device"), "{e:?}");
+        assert_eq!(format!("{:?}", Error::EventNotReady), format!("EventNotReady: {}", Error::EventNotReady));
+    }
+
+    #[test]
+    fn errors_are_std_errors_whose_causes_chain() {
+        use std::error::Error as _;
+        fn assert_std_error<T: std::error::Error + Send + Sync + 'static>() {}
+        assert_std_error::<Error>();
+        let mut seed = 0x9e37_79b9_u64;
+        for _ in 0..20 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let cause = Error::InvalidDevice { index: (seed >> 40) as usize % 100, count: 2, driver: "sim" };
+            let aborted = Error::ProcessGroupAborted {
+                op: "all_reduce",
+                rank: (seed >> 20) as usize % 8,
+                cause: Box::new(cause.clone()),
+            };
+            assert_eq!(aborted.source().map(|c| c.to_string()), Some(cause.to_string()));
+            assert!(format!("{aborted:#?}").contains(&format!("caused by: {cause}")), "{aborted:#?}");
+            assert!(!format!("{aborted:?}").contains("caused by"), "{aborted:?}");
+        }
+        // Into a boxed error with `?`, and back out by downcasting.
+        fn boxed() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            Err(Error::EventNotReady)?
+        }
+        let e = boxed().unwrap_err();
+        assert_eq!(e.downcast_ref::<Error>(), Some(&Error::EventNotReady));
     }
 
     #[test]

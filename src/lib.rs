@@ -38,24 +38,24 @@
 //! | `torch.cuda.device_count()` | [`cuda::device_count`] |
 //! | `torch.cuda.current_device()` | [`cuda::current_device`] |
 //! | `torch.cuda.set_device(i)` | [`cuda::set_device`] (index, [`Device`] or `"cuda:N"`) |
-//! | `with torch.cuda.device(i):` | `let _g = `[`cuda::DeviceGuard::new`]`(i)?;` or [`cuda::with_device`] |
+//! | `with torch.cuda.device(i):` (`torch.cuda.device`) | `let _g = `[`cuda::DeviceGuard::new`]`(i)?;` or [`cuda::with_device`] |
 //! | `torch.cuda.get_device_name(i)` | [`cuda::get_device_name`] |
 //! | `torch.cuda.get_device_properties(i)` | [`cuda::get_device_properties`] |
 //! | `torch.cuda.synchronize(d)` | [`cuda::synchronize`] |
 //! | `cudaGetLastError` / `cudaPeekAtLastError` (asynchronous errors, sticky per device) | [`cuda::get_last_error`], [`cuda::peek_at_last_error`] |
 //! | `torch.cuda.can_device_access_peer(a, b)` | [`cuda::can_device_access_peer`] |
 //! | (implicit in torch) | [`cuda::enable_peer_access`], [`cuda::is_peer_access_enabled`] |
-//! | `torch.cuda.mem_get_info(d)` | [`cuda::mem_get_info`] |
 //! | — | [`cuda::driver_name`] (`"cuda"` or `"sim"`) |
 //! | `torch.cuda.Stream(device, priority)` | [`cuda::Stream::new`] (from the pool, round-robin) |
 //! | `torch.cuda.current_stream(d)` / `default_stream(d)` | [`cuda::current_stream`] / [`cuda::default_stream`] |
 //! | `torch.cuda.set_stream(s)` | [`cuda::set_stream`] |
-//! | `with torch.cuda.stream(s):` | `let _g = `[`cuda::StreamGuard::new`]`(&s)?;` or [`cuda::with_stream`] |
+//! | `with torch.cuda.stream(s):` (`torch.cuda.stream`, `torch.cuda.StreamContext`) | `let _g = `[`cuda::StreamGuard::new`]`(&s)?;` or [`cuda::with_stream`] |
 //! | `s.synchronize() / query() / wait_event(e) / wait_stream(o) / record_event(e)` | same names on [`cuda::Stream`] |
 //! | `s.cuda_stream` / `torch.cuda.ExternalStream(ptr, device)` | [`cuda::Stream::cuda_stream`] / `unsafe` [`cuda::Stream::from_external`]; the device's `CUcontext`: [`cuda::primary_context`] |
 //! | `torch.cuda.Event(enable_timing, blocking)` | [`cuda::Event::new`]`(`[`cuda::EventFlags`]`)` |
 //! | `e.record(s) / query() / synchronize() / wait(s) / elapsed_time(end)` | same names on [`cuda::Event`] |
-//! | `PYTORCH_CUDA_ALLOC_CONF`, environment read at first use | [`init`]`(`[`Config`]`)` before first use, else `CUDASEM_*` variables |
+//! | `PYTORCH_CUDA_ALLOC_CONF`, environment read at first use | [`init`]`(`[`Config`]`)` before first use, else `CUDASEM_*` variables (`CUDASEM_ALLOC_CONF`, else `PYTORCH_CUDA_ALLOC_CONF` itself); `CUDA_VISIBLE_DEVICES` selects devices on the simulated machine too |
+//! | `print(t)` / `repr(t)` | `println!("{t}")` ([`Tensor`]'s `Display`: PyTorch's repr, summarized past 1000 elements) |
 //! | `torch.device("cuda:1")` | [`Device`] (`"cpu"`, `"cuda"`, `"cuda:N"`) |
 //! | `torch.cuda.OutOfMemoryError`, other errors | [`Error`] (one enum, structured variants) |
 //! | `torch.float32`, `torch.int64`, …, `torch.promote_types`, `torch.result_type` | [`DType`], [`DType::promote_types`], [`result_type`] |
@@ -66,10 +66,24 @@
 //! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src, non_blocking)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] (non-blocking between pinned memory and a device) |
 //! | `t.pin_memory()` / `t.is_pinned()` / `torch.empty(…, pin_memory=True)` | [`Tensor::pin_memory`] / [`Tensor::is_pinned`] / [`Tensor::empty_pinned`] |
 //! | `t.record_stream(s)` | [`Tensor::record_stream`] |
-//! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()` | [`cuda::host_memory_stats`], [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`] |
+//! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()`, `reset_accumulated_host_memory_stats()` | [`cuda::host_memory_stats`] ([`cuda::HostMemoryStats`]), [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`], [`cuda::reset_accumulated_host_memory_stats`] |
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
 //! | `t.amax(dim)` / `t.max(dim)` (values and indices) / `t.max()` | [`Tensor::amax`] / [`Tensor::max`] / [`Tensor::max_all`] (and the `min` forms) |
 //! | `t[:, 2:5]` | [`Tensor::slice`]`(1, 2..5)` (Rust ranges), [`Tensor::slice_step`] |
+//! | **Memory** | |
+//! | `torch.cuda.memory_allocated(d)` / `max_memory_allocated(d)` | [`cuda::memory_allocated`] / [`cuda::max_memory_allocated`] |
+//! | `torch.cuda.memory_reserved(d)` / `max_memory_reserved(d)` | [`cuda::memory_reserved`] / [`cuda::max_memory_reserved`] |
+//! | `torch.cuda.memory_stats(d)` | [`cuda::memory_stats`] ([`cuda::MemoryStats`], [`cuda::Stat`], [`cuda::StatPool`]) |
+//! | `torch.cuda.memory_summary(d)` | [`cuda::memory_summary`] |
+//! | `torch.cuda.memory_snapshot()` / `torch.cuda.memory._snapshot()` | [`cuda::memory_snapshot`] ([`cuda::Snapshot`], [`cuda::SegmentInfo`], [`cuda::BlockInfo`]) |
+//! | `torch.cuda.memory._record_memory_history(…)` | [`cuda::record_memory_history`] ([`cuda::TraceEntry`], [`cuda::TraceAction`]) |
+//! | `torch.cuda.reset_peak_memory_stats(d)` | [`cuda::reset_peak_memory_stats`] |
+//! | `torch.cuda.empty_cache()` | [`cuda::empty_cache`] |
+//! | `torch.cuda.set_per_process_memory_fraction(f, d)` / `get_per_process_memory_fraction(d)` | [`cuda::set_per_process_memory_fraction`] / [`cuda::get_per_process_memory_fraction`] |
+//! | `torch.cuda.mem_get_info(d)` | [`cuda::mem_get_info`] |
+//! | `torch.cuda.caching_allocator_alloc(size, d, s)` / `caching_allocator_delete(ptr)` | [`cuda::caching_allocator_alloc`] / [`cuda::caching_allocator_delete`] (and [`cuda::caching_allocator_record_stream`]) |
+//! | `torch.cuda.memory.get_allocator_backend()`, `PYTORCH_CUDA_ALLOC_CONF`'s keys | [`cuda::allocator_settings`] ([`cuda::AllocatorSettings`]) |
+//! | `torch.cuda.OutOfMemoryError` | [`Error::OutOfMemory`] |
 //! | `torch.cuda.MemPool()` / `pool.id` / `pool.use_count()` / `pool.snapshot()` | [`cuda::MemPool::new`], [`cuda::MemPool::id`], [`cuda::MemPool::use_count`], [`cuda::MemPool::snapshot`] |
 //! | `with torch.cuda.use_mem_pool(pool):` | [`cuda::use_mem_pool`]`(&pool, \|\| …)` |
 //! | `torch.cuda.graph_pool_handle()` | [`cuda::graph_pool_handle`] ([`cuda::MemPoolId`]) |
@@ -79,6 +93,7 @@
 //! | `with torch.cuda.graph(g, pool=…, stream=…, capture_error_mode=…):` | [`cuda::graph`]`(&mut g, `[`cuda::GraphOptions`]`, \|\| …)` |
 //! | `torch.cuda.is_current_stream_capturing()` | [`cuda::is_current_stream_capturing`] |
 //! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
+//! | `torch.backends.cuda.matmul.allow_tf32 = True` | [`cuda::backends`]`::matmul::set_allow_tf32(true)` |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
 //!
 //! Tensors follow CUDA semantics: a tensor made on `"cuda"` lands on the current device; an op
@@ -107,7 +122,13 @@
 //! `CUDASEM_DRIVER=cuda|sim|auto` (default `auto`: CUDA when a driver and a GPU are found);
 //! the simulated machine is shaped by `CUDASEM_SIM_DEVICES` (default 2), `CUDASEM_SIM_MEMORY`
 //! (default `16GiB`) and `CUDASEM_SIM_PEER` (`all`, `none`, or pairs like `0-1,2-3`); the
-//! allocator by `CUDASEM_ALLOC_CONF` (`PYTORCH_CUDA_ALLOC_CONF`'s syntax).
+//! allocator by `CUDASEM_ALLOC_CONF` (`PYTORCH_CUDA_ALLOC_CONF`'s syntax; `PYTORCH_CUDA_ALLOC_CONF`
+//! itself is read when `CUDASEM_ALLOC_CONF` is unset). `CUDA_VISIBLE_DEVICES` selects and orders
+//! the simulated machine's devices as it does real GPUs ([`SimConfig::visible`]). Every setting
+//! is checked when the runtime starts: a bad value fails the first call (and every later one)
+//! with [`Error::InvalidConfig`] naming it. [`cuda::driver_name`] says which driver runs:
+//! under `"sim"`, times (events, `cudasem bench`) come from the simulated machine's model of a
+//! GPU, not from a measurement.
 //!
 //! ## Features
 //!
@@ -117,6 +138,15 @@
 //! `cudasem memviz`; no dependencies of its own).
 //! `unstable-internals`: the allocator, driver and kernel layers as hidden modules for this
 //! crate's own tests and benches; not public API.
+//!
+//! ## Errors
+//!
+//! Every fallible call returns [`Result`]. [`Error`]'s `Debug` prints its variant and its message
+//! with the hint, so `fn main() -> cudasem::Result<()>` shows what to do when it fails; it is a
+//! `std::error::Error + Send + Sync + 'static`, so `?` also turns it into your own error type or
+//! `Box<dyn std::error::Error>`, and the closure helpers ([`cuda::with_device`],
+//! [`cuda::with_stream`], [`cuda::use_mem_pool`], [`cuda::graph`]) take closures returning any
+//! error type with `From<cudasem::Error>`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -172,6 +202,11 @@ pub use driver::DriverKind;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use scalar::Scalar;
+/// The README's code, compiled (and run where it needs no GPU) by `cargo test --doc`.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use tensor::{
     initial_seed, manual_seed, result_type, IntoShape, Number, Operand, Shape, SliceBounds, SliceRange, Tensor,
 };

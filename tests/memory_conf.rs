@@ -1,5 +1,5 @@
-//! An invalid `CUDASEM_ALLOC_CONF`: every call that needs the caching allocator fails with a typed
-//! error naming the key, and everything else keeps working. The environment is read once per
+//! An invalid `CUDASEM_ALLOC_CONF`: the runtime refuses to start, so every call (not only the
+//! first allocation) fails with a typed error naming the key. The environment is read once per
 //! process, so the test runs itself again as a child process with the variable set (no test
 //! changes its own process's environment).
 
@@ -28,9 +28,9 @@ fn assert_bad_conf<T: std::fmt::Debug>(r: Result<T>, call: &str) {
 const CHILD: &str = "CUDASEM_TEST_MEMORY_CONF_CHILD";
 
 #[test]
-fn an_invalid_alloc_conf_is_a_typed_error_of_the_allocating_calls_only() -> Result<()> {
+fn an_invalid_alloc_conf_is_refused_when_the_runtime_starts() -> Result<()> {
     if std::env::var_os(CHILD).is_none() {
-        let name = "an_invalid_alloc_conf_is_a_typed_error_of_the_allocating_calls_only";
+        let name = "an_invalid_alloc_conf_is_refused_when_the_runtime_starts";
         let out = std::process::Command::new(std::env::current_exe().expect("the test executable"))
             .args(["--exact", name, "--nocapture", "--test-threads=1"])
             .env(CHILD, "1")
@@ -44,22 +44,16 @@ fn an_invalid_alloc_conf_is_a_typed_error_of_the_allocating_calls_only() -> Resu
     }
     assert_eq!(std::env::var("CUDASEM_ALLOC_CONF").as_deref(), Ok("max_split_size_mb:abc"));
 
+    // Refused at once: the calls that do not allocate fail too, with the same error.
+    assert_bad_conf(cuda::current_device(), "current_device");
+    assert_bad_conf(Stream::new(Some(0), 0), "Stream::new");
+    assert_bad_conf(cuda::mem_get_info(Some(0)), "mem_get_info");
     assert_bad_conf(cuda::caching_allocator_alloc(1024, None, None), "caching_allocator_alloc");
     assert_bad_conf(cuda::allocator_settings(), "allocator_settings");
     assert_bad_conf(RawBuffer::cached(Some(0), 4096, None), "RawBuffer::cached");
+    assert_bad_conf(RawBuffer::new(Some(0), TestRng::new(1).nonzero_bytes(1)[0] as usize + 1), "RawBuffer::new");
+    assert_bad_conf(cuda::synchronize(None), "synchronize");
+    assert_eq!(cuda::device_count(), 0, "no device is usable while the settings are invalid");
     assert_bad_conf(cuda::caching_allocator_alloc(1024, None, None), "caching_allocator_alloc, again");
-
-    // What does not allocate through the caching allocator still works.
-    assert!(cuda::device_count() >= 1);
-    let s = Stream::new(Some(0), 0)?;
-    assert_eq!(s.device(), 0);
-    s.synchronize()?;
-    cuda::synchronize(None)?;
-    let (free, total) = cuda::mem_get_info(Some(0))?;
-    assert!(free <= total && total > 0);
-    let raw = RawBuffer::new(Some(0), 4096)?; // straight from the driver
-    let data = TestRng::new(1).nonzero_bytes(4096);
-    raw.write(&data, &s)?;
-    assert_eq!(raw.read(&s)?, data);
     Ok(())
 }

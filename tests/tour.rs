@@ -9,7 +9,14 @@ use std::process::{Command, Output};
 fn run_sim(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(common::cudasem_binary());
     cmd.args(args).env("CUDASEM_DRIVER", "sim");
-    for k in ["CUDASEM_SIM_DEVICES", "CUDASEM_SIM_PEER", "CUDASEM_SIM_MEMORY"] {
+    for k in [
+        "CUDASEM_SIM_DEVICES",
+        "CUDASEM_SIM_PEER",
+        "CUDASEM_SIM_MEMORY",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDASEM_ALLOC_CONF",
+        "PYTORCH_CUDA_ALLOC_CONF",
+    ] {
         cmd.env_remove(k);
     }
     for (k, v) in env {
@@ -80,6 +87,11 @@ fn tour_passes_on_two_gpus() {
     let text = assert_tour_passes(&[("CUDASEM_SIM_DEVICES", "2")], &TWO_LINKED_GPUS);
     assert!(text.contains("under DeviceGuard(1): Tensor::ones(.., \"cuda\") → cuda:1"), "{text}");
     assert!(text.contains("a + b → [3.0, 3.0, 3.0] on cuda:0"), "{text}");
+    // The sim's device times are its model, and the tour says so: at the top, beside the peer
+    // copy's rate, and beside the graph's eager-vs-replay times.
+    assert!(text.contains("device times below — events, copies — are modelled"), "{text}");
+    assert!(text.contains("GB/s, the simulated machine's model"), "{text}");
+    assert!(text.contains("device times here are the simulated machine's model, not a measurement"), "{text}");
 }
 
 #[test]
@@ -145,4 +157,53 @@ fn bad_settings_are_reported_with_the_variable_name() {
     let o = run_sim(&["info"], &[("CUDASEM_SIM_MEMORY", "lots")]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("CUDASEM_SIM_MEMORY"));
+}
+
+#[test]
+fn info_refuses_a_bad_alloc_conf_at_once() {
+    for var in ["CUDASEM_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"] {
+        let o = run_sim(&["info"], &[(var, "max_split_size_mb:abc")]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{var}: {}{err}", stdout(&o));
+        assert!(err.contains("max_split_size_mb") && err.contains("`abc`"), "{var}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // CUDASEM_ALLOC_CONF wins over PyTorch's variable.
+    let both =
+        [("CUDASEM_ALLOC_CONF", "expandable_segments:True"), ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:abc")];
+    let o = run_sim(&["info"], &both);
+    assert!(o.status.success(), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn info_honours_cuda_visible_devices_on_the_sim() {
+    let machine = [("CUDASEM_SIM_DEVICES", "4"), ("CUDASEM_SIM_PEER", "0-1,2-3")];
+    let o = run_sim(&["info"], &[machine[0], machine[1], ("CUDA_VISIBLE_DEVICES", "3,0,2,9,1")]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("devices: 3"), "3, 0, 2 are visible; reading stops at 9:\n{text}");
+    let row = |d: usize| {
+        let line = text.lines().rfind(|l| l.trim_start().starts_with(&format!("cuda:{d}"))).unwrap_or("");
+        line.split_whitespace().skip(1).map(str::to_string).collect::<Vec<_>>()
+    };
+    // Physical 3 and 2 (now 0 and 2) keep their peer link; physical 0 (now 1) has none with them.
+    assert_eq!(row(0), ["-", "no", "yes"], "{text}");
+    assert_eq!(row(1), ["no", "-", "no"], "{text}");
+    for hidden in ["-1", "", "1,1"] {
+        let o = run_sim(&["info"], &[machine[0], ("CUDA_VISIBLE_DEVICES", hidden)]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "CUDA_VISIBLE_DEVICES={hidden:?}: {}", stdout(&o));
+        assert!(err.contains("CUDA_VISIBLE_DEVICES"), "{err}");
+    }
+}
+
+#[test]
+fn sim_memory_beyond_what_the_sim_can_hold_is_refused() {
+    let o = run_sim(&["info"], &[("CUDASEM_SIM_MEMORY", "16TiB")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout(&o).contains("TiB"), "{}", stdout(&o));
+    let o = run_sim(&["info"], &[("CUDASEM_SIM_MEMORY", "17TiB")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(err.contains("CUDASEM_SIM_MEMORY") && err.contains("16 TiB"), "{err}");
 }

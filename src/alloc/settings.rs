@@ -6,6 +6,8 @@ use std::fmt;
 
 /// The environment variable holding the allocator settings (`PYTORCH_CUDA_ALLOC_CONF`'s syntax).
 pub const ALLOC_CONF_ENV: &str = "CUDASEM_ALLOC_CONF";
+/// PyTorch's variable for the same settings, read when `CUDASEM_ALLOC_CONF` is unset.
+pub const PYTORCH_ALLOC_CONF_ENV: &str = "PYTORCH_CUDA_ALLOC_CONF";
 /// Every block is a multiple of this many bytes (PyTorch's `kMinBlockSize`).
 pub const MIN_BLOCK_SIZE: usize = 512;
 /// Requests up to this many bytes (after rounding) go to the small pool (`kSmallSize`, 1 MiB).
@@ -197,14 +199,19 @@ impl AllocatorSettings {
         Ok(s)
     }
 
-    /// The settings from `CUDASEM_ALLOC_CONF` (the defaults when it is unset or empty).
+    /// The settings from `CUDASEM_ALLOC_CONF`, else (when it is unset) from PyTorch's
+    /// `PYTORCH_CUDA_ALLOC_CONF`; the defaults when neither is set or the one read is empty.
     pub fn from_env() -> Result<AllocatorSettings> {
         AllocatorSettings::from_lookup(&crate::driver::env_var)
     }
 
     /// As [`AllocatorSettings::from_env`], with `lookup` as the environment (`Ok(None)`: unset).
     pub(crate) fn from_lookup(lookup: &dyn Fn(&str) -> Result<Option<String>>) -> Result<AllocatorSettings> {
-        match lookup(ALLOC_CONF_ENV)? {
+        let value = match lookup(ALLOC_CONF_ENV)? {
+            Some(v) => Some(v),
+            None => lookup(PYTORCH_ALLOC_CONF_ENV)?,
+        };
+        match value {
             Some(v) => AllocatorSettings::parse(&v),
             None => Ok(AllocatorSettings::default()),
         }

@@ -335,20 +335,30 @@ pub(crate) fn env_var(key: &str) -> Result<Option<String>> {
 
 /// Builds the driver of `kind`; `sim` shapes the simulated machine (asked for only when it is
 /// used: `Auto` on a machine with a GPU, or `Cuda`, never calls it).
+///
+/// The simulated machine honours `CUDA_VISIBLE_DEVICES` as CUDA does (see
+/// [`sim::SimConfig::visible`]): `sim` describes the whole machine, the variable selects from it.
 pub fn build(kind: DriverKind, sim: impl FnOnce() -> Result<sim::SimConfig>) -> Result<Arc<dyn Driver>> {
+    let sim_driver = |sim: sim::SimConfig| -> Result<Arc<dyn Driver>> {
+        let visible = env_var(VISIBLE_DEVICES_ENV)?;
+        Ok(Arc::new(sim::SimDriver::with_visible_devices(sim, visible.as_deref())))
+    };
     match kind {
         DriverKind::Cuda => Ok(Arc::new(cuda::CudaDriver::new())),
-        DriverKind::Sim => Ok(Arc::new(sim::SimDriver::new(sim()?))),
+        DriverKind::Sim => sim_driver(sim()?),
         DriverKind::Auto => {
             let cuda = cuda::CudaDriver::new();
             if cuda.device_count() > 0 {
                 Ok(Arc::new(cuda))
             } else {
-                Ok(Arc::new(sim::SimDriver::new(sim()?)))
+                sim_driver(sim()?)
             }
         }
     }
 }
+
+/// CUDA's variable selecting the visible devices, honoured by the simulated machine too.
+pub(crate) const VISIBLE_DEVICES_ENV: &str = "CUDA_VISIBLE_DEVICES";
 
 /// Builds the driver that the environment asks for.
 pub fn from_env() -> Result<Arc<dyn Driver>> {

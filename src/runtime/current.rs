@@ -5,7 +5,7 @@ use super::context;
 use super::stream::Stream;
 use super::{rt, Runtime};
 use crate::device::IntoCudaDevice;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::marker::PhantomData;
 
 /// The device's default stream (`torch.cuda.default_stream`; `None` or `"cuda"`: the current
@@ -52,6 +52,7 @@ pub fn set_stream(stream: &Stream) -> Result<()> {
 /// dropped, then restores the previous device and the previous current streams of both devices.
 /// Not `Send`: a guard belongs to the thread whose context it changed.
 #[must_use = "the previous stream is restored when the guard is dropped; bind it with `let _g = ...`"]
+#[doc(alias = "stream", alias = "StreamContext")]
 pub struct StreamGuard {
     prev_device: usize,
     prev_on_prev_device: Option<Stream>,
@@ -92,7 +93,14 @@ impl Drop for StreamGuard {
 /// Runs `f` with `stream` as the current stream (and its device current), then restores both
 /// (also when `f` fails or panics): `with torch.cuda.stream(s):`. The closure returns a
 /// [`Result`], so `?` works inside it and the call needs one `?`.
-pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> Result<R>) -> Result<R> {
+///
+/// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
+/// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
+/// on yours; cudasem's own errors of the call come back converted. In a function returning
+/// cudasem's [`Result`], `E` is `cudasem::Error` without saying so; elsewhere a closure that ends in
+/// `Ok(..)` names it once: `Ok::<_, MyError>(value)`.
+#[doc(alias = "stream", alias = "StreamContext")]
+pub fn with_stream<R, E: From<Error>>(stream: &Stream, f: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     let _g = StreamGuard::new(stream)?;
     f()
 }

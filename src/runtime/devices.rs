@@ -17,6 +17,7 @@ pub fn device_count() -> usize {
 
 /// The driver in use: `"cuda"` or `"sim"` (`"none"` if the environment's settings are invalid;
 /// any call that returns `Result` then says why).
+#[doc(alias = "is_sim", alias = "simulated")]
 pub fn driver_name() -> &'static str {
     rt().map_or("none", |r| r.driver.name())
 }

@@ -43,6 +43,7 @@ impl Stream {
     /// returned stream (or a clone) exists, and until the memory allocated on it, or recorded on
     /// it with `record_stream`, has been freed and the stream synchronized. cudasem never
     /// destroys it.
+    #[doc(alias = "ExternalStream")]
     pub unsafe fn from_external(stream_ptr: u64, device: impl IntoCudaDevice) -> Result<Stream> {
         let rt = rt()?;
         let device = rt.device(device)?;

@@ -296,7 +296,17 @@ fn capture_stream(device: usize) -> Result<Stream> {
 /// `f` queues on the current device, on `options.stream` or a side stream of its own, into `g`.
 /// The capture ends also when `f` fails (its error is returned, no graph is kept) or panics (the
 /// panic continues after the capture has ended).
-pub fn graph<R>(g: &mut CUDAGraph, options: GraphOptions, f: impl FnOnce() -> Result<R>) -> Result<R> {
+///
+/// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
+/// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
+/// on yours; cudasem's own errors of the call come back converted. In a function returning
+/// cudasem's [`Result`], `E` is `cudasem::Error` without saying so; elsewhere a closure that ends in
+/// `Ok(..)` names it once: `Ok::<_, MyError>(value)`.
+pub fn graph<R, E: From<Error>>(
+    g: &mut CUDAGraph,
+    options: GraphOptions,
+    f: impl FnOnce() -> Result<R, E>,
+) -> Result<R, E> {
     let device = current_device()?;
     synchronize(device)?;
     empty_cache()?;
@@ -307,7 +317,7 @@ pub fn graph<R>(g: &mut CUDAGraph, options: GraphOptions, f: impl FnOnce() -> Re
     with_stream(&stream, || {
         g.begin(options.pool, options.capture_error_mode, options.allow_host_ops)?;
         match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(Ok(value)) => g.capture_end().map(|()| value),
+            Ok(Ok(value)) => Ok(g.capture_end().map(|()| value)?),
             Ok(Err(e)) => {
                 g.abandon();
                 Err(e)

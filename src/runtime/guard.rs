@@ -2,7 +2,7 @@
 
 use super::{context, rt};
 use crate::device::IntoCudaDevice;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::marker::PhantomData;
 
 /// Makes a device current until dropped, then restores the previous one — also when the scope
@@ -13,6 +13,7 @@ use std::marker::PhantomData;
 /// Guards must be dropped in reverse order of creation (the normal scope order); dropping an
 /// outer guard first panics, like tokio's context guards.
 #[must_use = "the previous device is restored when the guard is dropped; bind it with `let _g = ...`"]
+#[doc(alias = "device")]
 pub struct DeviceGuard {
     prev: usize,
     depth: usize,
@@ -45,7 +46,13 @@ impl Drop for DeviceGuard {
 
 /// Runs `f` with `device` current, then restores the previous device (also when `f` fails or
 /// panics): `with torch.cuda.device(d):`. The closure returns a [`Result`], so `?` works inside
-/// it and the call needs one `?`:
+/// it and the call needs one `?`.
+///
+/// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
+/// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
+/// on yours; cudasem's own errors of the call come back converted. In a function returning
+/// cudasem's [`Result`], `E` is `cudasem::Error` without saying so; elsewhere a closure that ends in
+/// `Ok(..)` names it once: `Ok::<_, MyError>(value)`. For example:
 ///
 /// ```
 /// use cudasem::{cuda, DType, Tensor};
@@ -58,7 +65,8 @@ impl Drop for DeviceGuard {
 /// assert_eq!(t.device(), cudasem::Device::cuda(last));
 /// # Ok(()) }
 /// ```
-pub fn with_device<R>(device: impl IntoCudaDevice, f: impl FnOnce() -> Result<R>) -> Result<R> {
+#[doc(alias = "device")]
+pub fn with_device<R, E: From<Error>>(device: impl IntoCudaDevice, f: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     let _g = DeviceGuard::new(device)?;
     f()
 }

@@ -5,7 +5,7 @@
 use super::{rt, Stream};
 use crate::alloc::{MemPoolId, Snapshot, StreamFilter};
 use crate::driver::StreamId;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -138,7 +138,13 @@ impl Drop for MemPool {
 /// While it is open, a capture is underway on the device as far as the allocator is concerned
 /// (as in PyTorch): frees of blocks used on other streams wait until it ends, and nothing is freed
 /// to the driver (`empty_cache` does nothing; out of memory comes without freeing the cache).
-pub fn use_mem_pool<R>(pool: &MemPool, f: impl FnOnce() -> Result<R>) -> Result<R> {
+///
+/// The closure may return any error type `E` with `From<cudasem::Error>` (your own error enum,
+/// `Box<dyn std::error::Error>`, `anyhow::Error`), so `?` works inside it on cudasem's errors and
+/// on yours; cudasem's own errors of the call come back converted. In a function returning
+/// cudasem's [`Result`], `E` is `cudasem::Error` without saying so; elsewhere a closure that ends in
+/// `Ok(..)` names it once: `Ok::<_, MyError>(value)`.
+pub fn use_mem_pool<R, E: From<Error>>(pool: &MemPool, f: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     let thread = std::thread::current().id();
     let filter: StreamFilter = Arc::new(move |_: StreamId| std::thread::current().id() == thread);
     begin_allocate_to_pool(pool.device, pool.id, filter)?;
@@ -164,5 +170,5 @@ pub fn use_mem_pool<R>(pool: &MemPool, f: impl FnOnce() -> Result<R>) -> Result<
     let r = f();
     let closed = open.close();
     let r = r?;
-    closed.map(|()| r)
+    Ok(closed.map(|()| r)?)
 }

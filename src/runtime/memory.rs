@@ -216,6 +216,7 @@ pub fn caching_allocator_record_stream(ptr: u64, stream: &Stream) -> Result<()> 
 /// Segments and blocks of every device's allocator, plus the recorded history
 /// (see [`record_memory_history`]); export with [`Snapshot::to_json`] / [`Snapshot::to_pickle`]
 /// (the pickle opens in PyTorch's memory_viz).
+#[doc(alias = "_snapshot")]
 pub fn memory_snapshot() -> Result<Snapshot> {
     let rt = rt()?;
     // One entry per device, so `device_traces[i]` is device i's history, as PyTorch lays it out.
@@ -228,6 +229,7 @@ pub fn memory_snapshot() -> Result<Snapshot> {
 
 /// Starts (or with `enabled = false` stops) recording allocator events on every device, keeping
 /// the last `max_entries` of each (`torch.cuda.memory._record_memory_history`).
+#[doc(alias = "_record_memory_history")]
 pub fn record_memory_history(enabled: bool, max_entries: usize) -> Result<()> {
     let rt = rt()?;
     for d in 0..rt.devices.len() {

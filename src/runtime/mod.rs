@@ -159,5 +159,14 @@ static RUNTIME: OnceLock<Result<Runtime>> = OnceLock::new();
 
 /// The process-wide runtime, built on first use over the driver the environment selects.
 pub(crate) fn rt() -> Result<&'static Runtime> {
-    RUNTIME.get_or_init(|| driver::global().map(|d| Runtime::new(d.clone()))).as_ref().map_err(Clone::clone)
+    RUNTIME
+        .get_or_init(|| {
+            // The allocator settings are checked as the runtime starts: an invalid
+            // `CUDASEM_ALLOC_CONF` is refused at once, by every call, not at the first allocation.
+            let rt = Runtime::new(driver::global()?.clone());
+            rt.alloc_settings.clone()?;
+            Ok(rt)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }

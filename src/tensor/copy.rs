@@ -253,6 +253,7 @@ impl Tensor {
 
     /// The elements, row-major, as `T` — which must be the tensor's dtype (`t.tolist()`,
     /// flattened). A device tensor is read after the work queued on its device's current stream.
+    #[doc(alias = "tolist")]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch { op: "to_vec", expected: T::DTYPE, found: self.dtype });

@@ -35,6 +35,7 @@
 
 mod copy;
 mod create;
+mod display;
 mod exec;
 mod graphed;
 mod layout;

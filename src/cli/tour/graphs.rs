@@ -67,6 +67,12 @@ pub fn graphs() -> Result<Outcome, Failure> {
         eager_host / replay_host.max(1e-9),
         eager_dev / replay_dev.max(1e-9)
     );
+    if cuda::driver_name() == "sim" {
+        println!(
+            "   (device times here are the simulated machine's model, not a measurement: a replayed node costs \
+             what the eager op costs, and the model has no launch gaps for the graph to remove; the host times are measured)"
+        );
+    }
     let pool = g.pool().map_err(e)?;
     let snap = cuda::memory_snapshot().map_err(e)?;
     let mine: Vec<_> = snap.segments.iter().filter(|s| s.segment_pool_id == pool).collect();

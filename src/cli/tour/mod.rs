@@ -101,6 +101,12 @@ pub fn run() -> ExitCode {
         cuda::driver_name(),
         cuda::device_count()
     );
+    if cuda::driver_name() == "sim" {
+        println!(
+            "(simulated machine: device times below — events, copies — are modelled from an H200's figures, not measured; \
+             host times are measured)\n"
+        );
+    }
     let mut failed = Vec::new();
     for (name, rule, section) in SECTIONS {
         if !run_section(name, rule, *section) {

@@ -256,8 +256,9 @@ pub fn peer_access() -> Result<Outcome, Failure> {
     let back = dst.read(&s1).map_err(e)?;
     let gbps = bytes as f64 / (ms as f64 / 1e3) / 1e9;
     println!(
-        "   copied {} cuda:0 → cuda:1 in {ms:.2} ms by events ({gbps:.1} GB/s, {}); every byte arrived: {}",
+        "   copied {} cuda:0 → cuda:1 in {ms:.2} ms by events ({gbps:.1} GB/s{}, {}); every byte arrived: {}",
         cudasem::cuda::memory::format_bytes(bytes),
+        if cuda::driver_name() == "sim" { ", the simulated machine's model" } else { "" },
         if can { "over the peer link" } else { "staged, no peer link" },
         back.iter().all(|&x| x == 0x5A)
     );

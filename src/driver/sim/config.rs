@@ -140,6 +140,13 @@ impl SimConfig {
         if self.memory == 0 {
             return Err(bad(keys[1], "0".into(), "each simulated device needs at least 1 byte".into()));
         }
+        if self.memory > SimConfig::MAX_MEMORY {
+            let reason = format!(
+                "a simulated device holds at most 16 TiB ({} bytes: its address window); ask for 16TiB or less",
+                SimConfig::MAX_MEMORY
+            );
+            return Err(bad(keys[1], self.memory.to_string(), reason));
+        }
         if let PeerSpec::Pairs(p) = &self.peer {
             if let Some(&(a, b)) = p.iter().find(|&&(a, b)| a.max(b) >= self.devices || a == b) {
                 let reason = if a == b {
@@ -155,6 +162,65 @@ impl SimConfig {
 
     /// The most simulated devices a machine may have.
     pub const MAX_DEVICES: usize = 64;
+
+    /// The most memory a simulated device may have: 16 TiB, the address window each device owns
+    /// (a larger `memory` is refused with [`Error::InvalidConfig`], never silently capped).
+    pub const MAX_MEMORY: usize = 1 << 44;
+
+    /// The machine that `CUDA_VISIBLE_DEVICES = visible` leaves visible: the selected devices,
+    /// renumbered `0..` in the list's order, with the peer pairs among them renumbered too.
+    /// `None` (the variable unset) leaves the machine as it is.
+    ///
+    /// The list follows CUDA's rules (and PyTorch's reading of them):
+    /// - entries are separated by `,`; spaces around an entry are ignored;
+    /// - an entry is read as CUDA's `strtoul` reads it: its leading digits (`"1gpu"` is `1`);
+    /// - reading stops at the first entry that is not an index (a negative number such as `-1`,
+    ///   an empty entry, a `GPU-…`/`MIG-…` UUID, which the simulated machine does not have) or
+    ///   that names a device the machine does not have: the devices before it stay visible;
+    /// - an index listed twice makes no device visible;
+    /// - so an empty value, or one starting with `-1`, makes no device visible.
+    ///
+    /// ```
+    /// use cudasem::{PeerSpec, SimConfig};
+    /// let machine = SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 3)]) };
+    /// let visible = machine.visible(Some("3,0,7,1"));
+    /// assert_eq!(visible.devices, 2); // 7 is not a device: reading stops there
+    /// assert_eq!(visible.peer, PeerSpec::Pairs(vec![(1, 0)]));
+    /// assert_eq!(machine.visible(Some("-1")).devices, 0);
+    /// assert_eq!(machine.visible(None), machine);
+    /// ```
+    pub fn visible(&self, visible: Option<&str>) -> SimConfig {
+        let Some(list) = visible else { return self.clone() };
+        let order = visible_devices(list, self.devices);
+        let peer = match &self.peer {
+            PeerSpec::Pairs(pairs) => {
+                let new = |d: usize| order.iter().position(|&o| o == d);
+                let kept = pairs.iter().filter_map(|&(a, b)| Some((new(a)?, new(b)?))).collect();
+                PeerSpec::Pairs(kept)
+            }
+            other => other.clone(),
+        };
+        SimConfig { devices: order.len(), memory: self.memory, peer }
+    }
+}
+
+/// The physical devices (of `count`) that a `CUDA_VISIBLE_DEVICES` value selects, in its order
+/// (the rules of [`SimConfig::visible`]).
+pub(crate) fn visible_devices(list: &str, count: usize) -> Vec<usize> {
+    let mut order = Vec::new();
+    for entry in list.split(',') {
+        let entry = entry.trim();
+        let digits = entry.find(|c: char| !c.is_ascii_digit()).unwrap_or(entry.len());
+        let Ok(index) = entry[..digits].parse::<usize>() else { break };
+        if index >= count {
+            break;
+        }
+        if order.contains(&index) {
+            return Vec::new();
+        }
+        order.push(index);
+    }
+    order
 }
 
 /// Parses a byte size: `1073741824`, `512MiB`, `16GiB`, `1.5GB`, `64k` (binary units for K/M/G/T).
@@ -191,6 +257,67 @@ mod tests {
         assert!(parse_bytes("lots").is_err());
         assert!(parse_bytes("12 parsecs").unwrap_err().contains("unknown unit"));
         assert!(parse_bytes("0").is_err());
+    }
+
+    #[test]
+    fn memory_above_the_address_window_is_refused() {
+        let keys = ["d", "CUDASEM_SIM_MEMORY", "p"];
+        let mut cfg = SimConfig { memory: SimConfig::MAX_MEMORY, ..SimConfig::default() };
+        assert_eq!(cfg.validate(keys), Ok(()));
+        for memory in [SimConfig::MAX_MEMORY + 1, 17 << 40, (1 << 52) - 1] {
+            cfg.memory = memory;
+            let e = cfg.validate(keys).unwrap_err();
+            assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == "CUDASEM_SIM_MEMORY"), "{e}");
+            assert!(e.to_string().contains("16 TiB"), "{e}");
+        }
+        let env = |k: &str| Ok((k == "CUDASEM_SIM_MEMORY").then(|| "32TiB".to_string()));
+        assert!(matches!(SimConfig::from_lookup(&env), Err(Error::InvalidConfig { .. })));
+    }
+
+    #[test]
+    fn visible_devices_follow_cuda_rules() {
+        let cases: &[(&str, &[usize])] = &[
+            ("0,1,2,3", &[0, 1, 2, 3]),
+            ("2,0", &[2, 0]),
+            (" 3 , 1 ", &[3, 1]),
+            ("1gpu,2", &[1, 2]),
+            ("1,-1,2", &[1]),
+            ("-1", &[]),
+            ("", &[]),
+            ("0,,1", &[0]),
+            ("1,9,2", &[1]),
+            ("GPU-1234,0", &[]),
+            ("1,1", &[]),
+            ("0,2,0", &[]),
+        ];
+        for &(list, want) in cases {
+            assert_eq!(visible_devices(list, 4), want, "CUDA_VISIBLE_DEVICES={list:?}");
+        }
+        // Random lists: the result is the longest prefix of valid, distinct indices (or nothing).
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..200 {
+            let mut entries = Vec::new();
+            for _ in 0..(seed % 6) {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                entries.push(((seed >> 33) % 7) as i64 - 1);
+            }
+            let list = entries.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            let prefix: Vec<usize> =
+                entries.iter().take_while(|&&e| (0..4).contains(&e)).map(|&e| e as usize).collect();
+            let distinct = prefix.iter().enumerate().all(|(i, d)| !prefix[..i].contains(d));
+            let want = if distinct { prefix } else { Vec::new() };
+            assert_eq!(visible_devices(&list, 4), want, "CUDA_VISIBLE_DEVICES={list:?}");
+        }
+    }
+
+    #[test]
+    fn visible_devices_renumber_the_peer_pairs() {
+        let machine = SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]) };
+        let v = machine.visible(Some("3,1,2"));
+        assert_eq!((v.devices, v.memory), (3, 1 << 30));
+        assert!(v.peer.allows(0, 2) && !v.peer.allows(0, 1) && !v.peer.allows(1, 2));
+        assert_eq!(machine.visible(Some("")).devices, 0);
+        assert_eq!(SimConfig::default().visible(Some("1")).peer, PeerSpec::All);
     }
 
     #[test]

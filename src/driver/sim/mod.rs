@@ -45,6 +45,9 @@ struct SimDevice {
 /// The simulated machine's driver.
 pub struct SimDriver {
     config: SimConfig,
+    /// `CUDA_VISIBLE_DEVICES` when it hid every device of the machine (for the reason of
+    /// [`Driver::unavailable_reason`]).
+    hidden_by: Option<String>,
     devices: Vec<SimDevice>,
     streams: RwLock<HashMap<u64, Arc<SimStream>>>,
     events: RwLock<HashMap<u64, Arc<SimEvent>>>,
@@ -74,6 +77,7 @@ impl SimDriver {
             next_id: AtomicU64::new(1),
             host: host::HostMemory::default(),
             graphs: Mutex::new(HashMap::new()),
+            hidden_by: None,
             config,
         };
         for i in 0..d.config.devices {
@@ -92,7 +96,15 @@ impl SimDriver {
         d
     }
 
-    /// The machine's configuration.
+    /// The part of the machine `config` that `CUDA_VISIBLE_DEVICES = visible` selects
+    /// ([`SimConfig::visible`] gives the rules): its devices renumbered in the list's order.
+    pub fn with_visible_devices(config: SimConfig, visible: Option<&str>) -> SimDriver {
+        let seen = config.visible(visible);
+        let hidden_by = (seen.devices == 0 && config.devices > 0).then(|| visible.unwrap_or_default().to_string());
+        SimDriver { hidden_by, ..SimDriver::new(seen) }
+    }
+
+    /// The machine's configuration (the visible devices).
     pub fn config(&self) -> &SimConfig {
         &self.config
     }
@@ -190,7 +202,12 @@ impl Driver for SimDriver {
     }
 
     fn unavailable_reason(&self) -> Option<String> {
-        self.devices.is_empty().then(|| "CUDASEM_SIM_DEVICES is 0".to_string())
+        self.devices.is_empty().then(|| match &self.hidden_by {
+            Some(v) => format!(
+                "CUDA_VISIBLE_DEVICES={v:?} hides every simulated device (a comma list of indices such as \"0,1\" selects them; reading stops at the first entry that is not a device, and a repeated index hides all)"
+            ),
+            None => "CUDASEM_SIM_DEVICES is 0".to_string(),
+        })
     }
 
     fn properties(&self, device: usize) -> Result<DeviceProperties> {

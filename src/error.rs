@@ -512,6 +512,7 @@ impl Error {
             Error::CaptureInvalidated { .. } => "CaptureInvalidated",
             Error::CaptureUnjoined { .. } => "CaptureUnjoined",
             Error::GraphState { .. } => "GraphState",
+            Error::DeviceErrors { .. } => "DeviceErrors",
         }
     }
 }
@@ -533,18 +534,17 @@ impl std::fmt::Debug for Error {
     }
 }
 
-/// An error raised where it cannot be returned (in `Drop`: destroying an event, freeing memory or
-/// a pinned block), kept until a call that can return errors takes it (cudarc's `record_err`).
-///
-/// The first error is kept; later ones while it waits are dropped (the first is the cause).
+/// Errors raised where they cannot be returned (in `Drop`: destroying an event, freeing memory or
+/// a pinned block), kept in the order raised until calls that can return errors take them
+/// (cudarc's `record_err`, without merging: the runtime drains them one by one into the device's
+/// pending list, `runtime/errors.rs`).
 #[derive(Debug, Default)]
-pub(crate) struct Sticky(std::sync::Mutex<Option<Error>>);
+pub(crate) struct Sticky(std::sync::Mutex<std::collections::VecDeque<Error>>);
 
 impl Sticky {
-    /// Keeps `e` unless an earlier error is still waiting.
+    /// Keeps `e` after the errors already waiting.
     pub(crate) fn record(&self, e: Error) {
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        slot.get_or_insert(e);
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(e);
     }
 
     /// Keeps the error of `r`, if any.
@@ -554,9 +554,9 @@ impl Sticky {
         }
     }
 
-    /// The waiting error, if any, which no longer waits.
+    /// The oldest waiting error, if any, which no longer waits.
     pub(crate) fn take(&self) -> Result<()> {
-        match self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        match self.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front() {
             Some(e) => Err(e),
             None => Ok(()),
         }

@@ -236,11 +236,11 @@ pub trait Driver: Send + Sync + 'static {
     fn fail_next_free(&self, device: usize) -> Result<()>;
 
     /// Keeps `error`, raised for `device` where it could not be returned (in a `Drop`: destroying
-    /// an event, freeing memory or a pinned block), until [`Driver::take_error`]. The first error
-    /// kept wins; an invalid `device` is ignored.
+    /// an event, freeing memory or a pinned block), until [`Driver::take_error`]. Errors are kept
+    /// in the order raised, none merged; an invalid `device` is ignored.
     fn record_error(&self, device: usize, error: Error);
-    /// The error [`Driver::record_error`] kept for `device`, which is no longer kept; `Ok` when
-    /// none. The runtime moves it into the device's pending errors at every synchronization point
+    /// The oldest error [`Driver::record_error`] kept for `device`, which is no longer kept; `Ok`
+    /// when none. The runtime moves it into the device's pending errors at every synchronization point
     /// (`runtime/errors.rs`, which keeps its own errors there), so a failure in `Drop` is not lost.
     fn take_error(&self, device: usize) -> Result<()>;
 

@@ -3,6 +3,7 @@
 //! PyTorch's dict `{"segments": [...], "device_traces": [[...], ...]}`; keys cudasem does not use
 //! (stack `frames`, `segment_pool_id`, `allocator_settings`, …) are ignored.
 
+use super::bounds::{check_json_depth, check_pickle_depth, MAX_DEVICES};
 use crate::cuda::{BlockInfo, BlockState, PoolKind, SegmentInfo, Snapshot, StreamId, TraceAction, TraceEntry};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -78,6 +79,7 @@ fn invalid(reason: impl Into<String>) -> Error {
 /// ```
 pub fn load_snapshot(bytes: &[u8]) -> Result<Snapshot> {
     let dict: SnapshotDict = if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        check_json_depth(bytes)?;
         serde_json::from_slice(bytes).map_err(|e| invalid(format!("not a snapshot's JSON: {e}")))?
     } else {
         // PyTorch shares one list of frames between the blocks and trace entries of a stack, and
@@ -85,10 +87,31 @@ pub fn load_snapshot(bytes: &[u8]) -> Result<Snapshot> {
         // list after its first copy (serde-pickle's open pull request 24). Replacing what it
         // lost by `None` touches only the frames, which are not read here.
         let options = serde_pickle::DeOptions::new().replace_recursive_structures();
+        check_pickle_depth(bytes)?;
         serde_pickle::from_slice(bytes, options).map_err(|e| invalid(format!("not a snapshot's pickle: {e}")))?
     };
+    if dict.device_traces.len() > MAX_DEVICES {
+        return Err(invalid(format!(
+            "{} device traces, more than the cap of {MAX_DEVICES} devices",
+            dict.device_traces.len()
+        )));
+    }
     let segments = dict.segments.into_iter().map(segment).collect::<Result<Vec<_>>>()?;
-    let device_traces = dict.device_traces.into_iter().map(|t| t.into_iter().filter_map(entry).collect()).collect();
+    let device_traces: Vec<Vec<TraceEntry>> =
+        dict.device_traces.into_iter().map(|t| t.into_iter().filter_map(entry).collect()).collect();
+    // Every sum the views make (reserved bytes, live bytes, free bytes) is at most this one.
+    let mut sizes = segments.iter().map(|s| s.total_size).chain(device_traces.iter().flatten().map(|e| e.size));
+    sizes.try_fold(0usize, |sum, n| sum.checked_add(n)).ok_or_else(|| invalid("the sizes add up past 2^64 bytes"))?;
+    for e in device_traces.iter().flatten() {
+        if e.addr.checked_add(e.size as u64).is_none() {
+            return Err(invalid(format!(
+                "trace entry `{}` at {:#x} of {} bytes ends past 2^64",
+                e.action.name(),
+                e.addr,
+                e.size
+            )));
+        }
+    }
     Ok(Snapshot { segments, device_traces })
 }
 
@@ -109,6 +132,12 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
         Some("large") | None => PoolKind::Large,
         Some(other) => return Err(invalid(format!("segment {:#x}: segment_type `{other}`", s.address))),
     };
+    if s.device >= MAX_DEVICES {
+        return Err(invalid(format!(
+            "segment {:#x} on device {}, past the cap of {MAX_DEVICES} devices",
+            s.address, s.device
+        )));
+    }
     let end = s.address.checked_add(s.total_size as u64).ok_or_else(|| invalid("a segment past 2^64"))?;
     let mut info = SegmentInfo {
         device: s.device,

@@ -71,8 +71,13 @@ impl TryFrom<String> for AllocatorSettings {
     }
 }
 
+/// The error for `key:value`, quoting at most 80 characters of each (a setting can be long).
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidConfig { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+    let quote = |text: &str| match text.char_indices().nth(80) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    };
+    Error::InvalidConfig { key: quote(key), value: quote(value), reason: reason.into() }
 }
 
 fn parse_bool(key: &str, value: &str) -> Result<bool> {

@@ -327,7 +327,8 @@ impl AllocatorSettings {
             return MIN_BLOCK_SIZE;
         }
         let divisions = self.roundup_power2_divisions(size);
-        if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
+        // Checked: a setting may give up to 2^63 divisions.
+        if divisions > 1 && MIN_BLOCK_SIZE.checked_mul(divisions).is_some_and(|below| size > below) {
             next_division(size, divisions)
         } else {
             round_up(size, MIN_BLOCK_SIZE)

@@ -73,7 +73,7 @@ fn replay(trace: &Trace) -> Result<Replayed> {
                 let stream = stream_for(&mut streams, e.stream.0)?;
                 let ptr = cuda::caching_allocator_alloc(e.size, 0, Some(&stream))?;
                 live_blocks.insert(e.addr, (ptr, e.size));
-                requested += e.size;
+                requested = requested.saturating_add(e.size);
             }
             TraceAction::FreeCompleted => {
                 let Some((ptr, size)) = live_blocks.remove(&e.addr) else {
@@ -81,7 +81,7 @@ fn replay(trace: &Trace) -> Result<Replayed> {
                     return Err(Error::InvalidTrace { line: e.line, reason });
                 };
                 cuda::caching_allocator_delete(ptr)?;
-                requested -= size;
+                requested = requested.saturating_sub(size);
             }
             _ => {}
         }
@@ -114,7 +114,7 @@ fn pytorch_reserved(trace: &Trace) -> Option<Vec<usize>> {
         .collect();
     // A trace that starts with memory already held frees more than it allocates.
     let start = -series.iter().copied().min().unwrap_or(0).min(0);
-    Some(series.into_iter().map(|v| (v + start) as usize).collect())
+    Some(series.into_iter().map(|v| (v + start).clamp(0, usize::MAX as i128) as usize).collect())
 }
 
 fn series(label: &str, color: &str, style: Style, values: Vec<usize>) -> Series {

@@ -161,13 +161,14 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
             other => return Err(invalid(format!("segment {:#x}: block state `{other}`", s.address))),
         };
         let address = b.address.unwrap_or(at);
-        if address < at || address.saturating_add(b.size as u64) > end {
+        let block_end = address.checked_add(b.size as u64).filter(|&e| address >= at && e <= end);
+        let Some(block_end) = block_end else {
             return Err(invalid(format!(
                 "block {address:#x} of {} bytes overlaps another or lies outside segment {:#x} of {} bytes",
                 b.size, s.address, s.total_size
             )));
-        }
-        at = address + b.size as u64;
+        };
+        at = block_end;
         let requested_size = if state.is_active() { b.requested_size.unwrap_or(b.size).min(b.size) } else { 0 };
         if state == BlockState::ActiveAllocated {
             info.allocated_size += b.size;

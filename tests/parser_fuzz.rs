@@ -10,7 +10,7 @@
 //! parses is then used as a user would: traces and snapshot histories replayed, snapshots drawn
 //! and read back from their own JSON, settings replayed with.
 
-use cudasem::cuda::memory::{replay_trace, ReplayOptions, Trace};
+use cudasem::cuda::memory::{replay_trace, PytorchOutcome, ReplayOptions, Trace};
 use cudasem::cuda::{
     AllocatorSettings, BlockInfo, BlockState, PoolKind, SegmentInfo, Snapshot, StreamId, TraceAction, TraceEntry,
 };
@@ -24,6 +24,7 @@ const PYTORCH_PICKLE: &[u8] = include_bytes!("fixtures/pytorch_snapshot.pickle")
 const PYTORCH_GPU_PICKLE: &[u8] = include_bytes!("fixtures/pytorch_gpu_snapshot.pickle");
 const PREFETCH_HEAD: &[u8] = include_bytes!("fixtures/fuzz/prefetch_two_streams_head.csv");
 const RESNET_HEAD: &[u8] = include_bytes!("fixtures/fuzz/resnet50_train_head.csv");
+const RESNET_OUTCOME: &[u8] = include_bytes!("../bench/traces/resnet50_train.pytorch.json");
 const PREFETCH_GZ: &[u8] = include_bytes!("../bench/traces/prefetch_two_streams.csv.gz");
 const MULTI_MEMBER: &[u8] = include_bytes!("fixtures/fuzz/multi_member.csv.gz");
 const MULTI_MEMBER_ROWS: &str = include_str!("fixtures/fuzz/multi_member.rows");
@@ -405,6 +406,16 @@ proptest! {
     }
 
     #[test]
+    fn mutated_outcome_files_parse_or_fail_typed(ms in prop::collection::vec(mutation(), 1..6)) {
+        let text = String::from_utf8_lossy(&mutated(&[RESNET_OUTCOME.to_vec()], 0, &ms)).into_owned();
+        bounded("outcome", move || {
+            if let Err(e) = PytorchOutcome::parse(&text) {
+                assert_bounded_message(&e);
+            }
+        });
+    }
+
+    #[test]
     fn mutated_settings_parse_or_fail_typed(seed in 0..6usize, ms in prop::collection::vec(mutation(), 1..4)) {
         let seeds: Vec<Vec<u8>> = SETTINGS_SEEDS.iter().map(|s| s.as_bytes().to_vec()).collect();
         exercise_settings(String::from_utf8_lossy(&mutated(&seeds, seed, &ms)).into_owned());
@@ -477,4 +488,25 @@ fn device_indices_are_validated() {
         let e = bounded("device", move || memviz::load_snapshot(bytes)).unwrap_err();
         assert!(e.to_string().contains("256 devices"), "{e}");
     }
+}
+
+#[test]
+fn long_strings_in_a_file_are_quoted_by_a_bounded_prefix() {
+    let long = "x".repeat(1 << 20);
+    let snapshots = [
+        format!(r#"{{"segments": [{{"address": 0, "total_size": 512, "segment_type": "{long}"}}]}}"#),
+        format!(
+            r#"{{"segments": [{{"address": 0, "total_size": 512, "blocks": [{{"size": 512, "state": "{long}"}}]}}]}}"#
+        ),
+        format!(r#"{{"segments": [{{"address": "{long}", "total_size": 512}}]}}"#),
+    ];
+    for text in snapshots {
+        assert_bounded_message(&memviz::load_snapshot(text.as_bytes()).unwrap_err());
+    }
+    let pickle =
+        serde_pickle::to_vec(&serde_json::json!({ "segments": [{ "address": long }] }), Default::default()).unwrap();
+    assert_bounded_message(&memviz::load_snapshot(&pickle).unwrap_err());
+    assert_bounded_message(&PytorchOutcome::parse(&format!(r#"{{"reserved_bytes.all.peak": "{long}"}}"#)).unwrap_err());
+    assert_bounded_message(&AllocatorSettings::parse(&format!("{long}:{long}")).unwrap_err());
+    assert_bounded_message(&AllocatorSettings::parse(&format!("max_split_size_mb:{long}")).unwrap_err());
 }

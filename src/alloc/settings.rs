@@ -73,10 +73,7 @@ impl TryFrom<String> for AllocatorSettings {
 
 /// The error for `key:value`, quoting at most 80 characters of each (a setting can be long).
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Error {
-    let quote = |text: &str| match text.char_indices().nth(80) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    };
+    let quote = |text: &str| super::trace::quote_prefix(text, 80);
     Error::InvalidConfig { key: quote(key), value: quote(value), reason: reason.into() }
 }
 

@@ -20,7 +20,13 @@ const QUOTE_CHARS: usize = 80;
 
 /// At most [`QUOTE_CHARS`] characters of `text`, with `…` where it was cut.
 fn quote(text: &str) -> String {
-    match text.char_indices().nth(QUOTE_CHARS) {
+    quote_prefix(text, QUOTE_CHARS)
+}
+
+/// At most `chars` characters of `text`, with `…` where it was cut: how an error message quotes
+/// what came from a file or a setting, which may be of any length.
+pub(crate) fn quote_prefix(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     }

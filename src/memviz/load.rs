@@ -4,6 +4,7 @@
 //! (stack `frames`, `segment_pool_id`, `allocator_settings`, …) are ignored.
 
 use super::bounds::{check_json_depth, check_pickle_depth, MAX_DEVICES};
+use crate::alloc::trace::quote_prefix;
 use crate::cuda::{BlockInfo, BlockState, PoolKind, SegmentInfo, Snapshot, StreamId, TraceAction, TraceEntry};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -57,8 +58,10 @@ struct TraceDict {
     time_us: u64,
 }
 
+/// The error, its reason cut to 300 characters (serde's messages and a snapshot's strings quote
+/// values of any length from the file).
 fn invalid(reason: impl Into<String>) -> Error {
-    Error::InvalidSnapshot { reason: reason.into() }
+    Error::InvalidSnapshot { reason: quote_prefix(&reason.into(), 300) }
 }
 
 /// Reads a snapshot from the bytes of a file: JSON when the first non-blank byte is `{`, a pickle

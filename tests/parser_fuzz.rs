@@ -10,6 +10,8 @@
 //! parses is then used as a user would: traces and snapshot histories replayed, snapshots drawn
 //! and read back from their own JSON, settings replayed with.
 
+mod common;
+
 use cudasem::cuda::memory::{replay_trace, PytorchOutcome, ReplayOptions, Trace};
 use cudasem::cuda::{
     AllocatorSettings, BlockInfo, BlockState, PoolKind, SegmentInfo, Snapshot, StreamId, TraceAction, TraceEntry,
@@ -17,6 +19,7 @@ use cudasem::cuda::{
 use cudasem::memviz;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -509,4 +512,32 @@ fn long_strings_in_a_file_are_quoted_by_a_bounded_prefix() {
     assert_bounded_message(&PytorchOutcome::parse(&format!(r#"{{"reserved_bytes.all.peak": "{long}"}}"#)).unwrap_err());
     assert_bounded_message(&AllocatorSettings::parse(&format!("{long}:{long}")).unwrap_err());
     assert_bounded_message(&AllocatorSettings::parse(&format!("max_split_size_mb:{long}")).unwrap_err());
+}
+
+/// The regression files through the command line: `cudasem replay` and `cudasem memviz` answer
+/// each with exit code 2 and a short error (no panic, no abort, no hang).
+#[test]
+fn the_commands_refuse_the_regression_files_briefly() {
+    let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
+    let out = std::env::temp_dir().join(format!("cudasem-{}-fuzz.html", std::process::id()));
+    let runs: [(&str, &str); 7] = [
+        ("memviz", "deep_100k.pickle"),
+        ("memviz", "deep_10k.json"),
+        ("memviz", "device_1e12.json"),
+        ("memviz", "wrapping_sizes.json"),
+        ("replay", "deep_100k.pickle"),
+        ("replay", "alloc_2pow64.csv"),
+        ("replay", "one_huge_row.csv.gz"),
+    ];
+    for (command, file) in runs {
+        let mut cmd = std::process::Command::new(common::cudasem_binary());
+        cmd.arg(command).arg(fuzz.join(file)).env("CUDASEM_ALLOC_CONF", "");
+        if command == "memviz" {
+            cmd.arg("-o").arg(&out);
+        }
+        let o = bounded(file, move || cmd.output().expect("the cudasem binary starts"));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{command} {file}: {err}");
+        assert!(err.len() < MAX_MESSAGE + 200 && !err.contains("panicked"), "{command} {file}: {err}");
+    }
 }

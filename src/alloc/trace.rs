@@ -69,8 +69,13 @@ impl Trace {
     /// Text over [`MAX_TRACE_BYTES`] or with more than [`MAX_TRACE_ROWS`] rows is refused the
     /// same way; a message quotes at most 80 characters of a row.
     pub fn parse(text: &str) -> Result<Trace> {
-        if text.len() > MAX_TRACE_BYTES {
-            return Err(too_long(0));
+        Trace::parse_capped(text, MAX_TRACE_BYTES, MAX_TRACE_ROWS)
+    }
+
+    /// [`Trace::parse`] with the caps given.
+    fn parse_capped(text: &str, max_bytes: usize, max_rows: usize) -> Result<Trace> {
+        if text.len() > max_bytes {
+            return Err(too_long(0, max_bytes));
         }
         let mut events = Vec::new();
         let mut first = true;
@@ -87,10 +92,10 @@ impl Trace {
                 }
                 continue;
             }
-            if events.len() == MAX_TRACE_ROWS {
+            if events.len() == max_rows {
                 return Err(Error::InvalidTrace {
                     line,
-                    reason: format!("more than {MAX_TRACE_ROWS} rows (the cap); split the trace"),
+                    reason: format!("more than {max_rows} rows (the cap); split the trace"),
                 });
             }
             let fields: Vec<&str> = row.splitn(5, ',').collect();
@@ -126,7 +131,7 @@ impl Trace {
         // The file's own size is checked first: a trace past the cap is never read in.
         let len = std::fs::metadata(path).map_err(unreadable)?.len();
         if len > MAX_TRACE_BYTES as u64 {
-            return Err(too_long(0));
+            return Err(too_long(0, MAX_TRACE_BYTES));
         }
         let bytes = std::fs::read(path).map_err(unreadable)?;
         if path.extension().is_some_and(|x| x == "gz") {
@@ -192,11 +197,8 @@ impl Trace {
     }
 }
 
-fn too_long(line: usize) -> Error {
-    Error::InvalidTrace {
-        line,
-        reason: format!("more than {MAX_TRACE_BYTES} bytes of text (the cap); split the trace"),
-    }
+fn too_long(line: usize, cap: usize) -> Error {
+    Error::InvalidTrace { line, reason: format!("more than {cap} bytes of text (the cap); split the trace") }
 }
 
 /// The text of gzip-compressed `bytes`, all members, at most `cap` bytes of it.
@@ -268,6 +270,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(gunzip(&bomb, 17_000).unwrap().len(), 17_000);
+    }
+
+    #[test]
+    fn rows_and_bytes_are_capped() {
+        let text =
+            "action,addr,size,stream\n".to_string() + &"alloc,4096,100,0\nfree_completed,4096,100,0\n".repeat(50);
+        assert_eq!(Trace::parse_capped(&text, text.len(), 100).unwrap().events.len(), 100);
+        match Trace::parse_capped(&text, text.len(), 99) {
+            Err(Error::InvalidTrace { line: 101, reason }) => assert!(reason.contains("more than 99 rows"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        match Trace::parse_capped(&text, text.len() - 1, 100) {
+            Err(Error::InvalidTrace { reason, .. }) => assert!(reason.contains(&format!("{} bytes", text.len() - 1))),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 
 /// The deepest nesting a snapshot file may have (PyTorch's own snapshots nest about 7 deep).
 pub(crate) const MAX_DEPTH: u32 = 64;
+/// The largest snapshot file read (4 GiB; PyTorch's, with stack frames, run to hundreds of MB).
+pub(crate) const MAX_SNAPSHOT_BYTES: u64 = 4 << 30;
 /// Device indices a snapshot may name: `0..MAX_DEVICES` (PyTorch's `DeviceIndex` is 8 bits).
 pub(crate) const MAX_DEVICES: usize = 256;
 

@@ -3,7 +3,7 @@
 //! PyTorch's dict `{"segments": [...], "device_traces": [[...], ...]}`; keys cudasem does not use
 //! (stack `frames`, `segment_pool_id`, `allocator_settings`, …) are ignored.
 
-use super::bounds::{check_json_depth, check_pickle_depth, MAX_DEVICES};
+use super::bounds::{check_json_depth, check_pickle_depth, MAX_DEVICES, MAX_SNAPSHOT_BYTES};
 use crate::alloc::trace::quote_prefix;
 use crate::cuda::{BlockInfo, BlockState, PoolKind, SegmentInfo, Snapshot, StreamId, TraceAction, TraceEntry};
 use crate::error::{Error, Result};
@@ -122,7 +122,12 @@ pub fn load_snapshot(bytes: &[u8]) -> Result<Snapshot> {
 /// [`Error::InvalidSnapshot`] naming it.
 pub fn read_snapshot(path: impl AsRef<Path>) -> Result<Snapshot> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+    let unreadable = |e: std::io::Error| invalid(format!("cannot read {}: {e}", path.display()));
+    let len = std::fs::metadata(path).map_err(unreadable)?.len();
+    if len > MAX_SNAPSHOT_BYTES {
+        return Err(invalid(format!("{} has {len} bytes, more than the cap of {MAX_SNAPSHOT_BYTES}", path.display())));
+    }
+    let bytes = std::fs::read(path).map_err(unreadable)?;
     load_snapshot(&bytes).map_err(|e| match e {
         Error::InvalidSnapshot { reason } => invalid(format!("{}: {reason}", path.display())),
         e => e,

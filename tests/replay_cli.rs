@@ -175,6 +175,25 @@ fn a_pytorch_snapshot_pickle_replays_its_device_traces() {
     assert_eq!(field(&out, "peak_live_requested_bytes"), field(&expected, "peak_requested"));
     assert!(field(&out, "allocs") > 100.0 && field(&out, "frees") > 100.0, "{out}");
     assert!(field(&out, "peak_reserved_bytes") >= field(&out, "peak_live_requested_bytes"), "{out}");
+
+    // The page too, with its PyTorch line from the snapshot's segment entries, and how to read it.
+    let page = std::env::temp_dir().join(format!("cudasem-{}-snapshot-plot.html", std::process::id()));
+    let o = Command::new(common::cudasem_binary())
+        .arg("replay")
+        .arg(fixtures.join("pytorch_gpu_snapshot.pickle"))
+        .arg("--plot")
+        .arg(&page)
+        .env("CUDASEM_ALLOC_CONF", "")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    for text in
+        ["How to read this page", "Two PyTorch reserved peaks", "Two x-axes", "PyTorch reserved, default settings"]
+    {
+        assert!(html.contains(text), "the page has no `{text}`");
+    }
+    let _ = std::fs::remove_file(page);
 }
 
 #[test]

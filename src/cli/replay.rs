@@ -1,5 +1,7 @@
 //! `cudasem replay TRACE.csv [--compare PYTORCH.json]` and `cudasem replay --all DIR`: PyTorch
 //! allocator traces through cudasem's caching allocator, beside PyTorch's own outcome.
+//! `cudasem replay snap.pickle` replays the history of a `torch.cuda.memory._dump_snapshot`
+//! pickle the same way.
 
 use cudasem::cuda::memory::{format_bytes, replay_trace, PytorchOutcome, ReplayOptions, ReplayReport, Trace};
 use cudasem::cuda::{AllocatorSettings, Snapshot, TraceAction};

@@ -287,7 +287,10 @@ const SETTINGS_SEEDS: [&str; 6] = [
 ];
 
 fn config() -> Config {
-    Config { cases: 256, rng_seed: RngSeed::Fixed(36), failure_persistence: None, ..Config::default() }
+    // 256 cases from a fixed seed in CI; `PROPTEST_CASES` and `CUDASEM_FUZZ_SEED` for a longer hunt.
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let (cases, seed) = (env("PROPTEST_CASES").unwrap_or(256), env("CUDASEM_FUZZ_SEED").unwrap_or(36));
+    Config { cases: cases as u32, rng_seed: RngSeed::Fixed(seed), failure_persistence: None, ..Config::default() }
 }
 
 /// Sizes: mostly small multiples of 512, rarely anything, near 2^63 or near 2^64.
@@ -384,6 +387,12 @@ proptest! {
     #[test]
     fn wild_snapshots_load_or_fail_typed(s in wild_snapshot(), pickle in any::<bool>(), at in any::<u16>()) {
         let bytes = if pickle { s.to_pickle() } else { s.to_json().into_bytes() };
+        // Drawn as made (by hand, not read from a file): the same checks, the same bounds.
+        let made = s.clone();
+        bounded("render as made", move || match memviz::render(&made, &memviz::Options::default()) {
+            Ok(picture) => assert!(picture.to_html().len() <= MAX_PAGE),
+            Err(e) => assert_bounded_message(&e),
+        });
         if let Some(loaded) = exercise_snapshot(bytes) {
             // Every moment of the history is drawn (the segment view walks back to it).
             let events = loaded.device_traces.iter().map(Vec::len).max().unwrap_or(0);

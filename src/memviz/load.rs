@@ -94,28 +94,51 @@ pub fn load_snapshot(bytes: &[u8]) -> Result<Snapshot> {
         serde_pickle::from_slice(bytes, options).map_err(|e| invalid(format!("not a snapshot's pickle: {e}")))?
     };
     if dict.device_traces.len() > MAX_DEVICES {
-        return Err(invalid(format!(
-            "{} device traces, more than the cap of {MAX_DEVICES} devices",
-            dict.device_traces.len()
-        )));
+        let n = dict.device_traces.len();
+        return Err(invalid(format!("{n} device traces, more than the cap of {MAX_DEVICES} devices")));
     }
     let segments = dict.segments.into_iter().map(segment).collect::<Result<Vec<_>>>()?;
-    let device_traces: Vec<Vec<TraceEntry>> =
-        dict.device_traces.into_iter().map(|t| t.into_iter().filter_map(entry).collect()).collect();
-    // Every sum the views make (reserved bytes, live bytes, free bytes) is at most this one.
-    let mut sizes = segments.iter().map(|s| s.total_size).chain(device_traces.iter().flatten().map(|e| e.size));
-    sizes.try_fold(0usize, |sum, n| sum.checked_add(n)).ok_or_else(|| invalid("the sizes add up past 2^64 bytes"))?;
-    for e in device_traces.iter().flatten() {
-        if e.addr.checked_add(e.size as u64).is_none() {
+    let device_traces = dict.device_traces.into_iter().map(|t| t.into_iter().filter_map(entry).collect()).collect();
+    let snapshot = Snapshot { segments, device_traces };
+    check(&snapshot)?;
+    Ok(snapshot)
+}
+
+/// Checks what the views compute with, for a snapshot read from a file or made by hand: device
+/// indices under the cap, every segment, block and trace entry ending below 2^64, blocks inside
+/// their segment, and all sizes together under 2^64 (so every sum the views make fits).
+pub(crate) fn check(snapshot: &Snapshot) -> Result<()> {
+    if snapshot.device_traces.len() > MAX_DEVICES {
+        let n = snapshot.device_traces.len();
+        return Err(invalid(format!("{n} device traces, more than the cap of {MAX_DEVICES} devices")));
+    }
+    for s in &snapshot.segments {
+        if s.device >= MAX_DEVICES {
             return Err(invalid(format!(
-                "trace entry `{}` at {:#x} of {} bytes ends past 2^64",
-                e.action.name(),
-                e.addr,
-                e.size
+                "segment {:#x} on device {}, past the cap of {MAX_DEVICES} devices",
+                s.address, s.device
             )));
         }
+        let end = s.address.checked_add(s.total_size as u64).ok_or_else(|| invalid("a segment past 2^64"))?;
+        if s.blocks
+            .iter()
+            .any(|b| b.address < s.address || b.address.checked_add(b.size as u64).is_none_or(|e| e > end))
+        {
+            return Err(invalid(format!("segment {:#x}: a block lies outside it", s.address)));
+        }
     }
-    Ok(Snapshot { segments, device_traces })
+    let traces = || snapshot.device_traces.iter().flatten();
+    let mut sizes = snapshot.segments.iter().map(|s| s.total_size).chain(traces().map(|e| e.size));
+    sizes.try_fold(0usize, |sum, n| sum.checked_add(n)).ok_or_else(|| invalid("the sizes add up past 2^64 bytes"))?;
+    match traces().find(|e| e.addr.checked_add(e.size as u64).is_none()) {
+        Some(e) => Err(invalid(format!(
+            "trace entry `{}` at {:#x} of {} bytes ends past 2^64",
+            e.action.name(),
+            e.addr,
+            e.size
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Reads the snapshot file at `path` (see [`load_snapshot`]); a file that cannot be read is
@@ -140,12 +163,6 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
         Some("large") | None => PoolKind::Large,
         Some(other) => return Err(invalid(format!("segment {:#x}: segment_type `{other}`", s.address))),
     };
-    if s.device >= MAX_DEVICES {
-        return Err(invalid(format!(
-            "segment {:#x} on device {}, past the cap of {MAX_DEVICES} devices",
-            s.address, s.device
-        )));
-    }
     let end = s.address.checked_add(s.total_size as u64).ok_or_else(|| invalid("a segment past 2^64"))?;
     let mut info = SegmentInfo {
         device: s.device,

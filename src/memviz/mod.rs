@@ -227,8 +227,11 @@ fn pick_device(snapshot: &Snapshot, asked: Option<usize>) -> Result<usize> {
 }
 
 /// Renders `snapshot` (see the module's docs). A device the snapshot does not cover, or an
-/// `at` past its history, is [`Error::InvalidArgument`].
+/// `at` past its history, is [`Error::InvalidArgument`]; a snapshot made by hand that no file
+/// would load (a device index of 256 or more, a segment, block or trace entry ending past 2^64,
+/// sizes adding up past 2^64) is [`Error::InvalidSnapshot`], as [`load_snapshot`] would say.
 pub fn render(snapshot: &Snapshot, options: &Options) -> Result<Picture> {
+    load::check(snapshot)?;
     let device = pick_device(snapshot, options.device)?;
     let h = History::of(snapshot, device);
     let events = h.events.len();

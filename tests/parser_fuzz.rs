@@ -39,6 +39,7 @@ const DEEP_JSON: &[u8] = include_bytes!("fixtures/fuzz/deep_10k.json");
 const DEVICE_1E12: &[u8] = include_bytes!("fixtures/fuzz/device_1e12.json");
 const DEVICE_MAX: &[u8] = include_bytes!("fixtures/fuzz/device_max.json");
 const WRAPPING_SIZES: &[u8] = include_bytes!("fixtures/fuzz/wrapping_sizes.json");
+const BLOCK_PAST_2POW64: &[u8] = include_bytes!("fixtures/fuzz/block_past_2pow64.json");
 
 /// The longest error message any input may give.
 const MAX_MESSAGE: usize = 1000;
@@ -274,6 +275,7 @@ fn snapshot_seeds() -> Vec<Vec<u8>> {
         cudasem_pickle,
         DEVICE_1E12.to_vec(),
         WRAPPING_SIZES.to_vec(),
+        BLOCK_PAST_2POW64.to_vec(),
     ]
 }
 
@@ -413,7 +415,7 @@ proptest! {
     }
 
     #[test]
-    fn mutated_snapshots_load_or_fail_typed(seed in 0..6usize, ms in prop::collection::vec(mutation(), 1..6)) {
+    fn mutated_snapshots_load_or_fail_typed(seed in 0..7usize, ms in prop::collection::vec(mutation(), 1..6)) {
         exercise_snapshot(mutated(&snapshot_seeds(), seed, &ms));
     }
 
@@ -476,6 +478,8 @@ fn sizes_past_2_pow_64_are_typed_errors_not_wraps() {
     assert!(matches!(e, cudasem::Error::InvalidTrace { line: 3, .. }), "{e}");
     let e = memviz::load_snapshot(WRAPPING_SIZES).unwrap_err();
     assert!(e.to_string().contains("2^64"), "{e}");
+    let e = memviz::load_snapshot(BLOCK_PAST_2POW64).unwrap_err();
+    assert!(e.to_string().contains("lies outside segment"), "{e}");
 }
 
 #[test]
@@ -529,7 +533,8 @@ fn long_strings_in_a_file_are_quoted_by_a_bounded_prefix() {
 fn the_commands_refuse_the_regression_files_briefly() {
     let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
     let out = std::env::temp_dir().join(format!("cudasem-{}-fuzz.html", std::process::id()));
-    let runs: [(&str, &str); 7] = [
+    let runs: [(&str, &str); 8] = [
+        ("memviz", "block_past_2pow64.json"),
         ("memviz", "deep_100k.pickle"),
         ("memviz", "deep_10k.json"),
         ("memviz", "device_1e12.json"),

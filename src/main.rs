@@ -31,7 +31,8 @@ enum Command {
     /// cudasem's caching allocator on a simulated device: peaks, live floor, driver calls, moved
     /// pages, ns per op; `CUDASEM_ALLOC_CONF` applies. Exit code 2 on a bad file.
     Replay {
-        /// The trace file.
+        /// The trace file: CSV (`.csv`, `.csv.gz`), or a snapshot pickle of
+        /// torch.cuda.memory._dump_snapshot (its device_traces are replayed).
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         trace: Option<std::path::PathBuf>,
         /// PyTorch's outcome on the trace (`NAME.pytorch.json`, as in bench/traces/), set beside

@@ -162,3 +162,63 @@ fn all_replays_every_trace_of_a_folder_in_one_table() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("/no/such/folder"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_pytorch_snapshot_pickle_replays_its_device_traces() {
+    // Dumped by PyTorch on a GPU (tests/fixtures/pytorch_gpu_snapshot.py): every allocation of the
+    // run is in the history, so the live peak is PyTorch's own `requested_bytes` peak.
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let expected = std::fs::read_to_string(fixtures.join("pytorch_gpu_snapshot.expected.json")).unwrap();
+    let o = replay(&fixtures.join("pytorch_gpu_snapshot.pickle"), "", true);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(field(&out, "peak_live_requested_bytes"), field(&expected, "peak_requested"));
+    assert!(field(&out, "allocs") > 100.0 && field(&out, "frees") > 100.0, "{out}");
+    assert!(field(&out, "peak_reserved_bytes") >= field(&out, "peak_live_requested_bytes"), "{out}");
+
+    // The page too, with its PyTorch line from the snapshot's segment entries, and how to read it.
+    let page = std::env::temp_dir().join(format!("cudasem-{}-snapshot-plot.html", std::process::id()));
+    let o = Command::new(common::cudasem_binary())
+        .arg("replay")
+        .arg(fixtures.join("pytorch_gpu_snapshot.pickle"))
+        .arg("--plot")
+        .arg(&page)
+        .env("CUDASEM_ALLOC_CONF", "")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    for text in
+        ["How to read this page", "Two PyTorch reserved peaks", "Two x-axes", "PyTorch reserved, default settings"]
+    {
+        assert!(html.contains(text), "the page has no `{text}`");
+    }
+    let _ = std::fs::remove_file(page);
+}
+
+#[test]
+fn a_snapshot_whose_ring_starts_mid_run_replays_the_part_it_holds_whole() {
+    use cudasem::cuda::{Snapshot, StreamId, TraceAction, TraceEntry};
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(36);
+    let e = |action, addr: u64, size| TraceEntry { action, addr, size, stream: StreamId(0), time_us: 0 };
+    // Blocks 0..n live before the ring starts (only their frees are in it), then random blocks.
+    let (n, m) = (rng.random_range(1..20u64), rng.random_range(1..40u64));
+    let mut entries: Vec<TraceEntry> = (0..n).map(|i| e(TraceAction::FreeCompleted, 4096 * (i + 1), 512)).collect();
+    let sizes: Vec<usize> = (0..m).map(|_| rng.random_range(1..1 << 22)).collect();
+    for (i, &size) in sizes.iter().enumerate() {
+        entries.push(e(TraceAction::Alloc, 1 << 40 | (i as u64) << 23, size));
+    }
+    for (i, &size) in sizes.iter().enumerate() {
+        entries.push(e(TraceAction::FreeCompleted, 1 << 40 | (i as u64) << 23, size));
+    }
+    let snapshot = Snapshot { segments: vec![], device_traces: vec![vec![], entries] };
+    let p = std::env::temp_dir().join(format!("cudasem-{}-ring.pickle", std::process::id()));
+    std::fs::write(&p, snapshot.to_pickle()).unwrap();
+    let o = replay(&p, "", true);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!((field(&out, "allocs"), field(&out, "frees")), (m as f64, m as f64));
+    assert_eq!(field(&out, "peak_live_requested_bytes"), sizes.iter().sum::<usize>() as f64);
+    let _ = std::fs::remove_file(p);
+}

@@ -54,7 +54,11 @@ impl PytorchOutcome {
     pub fn parse(json: &str) -> Result<PytorchOutcome> {
         serde_json::from_str(json).map_err(|e| Error::InvalidArgument {
             op: "PytorchOutcome::parse",
-            reason: format!("not a PyTorch outcome file (bench/traces/*.pytorch.json): {e}"),
+            // serde's message quotes the offending value, which may be of any length.
+            reason: format!(
+                "not a PyTorch outcome file (bench/traces/*.pytorch.json): {}",
+                super::trace::quote_prefix(&e.to_string(), 300)
+            ),
         })
     }
 

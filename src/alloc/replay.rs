@@ -253,19 +253,29 @@ impl Program {
         for e in &trace.events {
             match e.action {
                 TraceAction::Alloc => {
-                    let slot = vacant.pop().unwrap_or_else(|| {
-                        slots += 1;
-                        slots - 1
-                    });
-                    if live.insert(e.addr, (slot, e.size)).is_some() {
+                    if live.contains_key(&e.addr) {
                         return Err(Error::InvalidTrace {
                             line: e.line,
                             reason: format!("alloc at {:#x}, which is still live", e.addr),
                         });
                     }
+                    let slot = match vacant.pop() {
+                        Some(slot) => slot,
+                        None => {
+                            slots = slots.checked_add(1).ok_or_else(|| Error::InvalidTrace {
+                                line: e.line,
+                                reason: format!("more than {} live blocks", u32::MAX),
+                            })?;
+                            slots - 1
+                        }
+                    };
+                    live.insert(e.addr, (slot, e.size));
                     ops.push(Op::Malloc { slot, size: e.size, stream: e.stream });
                     allocs += 1;
-                    requested += e.size;
+                    requested = requested.checked_add(e.size).ok_or_else(|| Error::InvalidTrace {
+                        line: e.line,
+                        reason: "the live requested bytes add up past 2^64".into(),
+                    })?;
                     peak_live = peak_live.max(requested);
                 }
                 TraceAction::FreeCompleted => {

@@ -73,8 +73,10 @@ impl TryFrom<String> for AllocatorSettings {
     }
 }
 
+/// The error for `key:value`, quoting at most 80 characters of each (a setting can be long).
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidConfig { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+    let quote = |text: &str| super::trace::quote_prefix(text, 80);
+    Error::InvalidConfig { key: quote(key), value: quote(value), reason: reason.into() }
 }
 
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
@@ -329,7 +331,8 @@ impl AllocatorSettings {
             return MIN_BLOCK_SIZE;
         }
         let divisions = self.roundup_power2_divisions(size);
-        if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
+        // Checked: a setting may give up to 2^63 divisions.
+        if divisions > 1 && MIN_BLOCK_SIZE.checked_mul(divisions).is_some_and(|below| size > below) {
             next_division(size, divisions)
         } else {
             round_up(size, MIN_BLOCK_SIZE)

@@ -10,6 +10,28 @@ use std::path::Path;
 /// The header row.
 pub const HEADER: &str = "action,addr,size,stream";
 
+/// The most text a trace may have, decompressed (1 GiB): more is [`Error::InvalidTrace`] naming
+/// the cap, so a small gzip bomb cannot fill the host's memory.
+pub const MAX_TRACE_BYTES: usize = 1 << 30;
+/// The most rows a trace may have (2^25, about 33 million).
+pub const MAX_TRACE_ROWS: usize = 1 << 25;
+/// An error message quotes at most this many characters of an offending row.
+const QUOTE_CHARS: usize = 80;
+
+/// At most [`QUOTE_CHARS`] characters of `text`, with `…` where it was cut.
+fn quote(text: &str) -> String {
+    quote_prefix(text, QUOTE_CHARS)
+}
+
+/// At most `chars` characters of `text`, with `…` where it was cut: how an error message quotes
+/// what came from a file or a setting, which may be of any length.
+pub(crate) fn quote_prefix(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// One row of a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceEvent {
@@ -44,7 +66,17 @@ impl Trace {
     /// Parses CSV text: an optional `action,addr,size,stream` header, then one row per event
     /// (blank lines are skipped; numbers are decimal or `0x` hex). A malformed row is
     /// [`Error::InvalidTrace`] with its line number.
+    /// Text over [`MAX_TRACE_BYTES`] or with more than [`MAX_TRACE_ROWS`] rows is refused the
+    /// same way; a message quotes at most 80 characters of a row.
     pub fn parse(text: &str) -> Result<Trace> {
+        Trace::parse_capped(text, MAX_TRACE_BYTES, MAX_TRACE_ROWS)
+    }
+
+    /// [`Trace::parse`] with the caps given.
+    fn parse_capped(text: &str, max_bytes: usize, max_rows: usize) -> Result<Trace> {
+        if text.len() > max_bytes {
+            return Err(too_long(0, max_bytes));
+        }
         let mut events = Vec::new();
         let mut first = true;
         for (i, raw) in text.lines().enumerate() {
@@ -55,22 +87,30 @@ impl Trace {
             }
             if std::mem::take(&mut first) && row.starts_with("action") {
                 if row.replace(' ', "") != HEADER {
-                    return Err(Error::InvalidTrace { line, reason: format!("header `{row}` is not `{HEADER}`") });
+                    let reason = format!("header `{}` is not `{HEADER}`", quote(row));
+                    return Err(Error::InvalidTrace { line, reason });
                 }
                 continue;
             }
-            let fields: Vec<&str> = row.split(',').collect();
+            if events.len() == max_rows {
+                return Err(Error::InvalidTrace {
+                    line,
+                    reason: format!("more than {max_rows} rows (the cap); split the trace"),
+                });
+            }
+            let fields: Vec<&str> = row.splitn(5, ',').collect();
             if fields.len() != 4 {
-                return Err(Error::InvalidTrace { line, reason: format!("{} fields in `{row}`", fields.len()) });
+                let count = if fields.len() == 5 { "more than 4".to_string() } else { fields.len().to_string() };
+                return Err(Error::InvalidTrace { line, reason: format!("{count} fields in `{}`", quote(row)) });
             }
             let action = TraceAction::from_name(fields[0].trim()).ok_or_else(|| Error::InvalidTrace {
                 line,
-                reason: format!("unknown action `{}`", fields[0].trim()),
+                reason: format!("unknown action `{}`", quote(fields[0].trim())),
             })?;
             let number = |i: usize, what: &str| {
                 parse_number(fields[i]).ok_or_else(|| Error::InvalidTrace {
                     line,
-                    reason: format!("{what} `{}` is not a non-negative integer", fields[i].trim()),
+                    reason: format!("{what} `{}` is not a non-negative integer below 2^64", quote(fields[i].trim())),
                 })
             };
             let (addr, size, stream) = (number(1, "addr")?, number(2, "size")?, number(3, "stream")?);
@@ -88,6 +128,11 @@ impl Trace {
             op: "Trace::from_file",
             reason: format!("cannot read {}: {e}", path.display()),
         };
+        // The file's own size is checked first: a trace past the cap is never read in.
+        let len = std::fs::metadata(path).map_err(unreadable)?.len();
+        if len > MAX_TRACE_BYTES as u64 {
+            return Err(too_long(0, MAX_TRACE_BYTES));
+        }
         let bytes = std::fs::read(path).map_err(unreadable)?;
         if path.extension().is_some_and(|x| x == "gz") {
             return Trace::from_gzip(&bytes).map_err(|e| match e {
@@ -104,15 +149,11 @@ impl Trace {
         Trace::parse(&text)
     }
 
-    /// Parses gzip-compressed CSV (how the repository keeps its larger traces).
+    /// Parses gzip-compressed CSV (how the repository keeps its larger traces). Every member of a
+    /// multi-member gzip is read (as `gunzip` and Python's `gzip` do); text past
+    /// [`MAX_TRACE_BYTES`] is [`Error::InvalidTrace`] naming the cap.
     pub fn from_gzip(bytes: &[u8]) -> Result<Trace> {
-        use std::io::Read;
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(bytes).read_to_string(&mut text).map_err(|e| Error::InvalidArgument {
-            op: "Trace::from_gzip",
-            reason: format!("not gzip-compressed UTF-8 text: {e}"),
-        })?;
-        Trace::parse(&text)
+        Trace::parse(&gunzip(bytes, MAX_TRACE_BYTES)?)
     }
 
     /// A trace of an allocator's recorded history (see `CachingAllocator::record_history`).
@@ -135,24 +176,49 @@ impl Trace {
 
     /// The highest sum of requested bytes of live blocks (between `alloc` and `free_completed`):
     /// the floor no allocator can go under.
+    /// Saturates at `usize::MAX` (live sizes past 2^64 bytes).
     pub fn peak_live_requested(&self) -> usize {
         let mut live = std::collections::HashMap::new();
-        let (mut now, mut peak) = (0usize, 0usize);
+        let (mut now, mut peak) = (0u128, 0u128);
         for e in &self.events {
             match e.action {
                 TraceAction::Alloc => {
                     if let Some(old) = live.insert(e.addr, e.size) {
-                        now -= old;
+                        now -= old as u128;
                     }
-                    now += e.size;
+                    now += e.size as u128;
                     peak = peak.max(now);
                 }
-                TraceAction::FreeCompleted => now -= live.remove(&e.addr).unwrap_or(0),
+                TraceAction::FreeCompleted => now -= live.remove(&e.addr).unwrap_or(0) as u128,
                 _ => {}
             }
         }
-        peak
+        usize::try_from(peak).unwrap_or(usize::MAX)
     }
+}
+
+fn too_long(line: usize, cap: usize) -> Error {
+    Error::InvalidTrace { line, reason: format!("more than {cap} bytes of text (the cap); split the trace") }
+}
+
+/// The text of gzip-compressed `bytes`, all members, at most `cap` bytes of it.
+pub(crate) fn gunzip(bytes: &[u8], cap: usize) -> Result<String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    let read = flate2::read::MultiGzDecoder::new(bytes).take(limit).read_to_end(&mut out);
+    read.map_err(|e| Error::InvalidArgument {
+        op: "Trace::from_gzip",
+        reason: format!("not gzip-compressed text: {e}"),
+    })?;
+    if out.len() > cap {
+        return Err(Error::InvalidTrace {
+            line: 0,
+            reason: format!("more than {cap} bytes of text decompressed (the cap); split the trace"),
+        });
+    }
+    String::from_utf8(out)
+        .map_err(|e| Error::InvalidArgument { op: "Trace::from_gzip", reason: format!("not UTF-8 text: {e}") })
 }
 
 #[cfg(test)]
@@ -179,6 +245,56 @@ mod tests {
                 Err(Error::InvalidTrace { line: l, .. }) => assert_eq!(l, line, "{text}"),
                 other => panic!("{text}: {other:?}"),
             }
+        }
+    }
+
+    fn gzip(text: &str) -> Vec<u8> {
+        use std::io::Write;
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(text.as_bytes()).unwrap();
+        z.finish().unwrap()
+    }
+
+    #[test]
+    fn every_gzip_member_is_read_and_the_text_is_capped() {
+        let (a, b) = ("action,addr,size,stream\nalloc,4096,100,0\n", "free_completed,4096,100,0\nalloc,8192,7,1\n");
+        let mut two = gzip(a);
+        two.extend(gzip(b));
+        let t = Trace::from_gzip(&two).unwrap();
+        assert_eq!(t.events.len(), 3, "both members");
+        assert_eq!(t, Trace::parse(&format!("{a}{b}")).unwrap());
+        let bomb = gzip(&"alloc,4096,100,0\n".repeat(1000));
+        assert!(bomb.len() < 1000);
+        match gunzip(&bomb, 16_999) {
+            Err(Error::InvalidTrace { reason, .. }) => assert!(reason.contains("16999 bytes"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(gunzip(&bomb, 17_000).unwrap().len(), 17_000);
+    }
+
+    #[test]
+    fn rows_and_bytes_are_capped() {
+        let text =
+            "action,addr,size,stream\n".to_string() + &"alloc,4096,100,0\nfree_completed,4096,100,0\n".repeat(50);
+        assert_eq!(Trace::parse_capped(&text, text.len(), 100).unwrap().events.len(), 100);
+        match Trace::parse_capped(&text, text.len(), 99) {
+            Err(Error::InvalidTrace { line: 101, reason }) => assert!(reason.contains("more than 99 rows"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        match Trace::parse_capped(&text, text.len() - 1, 100) {
+            Err(Error::InvalidTrace { reason, .. }) => assert!(reason.contains(&format!("{} bytes", text.len() - 1))),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_quote_a_bounded_prefix_of_the_row() {
+        let long = format!("alloc,{},1,0", "9".repeat(1 << 20));
+        for text in
+            [long.clone(), format!("{long},{long}"), "x".repeat(1 << 20), format!("action{}", "y".repeat(1 << 20))]
+        {
+            let e = Trace::parse(&text).unwrap_err().to_string();
+            assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..200]);
         }
     }
 }

@@ -21,6 +21,27 @@ use cudasem::{Config, DriverKind, Error, PeerSpec, Result, SimConfig};
 use std::collections::HashMap;
 use std::path::Path;
 
+/// What the page's PyTorch lines and its two x-axes are (HTML, below the chart).
+const HOW_TO_READ: &str = "<h2>How to read this page</h2>\n<ul>\n\
+<li><b>Two PyTorch reserved peaks.</b> The dashed orange line adds up the trace's own \
+<code>segment_alloc</code> and <code>segment_free</code> rows: the segments PyTorch's allocator \
+took and gave back while the trace was recorded, under the settings it was recorded with. It \
+starts at 0 (or at the least that keeps it from going negative, when the trace frees segments it \
+did not take), so it does not count memory PyTorch already held when recording began, and a trace \
+recorded with expandable segments (<code>segment_map</code> / <code>segment_unmap</code> rows) has \
+none of these rows. The brown line (with <code>--compare</code>) is the \
+<code>reserved_bytes.all.peak</code> of PyTorch's outcome file: PyTorch's own counter over the \
+whole run, under the settings cudasem replays with (expandable segments when \
+<code>CUDASEM_ALLOC_CONF</code> turns them on), drawn flat because the file has only the peak. \
+The two differ where PyTorch held memory the trace does not show: on the ResNet-50 trace, 6.90 GB \
+from the segment rows, 7.03 GB in the outcome file.</li>\n\
+<li><b>Two x-axes.</b> The chart above counts the rows of the trace, every row (<code>alloc</code>, \
+<code>free_requested</code>, <code>free_completed</code>, segment rows, ...), so cudasem's and \
+PyTorch's lines are compared at the same row. The pictures below are drawn over the events of \
+cudasem's own allocator history while it replayed the trace: its allocs and frees, and the \
+segments it took and gave back, which are not PyTorch's. Their event numbers are therefore not \
+row numbers of the trace: event N below is not row N above.</li>\n</ul>\n";
+
 /// The series of one replay: a value after each row of the trace.
 struct Replayed {
     reserved: Vec<usize>,
@@ -52,7 +73,7 @@ fn replay(trace: &Trace) -> Result<Replayed> {
                 let stream = stream_for(&mut streams, e.stream.0)?;
                 let ptr = cuda::caching_allocator_alloc(e.size, 0, Some(&stream))?;
                 live_blocks.insert(e.addr, (ptr, e.size));
-                requested += e.size;
+                requested = requested.saturating_add(e.size);
             }
             TraceAction::FreeCompleted => {
                 let Some((ptr, size)) = live_blocks.remove(&e.addr) else {
@@ -60,7 +81,7 @@ fn replay(trace: &Trace) -> Result<Replayed> {
                     return Err(Error::InvalidTrace { line: e.line, reason });
                 };
                 cuda::caching_allocator_delete(ptr)?;
-                requested -= size;
+                requested = requested.saturating_sub(size);
             }
             _ => {}
         }
@@ -93,7 +114,7 @@ fn pytorch_reserved(trace: &Trace) -> Option<Vec<usize>> {
         .collect();
     // A trace that starts with memory already held frees more than it allocates.
     let start = -series.iter().copied().min().unwrap_or(0).min(0);
-    Some(series.into_iter().map(|v| (v + start) as usize).collect())
+    Some(series.into_iter().map(|v| (v + start).clamp(0, usize::MAX as i128) as usize).collect())
 }
 
 fn series(label: &str, color: &str, style: Style, values: Vec<usize>) -> Series {
@@ -103,7 +124,7 @@ fn series(label: &str, color: &str, style: Style, values: Vec<usize>) -> Series 
 /// Replays `path` for the plot and writes the page to `out`, with PyTorch's outcome file `compare`
 /// where given; returns what it wrote.
 pub fn write(path: &Path, out: &Path, compare: Option<&Path>) -> Result<String> {
-    let trace = Trace::from_file(path)?;
+    let trace = super::replay::load_trace(path)?;
     let outcome = compare.map(PytorchOutcome::from_file).transpose()?;
     let settings = AllocatorSettings::from_env()?;
     let capacity = ReplayOptions::default().capacity;
@@ -147,6 +168,7 @@ pub fn write(path: &Path, out: &Path, compare: Option<&Path>) -> Result<String> 
     let title = format!("Replay of {} through cudasem's caching allocator", path.display());
     let chart = Chart { title: title.clone(), x_label: "rows of the trace".into(), series: lines, notes };
     let mut body = chart.to_html_body();
+    body.push_str(HOW_TO_READ);
     body.push_str("<h1>cudasem's allocator over the trace</h1>\n");
     body.push_str(&picture.to_html_body());
     std::fs::write(out, memviz::html_page(&title, &body)).map_err(|e| Error::InvalidArgument {

@@ -48,7 +48,7 @@ impl History {
             delta[l.start] += l.size as i128;
             delta[l.end] -= l.size as i128;
         }
-        let live = running(&delta[..moments], 0).into_iter().map(|v| v.max(0) as usize).collect();
+        let live = running(&delta[..moments], 0).into_iter().map(|v| v.clamp(0, usize::MAX as i128) as usize).collect();
         let reserved = reserved(snapshot, device, &events);
         History { events, lives, live, reserved }
     }
@@ -135,7 +135,7 @@ fn reserved(snapshot: &Snapshot, device: usize, events: &[TraceEntry]) -> Vec<us
     let series = running(&delta, 0);
     let lowest = series.iter().copied().min().unwrap_or(0);
     let start = (at_end - net).max(-lowest);
-    series.into_iter().map(|v| (v + start) as usize).collect()
+    series.into_iter().map(|v| (v + start).clamp(0, usize::MAX as i128) as usize).collect()
 }
 
 #[cfg(test)]

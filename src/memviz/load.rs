@@ -3,6 +3,8 @@
 //! PyTorch's dict `{"segments": [...], "device_traces": [[...], ...]}`; keys cudasem does not use
 //! (stack `frames`, `segment_pool_id`, `allocator_settings`, …) are ignored.
 
+use super::bounds::{check_json_depth, check_pickle_depth, MAX_DEVICES, MAX_SNAPSHOT_BYTES};
+use crate::alloc::trace::quote_prefix;
 use crate::cuda::{BlockInfo, BlockState, PoolKind, SegmentInfo, Snapshot, StreamId, TraceAction, TraceEntry};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -56,8 +58,10 @@ struct TraceDict {
     time_us: u64,
 }
 
+/// The error, its reason cut to 300 characters (serde's messages and a snapshot's strings quote
+/// values of any length from the file).
 fn invalid(reason: impl Into<String>) -> Error {
-    Error::InvalidSnapshot { reason: reason.into() }
+    Error::InvalidSnapshot { reason: quote_prefix(&reason.into(), 300) }
 }
 
 /// Reads a snapshot from the bytes of a file: JSON when the first non-blank byte is `{`, a pickle
@@ -78,6 +82,7 @@ fn invalid(reason: impl Into<String>) -> Error {
 /// ```
 pub fn load_snapshot(bytes: &[u8]) -> Result<Snapshot> {
     let dict: SnapshotDict = if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        check_json_depth(bytes)?;
         serde_json::from_slice(bytes).map_err(|e| invalid(format!("not a snapshot's JSON: {e}")))?
     } else {
         // PyTorch shares one list of frames between the blocks and trace entries of a stack, and
@@ -85,18 +90,67 @@ pub fn load_snapshot(bytes: &[u8]) -> Result<Snapshot> {
         // list after its first copy (serde-pickle's open pull request 24). Replacing what it
         // lost by `None` touches only the frames, which are not read here.
         let options = serde_pickle::DeOptions::new().replace_recursive_structures();
+        check_pickle_depth(bytes)?;
         serde_pickle::from_slice(bytes, options).map_err(|e| invalid(format!("not a snapshot's pickle: {e}")))?
     };
+    if dict.device_traces.len() > MAX_DEVICES {
+        let n = dict.device_traces.len();
+        return Err(invalid(format!("{n} device traces, more than the cap of {MAX_DEVICES} devices")));
+    }
     let segments = dict.segments.into_iter().map(segment).collect::<Result<Vec<_>>>()?;
     let device_traces = dict.device_traces.into_iter().map(|t| t.into_iter().filter_map(entry).collect()).collect();
-    Ok(Snapshot { segments, device_traces })
+    let snapshot = Snapshot { segments, device_traces };
+    check(&snapshot)?;
+    Ok(snapshot)
+}
+
+/// Checks what the views compute with, for a snapshot read from a file or made by hand: device
+/// indices under the cap, every segment, block and trace entry ending below 2^64, blocks inside
+/// their segment, and all sizes together under 2^64 (so every sum the views make fits).
+pub(crate) fn check(snapshot: &Snapshot) -> Result<()> {
+    if snapshot.device_traces.len() > MAX_DEVICES {
+        let n = snapshot.device_traces.len();
+        return Err(invalid(format!("{n} device traces, more than the cap of {MAX_DEVICES} devices")));
+    }
+    for s in &snapshot.segments {
+        if s.device >= MAX_DEVICES {
+            return Err(invalid(format!(
+                "segment {:#x} on device {}, past the cap of {MAX_DEVICES} devices",
+                s.address, s.device
+            )));
+        }
+        let end = s.address.checked_add(s.total_size as u64).ok_or_else(|| invalid("a segment past 2^64"))?;
+        if s.blocks
+            .iter()
+            .any(|b| b.address < s.address || b.address.checked_add(b.size as u64).is_none_or(|e| e > end))
+        {
+            return Err(invalid(format!("segment {:#x}: a block lies outside it", s.address)));
+        }
+    }
+    let traces = || snapshot.device_traces.iter().flatten();
+    let mut sizes = snapshot.segments.iter().map(|s| s.total_size).chain(traces().map(|e| e.size));
+    sizes.try_fold(0usize, |sum, n| sum.checked_add(n)).ok_or_else(|| invalid("the sizes add up past 2^64 bytes"))?;
+    match traces().find(|e| e.addr.checked_add(e.size as u64).is_none()) {
+        Some(e) => Err(invalid(format!(
+            "trace entry `{}` at {:#x} of {} bytes ends past 2^64",
+            e.action.name(),
+            e.addr,
+            e.size
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Reads the snapshot file at `path` (see [`load_snapshot`]); a file that cannot be read is
 /// [`Error::InvalidSnapshot`] naming it.
 pub fn read_snapshot(path: impl AsRef<Path>) -> Result<Snapshot> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+    let unreadable = |e: std::io::Error| invalid(format!("cannot read {}: {e}", path.display()));
+    let len = std::fs::metadata(path).map_err(unreadable)?.len();
+    if len > MAX_SNAPSHOT_BYTES {
+        return Err(invalid(format!("{} has {len} bytes, more than the cap of {MAX_SNAPSHOT_BYTES}", path.display())));
+    }
+    let bytes = std::fs::read(path).map_err(unreadable)?;
     load_snapshot(&bytes).map_err(|e| match e {
         Error::InvalidSnapshot { reason } => invalid(format!("{}: {reason}", path.display())),
         e => e,
@@ -132,13 +186,14 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
             other => return Err(invalid(format!("segment {:#x}: block state `{other}`", s.address))),
         };
         let address = b.address.unwrap_or(at);
-        if address < at || address.saturating_add(b.size as u64) > end {
+        let block_end = address.checked_add(b.size as u64).filter(|&e| address >= at && e <= end);
+        let Some(block_end) = block_end else {
             return Err(invalid(format!(
                 "block {address:#x} of {} bytes overlaps another or lies outside segment {:#x} of {} bytes",
                 b.size, s.address, s.total_size
             )));
-        }
-        at = address + b.size as u64;
+        };
+        at = block_end;
         let requested_size = if state.is_active() { b.requested_size.unwrap_or(b.size).min(b.size) } else { 0 };
         if state == BlockState::ActiveAllocated {
             info.allocated_size += b.size;

@@ -27,6 +27,7 @@
 //! This module sits above the public API (it uses nothing else), like the command-line tool;
 //! it is the `memviz` feature (on by default, and with `cli`).
 
+mod bounds;
 mod frame;
 mod history;
 mod html;
@@ -203,7 +204,7 @@ pub fn html_page(title: &str, body: &str) -> String {
 
 /// The devices a snapshot covers.
 fn device_count(snapshot: &Snapshot) -> usize {
-    let by_segments = snapshot.segments.iter().map(|s| s.device + 1).max().unwrap_or(0);
+    let by_segments = snapshot.segments.iter().map(|s| s.device.saturating_add(1)).max().unwrap_or(0);
     snapshot.device_traces.len().max(by_segments).max(1)
 }
 
@@ -215,18 +216,22 @@ fn pick_device(snapshot: &Snapshot, asked: Option<usize>) -> Result<usize> {
             reason: format!("device {d} asked, the snapshot covers devices 0..{count}"),
         }),
         Some(d) => Ok(d),
-        None => Ok((0..count)
-            .find(|&d| {
-                snapshot.device_traces.get(d).is_some_and(|t| !t.is_empty())
-                    || snapshot.segments.iter().any(|s| s.device == d)
-            })
-            .unwrap_or(0)),
+        // The lowest device with a trace or segments (never a walk over every index: a snapshot
+        // made by hand may name any device).
+        None => {
+            let traced = snapshot.device_traces.iter().position(|t| !t.is_empty());
+            let held = snapshot.segments.iter().map(|s| s.device).min();
+            Ok(traced.into_iter().chain(held).min().unwrap_or(0))
+        }
     }
 }
 
 /// Renders `snapshot` (see the module's docs). A device the snapshot does not cover, or an
-/// `at` past its history, is [`Error::InvalidArgument`].
+/// `at` past its history, is [`Error::InvalidArgument`]; a snapshot made by hand that no file
+/// would load (a device index of 256 or more, a segment, block or trace entry ending past 2^64,
+/// sizes adding up past 2^64) is [`Error::InvalidSnapshot`], as [`load_snapshot`] would say.
 pub fn render(snapshot: &Snapshot, options: &Options) -> Result<Picture> {
+    load::check(snapshot)?;
     let device = pick_device(snapshot, options.device)?;
     let h = History::of(snapshot, device);
     let events = h.events.len();

@@ -79,7 +79,7 @@ fn revive(segs: &mut BTreeMap<u64, Seg>, e: &TraceEntry, pending: bool) {
         return;
     }
     let limit = seg.blocks.range(e.addr..).next().map_or(start + seg.size as u64, |(&a, _)| a);
-    let size = e.size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK;
+    let size = e.size.max(1).div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK);
     let size = size.min((limit - e.addr) as usize);
     seg.blocks.insert(e.addr, Live { size, requested: e.size.min(size), pending });
 }

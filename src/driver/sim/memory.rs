@@ -82,7 +82,7 @@ impl DeviceMemory {
     }
 
     fn charge(&self, s: &mut State, requested: usize, bytes: usize) -> Result<()> {
-        if s.used as u64 + bytes as u64 > self.capacity as u64 {
+        if s.used.checked_add(bytes).is_none_or(|total| total > self.capacity) {
             return Err(self.oom(requested, s.used));
         }
         s.used += bytes;
@@ -94,14 +94,14 @@ impl DeviceMemory {
         let start = BASE + self.device as u64 * WINDOW;
         let end = start + WINDOW;
         let at = s.next.div_ceil(align) * align;
-        if at + bytes <= end {
+        if at.checked_add(bytes).is_some_and(|e| e <= end) {
             s.next = at + bytes;
             return Ok(at);
         }
         // The window is used up by address churn: first fit between live regions.
         let mut cursor = start;
         for (&base, r) in &s.regions {
-            if base >= cursor + bytes {
+            if base >= cursor.saturating_add(bytes) {
                 return Ok(cursor);
             }
             let size = match r {
@@ -109,7 +109,7 @@ impl DeviceMemory {
             };
             cursor = (base + size.max(1)).div_ceil(align) * align;
         }
-        if cursor + bytes <= end {
+        if cursor.checked_add(bytes).is_some_and(|e| e <= end) {
             Ok(cursor)
         } else {
             Err(self.oom(bytes as usize, s.used))
@@ -119,7 +119,12 @@ impl DeviceMemory {
     pub fn malloc(&self, bytes: usize) -> Result<DevicePtr> {
         let mut s = lock(&self.state);
         // The driver hands out whole 512-byte units, and a zero-byte request still gets an address.
-        let charged = ((bytes.max(1) as u64).div_ceil(ALIGN) * ALIGN) as usize;
+        // Checked: a request within 511 bytes of 2^64 has no rounded size (out of memory).
+        let charged = (bytes.max(1) as u64)
+            .div_ceil(ALIGN)
+            .checked_mul(ALIGN)
+            .and_then(|c| usize::try_from(c).ok())
+            .ok_or_else(|| self.oom(bytes, s.used))?;
         self.charge(&mut s, bytes, charged)?;
         let base = match self.take_addresses(&mut s, charged as u64, ALIGN) {
             Ok(b) => b,
@@ -198,7 +203,7 @@ impl DeviceMemory {
         self.check_granular(at.0, bytes)?;
         let mut s = lock(&self.state);
         let used = s.used;
-        if used as u64 + bytes as u64 > self.capacity as u64 {
+        if used.checked_add(bytes).is_none_or(|total| total > self.capacity) {
             return Err(self.oom(bytes, used));
         }
         let (_, mapped) = self.reservation(&mut s, at.0, bytes)?;
@@ -389,6 +394,15 @@ mod tests {
         assert_eq!(m.info(), (4096, 4096));
         assert!(m.malloc(4096).is_ok());
         assert!(matches!(m.free(DevicePtr(12345)), Err(Error::InvalidPointer { .. })));
+    }
+
+    #[test]
+    fn sizes_near_2_pow_64_are_out_of_memory_not_wrapped() {
+        let m = DeviceMemory::new(0, 1 << 40);
+        for bytes in [usize::MAX, usize::MAX - 511, usize::MAX - 512, 1 << 63, (1 << 40) + 1] {
+            assert!(matches!(m.malloc(bytes), Err(Error::OutOfMemory { .. })), "{bytes}");
+            assert_eq!(m.info(), (1 << 40, 1 << 40), "{bytes}: nothing is counted");
+        }
     }
 
     #[test]

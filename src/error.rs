@@ -711,13 +711,14 @@ mod tests {
     }
 
     #[test]
-    fn sticky_keeps_the_first_error_until_taken() {
+    fn sticky_keeps_every_error_in_order_until_taken() {
         let s = Sticky::default();
         assert_eq!(s.take(), Ok(()));
         s.record(Error::Injected { device: 1, op: "free" });
         s.record_result(Err(Error::Injected { device: 1, op: "event_destroy" }));
         s.record_result(Ok(()));
-        assert_eq!(s.take(), Err(Error::Injected { device: 1, op: "free" }), "the first error is the cause");
-        assert_eq!(s.take(), Ok(()), "taken once");
+        assert_eq!(s.take(), Err(Error::Injected { device: 1, op: "free" }), "the oldest first");
+        assert_eq!(s.take(), Err(Error::Injected { device: 1, op: "event_destroy" }), "none merged away");
+        assert_eq!(s.take(), Ok(()), "each taken once");
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 /// One thread spins on the `%globaltimer` nanosecond clock until `ns` have passed. It adds up
 /// forward steps only, so a backward step of the clock cannot end the wait early (with
 /// `now - start`, it would wrap around to a huge difference).
-const SPIN_SRC: &str = r#"
+pub(super) const SPIN_SRC: &str = r#"
 extern "C" __global__ void cudasem_spin(unsigned long long ns) {
     unsigned long long prev;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(prev));

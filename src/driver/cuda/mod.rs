@@ -99,6 +99,8 @@ mod reduce_templates;
 mod resource_tests;
 mod softmax_layouts;
 mod softmax_templates;
+#[cfg(test)]
+mod source_hash_tests;
 mod status;
 mod templates;
 #[cfg(test)]

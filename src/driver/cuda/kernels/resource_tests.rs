@@ -1,8 +1,9 @@
 //! The registers and spills of the kernels whose launch policies assume an occupancy, from
 //! ptxas's report through NVRTC (no GPU needed).
 
-use super::codegen::{self, EwOp, ModuleKey};
-use super::module_cache::{nvrtc_present, resource_report};
+use super::elementwise_policy as codegen;
+use super::nvrtc::{nvrtc_present, resource_report};
+use super::vocab::{EwOp, ModuleKey};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp};
 use std::collections::HashMap;

@@ -2,7 +2,10 @@
 //! the first statement of every kernel.
 
 use super::codegen::*;
-use super::templates::COMMON;
+use super::elementwise_policy::*;
+use super::reduce_layouts::half_runs;
+use super::sources::COMMON;
+use super::vocab::*;
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 
@@ -103,7 +106,7 @@ fn modules_list_their_entries() {
 /// from −13 (where the tail passes 2^-126) to 13, and exactly `x` or `-0` beyond.
 #[test]
 fn the_half_type_gelu_form_is_accurate_and_spelled_as_tested() {
-    use super::templates::{GELU_TAIL, GELU_T_SCALE};
+    use super::sources::{GELU_TAIL, GELU_T_SCALE};
     assert!(COMMON.contains(&format!("fmaf({GELU_T_SCALE:?}f, z, 1.0f)")));
     assert!(COMMON.contains(&format!("float r = {:?}f;", GELU_TAIL[6])));
     for c in &GELU_TAIL[..6] {

@@ -17,14 +17,15 @@
 //!   PyTorch; created streams are `CU_STREAM_NON_BLOCKING` (they do not synchronize with it).
 //! * Primary contexts are shared with every other `CudaDriver` (and CUDA library) of the process,
 //!   so this driver never waits for the whole context where its own streams suffice, and the
-//!   [`delay`](Driver::delay) kernel's module is loaded once per context and shared
-//!   (see `kernels.rs`).
+//!   [`delay`](crate::driver::Driver::delay) kernel's module is loaded once per context and shared
+//!   (see `kernels/spin.rs`).
 //! * Events live in `events.rs`; device memory, memsets and copies in `memory.rs`; expandable
 //!   segments (the `vmm_*` methods) in `vmm.rs`.
-//! * Tensor kernels ([`Driver::launch`]): CUDA C generated per (op, dtypes) (`codegen.rs`),
-//!   compiled by NVRTC for the device's architecture and cached in memory and on disk
-//!   (`module_cache.rs`), dispatched with their parameters by value (`launch.rs`, `reduce.rs`);
-//!   matrix products through cuBLASLt (`gemm.rs`). The TF32 switch is [`backends`].
+//! * Tensor kernels ([`Driver::launch`](crate::driver::Driver::launch)): the kernel wing (`kernels/`): CUDA C in `.cu` files
+//!   specialized per (op, dtypes) (`kernels/codegen.rs`), compiled by NVRTC for the device's
+//!   architecture and cached in memory and on disk (`kernels/nvrtc.rs`), dispatched with their
+//!   parameters by value (`kernels/launch.rs`); matrix products through cuBLASLt
+//!   (`kernels/gemm.rs`). The TF32 switch is [`backends`](super::backends).
 //! * Pinned host memory and the asynchronous copies between it and the devices live in `host.rs`.
 
 use super::fxmap::FxMap;
@@ -50,11 +51,11 @@ pub(super) struct Device {
     pub ctx: RawCtx,
     /// The handle of its legacy null stream.
     pub default_stream: StreamId,
-    /// Set by [`Driver::fail_next_malloc`], cleared by the malloc it fails.
+    /// Set by [`Driver::fail_next_malloc`](crate::driver::Driver::fail_next_malloc), cleared by the malloc it fails.
     pub fail_next_malloc: AtomicBool,
-    /// Set by [`Driver::fail_next_free`], cleared by the free it fails.
+    /// Set by [`Driver::fail_next_free`](crate::driver::Driver::fail_next_free), cleared by the free it fails.
     pub fail_next_free: AtomicBool,
-    /// An error raised in a `Drop` on this device, for the next synchronize ([`Driver::take_error`]).
+    /// An error raised in a `Drop` on this device, for the next synchronize ([`Driver::take_error`](crate::driver::Driver::take_error)).
     pub dropped: Sticky,
     /// The `delay` kernel, loaded into this context on first use.
     pub spin: Mutex<Option<SpinKernel>>,
@@ -68,7 +69,7 @@ pub(super) struct StreamEntry {
     pub device: usize,
     pub raw: RawStream,
     /// Made (and so destroyed) by this driver; `false` for the null stream and for streams
-    /// made elsewhere ([`Driver::import_stream`]).
+    /// made elsewhere ([`Driver::import_stream`](crate::driver::Driver::import_stream)).
     pub owned: bool,
 }
 
@@ -88,7 +89,7 @@ pub(super) struct EventEntry {
     pub timing: bool,
 }
 
-/// [`Driver`] over the real CUDA driver API (see the [module docs](self)).
+/// [`Driver`](crate::driver::Driver) over the real CUDA driver API (see the [module docs](self)).
 pub struct CudaDriver {
     pub(super) devices: Vec<Device>,
     /// Why `devices` is empty, when it is.
@@ -125,7 +126,7 @@ impl CudaDriver {
     ///
     /// Never panics: when the library is missing, `cuInit` fails, no device is visible or a
     /// device cannot be opened, the driver has no devices and
-    /// [`unavailable_reason`](Driver::unavailable_reason) explains why.
+    /// [`unavailable_reason`](crate::driver::Driver::unavailable_reason) explains why.
     pub fn new() -> CudaDriver {
         // `cudarc` panics on a missing symbol; treat that like any other reason to have no GPU.
         const PANICKED: &str = "the CUDA driver library panicked while loading (is libcuda too \
@@ -219,7 +220,7 @@ impl CudaDriver {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// [`Driver::delay`]: loads the spin kernel on first use and queues it.
+    /// [`Driver::delay`](crate::driver::Driver::delay): loads the spin kernel on first use and queues it.
     pub(super) fn delay_on(&self, stream: StreamId, duration: Duration) -> Result<()> {
         let s = self.stream(stream, "delay")?;
         if lock(&self.device(s.device)?.spin).is_none() {

@@ -3,7 +3,7 @@
 //! `cuGraphLaunch`.
 //!
 //! Two things keep a capture valid whatever else the process does:
-//! * While any capture is underway ([`capturing`]), the driver calls that may allocate device
+//! * While any capture is underway ([`capturing`](super::capture::capturing)), the driver calls that may allocate device
 //!   memory or load a module (`cuMemAlloc`, `cuMemCreate`, kernel modules on first use, scratch
 //!   memory) run in the thread's *relaxed* capture mode ([`relaxed`]), as PyTorch's
 //!   `cudaMallocMaybeCapturing` does: in global mode they would invalidate the capture.

@@ -1,4 +1,4 @@
-//! Raw driver handles as `Send + Sync` newtypes: the [`raw_handle!`] macro (declared first in
+//! Raw driver handles as `Send + Sync` newtypes: the `raw_handle!` macro (declared first in
 //! `mod.rs`, so every file of the backend can use it) and the context, stream and event handles.
 
 use cudarc::driver::result::{self as cu, DriverError};

@@ -1,9 +1,9 @@
 //! The real-GPU backend: NVIDIA's driver API through `cudarc`'s thin `result`/`sys` layers.
 //!
-//! `libcuda`, `libnvrtc` (for [`Driver::delay`] and the tensor kernels) and `libcublasLt` (for
+//! `libcuda`, `libnvrtc` (for [`Driver::delay`](crate::driver::Driver::delay) and the tensor kernels) and `libcublasLt` (for
 //! matrix products) are loaded at run time, so this
 //! compiles and runs everywhere; where no driver or GPU is found, [`CudaDriver::new`] returns a
-//! driver with no devices whose [`Driver::unavailable_reason`] says why.
+//! driver with no devices whose [`Driver::unavailable_reason`](crate::driver::Driver::unavailable_reason) says why.
 //!
 //! Design:
 //!

@@ -22,7 +22,7 @@ use std::sync::{Mutex, OnceLock};
 /// with 4 / 2 / 1 vectors per thread 4.32 / 4.34 / 4.36; so the cap only bounds huge grids.
 pub(in crate::driver::cuda) static EW_WAVES: AtomicU32 = AtomicU32::new(256);
 /// 16-byte vectors each thread of a fast elementwise kernel handles in a single pass (0: the
-/// op's own, `codegen::ew_per_thread`).
+/// op's own, `elementwise_policy::ew_per_thread`).
 pub(in crate::driver::cuda) static EW_VECTORS: AtomicU32 = AtomicU32::new(0);
 /// Waves of blocks a reduction split over blocks uses.
 pub(in crate::driver::cuda) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
@@ -219,7 +219,7 @@ impl Ctx<'_> {
 
     /// Whether a launch of `grid` blocks allows programmatic stream serialization: the kernel
     /// may be scheduled while the kernel before it on the stream still runs, and waits for it in
-    /// its first statement (`cs_enter`, `templates.rs`); captured, that is a programmatic edge
+    /// its first statement (`cs_enter`, `cu/common.cu`); captured, that is a programmatic edge
     /// of the graph. Only for grids of at most a block per SM being captured on compute
     /// capability 9.0 or later: measured on the H200, a graph of 100 tiny kernels went from 853
     /// to 552 ns per node, while eager launches gained at most 9 % on grids of many waves and

@@ -421,7 +421,7 @@ fn unary_and_binary_ops_for_every_dtype() {
 }
 
 /// The functions of many instructions on tensors large enough for the fast kernel to give a
-/// thread several vectors (`codegen::ew_per_thread`), with a tail past the last whole vector.
+/// thread several vectors (`elementwise_policy::ew_per_thread`), with a tail past the last whole vector.
 #[test]
 fn heavy_functions_on_large_tensors_take_several_vectors_per_thread() {
     let Some(mut b) = Bench::new() else { return };

@@ -6,11 +6,11 @@
 //! run and every input is either the same dense run or a single broadcast element, the *fast*
 //! kernel runs: a grid-stride loop over 16-byte vectors when every dense operand is aligned, one
 //! element at a time otherwise. Any other layout runs the *strided* kernel, which takes the
-//! collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are `#[repr(C)]`
+//! collapsed shape and strides (up to [`MAXD`](super::vocab::MAXD) dims) by value. Parameters are `#[repr(C)]`
 //! structs on the stack, functions come from a read-locked table, so a launch allocates nothing
 //! beyond what [`KernelOp::validate`] does. Grids are sized from the SM count and the kernel's
 //! occupancy: a wave is the blocks that fit on the GPU at once; elementwise grids cover the work
-//! in one pass up to 256 waves (measured fastest, see [`EW_WAVES`]), reductions split a row over
+//! in one pass up to 256 waves (measured fastest, see [`EW_WAVES`](super::ctx::EW_WAVES)), reductions split a row over
 //! one wave.
 
 use super::ctx::{Ctx, Launcher};

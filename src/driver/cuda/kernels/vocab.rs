@@ -14,7 +14,7 @@ pub(in crate::driver::cuda) const MAXD: usize = 16;
 /// Threads per block of every kernel (each is compiled with `__launch_bounds__(THREADS)`).
 pub(in crate::driver::cuda) const THREADS: u32 = 256;
 /// The largest grid launched with programmatic stream serialization (`Ctx::programmatic`), and
-/// the largest whose blocks run `cs_enter`'s instructions (`CS_PDL_MAX_GRID` in templates.rs).
+/// the largest whose blocks run `cs_enter`'s instructions (`CS_PDL_MAX_GRID` in cu/common.cu).
 pub(in crate::driver::cuda) const PDL_MAX_GRID: u32 = 1024;
 
 /// The elementwise functions.

@@ -126,8 +126,9 @@ fn probe_nvrtc() -> Result<Nvrtc> {
     if !unsafe { nvsys::is_culib_present() } {
         return Err(unsupported(
             "launch",
-            "tensor kernels are compiled with NVRTC, but libnvrtc.so was not found by the dynamic loader; \
-             install the CUDA toolkit's NVRTC or add its lib directory to LD_LIBRARY_PATH",
+            "the kernels (tensor ops and the delay kernel) are compiled with NVRTC, but libnvrtc.so was \
+             not found by the dynamic loader; install the CUDA toolkit's NVRTC or add its lib directory \
+             to LD_LIBRARY_PATH",
         ));
     }
     let probed = std::panic::catch_unwind(|| {
@@ -145,10 +146,9 @@ fn probe_nvrtc() -> Result<Nvrtc> {
     match probed {
         Ok(Ok(n)) => Ok(n),
         Ok(Err(e)) => Err(unsupported("launch", format!("NVRTC failed to report its version: {e}"))),
-        Err(_) => Err(unsupported(
-            "launch",
-            "libnvrtc lacks a symbol the tensor kernels need (NVRTC 11.2 or newer is needed)",
-        )),
+        Err(_) => {
+            Err(unsupported("launch", "libnvrtc lacks a symbol the kernels need (NVRTC 11.2 or newer is needed)"))
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! Events: `cuEventCreate` with the torch flags, destroy (errors kept for the device's next
 //! synchronize, as it runs from `Drop`), record, query, synchronize and elapsed time.
 
+use super::driver::{CudaDriver, EventEntry};
+use super::handles::RawEvent;
 use super::status::{driver_error, ready, write};
-use super::{CudaDriver, EventEntry, RawEvent};
 use crate::driver::{EventId, StreamId};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};

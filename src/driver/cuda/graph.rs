@@ -3,7 +3,7 @@
 //! `cuGraphLaunch`.
 //!
 //! Two things keep a capture valid whatever else the process does:
-//! * While any capture is underway ([`capturing`]), the driver calls that may allocate device
+//! * While any capture is underway ([`capturing`](super::capture::capturing)), the driver calls that may allocate device
 //!   memory or load a module (`cuMemAlloc`, `cuMemCreate`, kernel modules on first use, scratch
 //!   memory) run in the thread's *relaxed* capture mode ([`relaxed`]), as PyTorch's
 //!   `cudaMallocMaybeCapturing` does: in global mode they would invalidate the capture.
@@ -13,81 +13,15 @@
 //!   workspace comes with the op instead: the runtime gives a captured product a block of the
 //!   capture's private pool (one per capturing stream), which the graph keeps.
 
-use super::status::{driver_error, lock};
-use super::{CudaDriver, DRIVER};
+use super::capture::{capture_id, relaxed, CAPTURING};
+use super::driver::CudaDriver;
+use super::graph_table::{Entry, RawExec, RawGraph};
+use super::status::{driver_error, lock, DRIVER};
 use crate::driver::{CaptureMode, GraphId, StreamId};
 use crate::error::{Error, Result};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
-/// Captures underway in the process (on any driver instance).
-static CAPTURING: AtomicUsize = AtomicUsize::new(0);
-
-/// Whether any capture is underway.
-#[inline]
-pub(super) fn capturing() -> bool {
-    CAPTURING.load(Ordering::Relaxed) > 0
-}
-
-/// Runs `f` in the relaxed capture mode on this thread (then restores the thread's mode).
-pub(super) fn relaxed<R>(f: impl FnOnce() -> R) -> R {
-    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    // SAFETY: exchanges a thread-local setting through a valid pointer to a mode value.
-    let swapped = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result().is_ok();
-    let r = f();
-    if swapped {
-        // SAFETY: as above; restores the mode the first exchange returned.
-        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
-    }
-    r
-}
-
-/// Runs `f` in the relaxed capture mode while a capture is underway, else as it is.
-#[inline]
-pub(super) fn maybe_relaxed<R>(f: impl FnOnce() -> R) -> R {
-    if capturing() {
-        relaxed(f)
-    } else {
-        f()
-    }
-}
-
-/// The capture id of `stream` if it is capturing (`None` otherwise or when it cannot be asked).
-pub(super) fn capture_id(stream: sys::CUstream) -> Option<u64> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id: sys::cuuint64_t = 0;
-    let (graph, deps, edges, n) =
-        (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: a live stream of the current context; the optional outputs are null, as allowed.
-    let r = unsafe { sys::cuStreamGetCaptureInfo_v3(stream, &mut status, &mut id, graph, deps, edges, n) };
-    (r.result().is_ok() && status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id)
-}
-
-raw_handle!(
-    /// A captured graph (`CUgraph`).
-    RawGraph(sys::CUgraph)
-);
-raw_handle!(
-    /// An instantiated graph (`CUgraphExec`).
-    RawExec(sys::CUgraphExec)
-);
-
-/// A graph, its executable form and the scratch memory its kernels use.
-struct Entry {
-    device: usize,
-    graph: RawGraph,
-    exec: RawExec,
-    scratch: Vec<u64>,
-}
-
-/// The driver's graphs and the captures underway (stream handle → capture id).
-#[derive(Default)]
-pub(super) struct Graphs {
-    entries: Mutex<super::FxMap<u64, Entry>>,
-    captures: Mutex<super::FxMap<u64, u64>>,
-}
+use std::sync::atomic::Ordering;
 
 fn mode_of(mode: CaptureMode) -> sys::CUstreamCaptureMode {
     use sys::CUstreamCaptureMode::*;

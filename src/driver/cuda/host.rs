@@ -10,7 +10,8 @@
 //!   directly, so the copy overlaps with the host and with kernels on other streams; the caller
 //!   keeps the block alive and untouched until an event recorded after the copy completes.
 
-use super::{driver_error, CudaDriver};
+use super::driver::CudaDriver;
+use super::status::driver_error;
 use crate::driver::{DevicePtr, HostPtr};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};

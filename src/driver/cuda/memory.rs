@@ -2,8 +2,8 @@
 //! failures of [`crate::driver::Driver::fail_next_malloc`]), memset and copies host↔device,
 //! device↔device and between devices, all queued on a stream.
 
+use super::driver::CudaDriver;
 use super::status::{driver_error, out_of_memory};
-use super::CudaDriver;
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};

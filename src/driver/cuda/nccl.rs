@@ -17,7 +17,7 @@
 //!
 //! [`Driver::comm_init_rank`]: crate::driver::Driver::comm_init_rank
 
-use super::{make_current, RawCtx};
+use super::handles::{make_current, RawCtx};
 use crate::driver::comm::{offsets, Collective, Comm, ReduceOp};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;

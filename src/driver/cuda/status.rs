@@ -6,6 +6,9 @@ use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::CUresult;
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+/// This backend's name, as [`Driver::name`](crate::driver::Driver::name) reports it.
+pub(super) const DRIVER: &str = "cuda";
+
 /// The driver's name and description of an error, e.g. `("CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected")`.
 pub(super) fn names(e: DriverError) -> (String, String) {
     let code = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));

@@ -5,8 +5,11 @@
 //! the machine lacks what it needs (a GPU, two GPUs, NVRTC) — or failing where the run must cover
 //! it (`CUDASEM_REQUIRE_GPU`, [`crate::testing::skip`]).
 
-use super::module_cache::nvrtc_present;
-use super::*;
+use super::kernels::nvrtc::nvrtc_present;
+use super::CudaDriver;
+use crate::driver::{DevicePtr, Driver, EventId, StreamId};
+use crate::error::{Error, Result};
+use std::time::Duration;
 use std::time::Instant;
 
 /// A driver with at least one device, or `None` (after saying why) on a GPU-less machine.

@@ -13,65 +13,14 @@
 //! so a range mapped while peer access is being enabled cannot miss its grant. Waits
 //! (`cuCtxSynchronize` before unmapping) happen outside it.
 
-use super::{driver_error, lock, out_of_memory, CudaDriver, Device, DRIVER};
+use super::driver::{CudaDriver, Device};
+use super::status::{driver_error, lock, out_of_memory, DRIVER};
+use super::vmm_table::Mapping;
 use crate::driver::{DevicePtr, Driver};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys::{self, CUresult};
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, OnceLock};
-
-/// Physical memory mapped at one address.
-#[derive(Debug, Clone, Copy)]
-struct Mapping {
-    /// Length of the mapped range.
-    bytes: usize,
-    /// The `cuMemCreate` handle behind it (a plain integer, released once when unmapped).
-    handle: sys::CUmemGenericAllocationHandle,
-}
-
-#[derive(Debug, Default)]
-struct Tables {
-    /// Reserved ranges: `(device, base) → bytes`.
-    reserved: BTreeMap<(usize, u64), usize>,
-    /// Mapped ranges: `(device, address) → mapping`.
-    mapped: BTreeMap<(usize, u64), Mapping>,
-    /// Device pairs `(low, high)` with peer access enabled in at least one direction.
-    peers: BTreeSet<(usize, usize)>,
-}
-
-impl Tables {
-    /// The devices that mapped memory of `device` must be made accessible to, `device` first.
-    fn accessors(&self, device: usize) -> Vec<usize> {
-        let peers = self.peers.iter().filter_map(|&(a, b)| match (a == device, b == device) {
-            (true, _) => Some(b),
-            (_, true) => Some(a),
-            _ => None,
-        });
-        std::iter::once(device).chain(peers).collect()
-    }
-
-    /// The mapped ranges of `device` that start inside `[at, end)`.
-    fn mapped_in(&self, device: usize, at: u64, end: u64) -> Vec<(u64, Mapping)> {
-        self.mapped.range((device, at)..(device, end)).map(|(&(_, a), &m)| (a, m)).collect()
-    }
-}
-
-/// The CUDA driver's virtual-memory state (see the [module docs](self)).
-#[derive(Debug)]
-pub(super) struct Vmm {
-    /// Per device: the recommended granularity, or `None` without VMM support (asked once).
-    granularity: Vec<OnceLock<Option<usize>>>,
-    tables: Mutex<Tables>,
-}
-
-impl Vmm {
-    /// State for a driver with `devices` devices.
-    pub(super) fn new(devices: usize) -> Vmm {
-        Vmm { granularity: (0..devices).map(|_| OnceLock::new()).collect(), tables: Mutex::new(Tables::default()) }
-    }
-}
 
 /// Where a pinned allocation of `device` lives, for `cuMemCreate` and `cuMemSetAccess`.
 fn location(device: sys::CUdevice) -> sys::CUmemLocation {

@@ -9,20 +9,14 @@
 //! calls are refused, that forked streams are joined back); this layer only records and replays.
 
 use super::memory::lock;
-use super::stream::{Job, Node, SimCapture};
+use super::sim_driver::SimDriver;
+use super::stream::{Job, Node, SimCapture, SimGraph};
 use super::time::SimTime;
-use super::SimDriver;
 use crate::driver::{CaptureMode, EventId, GraphId, StreamId};
 use crate::error::{Error, Result};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// A captured graph: its nodes, run in order by every launch.
-pub(crate) struct SimGraph {
-    device: usize,
-    nodes: Arc<Vec<Node>>,
-}
 
 impl SimDriver {
     pub(super) fn sim_begin_capture(&self, stream: StreamId, _mode: CaptureMode) -> Result<()> {

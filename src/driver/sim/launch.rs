@@ -4,10 +4,11 @@
 //! queued on the stream's worker, which runs the CPU kernels over the devices' memory by address
 //! and advances the stream's simulated time by the kernel's modelled cost.
 
+use super::memory::lock;
 use super::memory::{device_of, DeviceMemory};
+use super::sim_driver::SimDriver;
 use super::stream::Job;
 use super::time;
-use super::{lock, SimDriver};
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
 use crate::kernel::KernelOp;
@@ -120,7 +121,7 @@ impl SimDriver {
         // Run once: a job is `FnOnce`, and the stream is not capturing, so nothing replays it.
         let job = std::sync::Mutex::new(Some(job));
         s.submit(Job::run("collective", 0, move || {
-            if let Some(job) = super::lock(&job).take() {
+            if let Some(job) = lock(&job).take() {
                 job(&mem)
             }
         }));

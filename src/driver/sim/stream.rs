@@ -309,3 +309,9 @@ impl Node {
         (self.task)()
     }
 }
+
+/// A captured graph: its nodes, run in order by every launch.
+pub(crate) struct SimGraph {
+    pub(super) device: usize,
+    pub(super) nodes: Arc<Vec<Node>>,
+}

@@ -4,7 +4,11 @@
 
 use super::time::{self, SimTime};
 use super::*;
-use crate::driver::Driver;
+use crate::driver::{DevicePtr, Driver, EventId};
+use crate::error::Result;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 fn machine(devices: usize) -> SimDriver {
     SimDriver::new(SimConfig { devices, memory: 1 << 30, peer: PeerSpec::All })

@@ -3,9 +3,11 @@
 //! [`Ctx`] of one launch (kernel lookup, grid sizing, the launch call, per-stream scratch), the
 //! tuning knobs, and the collapse of dimensions the operands agree on.
 
-use super::codegen::{KernelId, MAXD, PARTIAL_BYTES, PDL_MAX_GRID, THREADS};
-use super::module_cache::{Func, FxMap, Kernels};
-use super::{driver_error, lock, DRIVER};
+use super::reduce_layouts::PARTIAL_BYTES;
+use super::table::{Func, Kernels};
+use super::vocab::{KernelId, MAXD, PDL_MAX_GRID, THREADS};
+use crate::driver::cuda::fxmap::FxMap;
+use crate::driver::cuda::status::{driver_error, lock, DRIVER};
 use crate::error::{Error, Result, Sticky};
 use crate::kernel::BufferView;
 use cudarc::driver::result as cu;
@@ -18,12 +20,12 @@ use std::sync::{Mutex, OnceLock};
 /// holds at most (0: no cap). Measured on an H200 (f32 add of 2^28 elements, same run as
 /// PyTorch's 4.35 TB/s): one wave of grid-stride blocks 4.05 TB/s, 8 waves 4.17, a single pass
 /// with 4 / 2 / 1 vectors per thread 4.32 / 4.34 / 4.36; so the cap only bounds huge grids.
-pub(super) static EW_WAVES: AtomicU32 = AtomicU32::new(256);
+pub(in crate::driver::cuda) static EW_WAVES: AtomicU32 = AtomicU32::new(256);
 /// 16-byte vectors each thread of a fast elementwise kernel handles in a single pass (0: the
-/// op's own, `codegen::ew_per_thread`).
-pub(super) static EW_VECTORS: AtomicU32 = AtomicU32::new(0);
+/// op's own, `elementwise_policy::ew_per_thread`).
+pub(in crate::driver::cuda) static EW_VECTORS: AtomicU32 = AtomicU32::new(0);
 /// Waves of blocks a reduction split over blocks uses.
-pub(super) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
+pub(in crate::driver::cuda) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
 
 /// Tuning for benchmarks, not an API: the most waves of blocks elementwise grids hold (0: no
 /// cap), the vectors per thread of a fast elementwise pass (0: each op's own), and the waves of
@@ -38,11 +40,11 @@ pub fn set_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves:
 /// Partial results a reduction may keep per stream (and outputs it may split). (2^18 was
 /// measured on the H200: column reductions split over more blocks ran 1.4-1.9 x slower, also
 /// with their partials combined by a thread per output.)
-pub(super) const PARTIALS: usize = 1 << 16;
+pub(in crate::driver::cuda) const PARTIALS: usize = 1 << 16;
 
 /// What a launch needs to know about the device.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Info {
+pub(in crate::driver::cuda) struct Info {
     pub sms: u32,
     pub major: u32,
     pub minor: u32,
@@ -54,7 +56,7 @@ const CAPTURE_KEY: u64 = 1 << 63;
 /// Per-stream device memory the kernels reuse (work on one stream is ordered, so it is never
 /// used by two kernels at once).
 #[derive(Debug, Default)]
-pub(super) struct Scratch {
+pub(in crate::driver::cuda) struct Scratch {
     /// [`PARTIALS`] partial results, then [`PARTIALS`] zeroed `u32` counters (0: none yet).
     pub reduce: u64,
     /// The cuBLASLt workspace of products given none with the op (0: none yet): eager ones (a
@@ -64,18 +66,18 @@ pub(super) struct Scratch {
 
 /// A device's kernel state: its kernels, what a launch needs to know about it, and per-stream
 /// scratch memory.
-pub(super) struct Launcher {
+pub(in crate::driver::cuda) struct Launcher {
     pub kernels: Kernels,
     info: OnceLock<Info>,
     scratch: Mutex<FxMap<u64, Scratch>>,
 }
 
 impl Launcher {
-    pub(super) fn new() -> Launcher {
+    pub(in crate::driver::cuda) fn new() -> Launcher {
         Launcher { kernels: Kernels::new(), info: OnceLock::new(), scratch: Mutex::new(FxMap::default()) }
     }
 
-    pub(super) fn info(&self, dev: sys::CUdevice) -> Result<Info> {
+    pub(in crate::driver::cuda) fn info(&self, dev: sys::CUdevice) -> Result<Info> {
         if let Some(i) = self.info.get() {
             return Ok(*i);
         }
@@ -94,14 +96,14 @@ impl Launcher {
     }
 
     /// The scratch memory of capture `id`, now the graph's to free (nothing if it used none).
-    pub(super) fn take_capture_scratch(&self, id: u64) -> Vec<u64> {
+    pub(in crate::driver::cuda) fn take_capture_scratch(&self, id: u64) -> Vec<u64> {
         let s = lock(&self.scratch).remove(&(CAPTURE_KEY | id)).unwrap_or_default();
         [s.reduce, s.gemm].into_iter().filter(|&p| p != 0).collect()
     }
 
     /// Frees the scratch memory and unloads the modules. The device's context must be current
     /// and every stream idle.
-    pub(super) fn release(&self) {
+    pub(in crate::driver::cuda) fn release(&self) {
         for (_, s) in lock(&self.scratch).drain() {
             for p in [s.reduce, s.gemm] {
                 if p != 0 {
@@ -118,7 +120,7 @@ impl Launcher {
 }
 
 /// One launch: the device, its state and the stream.
-pub(super) struct Ctx<'a> {
+pub(in crate::driver::cuda) struct Ctx<'a> {
     pub ops: &'a Launcher,
     pub info: Info,
     pub stream: sys::CUstream,
@@ -127,21 +129,21 @@ pub(super) struct Ctx<'a> {
     pub dropped: &'a Sticky,
 }
 
-pub(super) fn unsupported(reason: impl Into<String>) -> Error {
+pub(in crate::driver::cuda) fn unsupported(reason: impl Into<String>) -> Error {
     Error::Unsupported { op: "launch", driver: DRIVER, reason: reason.into() }
 }
 
 impl Ctx<'_> {
     /// The kernel `id` of this device.
     #[inline]
-    pub(super) fn kernel(&self, id: KernelId) -> Result<Func> {
+    pub(in crate::driver::cuda) fn kernel(&self, id: KernelId) -> Result<Func> {
         self.ops.kernels.get(id, self.info.major, self.info.minor)
     }
 
     /// Blocks of `f` that run at once on the whole GPU (one wave), times `waves` (0: no cap
     /// but the grid's).
     #[inline]
-    pub(super) fn wave(&self, f: Func, waves: &AtomicU32) -> u64 {
+    pub(in crate::driver::cuda) fn wave(&self, f: Func, waves: &AtomicU32) -> u64 {
         let wave = (self.info.sms as u64) * (f.blocks_per_sm as u64);
         match waves.load(Ordering::Relaxed) {
             0 => i32::MAX as u64,
@@ -151,19 +153,19 @@ impl Ctx<'_> {
 
     /// Threads of `f` the device holds at once (one full wave of blocks of [`THREADS`]).
     #[inline]
-    pub(super) fn full_wave_threads(&self, f: Func) -> u64 {
+    pub(in crate::driver::cuda) fn full_wave_threads(&self, f: Func) -> u64 {
         (self.info.sms as u64 * f.blocks_per_sm as u64 * THREADS as u64).max(1)
     }
 
     /// Blocks for `work` items of [`THREADS`] per block, at most [`Ctx::wave`] of them.
     #[inline]
-    pub(super) fn grid(&self, f: Func, work: u64) -> u32 {
+    pub(in crate::driver::cuda) fn grid(&self, f: Func, work: u64) -> u32 {
         work.div_ceil(THREADS as u64).clamp(1, self.wave(f, &EW_WAVES).max(1)) as u32
     }
 
     /// Queues `f` with the one by-value parameter `p`.
     #[inline]
-    pub(super) fn run<P>(&self, f: Func, grid: u32, p: &mut P) -> Result<()> {
+    pub(in crate::driver::cuda) fn run<P>(&self, f: Func, grid: u32, p: &mut P) -> Result<()> {
         self.run_threads(f, grid, THREADS, p)
     }
 
@@ -172,7 +174,7 @@ impl Ctx<'_> {
     /// A small grid captured into a graph on a device of compute capability 9.0 or later is
     /// launched with programmatic stream serialization ([`Ctx::programmatic`]).
     #[inline]
-    pub(super) fn run_threads<P>(&self, f: Func, grid: u32, threads: u32, p: &mut P) -> Result<()> {
+    pub(in crate::driver::cuda) fn run_threads<P>(&self, f: Func, grid: u32, threads: u32, p: &mut P) -> Result<()> {
         let mut args = [(p as *mut P).cast::<c_void>()];
         if !self.programmatic(grid) {
             // SAFETY:
@@ -217,7 +219,7 @@ impl Ctx<'_> {
 
     /// Whether a launch of `grid` blocks allows programmatic stream serialization: the kernel
     /// may be scheduled while the kernel before it on the stream still runs, and waits for it in
-    /// its first statement (`cs_enter`, `templates.rs`); captured, that is a programmatic edge
+    /// its first statement (`cs_enter`, `cu/common.cu`); captured, that is a programmatic edge
     /// of the graph. Only for grids of at most a block per SM being captured on compute
     /// capability 9.0 or later: measured on the H200, a graph of 100 tiny kernels went from 853
     /// to 552 ns per node, while eager launches gained at most 9 % on grids of many waves and
@@ -226,15 +228,15 @@ impl Ctx<'_> {
     fn programmatic(&self, grid: u32) -> bool {
         self.info.major >= 9
             && grid <= self.info.sms.min(PDL_MAX_GRID)
-            && super::graph::capturing()
-            && super::graph::capture_id(self.stream).is_some()
+            && crate::driver::cuda::capture::capturing()
+            && crate::driver::cuda::capture::capture_id(self.stream).is_some()
     }
 
     /// Whose scratch a launch uses: its stream's, or while the stream is capturing, the
     /// capture's own (which the graph takes over, `graph.rs`).
     fn scratch_key(&self) -> u64 {
-        if super::graph::capturing() {
-            if let Some(id) = super::graph::capture_id(self.stream) {
+        if crate::driver::cuda::capture::capturing() {
+            if let Some(id) = crate::driver::cuda::capture::capture_id(self.stream) {
                 return CAPTURE_KEY | id;
             }
         }
@@ -242,7 +244,7 @@ impl Ctx<'_> {
     }
 
     /// This stream's scratch memory: `(partials, counters)` for reductions.
-    pub(super) fn reduce_scratch(&self) -> Result<(u64, u64)> {
+    pub(in crate::driver::cuda) fn reduce_scratch(&self) -> Result<(u64, u64)> {
         let key = self.scratch_key();
         let mut map = lock(&self.ops.scratch);
         let s = map.entry(key).or_default();
@@ -262,7 +264,7 @@ impl Ctx<'_> {
 
     /// This stream's cuBLASLt workspace of `bytes` bytes, for a product given none with the op
     /// (an eager one; a captured product launched on the driver directly gets its capture's).
-    pub(super) fn gemm_workspace(&self, bytes: usize) -> Result<u64> {
+    pub(in crate::driver::cuda) fn gemm_workspace(&self, bytes: usize) -> Result<u64> {
         let key = self.scratch_key();
         let mut map = lock(&self.ops.scratch);
         let s = map.entry(key).or_default();
@@ -276,7 +278,7 @@ impl Ctx<'_> {
 
 /// Collapsed dimensions, innermost first: sizes and, per operand, strides in elements.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Dims<const K: usize> {
+pub(in crate::driver::cuda) struct Dims<const K: usize> {
     pub n: usize,
     pub shape: [i64; MAXD],
     pub st: [[i64; MAXD]; K],
@@ -284,7 +286,7 @@ pub(super) struct Dims<const K: usize> {
 
 /// The dims `d` of `shape` with `keep(d)`, size-1 ones dropped and neighbours merged where every
 /// operand's strides allow (`None`: a zero stride); `None` past [`MAXD`] dims.
-pub(super) fn collapse<const K: usize>(
+pub(in crate::driver::cuda) fn collapse<const K: usize>(
     shape: &[usize],
     strides: [Option<&[usize]>; K],
     keep: impl Fn(usize) -> bool,
@@ -314,6 +316,6 @@ pub(super) fn collapse<const K: usize>(
 
 /// The address of a view's first element.
 #[inline]
-pub(super) fn addr(v: &BufferView) -> u64 {
+pub(in crate::driver::cuda) fn addr(v: &BufferView) -> u64 {
     v.ptr.0 + (v.offset * v.dtype.size()) as u64
 }

@@ -9,7 +9,7 @@ use crate::kernel::ReduceOp;
 /// block's other `256 / COLX` lanes take rows): 16 for elements of up to 2 bytes, else 32.
 /// Measured on the H200 over [4096, 4096] along dim 0: `sum_bf16_first` 14.5 µs with 32, 12.6
 /// with 16, `amax_bf16_first` 13.9 and 10.5; `sum_f32_first` 24.2 with 32, 25.2 with 16.
-pub(super) fn cols_x(src: DType) -> usize {
+pub(in crate::driver::cuda) fn cols_x(src: DType) -> usize {
     if src.size() <= 2 {
         16
     } else {
@@ -18,7 +18,7 @@ pub(super) fn cols_x(src: DType) -> usize {
 }
 
 /// Bytes of one partial result of a reduction (the widest accumulator: value and index).
-pub(super) const PARTIAL_BYTES: usize = 16;
+pub(in crate::driver::cuda) const PARTIAL_BYTES: usize = 16;
 
 /// Whether a reduction module adds short runs of elements in `f32` before its `f64` accumulator
 /// (`HALF_RUNS`): sums and means of a half type into a half type. Each run's partial sums, of
@@ -26,7 +26,7 @@ pub(super) const PARTIAL_BYTES: usize = 16;
 /// output's ulp (2^-8, 2^-11); one conversion to `f64` per run instead of per element (on the
 /// H200 the conversions, 16 a clock per SM, bounded these sums: `sum_bf16_first` took 11.6 µs
 /// against `amax_bf16_first`'s 9.6 over the same 32 MiB, and 9.96 in runs).
-pub(super) fn half_runs(op: ReduceOp, src: DType, dst: DType) -> bool {
+pub(in crate::driver::cuda) fn half_runs(op: ReduceOp, src: DType, dst: DType) -> bool {
     let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
     matches!(op, ReduceOp::Sum | ReduceOp::Mean) && half(src) && half(dst)
 }

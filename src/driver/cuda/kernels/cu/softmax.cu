@@ -1,17 +1,9 @@
-//! The softmax kernels' CUDA C (`codegen.rs` builds each softmax module from it, after
-//! `templates.rs`'s shared helpers): a leaf, as `reduce_templates.rs` and `gemv_templates.rs`.
+// The softmax kernels, after softmax_head.cu. Semantics are PyTorch's: a row of -inf, one holding
+// NaN and one holding +inf give NaN rows; sums shift by the running maximum only while it is
+// finite. Kernels: a warp per row with the row in registers (sm_w{W}_{CH}), a block of 256 or 1,024
+// threads per row (sm_b{V}_{CH}, sm_B{V}_{CH}), a block per row of any length in two passes
+// (sm_o{W}), a thread per row (sm_thread). The entry points are appended by kernels/codegen.rs.
 
-/// The softmax kernels, after the generated `TS`, `TD`, `TC` (the compute type), `V` (elements
-/// per 16-byte access of the wider of `TS` and `TD`), `LOG`, `to_c`, `from_c`, `ex` and `lg`.
-///
-/// Semantics are PyTorch's (and the CPU kernel's): a row of −inf, one holding NaN and one holding
-/// +inf give NaN rows; sums shift by the running maximum only while it is finite, and a +inf
-/// maximum makes the sum NaN. Kernels: a warp per row with the row in registers (`sm_w{W}_{CH}`: lane `l` holds
-/// chunks `c·32 + l` of `W` elements), a block of 256 or 1,024 threads per row with the row in
-/// registers (`sm_b{V}_{CH}`, `sm_B{V}_{CH}`),
-/// a block per row of any length in two passes (`sm_o{W}`: an online maximum and sum, then the
-/// output), and a thread per row for rows strided across threads (`sm_thread`).
-pub(super) const SOFTMAX: &str = r#"
 struct SmP {
     const char* src; char* dst; i64 rows, n, sst, dst_st;
     int out_ndim, pad;
@@ -281,4 +273,3 @@ extern "C" __global__ void __launch_bounds__(256) sm_thread(const __grid_constan
         }
     }
 }
-"#;

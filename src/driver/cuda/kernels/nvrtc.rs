@@ -1,83 +1,95 @@
-//! Compiled kernels: NVRTC compilation for the device's architecture, a process-wide cache of
-//! images, an on-disk cache shared by processes, and per-device tables of loaded functions.
+//! The one NVRTC path of the CUDA driver: a CUDA C [`Program`] (source + NVRTC options) compiled
+//! for a device's architecture, cached in this process and on disk, and loaded as a [`Module`]
+//! into the current context. The tensor kernels (`table.rs`) and the delay kernel (`spin.rs`)
+//! both come through here, and so will any other kernel the crate compiles.
 //!
 //! * An image is CUBIN for `sm_XY` when NVRTC supports the device's architecture (else PTX for
-//!   the newest `compute_XY` it supports, which the driver compiles at load). It is keyed by a
-//!   128-bit hash of the source, the NVRTC version, the target and the options, and stored as
-//!   `<hash>.cubin` / `<hash>.ptx` under `$CUDASEM_KERNEL_CACHE` (`off` disables it), else
+//!   the newest `compute_XY` it supports, which the driver compiles at load). Its cache key is a
+//!   128-bit hash of the source, the NVRTC version, the target and the options, and it is stored
+//!   as `<hash>.cubin` / `<hash>.ptx` under `$CUDASEM_KERNEL_CACHE` (`off` disables it), else
 //!   `$XDG_CACHE_HOME/cudasem/kernels`, else `~/.cache/cudasem/kernels`. Each file starts with a
 //!   header naming its hash and length (a file that does not match is recompiled) and is written
 //!   to a temporary file of its own and renamed, so concurrent writers never mix their images.
-//! * Each device keeps a map from [`KernelId`] to its loaded `CUfunction` (with its occupancy),
-//!   read under a read lock with a cheap hasher: a launch that hits does no allocation and no
-//!   formatting. A miss compiles (outside every lock), loads the module and registers all of its
-//!   entries at once.
 
-use super::codegen::{KernelId, ModuleKey, THREADS};
-use super::{driver_error, lock, read, write, DRIVER};
+use crate::driver::cuda::status::{driver_error, lock, DRIVER};
 use crate::error::{Error, Result};
 use cudarc::driver::result as cu;
-use cudarc::driver::sys;
+use cudarc::driver::sys::{self, CUresult};
 use cudarc::nvrtc::{result as nv, sys as nvsys};
-use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::CString;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// A multiply-rotate hasher for the small keys of the function tables.
-#[derive(Default)]
-pub(super) struct FxHasher(u64);
+/// A CUDA C program to build: its source, NVRTC options beyond the target architecture (which
+/// [`image`] picks for the device, with `-default-device` and `--std=c++17`), and the operation
+/// its errors name. Source and options together (with NVRTC's version and the target) are the
+/// cache key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Program<'a> {
+    /// The complete CUDA C source.
+    pub source: &'a str,
+    /// Extra NVRTC options (for example `-lineinfo`).
+    pub options: &'a [&'a str],
+    /// The operation named by the errors (`"launch"`, `"delay"`).
+    pub op: &'static str,
+}
 
-impl Hasher for FxHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(i as u64);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+impl<'a> Program<'a> {
+    /// A tensor-kernel program: `source` with the default options, errors naming `launch`.
+    pub(crate) fn tensor(source: &'a str) -> Program<'a> {
+        Program { source, options: &[], op: "launch" }
     }
 }
 
-/// A `HashMap` with [`FxHasher`].
-pub(super) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-
 raw_handle!(
-    /// A loaded module of tensor kernels.
+    /// A loaded module (`CUmodule`).
     RawModule(sys::CUmodule)
 );
 raw_handle!(
-    /// A kernel of a loaded module.
-    RawFunction(sys::CUfunction)
+    /// A kernel of a loaded module (`CUfunction`).
+    pub(crate) RawFunction(sys::CUfunction)
 );
 
-/// A loaded kernel and how many of its blocks (of [`THREADS`] threads) fit on one SM.
+/// A module loaded into a context by [`Module::load`]; unloaded only by [`Module::unload`].
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Func {
-    raw: RawFunction,
-    pub blocks_per_sm: u32,
-}
+pub(crate) struct Module(RawModule);
 
-impl Func {
-    /// The `CUfunction`.
-    #[inline]
-    pub(super) fn handle(&self) -> sys::CUfunction {
-        self.raw.0
+impl Module {
+    /// `program`'s image for a device of compute capability `major.minor` ([`image`]) loaded into
+    /// the current context, which must be that device's.
+    pub(crate) fn load(program: &Program, major: u32, minor: u32) -> Result<Module> {
+        let img = image(program, major, minor)?;
+        // SAFETY:
+        // `img` is a CUBIN or NUL-terminated PTX image that outlives the call; the caller made the
+        // device's context current.
+        match unsafe { cu::module::load_data(img.as_ptr().cast()) } {
+            Ok(m) => Ok(Module(RawModule(m))),
+            Err(e) if e.0 == CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => Err(unsupported(
+                program.op,
+                "the installed libnvrtc emits PTX newer than the NVIDIA driver accepts; use an NVRTC \
+                 no newer than the driver's CUDA version (nvidia-smi shows it) or update the driver",
+            )),
+            Err(e) => Err(driver_error("cuModuleLoadData", e)),
+        }
+    }
+
+    /// The kernel `name` (its `extern "C"` name) of this module.
+    pub(crate) fn function(&self, name: &str) -> Result<RawFunction> {
+        let name = CString::new(name).map_err(|_| unsupported("launch", "a kernel name holds a NUL byte"))?;
+        // SAFETY: the module is loaded (only `unload` ends that, and it takes the module by value).
+        let f = unsafe { cu::module::get_function(self.0 .0, name) };
+        f.map(RawFunction).map_err(|e| driver_error("cuModuleGetFunction", e))
+    }
+
+    /// Unloads the module (best effort); its context must be current.
+    ///
+    /// # Safety
+    /// No kernel of the module runs or is launched afterwards, and no copy of this `Module`
+    /// is used again.
+    pub(crate) unsafe fn unload(self) {
+        // SAFETY: per this function's contract, this is the module's last use.
+        let _ = unsafe { cu::module::unload(self.0 .0) };
     }
 }
 
@@ -90,7 +102,7 @@ static DISK_HITS: AtomicUsize = AtomicUsize::new(0);
 
 /// `(compilations, disk-cache hits)` so far in this process (for tests).
 #[cfg(test)]
-pub(super) fn counters() -> (usize, usize) {
+pub(in crate::driver::cuda) fn counters() -> (usize, usize) {
     (COMPILES.load(Ordering::SeqCst), DISK_HITS.load(Ordering::SeqCst))
 }
 
@@ -100,8 +112,8 @@ struct Nvrtc {
     archs: Vec<i32>,
 }
 
-fn unsupported(reason: impl Into<String>) -> Error {
-    Error::Unsupported { op: "launch", driver: DRIVER, reason: reason.into() }
+fn unsupported(op: &'static str, reason: impl Into<String>) -> Error {
+    Error::Unsupported { op, driver: DRIVER, reason: reason.into() }
 }
 
 fn nvrtc() -> Result<&'static Nvrtc> {
@@ -113,8 +125,10 @@ fn probe_nvrtc() -> Result<Nvrtc> {
     // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
     if !unsafe { nvsys::is_culib_present() } {
         return Err(unsupported(
-            "tensor kernels are compiled with NVRTC, but libnvrtc.so was not found by the dynamic loader; \
-             install the CUDA toolkit's NVRTC or add its lib directory to LD_LIBRARY_PATH",
+            "launch",
+            "the kernels (tensor ops and the delay kernel) are compiled with NVRTC, but libnvrtc.so was \
+             not found by the dynamic loader; install the CUDA toolkit's NVRTC or add its lib directory \
+             to LD_LIBRARY_PATH",
         ));
     }
     let probed = std::panic::catch_unwind(|| {
@@ -131,8 +145,10 @@ fn probe_nvrtc() -> Result<Nvrtc> {
     });
     match probed {
         Ok(Ok(n)) => Ok(n),
-        Ok(Err(e)) => Err(unsupported(format!("NVRTC failed to report its version: {e}"))),
-        Err(_) => Err(unsupported("libnvrtc lacks a symbol the tensor kernels need (NVRTC 11.2 or newer is needed)")),
+        Ok(Err(e)) => Err(unsupported("launch", format!("NVRTC failed to report its version: {e}"))),
+        Err(_) => {
+            Err(unsupported("launch", "libnvrtc lacks a symbol the kernels need (NVRTC 11.2 or newer is needed)"))
+        }
     }
 }
 
@@ -145,10 +161,13 @@ fn target(n: &Nvrtc, major: u32, minor: u32) -> Result<(String, bool)> {
     }
     match n.archs.iter().copied().filter(|&a| a <= want).max() {
         Some(a) => Ok((format!("compute_{a}"), false)),
-        None => Err(unsupported(format!(
-            "NVRTC {}.{} cannot compile for compute capability {major}.{minor} (it supports {:?})",
-            n.version.0, n.version.1, n.archs
-        ))),
+        None => Err(unsupported(
+            "launch",
+            format!(
+                "NVRTC {}.{} cannot compile for compute capability {major}.{minor} (it supports {:?})",
+                n.version.0, n.version.1, n.archs
+            ),
+        )),
     }
 }
 
@@ -158,7 +177,7 @@ fn fnv(seed: u64, bytes: &[u8]) -> u64 {
 }
 
 /// The directory of the on-disk cache, or `None` when it is disabled.
-pub(super) fn cache_dir() -> Option<PathBuf> {
+pub(in crate::driver::cuda) fn cache_dir() -> Option<PathBuf> {
     if let Ok(v) = std::env::var("CUDASEM_KERNEL_CACHE") {
         return match v.trim() {
             "" => None,
@@ -173,12 +192,15 @@ pub(super) fn cache_dir() -> Option<PathBuf> {
     Some(base.join("cudasem").join("kernels"))
 }
 
-/// The image of `src` for a device of compute capability `major.minor`: from this process's
+/// The image of `program` for a device of compute capability `major.minor`: from this process's
 /// cache, else the disk cache, else NVRTC (then stored in both).
-pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
-    let n = nvrtc()?;
-    let (arch, cubin) = target(n, major, minor)?;
-    let options = options(&arch);
+pub(crate) fn image(program: &Program, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
+    let op = program.op;
+    let n = nvrtc().map_err(|e| with_op(e, op))?;
+    let (arch, cubin) = target(n, major, minor).map_err(|e| with_op(e, op))?;
+    let mut options = options(&arch).to_vec();
+    options.extend(program.options.iter().map(|o| o.to_string()));
+    let src = program.source;
     let mut key = format!("{}.{}\n{}\n", n.version.0, n.version.1, options.join(" ")).into_bytes();
     key.extend_from_slice(src.as_bytes());
     let hash = (fnv(0xcbf2_9ce4_8422_2325, &key) as u128) << 64 | fnv(0x6c62_272e_07bb_0142, &key) as u128;
@@ -193,7 +215,7 @@ pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
             bytes
         }
         None => {
-            let bytes = compile(src, &options, cubin)?;
+            let bytes = compile(src, &options, cubin, op)?;
             if let Some(f) = &file {
                 store(f, hash, &bytes);
             }
@@ -205,6 +227,14 @@ pub(super) fn image(src: &str, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
     Ok(img)
 }
 
+/// `e` naming `op` when it is an [`Error::Unsupported`] (NVRTC's probe is shared by every op).
+fn with_op(e: Error, op: &'static str) -> Error {
+    match e {
+        Error::Unsupported { driver, reason, .. } => Error::Unsupported { op, driver, reason },
+        e => e,
+    }
+}
+
 /// NVRTC's options for a target (`compute_XY` or `sm_XY`).
 fn options(arch: &str) -> [String; 3] {
     [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()]
@@ -214,27 +244,27 @@ fn options(arch: &str) -> [String; 3] {
 /// [`image`] compiles it, with ptxas's resource usage (registers, spills) of every kernel (for
 /// tests).
 #[cfg(test)]
-pub(super) fn resource_report(src: &str, major: u32, minor: u32) -> Result<((i32, i32), String)> {
+pub(in crate::driver::cuda) fn resource_report(src: &str, major: u32, minor: u32) -> Result<((i32, i32), String)> {
     let n = nvrtc()?;
     let (arch, _) = target(n, major, minor)?;
     let mut options = options(&arch).to_vec();
     options.push("--ptxas-options=--verbose".into());
-    let csrc = CString::new(src).map_err(|_| unsupported("a generated kernel source holds a NUL byte"))?;
-    let prog = Program::new(&csrc).map_err(nvrtc_error)?;
+    let csrc = CString::new(src).map_err(|_| unsupported("launch", "a generated kernel source holds a NUL byte"))?;
+    let prog = NvrtcProgram::new(&csrc).map_err(nvrtc_error)?;
     prog.compile(&options).map_err(nvrtc_error)?;
     Ok((n.version, prog.log()))
 }
 
 /// Whether libnvrtc can be loaded (for tests that compile kernels).
 #[cfg(test)]
-pub(super) fn nvrtc_present() -> bool {
+pub(in crate::driver::cuda) fn nvrtc_present() -> bool {
     // SAFETY: only asks the dynamic loader whether libnvrtc can be opened.
     unsafe { nvsys::is_culib_present() }
 }
 
 /// Forgets this process's compiled images, so the next [`image`] reads the disk (for tests).
 #[cfg(test)]
-pub(super) fn forget_images() {
+pub(in crate::driver::cuda) fn forget_images() {
     lock(&IMAGES).clear();
 }
 
@@ -252,7 +282,7 @@ fn unwrap_cached(mut bytes: Vec<u8>, hash: u128) -> Option<Vec<u8>> {
 
 /// `bytes` framed as [`store`] writes them (for tests).
 #[cfg(test)]
-pub(super) fn store_for_test(hash: u128, bytes: &[u8]) -> Vec<u8> {
+pub(in crate::driver::cuda) fn store_for_test(hash: u128, bytes: &[u8]) -> Vec<u8> {
     let mut data = MAGIC.to_vec();
     data.extend_from_slice(&hash.to_le_bytes());
     data.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -262,7 +292,7 @@ pub(super) fn store_for_test(hash: u128, bytes: &[u8]) -> Vec<u8> {
 
 /// [`unwrap_cached`] (for tests).
 #[cfg(test)]
-pub(super) fn unwrap_for_test(bytes: Vec<u8>, hash: u128) -> Option<Vec<u8>> {
+pub(in crate::driver::cuda) fn unwrap_for_test(bytes: Vec<u8>, hash: u128) -> Option<Vec<u8>> {
     unwrap_cached(bytes, hash)
 }
 
@@ -286,11 +316,11 @@ fn store(file: &std::path::Path, hash: u128, bytes: &[u8]) {
     }
 }
 
-/// An NVRTC program, destroyed when dropped: on every path out of [`compile`], errors and
+/// An NVRTC program handle, destroyed when dropped: on every path out of [`compile`], errors and
 /// panics included.
-struct Program(nvsys::nvrtcProgram);
+struct NvrtcProgram(nvsys::nvrtcProgram);
 
-impl Drop for Program {
+impl Drop for NvrtcProgram {
     fn drop(&mut self) {
         // SAFETY: made by `nvrtcCreateProgram`, owned by `self`, destroyed once here.
         let _ = unsafe { nv::destroy_program(self.0) };
@@ -306,9 +336,11 @@ fn nvrtc_error((op, e, log): NvrtcFailure) -> Error {
     Error::Driver { op, code: e.0 as i32, name: format!("{:?}", e.0), message }
 }
 
-impl Program {
-    fn new(src: &CString) -> std::result::Result<Program, NvrtcFailure> {
-        nv::create_program(src, Some(c"cudasem.cu")).map(Program).map_err(|e| ("nvrtcCreateProgram", e, String::new()))
+impl NvrtcProgram {
+    fn new(src: &CString) -> std::result::Result<NvrtcProgram, NvrtcFailure> {
+        nv::create_program(src, Some(c"cudasem.cu"))
+            .map(NvrtcProgram)
+            .map_err(|e| ("nvrtcCreateProgram", e, String::new()))
     }
 
     /// Compiles the program; the error carries the compiler's log.
@@ -354,11 +386,11 @@ impl Program {
 }
 
 /// Compiles `src` with NVRTC; CUBIN or NUL-terminated PTX.
-fn compile(src: &str, options: &[String], cubin: bool) -> Result<Vec<u8>> {
+fn compile(src: &str, options: &[String], cubin: bool, op: &'static str) -> Result<Vec<u8>> {
     COMPILES.fetch_add(1, Ordering::SeqCst);
-    let csrc = CString::new(src).map_err(|_| unsupported("a generated kernel source holds a NUL byte"))?;
+    let csrc = CString::new(src).map_err(|_| unsupported(op, "a kernel source holds a NUL byte"))?;
     let run = || -> std::result::Result<Vec<u8>, NvrtcFailure> {
-        let prog = Program::new(&csrc)?;
+        let prog = NvrtcProgram::new(&csrc)?;
         prog.compile(options)?;
         if cubin {
             prog.cubin()
@@ -369,102 +401,6 @@ fn compile(src: &str, options: &[String], cubin: bool) -> Result<Vec<u8>> {
     match std::panic::catch_unwind(run) {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(failure)) => Err(nvrtc_error(failure)),
-        Err(_) => Err(unsupported("NVRTC panicked while compiling a tensor kernel (is libnvrtc older than CUDA 13?)")),
-    }
-}
-
-/// One device's loaded tensor kernels.
-pub(super) struct Kernels {
-    funcs: RwLock<FxMap<KernelId, Func>>,
-    /// Loaded modules (unloaded when the driver drops), also serializing loads.
-    modules: Mutex<Vec<RawModule>>,
-    /// This table's current generation (unique in the process): the key of the threads' last
-    /// lookups, renewed when the modules are unloaded.
-    generation: AtomicU64,
-}
-
-/// Generations of kernel tables, process-wide.
-static GENERATIONS: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// This thread's last kernel lookup: `(generation, id, kernel)`. A thread launching the same
-    /// kernel again (the common case of a loop of small ops) skips the table's lock.
-    static LAST: Cell<Option<(u64, KernelId, Func)>> = const { Cell::new(None) };
-}
-
-impl Kernels {
-    pub(super) fn new() -> Kernels {
-        Kernels {
-            funcs: RwLock::new(FxMap::default()),
-            modules: Mutex::new(Vec::new()),
-            generation: AtomicU64::new(GENERATIONS.fetch_add(1, Ordering::Relaxed)),
-        }
-    }
-
-    /// The kernel `id`, loaded into the current context (which must be this device's) on first use.
-    #[inline]
-    pub(super) fn get(&self, id: KernelId, major: u32, minor: u32) -> Result<Func> {
-        let generation = self.generation.load(Ordering::Acquire);
-        if let Some((g, i, f)) = LAST.get() {
-            if g == generation && i == id {
-                return Ok(f);
-            }
-        }
-        // (The read guard must be gone before `load`, which takes the write lock.)
-        let cached = read(&self.funcs).get(&id).copied();
-        let f = match cached {
-            Some(f) => f,
-            None => {
-                self.load(id.module, major, minor)?;
-                read(&self.funcs)
-                    .get(&id)
-                    .copied()
-                    .ok_or_else(|| unsupported(format!("no kernel {id:?} in its module")))?
-            }
-        };
-        LAST.set(Some((generation, id, f)));
-        Ok(f)
-    }
-
-    #[cold]
-    fn load(&self, key: ModuleKey, major: u32, minor: u32) -> Result<()> {
-        let img = image(&key.source(), major, minor)?;
-        let mut modules = lock(&self.modules);
-        let entries = key.entries();
-        if entries.iter().all(|&entry| read(&self.funcs).contains_key(&KernelId { module: key, entry })) {
-            return Ok(()); // another thread loaded it meanwhile
-        }
-        // SAFETY:
-        // `img` is a CUBIN or NUL-terminated PTX image that outlives the call, and the caller made the
-        // device's context current.
-        let module = unsafe { cu::module::load_data(img.as_ptr().cast()) };
-        let module = module.map_err(|e| driver_error("cuModuleLoadData", e))?;
-        modules.push(RawModule(module));
-        let mut found = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let name = CString::new(entry.name(&key)).map_err(|_| unsupported("a kernel name holds a NUL byte"))?;
-            // SAFETY: `module` is loaded and stays loaded until the driver drops.
-            let f = unsafe { cu::module::get_function(module, name) }
-                .map_err(|e| driver_error("cuModuleGetFunction", e))?;
-            // SAFETY: `f` is a live kernel of the current context.
-            let blocks = unsafe { cu::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, 0) }
-                .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
-            found.push((
-                KernelId { module: key, entry },
-                Func { raw: RawFunction(f), blocks_per_sm: blocks.max(1) as u32 },
-            ));
-        }
-        write(&self.funcs).extend(found);
-        Ok(())
-    }
-
-    /// Unloads every module; the device's context must be current and its work done.
-    pub(super) fn unload_all(&self) {
-        self.generation.store(GENERATIONS.fetch_add(1, Ordering::Relaxed), Ordering::Release);
-        write(&self.funcs).clear();
-        for m in lock(&self.modules).drain(..) {
-            // SAFETY: loaded by `load` and drained from the list, so unloaded exactly once.
-            let _ = unsafe { cu::module::unload(m.0) };
-        }
+        Err(_) => Err(unsupported(op, "NVRTC panicked while compiling a kernel (is libnvrtc older than CUDA 13?)")),
     }
 }

@@ -13,10 +13,9 @@
 //! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
 //! `#[repr(C)]` structs on the stack.
 
-use super::codegen::{
-    ew_per_thread, ew_vec, fast_masks, raw_dtype, tile_edge, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS,
-};
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};
+use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
+use super::vocab::{fast_masks, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::{BufferView, DenseBinary};
@@ -63,7 +62,7 @@ struct EwTwo {
 
 /// `(magic, shift)` with `x / d == (umulhi(x, magic) + x) >> shift` for every `x < 2^32`
 /// (`1 <= d < 2^32`; the sum taken in 64 bits).
-pub(super) fn magic_divider(d: u64) -> (u32, u32) {
+pub(in crate::driver::cuda) fn magic_divider(d: u64) -> (u32, u32) {
     debug_assert!((1..1 << 32).contains(&d));
     let shift = if d <= 1 { 0 } else { 64 - (d - 1).leading_zeros() };
     let magic = ((1u128 << 32) * ((1u128 << shift) - d as u128)) / d as u128 + 1;
@@ -72,7 +71,7 @@ pub(super) fn magic_divider(d: u64) -> (u32, u32) {
 
 /// Queues a dense binary op (already validated): the fast kernel at once, with no views to
 /// classify.
-pub(super) fn dense_binary(c: &Ctx, op: &DenseBinary) -> Result<()> {
+pub(in crate::driver::cuda) fn dense_binary(c: &Ctx, op: &DenseBinary) -> Result<()> {
     // A number goes in `value`, its input's address 0 and its mask bit set (one broadcast element).
     let (rhs, value, mask) = match op.rhs_value {
         Some(v) => (0, scalar_bits(v, op.rhs.1), 2),
@@ -84,7 +83,7 @@ pub(super) fn dense_binary(c: &Ctx, op: &DenseBinary) -> Result<()> {
 }
 
 /// `value` as one element of `dtype`, in the low bytes of a kernel parameter.
-pub(super) fn scalar_bits(value: crate::scalar::Scalar, dtype: DType) -> u64 {
+pub(in crate::driver::cuda) fn scalar_bits(value: crate::scalar::Scalar, dtype: DType) -> u64 {
     let mut bits = [0u8; 8];
     let bytes = crate::kernels::cpu::scalar_bytes(value, dtype);
     bits[..bytes.len()].copy_from_slice(&bytes);
@@ -147,7 +146,14 @@ fn ew_operands(op: EwOp, dst: &BufferView, ins: &[&BufferView]) -> (DType, [DTyp
 /// The common case (a dense output whose inputs are dense or one broadcast element, told
 /// without collapsing dimensions) takes a short path; everything else is out of line.
 #[inline]
-pub(super) fn elementwise(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
+pub(in crate::driver::cuda) fn elementwise(
+    c: &Ctx,
+    op: EwOp,
+    dst: &BufferView,
+    ins: &[&BufferView],
+    value: u64,
+    imm: u8,
+) -> Result<()> {
     match contiguous_mask(dst, ins).map(|m| m | imm) {
         Some(mask) if mask < fast_masks(op) => {
             let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);

@@ -2,7 +2,10 @@
 //! the first statement of every kernel.
 
 use super::codegen::*;
-use super::templates::COMMON;
+use super::elementwise_policy::*;
+use super::reduce_layouts::half_runs;
+use super::sources::COMMON;
+use super::vocab::*;
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 
@@ -16,7 +19,7 @@ fn conversions_are_spelled_as_the_cpu_converts() {
     assert_eq!(conv(DType::Bool, DType::F32, "a"), "((float)(i64)((i64)((a) != 0)))");
 }
 
-/// Every kernel's first statement is `cs_enter` (`templates.rs`): the launch allows
+/// Every kernel's first statement is `cs_enter` (`cu/common.cu`): the launch allows
 /// programmatic serialization (`ctx.rs`), which is only safe when each kernel waits for the
 /// grids before it before it touches memory.
 #[test]
@@ -97,13 +100,13 @@ fn modules_list_their_entries() {
     }
 }
 
-/// `gelu_half` (`templates.rs`) spells the constants of [`GELU_TAIL`], and its form, evaluated
+/// `gelu_half` (`cu/common.cu`) spells the constants of [`GELU_TAIL`], and its form, evaluated
 /// on the host in `f32` as the device does (exact reciprocal and `exp2` standing in for the
 /// approximate ones, whose errors are 2^-23 and 2^-22), is within 1e-5 of gelu in `f64`, relatively,
 /// from −13 (where the tail passes 2^-126) to 13, and exactly `x` or `-0` beyond.
 #[test]
 fn the_half_type_gelu_form_is_accurate_and_spelled_as_tested() {
-    use super::templates::{GELU_TAIL, GELU_T_SCALE};
+    use super::sources::{GELU_TAIL, GELU_T_SCALE};
     assert!(COMMON.contains(&format!("fmaf({GELU_T_SCALE:?}f, z, 1.0f)")));
     assert!(COMMON.contains(&format!("float r = {:?}f;", GELU_TAIL[6])));
     for c in &GELU_TAIL[..6] {

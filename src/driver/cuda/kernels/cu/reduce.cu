@@ -1,11 +1,7 @@
-//! The reduction kernels of the generated CUDA C (see `codegen.rs`, and `templates.rs` for the
-//! helpers every module shares), written against the names each reduction module defines first:
-//! `TS`, `TD`, `VEC`, `SPLIT_ACC`, `VALUES`, `ARG`, `acc` and its functions (`identity`, `load`,
-//! `combine`, `step`, `shfl_down`, `st_partial`, `ld_partial`, `store`, `store_value`; for an
-//! arg-reduction also `fold` and `later`).
+// The reduction kernels, after the generated TS, TD, VEC, SPLIT_ACC, VALUES, ARG, COLX, `acc` and its
+// functions (identity, load, combine, step, shfl_down, st_partial, ld_partial, store, store_value;
+// for an arg-reduction also fold and later).
 
-/// The reduction kernels, after the generated `TS`, `TD`, `VEC`, `ARG`, `acc` and its functions.
-pub(super) const REDUCE: &str = r#"
 struct RedP {
     const char* src; char* dst; char* dst2; char* partials; u32* counters;
     i64 n_out, n_red, splits, chunk;
@@ -409,4 +405,3 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
 }
 extern "C" __global__ void __launch_bounds__(256) red_cols1(const __grid_constant__ RedP p) { cs_enter(); red_cols<1>(p); }
 extern "C" __global__ void __launch_bounds__(256) red_colsv(const __grid_constant__ RedP p) { cs_enter(); red_cols<VEC>(p); }
-"#;

@@ -31,11 +31,13 @@
 //! extremes compare in the input's precision (floats by PTX's NaN-propagating `max.NaN` /
 //! `min.NaN`), integers accumulate in wrapping `i64`.
 
-use super::codegen::{
-    cols_x, softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes,
-    softmax_vec, Entry, KernelId, ModuleKey, MAXD, SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS, THREADS,
-};
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
+use super::reduce_layouts::cols_x;
+use super::softmax_layouts::{
+    softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
+    SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
+};
+use super::vocab::{Entry, KernelId, ModuleKey, MAXD, THREADS};
 use crate::error::Result;
 use crate::kernel::{BufferView, ReduceOp};
 
@@ -102,7 +104,7 @@ fn too_many_dims(v: &BufferView) -> crate::error::Error {
 
 /// Queues `dst = op(src)` over `dims` (already validated; `dst` is not empty); with `values`, an
 /// arg-reduction that also writes the extreme's value there (same strides as `dst`).
-pub(super) fn reduce(
+pub(in crate::driver::cuda) fn reduce(
     c: &Ctx,
     op: ReduceOp,
     src: &BufferView,
@@ -231,7 +233,13 @@ fn warp_layout(t: i64, w: i64) -> (u8, u8) {
 /// two chunks), else of 256 (up to 64 values each) or of 1,024 (up to 32), else in two passes
 /// over the row; rows laid out across threads (the softmax dim strided, outer to the others) to
 /// a thread each.
-pub(super) fn softmax(c: &Ctx, src: &BufferView, dst: &BufferView, dim: usize, log: bool) -> Result<()> {
+pub(in crate::driver::cuda) fn softmax(
+    c: &Ctx,
+    src: &BufferView,
+    dst: &BufferView,
+    dim: usize,
+    log: bool,
+) -> Result<()> {
     let kept = collapse(&src.shape, [Some(&src.strides), Some(&dst.strides)], |d| d != dim)
         .ok_or_else(|| too_many_dims(src))?;
     let n = src.shape[dim] as i64;

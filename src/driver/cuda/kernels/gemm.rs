@@ -10,16 +10,16 @@
 //! has batch stride 0), outer ones are a loop of launches.
 //!
 //! Compute types follow PyTorch: `f32` in `CUBLAS_COMPUTE_32F`, or `..._FAST_TF32` when
-//! [`allow_tf32`](super::backends::matmul::allow_tf32); `f16`/`bf16` with `f32` accumulation;
+//! [`allow_tf32`](crate::driver::cuda::backends::matmul::allow_tf32); `f16`/`bf16` with `f32` accumulation;
 //! `f64` in `f64`. Each call asks cuBLASLt's heuristics (cached by the library) for the best
 //! algorithm given the real pointer alignments and the workspace: the one given with the op (a
 //! capture's, a block of its private pool that the graph keeps, given by the runtime), else the
 //! stream's own of [`GEMM_WORKSPACE_BYTES`], made on its first product.
 
-use super::codegen::{EwOp, MAXD};
 use super::ctx::{addr, collapse, unsupported, Ctx};
 use super::elementwise::elementwise;
-use super::{driver_error, lock};
+use super::vocab::{EwOp, MAXD};
+use crate::driver::cuda::status::{driver_error, lock};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -37,7 +37,7 @@ raw_handle!(
 
 /// A device's cuBLASLt handle, made on first use. Held locked for the whole of a product's
 /// enqueueing (descriptor set-up and `cublasLtMatmul`, a few µs).
-pub(super) struct Blas {
+pub(in crate::driver::cuda) struct Blas {
     handle: Mutex<Option<RawLt>>,
 }
 
@@ -58,12 +58,12 @@ fn blas_error(op: &'static str) -> impl Fn(ltr::CublasError) -> Error {
 }
 
 impl Blas {
-    pub(super) fn new() -> Blas {
+    pub(in crate::driver::cuda) fn new() -> Blas {
         Blas { handle: Mutex::new(None) }
     }
 
     /// Destroys the handle (best effort).
-    pub(super) fn release(&self) {
+    pub(in crate::driver::cuda) fn release(&self) {
         if let Some(h) = lock(&self.handle).take() {
             // SAFETY: made by `cublasLtCreate`, taken out of the slot, so destroyed once.
             let _ = unsafe { ltr::destroy_handle(h.0) };
@@ -146,7 +146,7 @@ impl Drop for Temp<'_> {
 
 /// Queues `dst = lhs · rhs` (already validated; `dst` is not empty), with `workspace` as
 /// cuBLASLt's scratch (`None`: the stream's own).
-pub(super) fn gemm(
+pub(in crate::driver::cuda) fn gemm(
     c: &Ctx,
     blas: &Blas,
     lhs: &BufferView,
@@ -194,7 +194,9 @@ fn types(dtype: DType) -> Result<(lt::cublasComputeType_t, lt::cudaDataType, lt:
     use lt::cublasComputeType_t::*;
     use lt::cudaDataType::*;
     Ok(match dtype {
-        DType::F32 if super::backends::matmul::allow_tf32() => (CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F, CUDA_R_32F),
+        DType::F32 if crate::driver::cuda::backends::matmul::allow_tf32() => {
+            (CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F, CUDA_R_32F)
+        }
         DType::F32 => (CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_32F),
         DType::F64 => (CUBLAS_COMPUTE_64F, CUDA_R_64F, CUDA_R_64F),
         DType::F16 => (CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16F),

@@ -1,8 +1,9 @@
 //! The registers and spills of the kernels whose launch policies assume an occupancy, from
 //! ptxas's report through NVRTC (no GPU needed).
 
-use super::codegen::{self, EwOp, ModuleKey};
-use super::module_cache::{nvrtc_present, resource_report};
+use super::elementwise_policy as codegen;
+use super::nvrtc::{nvrtc_present, resource_report};
+use super::vocab::{EwOp, ModuleKey};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp};
 use std::collections::HashMap;
@@ -34,7 +35,7 @@ fn kernel_resources(report: &str) -> HashMap<String, (u32, u32)> {
 
 /// The occupancy the launch policies were measured with (sm_90, blocks of 256 threads): the
 /// two-dimensional elementwise kernel in 32 registers (48 cost every broadcast case 2.5–4 µs on
-/// the H200), the transpose kernel's pairs in 32 without spills (`codegen::tile_pairs`), and
+/// the H200), the transpose kernel's pairs in 32 without spills (`elementwise_policy::tile_pairs`), and
 /// nn.Linear's vector product in 64 without spills (`gv_dots`: 128 halved its speed), and the
 /// half types' `x @ w` in 64 without spills (`gv_rows`, four blocks per SM), and the column
 /// reductions in 128 without spills (`red_colsv`: two blocks per SM). Registers

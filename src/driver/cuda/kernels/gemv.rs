@@ -17,14 +17,23 @@
 //! Views neither reads (another dtype, batch dims, an unaligned weight, a row-major one whose
 //! width is not a multiple of `V`) go to cuBLASLt.
 
-use super::codegen::{Entry, KernelId, ModuleKey, PARTIAL_BYTES, THREADS};
 use super::ctx::{addr, Ctx, PARTIALS};
-use super::gemv_templates::{gemv_vec, GV_CX};
+use super::reduce_layouts::PARTIAL_BYTES;
+use super::vocab::{Entry, KernelId, ModuleKey, THREADS};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::BufferView;
 
-/// Parameters of `gv_rows` and `gv_dots` (`GvP` in `gemv_templates.rs`).
+/// Column lanes of a `gv_rows` block (`GV_CX` in `cu/gemv.cu`), each `V` columns; its other
+/// `256 / GV_CX` lanes take rows.
+pub(in crate::driver::cuda) const GV_CX: usize = 16;
+
+/// Elements per 16-byte load of `dtype`'s weight (`V` in `cu/gemv_head.cu`).
+pub(in crate::driver::cuda) fn gemv_vec(dtype: DType) -> usize {
+    16 / dtype.size()
+}
+
+/// Parameters of `gv_rows` and `gv_dots` (`GvP` in `cu/gemv.cu`).
 #[repr(C)]
 struct GvP {
     x: u64,
@@ -49,7 +58,7 @@ const MIN_CHUNK: i64 = 64;
 /// Queues `dst = lhs · rhs` with a vector kernel and returns `true` when the views suit one
 /// (`lhs` one row, `rhs` row-major or column-major with 16-byte aligned rows, f32 / bf16 / f16,
 /// batch dims of one); returns `false`, queuing nothing, otherwise.
-pub(super) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<bool> {
+pub(in crate::driver::cuda) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferView, dst: &BufferView) -> Result<bool> {
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     let dtype = dst.dtype;
@@ -123,7 +132,8 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::dot_splits;
-    use crate::driver::cuda::gemv_templates::{GEMV, GV_CX};
+    use super::GV_CX;
+    use crate::driver::cuda::kernels::sources::GEMV;
 
     /// The launch's tiles of `gv_rows` are the kernel's: both sides use the same column lanes.
     #[test]

@@ -6,53 +6,69 @@
 //! run and every input is either the same dense run or a single broadcast element, the *fast*
 //! kernel runs: a grid-stride loop over 16-byte vectors when every dense operand is aligned, one
 //! element at a time otherwise. Any other layout runs the *strided* kernel, which takes the
-//! collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are `#[repr(C)]`
+//! collapsed shape and strides (up to [`MAXD`](super::vocab::MAXD) dims) by value. Parameters are `#[repr(C)]`
 //! structs on the stack, functions come from a read-locked table, so a launch allocates nothing
 //! beyond what [`KernelOp::validate`] does. Grids are sized from the SM count and the kernel's
 //! occupancy: a wave is the blocks that fit on the GPU at once; elementwise grids cover the work
-//! in one pass up to 256 waves (measured fastest, see [`EW_WAVES`]), reductions split a row over
+//! in one pass up to 256 waves (measured fastest, see [`EW_WAVES`](super::ctx::EW_WAVES)), reductions split a row over
 //! one wave.
 
-use super::codegen::EwOp;
 use super::ctx::{Ctx, Launcher};
 use super::elementwise::{elementwise, scalar_bits};
 use super::gemm::Blas;
-use super::{Device, RawStream};
+use super::vocab::EwOp;
 use crate::error::Result;
+use crate::error::Sticky;
 use crate::kernel::{BufferView, DenseBinary, KernelOp, ReduceOp};
+use cudarc::driver::sys;
 
 /// A device's tensor-kernel state: the launch state and the cuBLASLt handle.
-pub(super) struct DeviceOps {
+pub(in crate::driver::cuda) struct DeviceOps {
     pub launcher: Launcher,
     pub blas: Blas,
 }
 
 impl DeviceOps {
-    pub(super) fn new() -> DeviceOps {
+    pub(in crate::driver::cuda) fn new() -> DeviceOps {
         DeviceOps { launcher: Launcher::new(), blas: Blas::new() }
     }
 
     /// Frees the scratch memory, destroys the BLAS handle and unloads the modules. The device's
     /// context must be current and every stream idle.
-    pub(super) fn release(&self) {
+    pub(in crate::driver::cuda) fn release(&self) {
         self.launcher.release();
         self.blas.release();
     }
 
-    /// The context of one launch on `stream` of `dev`.
-    fn ctx<'a>(dev: &'a Device, stream: RawStream, stream_id: u64) -> Result<Ctx<'a>> {
-        let info = dev.ops.launcher.info(dev.cu)?;
-        Ok(Ctx { ops: &dev.ops.launcher, info, stream: stream.0, stream_id, dropped: &dev.dropped })
+    /// The context of one launch on `stream` of device `cu`, whose errors raised in a `Drop` go
+    /// to `dropped`.
+    fn ctx<'a>(
+        &'a self,
+        cu: sys::CUdevice,
+        dropped: &'a Sticky,
+        stream: sys::CUstream,
+        stream_id: u64,
+    ) -> Result<Ctx<'a>> {
+        let info = self.launcher.info(cu)?;
+        Ok(Ctx { ops: &self.launcher, info, stream, stream_id, dropped })
     }
 }
 
 /// Runs `op` (already validated) on the stream of `dev`, whose context is current.
-pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &KernelOp) -> Result<()> {
+/// Launches `op` on `stream` (of device `cu`, whose kernels and scratch are `ops`).
+pub(in crate::driver::cuda) fn launch(
+    ops: &DeviceOps,
+    cu: sys::CUdevice,
+    dropped: &Sticky,
+    stream: sys::CUstream,
+    stream_id: u64,
+    op: &KernelOp,
+) -> Result<()> {
     let out = op.output();
     if out.numel() == 0 {
         return Ok(());
     }
-    let c = DeviceOps::ctx(dev, stream, stream_id)?;
+    let c = ops.ctx(cu, dropped, stream, stream_id)?;
     match op {
         KernelOp::Fill { dst, value } => elementwise(&c, EwOp::Fill, dst, &[], scalar_bits(*value, dst.dtype), 0),
         KernelOp::Cast { src, dst } if src.dtype == dst.dtype => elementwise(&c, EwOp::Copy, dst, &[src], 0, 0),
@@ -89,16 +105,24 @@ pub(super) fn launch(dev: &Device, stream: RawStream, stream_id: u64, op: &Kerne
         }
         KernelOp::Softmax { src, dst, dim, log } => super::reduce::softmax(&c, src, dst, *dim, *log),
         KernelOp::Gemm { lhs, rhs, dst, workspace } => {
-            super::gemm::gemm(&c, &dev.ops.blas, lhs, rhs, dst, workspace.as_ref())
+            super::gemm::gemm(&c, &ops.blas, lhs, rhs, dst, workspace.as_ref())
         }
     }
 }
 
 /// Runs a dense binary op (already validated) on the stream of `dev`, whose context is current:
 /// the fast kernel at once, with no views to classify.
-pub(super) fn dense_binary(dev: &Device, stream: RawStream, stream_id: u64, op: &DenseBinary) -> Result<()> {
+/// Launches the dense binary `op` on `stream` (as [`launch`]).
+pub(in crate::driver::cuda) fn dense_binary(
+    ops: &DeviceOps,
+    cu: sys::CUdevice,
+    dropped: &Sticky,
+    stream: sys::CUstream,
+    stream_id: u64,
+    op: &DenseBinary,
+) -> Result<()> {
     if op.n == 0 {
         return Ok(());
     }
-    super::elementwise::dense_binary(&DeviceOps::ctx(dev, stream, stream_id)?, op)
+    super::elementwise::dense_binary(&ops.ctx(cu, dropped, stream, stream_id)?, op)
 }

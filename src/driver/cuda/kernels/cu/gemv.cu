@@ -1,10 +1,5 @@
-//! The vector-matrix kernels' CUDA C (`gemv.rs` launches them): a leaf, as `reduce_templates.rs`,
-//! so that `codegen.rs` can build the module without depending on the launch code.
+// The kernels gv_rows and gv_dots, after gemv_head.cu's TS, V, to_f and from_f.
 
-use crate::dtype::DType;
-
-/// The kernels `gv_rows` and `gv_dots`, after the generated `TS`, `V`, `to_f` and `from_f` (`codegen::gemv`).
-pub(super) const GEMV: &str = r#"
 struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; i64 xvec; };
 /* `gv_rows`: a block's GV_CX column lanes of V columns each by GV_LANES row lanes (a warp
    spans two rows of a tile of 16 V columns). */
@@ -130,14 +125,4 @@ extern "C" __global__ void __launch_bounds__(256, 4) gv_dots(const __grid_consta
             ((TS*)p.y)[o * p.sy] = from_f(b);
         }
     }
-}
-"#;
-
-/// Column lanes of a `gv_rows` block (`GV_CX`), each `V` columns; its other `256 / GV_CX`
-/// lanes take rows.
-pub(super) const GV_CX: usize = 16;
-
-/// Elements per 16-byte load of `dtype`'s weight.
-pub(super) fn gemv_vec(dtype: DType) -> usize {
-    16 / dtype.size()
 }

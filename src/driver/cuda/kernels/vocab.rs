@@ -1,0 +1,187 @@
+//! The vocabulary the generator and the launchers share: which module a kernel lives in
+//! ([`ModuleKey`]), its entry points ([`Entry`], [`KernelId`]) and their `extern "C"` names, the
+//! elementwise functions ([`EwOp`]), and the limits every kernel is compiled against.
+
+use super::softmax_layouts::{
+    softmax_big_layouts, softmax_layouts, softmax_mid_layouts, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
+};
+use crate::dtype::DType;
+use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
+
+/// The most (collapsed) dimensions a kernel's shape/stride arrays hold.
+pub(in crate::driver::cuda) const MAXD: usize = 16;
+
+/// Threads per block of every kernel (each is compiled with `__launch_bounds__(THREADS)`).
+pub(in crate::driver::cuda) const THREADS: u32 = 256;
+/// The largest grid launched with programmatic stream serialization (`Ctx::programmatic`), and
+/// the largest whose blocks run `cs_enter`'s instructions (`CS_PDL_MAX_GRID` in cu/common.cu).
+pub(in crate::driver::cuda) const PDL_MAX_GRID: u32 = 1024;
+
+/// The elementwise functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) enum EwOp {
+    /// Every element set to the parameter's bits (dtype: a raw type of the element size).
+    Fill,
+    /// A copy of raw elements of one size.
+    Copy,
+    /// A dtype conversion.
+    Cast,
+    /// A unary function computed in the output dtype.
+    Unary(UnaryOp),
+    /// A binary function computed in the given dtype.
+    Binary(BinaryOp, DType),
+    /// `cond ? a : b`.
+    Where,
+}
+
+impl EwOp {
+    /// Number of inputs.
+    pub(in crate::driver::cuda) fn inputs(self) -> usize {
+        match self {
+            EwOp::Fill => 0,
+            EwOp::Copy | EwOp::Cast | EwOp::Unary(_) => 1,
+            EwOp::Binary(..) => 2,
+            EwOp::Where => 3,
+        }
+    }
+}
+
+/// Fast kernels of an elementwise op: masks `0..fast_masks(op)` (every combination of broadcast
+/// inputs).
+pub(in crate::driver::cuda) fn fast_masks(op: EwOp) -> u8 {
+    1 << op.inputs()
+}
+
+/// What one compiled module holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) enum ModuleKey {
+    /// An elementwise op: `out` and up to three input dtypes (unused ones are `Bool`).
+    Elementwise { op: EwOp, out: DType, ins: [DType; 3] },
+    /// A reduction from `src` into `dst`; with `values`, an arg-reduction that also writes the
+    /// extreme's value (in `src`'s dtype) to a second output.
+    Reduce { op: ReduceOp, src: DType, dst: DType, values: bool },
+    /// Softmax or log-softmax from `src` into `dst`.
+    Softmax { src: DType, dst: DType, log: bool },
+    /// A row vector times a matrix of `dtype`, row-major or column-major (`gemv.rs`).
+    Gemv { dtype: DType },
+}
+
+/// A kernel of a module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) enum Entry {
+    /// Elementwise over contiguous operands; bit `i` of the mask: input `i` is one broadcast element.
+    Fast(u8),
+    /// [`Entry::Fast`] over at most one block of elements: a thread each.
+    Tiny(u8),
+    /// Elementwise over strided operands.
+    Strided,
+    /// Elementwise over two collapsed dims with a dense output (broadcast rows and columns,
+    /// strided inputs).
+    Two,
+    /// [`Entry::Two`] with a transposed input: square tiles through shared memory (`elementwise_policy::tile_edge`,
+    /// two-byte elements in pairs where `elementwise_policy::tile_pairs` says).
+    Tile,
+    /// One block per (output, split) task.
+    Block,
+    /// One warp per output.
+    Warp,
+    /// One thread per (output, split) task.
+    Thread,
+    /// Blocks of `COLX` × `256 / COLX` threads (`reduce_layouts::cols_x`) over (`COLX` groups of `w`
+    /// adjacent outputs, a split of the rows):
+    /// reductions over an outer dim (`w` is 1 or the module's `VEC`).
+    Cols(u8),
+    /// Softmax rows: by `g` lanes of a warp (`g == 0`: the block) holding each row in
+    /// registers, `w` elements per access and `ch` chunks per thread; `ch == 0`: by the block in
+    /// two passes.
+    Rows { g: u8, w: u8, ch: u8 },
+    /// Softmax rows by a block of 1,024 threads holding each row in registers, `w` elements
+    /// per access, `ch` chunks per thread.
+    BigRows { w: u8, ch: u8 },
+    /// Softmax rows by a block of `SOFTMAX_MID_THREADS` (`softmax_layouts.rs`) threads holding each row in registers,
+    /// `w` elements per access, `ch` chunks per thread.
+    MidRows { w: u8, ch: u8 },
+    /// Softmax rows by a block of `SOFTMAX_RAW_THREADS` (`softmax_layouts.rs`) threads holding each row's raw
+    /// elements (a half type's, half the registers of their `float` values) in registers, `w`
+    /// elements per access, `ch` chunks per thread.
+    RawRows { w: u8, ch: u8 },
+    /// A row vector times a row-major matrix: blocks of a tile of columns over a split of the rows.
+    Gemv,
+    /// A row vector times a column-major matrix: a warp per output.
+    GemvDots,
+}
+
+/// One kernel: its module and entry point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) struct KernelId {
+    pub module: ModuleKey,
+    pub entry: Entry,
+}
+
+impl Entry {
+    /// The kernel's `extern "C"` name.
+    pub(in crate::driver::cuda) fn name(self, module: &ModuleKey) -> String {
+        let prefix = match module {
+            ModuleKey::Elementwise { .. } => "ew",
+            ModuleKey::Reduce { .. } => "red",
+            ModuleKey::Softmax { .. } => "sm",
+            ModuleKey::Gemv { .. } => "gv",
+        };
+        match self {
+            Entry::Fast(mask) => format!("ew_f{mask}"),
+            Entry::Tiny(mask) => format!("ew_t{mask}"),
+            Entry::Strided => "ew_s".into(),
+            Entry::Two => "ew_2d".into(),
+            Entry::Tile => "ew_tile".into(),
+            Entry::Block => format!("{prefix}_block"),
+            Entry::Warp => format!("{prefix}_warp"),
+            Entry::Thread => format!("{prefix}_thread"),
+            Entry::Cols(1) => "red_cols1".into(),
+            Entry::Cols(_) => "red_colsv".into(),
+            Entry::Rows { ch: 0, w, .. } => format!("sm_o{w}"),
+            Entry::Rows { g: 0, w, ch } => format!("sm_b{w}_{ch}"),
+            Entry::Rows { g, w, ch } => format!("sm_w{w}_{ch}_{g}"),
+            Entry::BigRows { w, ch } => format!("sm_B{w}_{ch}"),
+            Entry::MidRows { w, ch } => format!("sm_m{w}_{ch}"),
+            Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
+            Entry::Gemv => "gv_rows".into(),
+            Entry::GemvDots => "gv_dots".into(),
+        }
+    }
+}
+
+impl ModuleKey {
+    /// Every kernel the module's source defines.
+    pub(in crate::driver::cuda) fn entries(&self) -> Vec<Entry> {
+        match self {
+            ModuleKey::Elementwise { op, .. } => {
+                let mut v: Vec<Entry> = (0..fast_masks(*op)).map(Entry::Fast).collect();
+                v.extend((0..fast_masks(*op)).map(Entry::Tiny));
+                v.push(Entry::Strided);
+                v.push(Entry::Two);
+                v.push(Entry::Tile);
+                v
+            }
+            ModuleKey::Softmax { src, dst, .. } => {
+                let v = softmax_vec(*src, *dst) as u8;
+                let (warp, block) = softmax_layouts(v as usize);
+                let mut e: Vec<Entry> = warp.into_iter().map(|(w, ch, g)| Entry::Rows { g, w, ch }).collect();
+                e.extend(block.into_iter().map(|ch| Entry::Rows { g: 0, w: v, ch }));
+                let big = softmax_big_layouts(v as usize, softmax_value_bytes(*src, *dst));
+                e.extend(big.into_iter().map(|ch| Entry::BigRows { w: v, ch }));
+                e.extend(softmax_mid_layouts(v as usize).into_iter().map(|ch| Entry::MidRows { w: v, ch }));
+                e.extend(softmax_raw_layouts(*src, *dst).into_iter().map(|ch| Entry::RawRows { w: v, ch }));
+                e.push(Entry::Rows { g: 0, w: 1, ch: 0 });
+                if v > 1 {
+                    e.push(Entry::Rows { g: 0, w: v, ch: 0 });
+                }
+                e.push(Entry::Thread);
+                e
+            }
+            ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::GemvDots],
+            ModuleKey::Reduce { src, .. } => {
+                vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
+            }
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! [`KernelOp`] on the CPU (at once) or on a device's current stream (queued).
 
 use super::layout::Layout;
-use super::storage::{HostMemory, Storage};
+use super::storage::{HostBuffers, Storage};
 use super::Tensor;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -239,7 +239,7 @@ impl Exec {
                     check_host_work("a host (CPU) tensor op")?;
                 }
                 let buffers = tensors.iter().filter_map(|t| t.storage.as_host()).collect();
-                cpu::execute(op, &HostMemory { buffers })
+                cpu::execute(op, &HostBuffers { buffers })
             }
             Place::Cuda(d) => {
                 let stream = self.stream(d)?;

@@ -230,11 +230,11 @@ pub(crate) fn zeroed_bytes(len: usize) -> Result<Vec<u8>> {
 }
 
 /// Host storages addressed as one memory, for running kernels on the CPU.
-pub(crate) struct HostMemory<'a> {
+pub(crate) struct HostBuffers<'a> {
     pub buffers: Vec<&'a HostBytes>,
 }
 
-impl HostMemory<'_> {
+impl HostBuffers<'_> {
     fn find(&self, at: DevicePtr, len: usize) -> Result<&HostBytes> {
         self.buffers.iter().copied().find(|b| at.0 >= b.addr && at.0 + len as u64 <= b.addr + b.len as u64).ok_or(
             Error::InvalidPointer {
@@ -246,7 +246,7 @@ impl HostMemory<'_> {
     }
 }
 
-impl Memory for HostMemory<'_> {
+impl Memory for HostBuffers<'_> {
     fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()> {
         let b = self.find(at, out.len())?;
         let start = (at.0 - b.addr) as usize;

@@ -70,11 +70,11 @@ impl Drop for HostRegion {
 
 /// The simulator's pinned allocations, by address.
 #[derive(Debug, Default)]
-pub(crate) struct HostMemory {
+pub(crate) struct SimPinnedTable {
     regions: Mutex<BTreeMap<u64, Arc<HostRegion>>>,
 }
 
-impl HostMemory {
+impl SimPinnedTable {
     /// Allocates `bytes` of zeroed pinned memory.
     pub fn alloc(&self, bytes: usize) -> Result<HostPtr> {
         let region = HostRegion::new(bytes)?;
@@ -83,7 +83,7 @@ impl HostMemory {
         Ok(ptr)
     }
 
-    /// Frees a block from [`HostMemory::alloc`]; copies still queued keep it until they ran.
+    /// Frees a block from [`SimPinnedTable::alloc`]; copies still queued keep it until they ran.
     pub fn free(&self, ptr: HostPtr) -> Result<()> {
         match lock(&self.regions).remove(&ptr.0) {
             Some(_) => Ok(()),
@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn blocks_are_zeroed_aligned_and_checked() {
-        let m = HostMemory::default();
+        let m = SimPinnedTable::default();
         let p = m.alloc(10_000).unwrap();
         assert_eq!(p.0 % PAGE as u64, 0);
         let r = m.region(p.offset(100), 9_900).unwrap();

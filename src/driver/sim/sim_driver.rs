@@ -3,7 +3,7 @@
 //! [`Driver`](crate::driver::Driver) methods are in `driver_impl.rs`.
 
 use super::config::SimConfig;
-use super::host::HostMemory;
+use super::host::SimPinnedTable;
 use super::memory::{self, lock, DeviceMemory};
 use super::stream::{Job, SimEvent, SimGraph, SimStream};
 use super::time;
@@ -36,7 +36,7 @@ pub struct SimDriver {
     pub(super) events: RwLock<HashMap<u64, Arc<SimEvent>>>,
     pub(super) next_id: AtomicU64,
     /// Pinned host memory (ordinary host memory, flagged pinned by being in this table).
-    pub(super) host: HostMemory,
+    pub(super) host: SimPinnedTable,
     /// Captured graphs.
     pub(super) graphs: Mutex<HashMap<u64, Arc<SimGraph>>>,
 }
@@ -58,7 +58,7 @@ impl SimDriver {
             streams: RwLock::new(HashMap::new()),
             events: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
-            host: HostMemory::default(),
+            host: SimPinnedTable::default(),
             graphs: Mutex::new(HashMap::new()),
             hidden_by: None,
             config,

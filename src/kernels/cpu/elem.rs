@@ -1,10 +1,27 @@
 //! Element access for the CPU kernels: the [`Elem`] trait over the Rust types of every dtype,
 //! PyTorch's conversions between them, strided iteration, and gather / scatter between strided
-//! byte views and dense vectors.
+//! byte views and dense vectors; an [`Operand`] is such a view with its bytes.
 
 use crate::dtype::DType;
 use crate::kernel::BufferView;
+use crate::scalar::Scalar;
 use half::{bf16, f16};
+
+/// An input's bytes and its view, rebased so that element 0 is the first byte.
+#[derive(Clone, Copy)]
+pub(crate) struct Operand<'a> {
+    pub bytes: &'a [u8],
+    pub view: &'a BufferView,
+}
+
+/// `value` converted to `dtype`, as the bytes of one element.
+pub(crate) fn scalar_bytes(value: Scalar, dtype: DType) -> Vec<u8> {
+    match value {
+        Scalar::Bool(b) => encode(&[b], dtype),
+        Scalar::Int(i) => encode(&[i], dtype),
+        Scalar::Float(f) => encode(&[f], dtype),
+    }
+}
 
 /// The three value domains the kernels compute in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

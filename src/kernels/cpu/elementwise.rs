@@ -3,9 +3,8 @@
 //! Each gathers its operands into dense vectors in one of three domains (`f64` for floating
 //! point, `i64` for integers, `bool`), applies the function, and scatters into the output.
 
-use super::elem::{gather, gather_bytes, gather_via, kind, round_via, scatter, scatter_bytes, Elem, Kind};
+use super::elem::{gather, gather_bytes, gather_via, kind, round_via, scatter, scatter_bytes, Elem, Kind, Operand};
 use super::math;
-use super::Operand;
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, BufferView, UnaryOp};
 use crate::scalar::Scalar;

@@ -4,8 +4,7 @@
 //! then lays every group out contiguously (`[kept…][reduced…]`), and the output's row-major
 //! order is the order of the groups.
 
-use super::elem::{gather, kind, scatter, Kind};
-use super::Operand;
+use super::elem::{gather, kind, scatter, Kind, Operand};
 use crate::kernel::{BufferView, ReduceOp};
 
 /// `v` with its dimensions in `order`.

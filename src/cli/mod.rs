@@ -7,3 +7,4 @@ pub mod replay;
 pub mod replay_plot;
 pub mod run;
 pub mod tour;
+mod trace_file;

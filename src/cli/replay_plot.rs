@@ -124,7 +124,7 @@ fn series(label: &str, color: &str, style: Style, values: Vec<usize>) -> Series 
 /// Replays `path` for the plot and writes the page to `out`, with PyTorch's outcome file `compare`
 /// where given; returns what it wrote.
 pub fn write(path: &Path, out: &Path, compare: Option<&Path>) -> Result<String> {
-    let trace = super::replay::load_trace(path)?;
+    let trace = super::trace_file::load_trace(path)?;
     let outcome = compare.map(PytorchOutcome::from_file).transpose()?;
     let settings = AllocatorSettings::from_env()?;
     let capacity = ReplayOptions::default().capacity;

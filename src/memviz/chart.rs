@@ -111,7 +111,7 @@ impl Chart {
 
     /// One self-contained HTML page: the notes as a table, the chart as inline SVG.
     pub fn to_html(&self) -> String {
-        super::html_page(&self.title, &self.to_html_body())
+        super::html::html_page(&self.title, &self.to_html_body())
     }
 
     /// The page's content without the document around it (see [`super::html_page`]).

@@ -1,8 +1,8 @@
-//! The HTML page of a [`Picture`]: the summary as a table, then the views as inline SVG. One
+//! The HTML page of a [`Picture`](super::Picture): the summary as a table, then the views as inline SVG. One
 //! file, no script, nothing fetched: it opens anywhere, offline.
 
+use super::summary::{moment_text, Summary};
 use super::svg::escape;
-use super::{moment_text, Picture};
 use crate::cuda::memory::format_bytes;
 use std::fmt::Write;
 
@@ -13,8 +13,10 @@ h1{font-size:20px;margin:0 0 12px}\
 table{border-collapse:collapse;font-size:13px}td{padding:2px 14px 2px 0;vertical-align:top}td:first-child{color:#555}\
 p.note{font-size:12px;color:#555;max-width:1150px;margin:4px 0 28px}svg{display:block}";
 
-/// An HTML page with `title`, `body` inside.
-pub(crate) fn document(title: &str, body: &str) -> String {
+/// A self-contained HTML page titled `title` around `body` (HTML, such as
+/// [`Picture::to_html_body`](super::Picture::to_html_body) and
+/// [`Chart::to_html_body`](super::chart::Chart::to_html_body)), with the style the pictures use.
+pub fn html_page(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n{body}</body></html>\n",
         escape(title),
@@ -32,9 +34,9 @@ pub(crate) fn table(rows: &[(String, String)]) -> String {
     t
 }
 
-/// The page's content: the summary table, the views, their notes.
-pub(crate) fn body(p: &Picture) -> String {
-    let s = p.summary();
+/// The page's content: the summary table, the views (the timeline's SVG document, if the
+/// device has a history, and the segment view's), their notes.
+pub(crate) fn body(s: &Summary, timeline_svg: Option<String>, segments_svg: &str) -> String {
     let b = format_bytes;
     let rows = vec![
         ("history".to_string(), format!("{} events", s.events)),
@@ -60,7 +62,7 @@ pub(crate) fn body(p: &Picture) -> String {
         ("out of memory".into(), s.ooms.to_string()),
     ];
     let mut body = table(&rows);
-    match p.timeline_svg() {
+    match timeline_svg {
         Some(svg) => {
             body.push_str("<div id=\"timeline\">");
             body.push_str(&svg);
@@ -70,7 +72,7 @@ pub(crate) fn body(p: &Picture) -> String {
         None => body.push_str("<p class=\"note\">No history for this device: record one with record_memory_history (torch.cuda.memory._record_memory_history) before the workload.</p>\n"),
     }
     body.push_str("<div id=\"segments\">");
-    body.push_str(&p.segments_svg());
+    body.push_str(segments_svg);
     body.push_str("</div>");
     body.push_str("<p class=\"note\">One bar per segment (one driver allocation, or one mapped range of an expandable segment), all to one scale, grouped by stream and pool. Free stretches between allocated blocks are fragmentation: memory held from the driver that a larger request cannot use. Hover a bar or a block for its figures.</p>\n");
     body

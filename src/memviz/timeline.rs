@@ -9,8 +9,8 @@
 
 use super::frame::{column_max, columns, step_line, Columns, Frame};
 use super::history::History;
+use super::options::ColorBy;
 use super::svg::{Svg, BY_SIZE, BY_STREAM, INK, RESERVED, SUMMARIZED};
-use super::ColorBy;
 use crate::cuda::memory::format_bytes;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -180,7 +180,8 @@ pub(crate) fn draw(h: &History, by: ColorBy, shown: usize, title: &str) -> Strin
     let (x, y) = (frame.mid(peak_at), frame.y(peak));
     svg.line((x, frame.y), (x, y - 6.0), INK, 1.0, "4 3");
     svg.polygon(&[(x - 5.0, y - 10.0), (x + 5.0, y - 10.0), (x, y - 3.0)], INK, None);
-    let label = format!("peak {} {}", format_bytes(peak), super::moment_text(peak_at.checked_sub(1), h.events.len()));
+    let label =
+        format!("peak {} {}", format_bytes(peak), super::summary::moment_text(peak_at.checked_sub(1), h.events.len()));
     let anchor = if x > frame.x + frame.w * 0.6 { "end" } else { "start" };
     svg.text(if anchor == "end" { x - 8.0 } else { x + 8.0 }, frame.y + 12.0, 11.0, anchor, &label);
     if shown != peak_at {

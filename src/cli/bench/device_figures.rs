@@ -207,7 +207,7 @@ fn p2p(s: &Sizes) -> StepResult {
 /// simulated H200-sized device (the policy decides the peak, not the device; this is
 /// `cudasem replay`): peak reserved bytes. `CUDASEM_ALLOC_CONF` applies.
 fn replay_resnet50() -> StepResult {
-    let trace = Trace::parse(super::RESNET50_TRACE)?;
+    let trace = Trace::parse(super::rows::RESNET50_TRACE)?;
     let r =
         replay_trace(&trace, &ReplayOptions { settings: AllocatorSettings::from_env()?, ..ReplayOptions::default() })?;
     check(r.allocs == RESNET50_ALLOCS && r.frees == RESNET50_ALLOCS, || {

@@ -7,8 +7,8 @@
 
 use super::measure::{check, median, panic_message, Sizes, StepResult, Stop};
 use super::progress::Progress;
+use super::rows::{Outcome, ROWS};
 use super::{device_figures, e2e};
-use super::{Outcome, ROWS};
 use cudasem::cuda;
 use cudasem::{DType, Tensor};
 use std::collections::HashMap;

@@ -10,8 +10,9 @@
 //! * `SKIP name reason…` / `ERROR name reason…` — a step or row with no figure, and why;
 //! * `FATAL reason…` — the script cannot measure anything (no torch, no CUDA).
 
+use super::options::Options;
 use super::progress::Progress;
-use super::{Options, Outcome, RESNET50_TRACE, ROWS};
+use super::rows::{Outcome, RESNET50_TRACE, ROWS};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};

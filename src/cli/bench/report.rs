@@ -1,7 +1,7 @@
 //! The table printed at the end and the JSON file (serde: [`JsonReport`] is its schema).
 
 use super::pytorch::Results;
-use super::{Outcome, RowSpec, ROWS};
+use super::rows::{Outcome, RowSpec, ROWS};
 use cudasem::cuda;
 use serde::Serialize;
 use std::collections::HashMap;

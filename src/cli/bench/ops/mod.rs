@@ -16,10 +16,11 @@ pub(super) mod reference;
 mod report;
 
 use super::measure::{event_ms, panic_message};
+use super::options::{finish, json_path, sim_runs_quick, Options};
 use super::progress::Progress;
 use super::pytorch::{self, Catalog, CatalogRow, Child};
 use super::report::Environment;
-use super::{Options, Outcome};
+use super::rows::Outcome;
 use cases::{Case, Spec};
 use cudasem::{cuda, DType};
 use inputs::{Bases, Inputs};
@@ -61,7 +62,7 @@ pub fn run(options: Options) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let options = super::sim_runs_quick(options);
+    let options = sim_runs_quick(options);
     let sizes = Sizes::new(options.quick);
     if let Some(path) = &options.write_spec {
         return match super::report::write_file(path, &spec_json(&cases, sizes)) {
@@ -75,7 +76,7 @@ pub fn run(options: Options) -> ExitCode {
             }
         };
     }
-    let json_path = super::json_path(&options, DEFAULT_JSON);
+    let json_path = json_path(&options, DEFAULT_JSON);
     let mut progress = Progress::new(cases.len() * if options.no_pytorch { 1 } else { 2 });
     let ours = measure_all(&cases, sizes, &mut progress);
     let env = Environment::here();
@@ -107,7 +108,7 @@ pub fn run(options: Options) -> ExitCode {
     };
     println!("{}", out.table());
     let failed = out.rows.iter().any(|r| matches!(r.cudasem, Outcome::Failed(_)));
-    super::finish(json_path, |p| out.write_json(p), failed)
+    finish(json_path, |p| out.write_json(p), failed)
 }
 
 /// Measures every case (grouped by dtype, so each dtype's operands are made and downloaded once,

@@ -5,7 +5,7 @@ use super::super::pytorch::Results;
 use super::super::report::{
     header, json_num, json_text, show, show_outcome, write_file, write_notes, Environment, JsonHead,
 };
-use super::super::Outcome;
+use super::super::rows::Outcome;
 use super::cases::{Case, Op};
 use serde::Serialize;
 use std::fmt::Write as _;

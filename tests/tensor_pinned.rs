@@ -1,4 +1,4 @@
-//! Pinned host memory and non-blocking copies (DESIGN.md 5–6): correctness in both directions for
+//! Pinned host memory and non-blocking copies (IMPLEMENTATION.md, invariants 4–5): correctness in both directions for
 //! every dtype, with conversions and views; which results are pinned; a non-blocking call returns
 //! while the stream is still busy; a host read or write of a pinned tensor waits for the copy
 //! still using it; copies on two streams that touch one pinned block are ordered on the device.

@@ -1,4 +1,4 @@
-//! Where tensors live and where ops run (DESIGN.md 2–5): the current device at creation, ops on
+//! Where tensors live and where ops run (IMPLEMENTATION.md, invariants 1 and 3): the current device at creation, ops on
 //! the tensors' device and its current stream whatever the current device (PyTorch's
 //! test_autogpu), cross-device rules with and without peer access, copies in every direction
 //! and dtype with their stream barriers, host reads that wait, and out-of-memory.

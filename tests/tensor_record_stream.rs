@@ -1,4 +1,4 @@
-//! `Tensor::record_stream` (DESIGN.md 7): a tensor used on another stream is reused by its
+//! `Tensor::record_stream` (IMPLEMENTATION.md, invariant 4): a tensor used on another stream is reused by its
 //! allocating stream only after that stream's work completed — for a shifted view too, which
 //! records its storage's whole block. The tests share cuda:0's caching allocator and depend on
 //! its best-fit choices, so they take turns.

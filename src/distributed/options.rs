@@ -19,7 +19,7 @@ pub enum Backend {
 impl Backend {
     /// The backend of the driver in use: NCCL on `cuda`, the simulated one on `sim`.
     pub fn for_driver() -> Backend {
-        if crate::cuda::driver_name() == "cuda" {
+        if crate::runtime::driver_name() == "cuda" {
             Backend::Nccl
         } else {
             Backend::Sim
@@ -70,7 +70,7 @@ impl InitOptions {
     /// The backend, checked against the driver in use.
     pub(super) fn resolved_backend(&self) -> Result<Backend> {
         let backend = self.backend.unwrap_or_else(Backend::for_driver);
-        let driver = crate::cuda::driver_name();
+        let driver = crate::runtime::driver_name();
         match (backend, driver) {
             (Backend::Sim, "sim") | (Backend::Nccl, "cuda") => Ok(backend),
             (Backend::Sim, _) => Err(Error::Unsupported {

@@ -30,8 +30,8 @@ mod rows;
 pub use options::Options;
 
 use options::{finish, json_path, sim_runs_quick, DEFAULT_JSON};
-use rows::{parse_only, Outcome};
 use progress::Progress;
+use rows::{parse_only, Outcome};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -97,9 +97,13 @@ impl SimDriver {
         let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
         let op = op.clone();
         s.submit(Job::run("kernel", time::kernel(&op), move || {
-            // Checked above: the op is well formed and its spans are live, so the kernels cannot
-            // fail; memory freed meanwhile would be the caller's bug, as on a GPU.
-            let _ = cpu::execute(&op, &mem);
+            // Checked above: the op is well formed and its spans are live, so the kernels should
+            // not fail; one that does (memory freed meanwhile, the caller's bug as on a GPU) is
+            // kept as the device's asynchronous error, as a CUDA kernel fault is: every later
+            // synchronization point of the device reports it.
+            if let Err(e) = cpu::execute(&op, &mem) {
+                mem.devices[device].dropped.record(e);
+            }
         }));
         Ok(())
     }

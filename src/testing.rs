@@ -16,7 +16,7 @@
 use crate::device::IntoCudaDevice;
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
-use crate::runtime::{rt, Stream};
+use crate::runtime::{rt, Stream, NO_OPERANDS};
 use std::time::Duration;
 
 /// Queues work on `stream` that keeps it busy for `duration`; returns at once.
@@ -162,7 +162,7 @@ impl RawBuffer {
     /// Queues a fill of every byte with `value` on `stream`.
     pub fn fill(&self, value: u8, stream: &Stream) -> Result<()> {
         self.same_device(stream, "RawBuffer::fill")?;
-        stream.memset_d8(self.ptr, value, self.len)
+        stream.memset_d8(self.ptr, value, self.len, NO_OPERANDS)
     }
 
     /// Copies `data` into the buffer in `stream` order; returns once `data` was consumed.
@@ -186,7 +186,7 @@ impl RawBuffer {
         check_len("RawBuffer::copy_from", self.len, src.len)?;
         if src.device == self.device {
             self.same_device(stream, "RawBuffer::copy_from")?;
-            return stream.memcpy_dtod(self.ptr, src.ptr, self.len);
+            return stream.memcpy_dtod(self.ptr, src.ptr, self.len, NO_OPERANDS);
         }
         if stream.device() != self.device && stream.device() != src.device {
             return Err(Error::InvalidArgument {
@@ -199,7 +199,7 @@ impl RawBuffer {
                 ),
             });
         }
-        stream.memcpy_peer((self.device, self.ptr), (src.device, src.ptr), self.len)
+        stream.memcpy_peer((self.device, self.ptr), (src.device, src.ptr), self.len, NO_OPERANDS)
     }
 }
 

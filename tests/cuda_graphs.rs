@@ -588,3 +588,142 @@ fn a_capture_that_fails_after_a_matmul_returns_its_workspace() -> Result<()> {
     assert_eq!(cuda::memory_reserved(0)?, base, "the abandoned capture's pool and workspace came back");
     runtime_still_usable()
 }
+
+/// Allocates, after the caller dropped tensors at `dropped` (their last handles outside a graph),
+/// enough same-sized tensors to take their blocks back if they had been freed, filled with
+/// `sentinel`; none may land on a dropped address (the graph holds those storages).
+fn reuse_pressure(what: &str, dropped: &[u64], n: usize, sentinel: f32) -> Result<Vec<Tensor>> {
+    let others: Vec<Tensor> = (0..16).map(|_| Tensor::full([n], sentinel, DType::F32, dev())).collect::<Result<_>>()?;
+    for t in &others {
+        let at = t.data_ptr();
+        assert!(!dropped.contains(&at), "{what}: a dropped operand's block {at:#x} was handed out again");
+    }
+    Ok(others)
+}
+
+/// After a replay, memory handed out since the capture still holds what it was given (a replay
+/// writing a freed operand's block would have overwritten it).
+fn untouched(others: &[Tensor], sentinel: f32) -> Result<()> {
+    for t in others {
+        assert!(t.to_vec::<f32>()?.iter().all(|&v| v == sentinel), "a replay wrote into memory it no longer owns");
+    }
+    Ok(())
+}
+
+/// `got` against a float64 reference computed from the same random data.
+fn against(got: &[f32], reference: impl Iterator<Item = f64>, what: &str) {
+    let reference: Vec<f64> = reference.collect();
+    assert_eq!(got.len(), reference.len(), "{what}: length");
+    for (g, r) in got.iter().zip(&reference) {
+        assert!((*g as f64 - r).abs() <= 1e-6 + 1.3e-6 * r.abs(), "{what}: {g} vs reference {r}");
+    }
+}
+
+/// Each path that queues device work over a tensor made outside the capture — a kernel of the
+/// general lane, the dense lane with a tensor and with a number, an in-place op, a device copy
+/// dense and strided, and fills by memset and by kernel — keeps that tensor's storage alive in
+/// the graph: its handle is dropped, its block is not reused, and the replay reads the data.
+#[test]
+fn every_path_of_the_door_keeps_the_operands_a_replay_reads_after_their_handles_drop() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let n = 2048;
+    let (hx, hw, hz) = (data(21, n), data(22, n), data(23, n));
+    type Step = fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>;
+    type Reference = fn(f64, f64, f64) -> f64;
+    let paths: [(&str, Step, Reference); 7] = [
+        ("general kernel (sigmoid)", |x, _, _| x.sigmoid(), |x, _, _| 1.0 / (1.0 + (-x).exp())),
+        ("dense lane, two tensors", |x, w, _| x.add(w), |x, w, _| x + w),
+        ("dense lane, a number", |x, _, _| x.mul(3.0), |x, _, _| 3.0 * x),
+        (
+            "in place",
+            |x, _, z| {
+                z.add_(x)?;
+                Ok(z.clone())
+            },
+            |x, _, z| z + x,
+        ),
+        (
+            "device copy, dense",
+            |x, _, z| {
+                z.copy_(x, false)?;
+                Ok(z.clone())
+            },
+            |x, _, _| x,
+        ),
+        (
+            "device copy, strided",
+            |x, _, z| {
+                let zt = z.view([32, 64])?.t()?;
+                zt.copy_(&x.view([64, 32])?, false)?;
+                Ok(z.clone())
+            },
+            |_, _, _| f64::NAN, // checked below against the transpose
+        ),
+        (
+            "device copy, converting",
+            |x, _, z| {
+                z.copy_(&x.to_dtype(DType::F64)?, false)?;
+                Ok(z.clone())
+            },
+            |x, _, _| x,
+        ),
+    ];
+    for (i, (what, step, reference)) in paths.into_iter().enumerate() {
+        let (x, w, z) = (tensor(&hx)?, tensor(&hw)?, tensor(&hz)?);
+        // Only the second operand's path reads `w`; the others leave its block free to reuse.
+        let dropped = if i == 1 { vec![x.data_ptr(), w.data_ptr()] } else { vec![x.data_ptr()] };
+        let mut g = CUDAGraph::new();
+        let out = cuda::graph(&mut g, GraphOptions::default(), || step(&x, &w, &z))?;
+        drop((x, w));
+        let sentinel = 1000.0 + i as f32;
+        let others = reuse_pressure(what, &dropped, n, sentinel)?;
+        z.copy_(&tensor(&hz)?, false)?;
+        g.replay()?;
+        let got = out.to_vec::<f32>()?;
+        if what == "device copy, strided" {
+            // z viewed [32, 64] and transposed took x viewed [64, 32]: z[r][c] = x[c][r].
+            let want = (0..n).map(|k| hx[(k % 64) * 32 + k / 64] as f64);
+            against(&got, want, what);
+        } else {
+            let want = (0..n).map(|k| reference(hx[k] as f64, hw[k] as f64, hz[k] as f64));
+            against(&got, want, what);
+        }
+        untouched(&others, sentinel)?;
+    }
+    Ok(())
+}
+
+/// Fills queued on a tensor made outside the capture — a memset (`fill_(0)`, `zeros`' path) and
+/// the fill kernel (`fill_` of another value) — keep it alive: after its handle drops, its block
+/// is not handed out again, so a replay's fill lands in it and not in live memory.
+#[test]
+fn fills_captured_on_a_dropped_tensor_never_write_memory_handed_out_since() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let n = 4096;
+    for (i, value) in [0.0f32, 2.5].into_iter().enumerate() {
+        let x = tensor(&data(31 + i as u64, n))?;
+        let dropped = [x.data_ptr()];
+        let mut g = CUDAGraph::new();
+        cuda::graph(&mut g, GraphOptions::default(), || x.fill_(value))?;
+        assert!(g.node_count() >= 1, "the fill was captured");
+        drop(x);
+        let sentinel = -7.0 - i as f32;
+        let others = reuse_pressure("fill", &dropped, n, sentinel)?;
+        g.replay()?;
+        untouched(&others, sentinel)?;
+    }
+    // A tensor of zeros made inside the capture is the capture's own (its pool's): a replay
+    // zeroes it again, and the work after reads it.
+    let hx = data(33, n);
+    let x = tensor(&hx)?;
+    let mut g = CUDAGraph::new();
+    let y = cuda::graph(&mut g, GraphOptions::default(), || {
+        let z = Tensor::zeros([n], DType::F32, dev())?;
+        z.add_(&x)?;
+        Ok(z)
+    })?;
+    y.fill_(5.0)?;
+    g.replay()?;
+    against(&y.to_vec::<f32>()?, hx.iter().map(|&v| v as f64), "zeros + x");
+    Ok(())
+}

@@ -123,9 +123,12 @@ impl Capture {
         Ok(std::mem::take(&mut st.keep))
     }
 
-    /// Keeps `what` alive for as long as the graph.
-    pub fn keep(&self, what: KeepAlive) {
-        self.state().keep.push(what);
+    /// Work was queued on `stream` (a member) that uses `keep`'s memory, which the graph then
+    /// keeps alive as long as it lives.
+    pub fn on_work(&self, stream: StreamId, keep: impl Iterator<Item = KeepAlive>) {
+        let mut st = self.state();
+        st.members.entry(stream).or_default().work += 1;
+        st.keep.extend(keep);
     }
 
     /// The workspace of the capture's matrix products on `stream` (PyTorch's cuBLAS workspace
@@ -206,14 +209,6 @@ pub(crate) fn of_this_thread() -> Option<Arc<Capture>> {
     }
     let me = std::thread::current().id();
     captures().iter().find(|c| c.thread == me).cloned()
-}
-
-/// Work was queued on `stream` (slow path: a capture is underway).
-#[cold]
-pub(crate) fn on_work(stream: StreamId) {
-    if let Some(c) = of_stream(stream) {
-        c.state().members.entry(stream).or_default().work += 1;
-    }
 }
 
 /// `event` is being recorded on `stream` (slow path).

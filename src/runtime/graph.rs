@@ -23,22 +23,71 @@ use std::sync::{Arc, OnceLock};
 /// capture refuses (default: [`Global`](CaptureMode::Global)).
 pub use crate::driver::CaptureMode as CaptureErrorMode;
 
+/// A graph's use of its private pool, counted by construction and drop: made by routing a
+/// capture's allocations to the pool (`beginAllocateToPool`: the pool is made, or one more use of
+/// it is taken), it stops the routing when the capture ends ([`PoolUse::end_routing`]) and gives
+/// the use back when released or dropped (`releasePool`), whatever path the graph takes.
+struct PoolUse {
+    device: usize,
+    pool: MemPoolId,
+    routing: bool,
+    held: bool,
+}
+
+impl PoolUse {
+    /// Routes the allocations on `device` whose stream passes `filter` to `pool`, as one more use
+    /// of it.
+    fn begin(device: usize, pool: MemPoolId, filter: crate::alloc::StreamFilter) -> Result<PoolUse> {
+        begin_allocate_to_pool(device, pool, filter)?;
+        Ok(PoolUse { device, pool, routing: true, held: true })
+    }
+
+    /// Stops the routing (the use is kept).
+    fn end_routing(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.routing) {
+            return Ok(());
+        }
+        end_allocate_to_pool(self.device, self.pool)
+    }
+
+    /// Stops the routing if still on and gives the use back.
+    fn finish(&mut self) -> Result<()> {
+        let routed = self.end_routing();
+        let released = if std::mem::take(&mut self.held) { release_pool(self.device, self.pool) } else { Ok(()) };
+        routed.and(released)
+    }
+
+    /// [`PoolUse::finish`], reporting its error (dropping reports it as the device's).
+    fn release(mut self) -> Result<()> {
+        self.finish()
+    }
+}
+
+impl Drop for PoolUse {
+    fn drop(&mut self) {
+        if let Err(e) = self.finish() {
+            super::record_device_error(self.device, e);
+        }
+    }
+}
+
 /// A capture underway.
 struct Pending {
     capture: Arc<Capture>,
     stream: Stream,
-    pool: MemPoolId,
+    pool_use: PoolUse,
 }
 
 /// A captured graph.
 struct Captured {
     device: usize,
     graph: GraphId,
-    pool: MemPoolId,
     nodes: usize,
     /// Storages the graph's work uses that are not of its pool, and its matrix products'
-    /// workspaces, blocks of its pool (dropped with the graph, before it releases the pool).
+    /// workspaces, blocks of its pool (dropped with the graph, before it releases the pool:
+    /// fields drop in order).
     keep: Vec<KeepAlive>,
+    pool_use: PoolUse,
 }
 
 enum State {
@@ -125,18 +174,20 @@ impl CUDAGraph {
         let (device, pool) = (stream.device(), pool.unwrap_or_else(new_graph_pool_id));
         let cap = capture::begin(device, stream.driver_id(), mode, allow_host_ops, pool);
         let member = cap.clone();
-        if let Err(e) = begin_allocate_to_pool(device, pool, Arc::new(move |s| member.is_member(s))) {
-            capture::end(&cap);
-            return Err(e);
-        }
+        let pool_use = match PoolUse::begin(device, pool, Arc::new(move |s| member.is_member(s))) {
+            Ok(u) => u,
+            Err(e) => {
+                capture::end(&cap);
+                return Err(e);
+            }
+        };
         if let Err(e) = rt()?.driver.begin_capture(stream.driver_id(), mode) {
-            let _ = end_allocate_to_pool(device, pool);
-            let _ = release_pool(device, pool);
+            drop(pool_use);
             capture::end(&cap);
             return Err(e);
         }
         self.pool = Some(pool);
-        self.state = State::Capturing(Pending { capture: cap, stream, pool });
+        self.state = State::Capturing(Pending { capture: cap, stream, pool_use });
         Ok(())
     }
 
@@ -154,10 +205,10 @@ impl CUDAGraph {
                 format!("the capture must end on the stream it began on ({:?}), not {current:?}", p.stream),
             ));
         }
-        let State::Capturing(p) = std::mem::replace(&mut self.state, State::Empty) else { unreachable!() };
+        let State::Capturing(mut p) = std::mem::replace(&mut self.state, State::Empty) else { unreachable!() };
         let (device, rt) = (p.stream.device(), rt()?);
         let ended = rt.driver.end_capture(p.stream.driver_id());
-        let _ = end_allocate_to_pool(device, p.pool);
+        let _ = p.pool_use.end_routing();
         let finished = p.capture.finish();
         capture::end(&p.capture);
         let graph = match (finished, ended) {
@@ -166,7 +217,7 @@ impl CUDAGraph {
                 if let Ok(g) = ended {
                     rt.driver.graph_destroy(g);
                 }
-                let _ = release_pool(device, p.pool);
+                let _ = p.pool_use.release();
                 return Err(finished.err().or(ended.err()).unwrap_or_else(|| Error::Internal {
                     op: "CUDAGraph::capture_end",
                     reason: "capture failed without an error".into(),
@@ -175,22 +226,21 @@ impl CUDAGraph {
         };
         let (keep, graph) = graph;
         let nodes = rt.driver.graph_node_count(graph).unwrap_or(0);
-        self.state = State::Captured(Captured { device, graph, pool: p.pool, nodes, keep });
+        self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use });
         Ok(())
     }
 
     /// Ends a capture without keeping a graph (after an error in the captured code).
     fn abandon(&mut self) {
-        let State::Capturing(p) = std::mem::replace(&mut self.state, State::Empty) else { return };
-        let device = p.stream.device();
+        let State::Capturing(mut p) = std::mem::replace(&mut self.state, State::Empty) else { return };
         if let Ok(rt) = rt() {
             if let Ok(g) = rt.driver.end_capture(p.stream.driver_id()) {
                 rt.driver.graph_destroy(g);
             }
         }
-        let _ = end_allocate_to_pool(device, p.pool);
+        let _ = p.pool_use.end_routing();
         capture::end(&p.capture);
-        let _ = release_pool(device, p.pool);
+        let _ = p.pool_use.release();
     }
 
     /// Queues the captured work on the current stream of the graph's device (any stream, the
@@ -223,7 +273,7 @@ impl CUDAGraph {
                 rt()?.driver.graph_destroy(c.graph);
                 // Blocks of the pool it kept (workspaces) go back to the pool first.
                 drop(c.keep);
-                release_pool(c.device, c.pool)
+                c.pool_use.release()
             }
         }
     }
@@ -335,20 +385,4 @@ pub fn graph<R, E: From<Error>>(
 pub fn is_current_stream_capturing() -> Result<bool> {
     let stream = current_stream(None)?;
     Ok(capture::of_stream(stream.driver_id()).is_some())
-}
-
-/// Hands every `(pool, storage)` of `storages` whose pool is not the capture's own to the graph
-/// being captured on `stream`, if it is capturing, to keep alive as long as the graph (one
-/// lookup of the capture per op).
-pub(crate) fn capture_keep<I>(stream: &Stream, storages: impl FnOnce() -> I)
-where
-    I: Iterator<Item = (Option<MemPoolId>, KeepAlive)>,
-{
-    if let Some(c) = capture::of_stream(stream.driver_id()) {
-        for (pool, storage) in storages() {
-            if pool != Some(c.pool) {
-                c.keep(storage);
-            }
-        }
-    }
 }

@@ -22,6 +22,7 @@
 //!
 //! Events come from a per-device pool (timing disabled), as PyTorch's host allocator pools them.
 
+use super::work::Operand;
 use super::{rt, Runtime, Stream};
 use crate::alloc::{CachingHostAllocator, HostMemoryStats, HostUse, RawHostMemory};
 use crate::driver::{DevicePtr, Driver, EventId, HostPtr};
@@ -320,7 +321,14 @@ impl PinnedBlock {
     /// Queues a copy of `bytes` bytes at `offset` of the block to device memory at `dst` on
     /// `stream`, and returns at once. `dst` must be live device memory of the stream's device,
     /// kept alive in the stream's order (a caching-allocator block used on that stream).
-    pub fn copy_to_device(&self, offset: usize, bytes: usize, dst: DevicePtr, stream: &Stream) -> Result<()> {
+    /// `operands`: the owners of both sides (the pinned tensor and the device tensor).
+    pub fn copy_to_device<T: Operand + ?Sized>(
+        &self,
+        (offset, bytes): (usize, usize),
+        dst: DevicePtr,
+        stream: &Stream,
+        operands: &[&T],
+    ) -> Result<()> {
         self.check_span("copy_to_device", offset, bytes)?;
         if bytes == 0 {
             return Ok(());
@@ -337,7 +345,7 @@ impl PinnedBlock {
             //   allocator, which reuses or frees the block only after it;
             // - host writes wait for the event (`write`), and a copy that writes the block cannot
             //   be queued meanwhile without waiting for it on the device.
-            unsafe { stream.memcpy_htod_async(dst, self.ptr.offset(offset), bytes) }?;
+            unsafe { stream.memcpy_htod_async(dst, self.ptr.offset(offset), bytes, operands) }?;
             Self::track(raw, stream, false)
         })
     }
@@ -345,7 +353,14 @@ impl PinnedBlock {
     /// Queues a copy of `bytes` bytes of device memory at `src` into the block at `offset` on
     /// `stream`, and returns at once. `src` must be live device memory of the stream's device,
     /// kept alive in the stream's order.
-    pub fn copy_from_device(&self, offset: usize, bytes: usize, src: DevicePtr, stream: &Stream) -> Result<()> {
+    /// `operands`: the owners of both sides (the pinned tensor and the device tensor).
+    pub fn copy_from_device<T: Operand + ?Sized>(
+        &self,
+        (offset, bytes): (usize, usize),
+        src: DevicePtr,
+        stream: &Stream,
+        operands: &[&T],
+    ) -> Result<()> {
         self.check_span("copy_from_device", offset, bytes)?;
         if bytes == 0 {
             return Ok(());
@@ -362,7 +377,7 @@ impl PinnedBlock {
             // - every host read or write waits for that event first, and the copies already queued
             //   on other streams are waited for on the device, so nothing else touches these bytes
             //   while the copy runs.
-            unsafe { stream.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes) }?;
+            unsafe { stream.memcpy_dtoh_async(self.ptr.offset(offset), src, bytes, operands) }?;
             Self::track(raw, stream, true)
         })
     }

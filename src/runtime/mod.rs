@@ -26,7 +26,6 @@ pub use devices::*;
 pub use errors::{get_last_error, peek_at_last_error};
 pub use event::{Event, EventFlags};
 pub use external::primary_context;
-pub(crate) use graph::capture_keep;
 pub use graph::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 
 /// Whether any stream capture is underway (the tensor layer's fast check).
@@ -53,7 +52,7 @@ pub use mem_pool::{graph_pool_handle, use_mem_pool, MemPool};
 pub(crate) use memory::DeviceBlock;
 pub use memory::*;
 pub use stream::Stream;
-pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id};
+pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id, Operand, NO_OPERANDS};
 
 use crate::alloc::{AllocatorSettings, CachingAllocator};
 use crate::device::IntoCudaDevice;

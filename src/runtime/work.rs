@@ -6,11 +6,18 @@
 //!
 //! The caller validates what it passes (the driver validates nothing): addresses are live memory
 //! of the stream's device (or of a peer it may access), kept alive in the stream's order.
+//!
+//! Every method that queues work on memory also receives that memory's owners, its operands
+//! ([`Operand`]: the tensors whose storages the addresses point into), borrowed. While a capture
+//! is underway the door itself hands the captured graph an owned handle of each (those of the
+//! capture's own pool excepted), so a replay never touches freed memory whatever path queued the
+//! work; with no capture the operands are not touched (one relaxed load, then the driver call).
 
 use super::capture::{self, KeepAlive};
 use super::memory::DeviceBlock;
 use super::rt;
 use super::stream::Stream;
+use crate::alloc::MemPoolId;
 use crate::driver::comm::{Collective, Comm, HostJob};
 use crate::driver::{DevicePtr, EventId, HostPtr};
 use crate::error::Result;
@@ -22,22 +29,49 @@ use std::time::Duration;
 const HTOD: &str = "a blocking host-to-device copy (Tensor::from_slice or to() onto a device, a CPU operand)";
 const DTOH: &str = "a blocking device-to-host copy (Tensor::to_vec, item, cpu, to(Device::Cpu))";
 
+/// The owner of memory that device work queued through the door uses (a tensor, for its
+/// storage). The door borrows operands; only while a capture is underway does it take an owned
+/// handle of each ([`Operand::keep_alive`]), which the captured graph keeps.
+pub(crate) trait Operand {
+    /// The private pool the memory came from (`None`: a default pool, or host memory). A
+    /// capture keeps no handle to memory of its own pool: the pool outlives the graph's uses,
+    /// and blocks freed during the capture are reused by it, as PyTorch's are.
+    fn pool(&self) -> Option<MemPoolId>;
+    /// An owned handle that keeps the memory alive (cloned only while capturing).
+    fn keep_alive(&self) -> KeepAlive;
+}
+
+/// No operands: work that touches no memory (a delay), or raw memory its caller keeps alive
+/// (`testing::RawBuffer`, as a raw `cudaMalloc` buffer in a CUDA graph).
+pub(crate) const NO_OPERANDS: &[&dyn Operand] = &[];
+
 impl Stream {
-    /// Tells a capture this stream belongs to that work was queued on it (one relaxed load when
-    /// no capture is underway).
+    /// Tells a capture this stream belongs to that work using `uses` was queued on it (one
+    /// relaxed load when no capture is underway).
     #[inline]
-    fn note_work(&self) {
+    fn note_work<T: Operand + ?Sized>(&self, uses: &[&T]) {
         if capture::active() {
-            capture::on_work(self.driver_id());
+            self.note_captured_work(uses);
         }
     }
 
-    /// Queues `op` (a kernel by op and dtype); [`crate::Error::Unsupported`] where the driver
-    /// has no kernel for it.
+    /// [`Stream::note_work`] while a capture is underway: counts the work in the capture this
+    /// stream belongs to, if any, and hands it the operands to keep alive as long as its graph.
+    #[cold]
+    fn note_captured_work<T: Operand + ?Sized>(&self, uses: &[&T]) {
+        let id = self.driver_id();
+        if let Some(c) = capture::of_stream(id) {
+            let keep = uses.iter().filter(|u| u.pool() != Some(c.pool)).map(|u| u.keep_alive());
+            c.on_work(id, keep);
+        }
+    }
+
+    /// Queues `op` (a kernel by op and dtype), whose views point into `uses`' memory;
+    /// [`crate::Error::Unsupported`] where the driver has no kernel for it.
     #[inline]
-    pub(crate) fn launch(&self, op: &KernelOp) -> Result<()> {
+    pub(crate) fn launch<T: Operand + ?Sized>(&self, op: &KernelOp, uses: &[&T]) -> Result<()> {
         if capture::active() {
-            return self.launch_during_capture(op);
+            return self.launch_during_capture(op, uses);
         }
         rt()?.driver.launch(self.driver_id(), op)
     }
@@ -48,18 +82,17 @@ impl Stream {
     /// which eager work on the stream shares; as PyTorch's cuBLAS workspaces, which come from the
     /// caching allocator, it then counts in the pool's statistics and snapshots.
     #[cold]
-    fn launch_during_capture(&self, op: &KernelOp) -> Result<()> {
+    fn launch_during_capture<T: Operand + ?Sized>(&self, op: &KernelOp, uses: &[&T]) -> Result<()> {
         let id = self.driver_id();
+        self.note_captured_work(uses);
         if let KernelOp::Gemm { lhs, rhs, dst, workspace: None } = op {
             let needs_one = dst.numel() > 0 && lhs.shape.last().is_some_and(|&k| k > 0);
             if let Some(c) = capture::of_stream(id).filter(|_| needs_one) {
                 let workspace = Some(c.gemm_workspace(id, || self.gemm_workspace_block())?);
                 let op = KernelOp::Gemm { lhs: lhs.clone(), rhs: rhs.clone(), dst: dst.clone(), workspace };
-                capture::on_work(id);
                 return rt()?.driver.launch(id, &op);
             }
         }
-        capture::on_work(id);
         rt()?.driver.launch(id, op)
     }
 
@@ -70,17 +103,24 @@ impl Stream {
         Ok((Workspace { ptr: block.ptr(), bytes: GEMM_WORKSPACE_BYTES }, Arc::new(block)))
     }
 
-    /// Queues a binary elementwise op over dense operands: the small-op fast lane.
+    /// Queues a binary elementwise op over dense operands (in `uses`' memory): the small-op
+    /// fast lane.
     #[inline]
-    pub(crate) fn launch_dense_binary(&self, op: &DenseBinary) -> Result<()> {
-        self.note_work();
+    pub(crate) fn launch_dense_binary<T: Operand + ?Sized>(&self, op: &DenseBinary, uses: &[&T]) -> Result<()> {
+        self.note_work(uses);
         rt()?.driver.launch_dense_binary(self.driver_id(), op)
     }
 
-    /// Queues a fill of `bytes` bytes at `dst` with `value`.
+    /// Queues a fill of `bytes` bytes at `dst` (in `uses`' memory) with `value`.
     #[inline]
-    pub(crate) fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize) -> Result<()> {
-        self.note_work();
+    pub(crate) fn memset_d8<T: Operand + ?Sized>(
+        &self,
+        dst: DevicePtr,
+        value: u8,
+        bytes: usize,
+        uses: &[&T],
+    ) -> Result<()> {
+        self.note_work(uses);
         rt()?.driver.memset_d8(dst, value, bytes, self.driver_id())
     }
 
@@ -106,50 +146,72 @@ impl Stream {
         super::errors::check(self.device())
     }
 
-    /// Queues a copy of `bytes` bytes within the stream's device.
+    /// Queues a copy of `bytes` bytes within the stream's device (both sides in `uses`' memory).
     #[inline]
-    pub(crate) fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()> {
-        self.note_work();
+    pub(crate) fn memcpy_dtod<T: Operand + ?Sized>(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        uses: &[&T],
+    ) -> Result<()> {
+        self.note_work(uses);
         rt()?.driver.memcpy_dtod(dst, src, bytes, self.driver_id())
     }
 
     /// Queues a copy of `bytes` bytes from `src` on `src_device` to `dst` on `dst_device` (the
-    /// stream is one of the two devices'); over the peer link where enabled.
+    /// stream is one of the two devices'); over the peer link where enabled. Both sides are in
+    /// `uses`' memory.
     #[inline]
-    pub(crate) fn memcpy_peer(
+    pub(crate) fn memcpy_peer<T: Operand + ?Sized>(
         &self,
         (dst_device, dst): (usize, DevicePtr),
         (src_device, src): (usize, DevicePtr),
         bytes: usize,
+        uses: &[&T],
     ) -> Result<()> {
-        self.note_work();
+        self.note_work(uses);
         rt()?.driver.memcpy_peer(dst_device, dst, src_device, src, bytes, self.driver_id())
     }
 
-    /// Queues a copy of `bytes` bytes from pinned host memory at `src` to `dst` and returns at once.
+    /// Queues a copy of `bytes` bytes from pinned host memory at `src` to `dst` and returns at once
+    /// (`uses`: the owners of both sides).
     ///
     /// # Safety
     /// As [`crate::driver::Driver::memcpy_htod_async`]: `[src, src + bytes)` lies inside one
     /// live pinned allocation of this runtime's driver, which stays allocated and unwritten by
     /// the host until the stream has passed the copy.
     #[inline]
-    pub(super) unsafe fn memcpy_htod_async(&self, dst: DevicePtr, src: HostPtr, bytes: usize) -> Result<()> {
+    pub(super) unsafe fn memcpy_htod_async<T: Operand + ?Sized>(
+        &self,
+        dst: DevicePtr,
+        src: HostPtr,
+        bytes: usize,
+        uses: &[&T],
+    ) -> Result<()> {
         let driver = &rt()?.driver;
-        self.note_work();
+        self.note_work(uses);
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_htod_async(dst, src, bytes, self.driver_id()) }
     }
 
-    /// Queues a copy of `bytes` bytes from `src` to pinned host memory at `dst` and returns at once.
+    /// Queues a copy of `bytes` bytes from `src` to pinned host memory at `dst` and returns at once
+    /// (`uses`: the owners of both sides).
     ///
     /// # Safety
     /// As [`crate::driver::Driver::memcpy_dtoh_async`]: `[dst, dst + bytes)` lies inside one
     /// live pinned allocation of this runtime's driver, which stays allocated and is neither read
     /// nor written by the host until the stream has passed the copy.
     #[inline]
-    pub(super) unsafe fn memcpy_dtoh_async(&self, dst: HostPtr, src: DevicePtr, bytes: usize) -> Result<()> {
+    pub(super) unsafe fn memcpy_dtoh_async<T: Operand + ?Sized>(
+        &self,
+        dst: HostPtr,
+        src: DevicePtr,
+        bytes: usize,
+        uses: &[&T],
+    ) -> Result<()> {
         let driver = &rt()?.driver;
-        self.note_work();
+        self.note_work(uses);
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_dtoh_async(dst, src, bytes, self.driver_id()) }
     }
@@ -174,7 +236,7 @@ impl Stream {
 
     /// Test hook: queues work that keeps the stream busy for `duration`.
     pub(crate) fn delay(&self, duration: Duration) -> Result<()> {
-        self.note_work();
+        self.note_work(NO_OPERANDS);
         rt()?.driver.delay(self.driver_id(), duration)
     }
 
@@ -208,4 +270,87 @@ pub(crate) fn comm_init_all(devices: &[usize]) -> Result<Vec<Box<dyn Comm>>> {
         rt.check(d)?;
     }
     rt.driver.comm_init_all(devices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::CaptureMode;
+    use crate::dtype::DType;
+    use crate::kernel::{BinaryOp, BufferView};
+    use crate::runtime::{with_stream, CUDAGraph};
+    use crate::scalar::Scalar;
+
+    /// Device memory owned as a tensor's storage is: the door's operand in these tests.
+    struct Probe(Arc<DeviceBlock>);
+
+    impl Operand for Probe {
+        fn pool(&self) -> Option<MemPoolId> {
+            self.0.pool()
+        }
+        fn keep_alive(&self) -> KeepAlive {
+            self.0.clone()
+        }
+    }
+
+    const BYTES: usize = 4096;
+
+    fn f32_view(p: &Probe) -> BufferView {
+        let n = BYTES / 4;
+        BufferView { ptr: p.0.ptr(), dtype: DType::F32, shape: [n][..].into(), strides: [1][..].into(), offset: 0 }
+    }
+
+    /// Each door method that queues work over memory, called while its stream captures, hands
+    /// the capture an owned handle of every operand it was given (the graph then holds them until
+    /// it is reset), and none without a capture: no tensor-layer path has to remember it.
+    #[test]
+    fn the_door_hands_a_capture_every_operand_of_the_work_it_queues() -> Result<()> {
+        let Ok(rt) = rt() else { return Ok(()) };
+        if rt.devices.is_empty() {
+            return Ok(());
+        }
+        // The last device: other unit tests of the crate mostly use device 0, and a capture
+        // refuses a synchronize of its device from any thread.
+        let device = rt.devices.len() - 1;
+        let stream = Stream::new(device, 0)?;
+        let (a, b) =
+            (Probe(Arc::new(DeviceBlock::new(BYTES, &stream)?)), Probe(Arc::new(DeviceBlock::new(BYTES, &stream)?)));
+        let dense = DenseBinary {
+            op: BinaryOp::Add,
+            compute: DType::F32,
+            n: BYTES / 4,
+            dst: (a.0.ptr(), DType::F32),
+            lhs: (a.0.ptr(), DType::F32),
+            rhs: (b.0.ptr(), DType::F32),
+            rhs_value: None,
+        };
+        let fill = KernelOp::Fill { dst: f32_view(&a), value: Scalar::from(1.5f32) };
+        // Every door method over memory, with the operands it is given.
+        let calls: [(&str, &dyn Fn() -> Result<()>); 5] = [
+            ("launch", &|| stream.launch(&fill, &[&a, &b])),
+            ("launch_dense_binary", &|| stream.launch_dense_binary(&dense, &[&a, &b])),
+            ("memset_d8", &|| stream.memset_d8(a.0.ptr(), 0, BYTES, &[&a, &b])),
+            ("memcpy_dtod", &|| stream.memcpy_dtod(a.0.ptr(), b.0.ptr(), BYTES, &[&a, &b])),
+            ("memcpy_peer", &|| stream.memcpy_peer((device, a.0.ptr()), (device, b.0.ptr()), BYTES, &[&a, &b])),
+        ];
+        let counts = || (Arc::strong_count(&a.0), Arc::strong_count(&b.0));
+        for (what, call) in &calls {
+            call()?;
+            assert_eq!(counts(), (1, 1), "{what} without a capture took a handle");
+        }
+        stream.synchronize()?;
+        let mut g = CUDAGraph::new();
+        with_stream(&stream, || {
+            g.capture_begin(None, CaptureMode::Relaxed)?;
+            for (i, (what, call)) in calls.iter().enumerate() {
+                call()?;
+                assert_eq!(counts(), (i + 2, i + 2), "{what} in a capture did not hand over both operands");
+            }
+            g.capture_end()
+        })?;
+        assert_eq!(counts(), (1 + calls.len(), 1 + calls.len()), "the graph holds what its capture kept");
+        g.reset()?;
+        assert_eq!(counts(), (1, 1), "a reset graph holds nothing");
+        Ok(())
+    }
 }

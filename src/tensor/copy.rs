@@ -134,8 +134,7 @@ impl Tensor {
         if place != Place::Cpu && src.dtype == self.dtype && src.is_contiguous() && self.is_contiguous() {
             let stream = current_of(src.device_index())?;
             let bytes = self.numel() * self.dtype.size();
-            super::exec::keep_for_capture(&stream, &[self, src]);
-            return stream.memcpy_dtod(DevicePtr(self.data_ptr()), DevicePtr(src.data_ptr()), bytes);
+            return stream.memcpy_dtod(DevicePtr(self.data_ptr()), DevicePtr(src.data_ptr()), bytes, &[self, src]);
         }
         let op = if src.dtype == self.dtype {
             KernelOp::CopyStrided { src: src.buffer_view(), dst: self.buffer_view() }
@@ -204,8 +203,8 @@ impl Tensor {
         let (s_from, s_to) = (current_of(from)?, current_of(to)?);
         s_from.wait_stream(&s_to)?;
         let bytes = dst.numel() * dst.dtype.size();
-        super::exec::keep_for_capture(&s_from, &[&dst, &src]);
-        s_from.memcpy_peer((to, DevicePtr(dst.data_ptr())), (from, DevicePtr(src.data_ptr())), bytes)?;
+        let (dst_at, src_at) = ((to, DevicePtr(dst.data_ptr())), (from, DevicePtr(src.data_ptr())));
+        s_from.memcpy_peer(dst_at, src_at, bytes, &[&dst, &src])?;
         s_to.wait_stream(&s_from)?;
         if !self.shares_storage(&dst) {
             self.copy_local(&dst)?;

@@ -80,8 +80,7 @@ impl Tensor {
         if let Some(s) = t.place().stream()? {
             let bytes = t.numel() * dtype.size();
             if bytes > 0 {
-                super::exec::keep_for_capture(&s, &[&t]);
-                s.memset_d8(t.storage.ptr(), 0, bytes)?;
+                s.memset_d8(t.storage.ptr(), 0, bytes, &[&t])?;
             }
         }
         Ok(t)
@@ -199,8 +198,7 @@ impl Tensor {
         let bytes = self.numel() * self.dtype.size();
         let ptr = crate::driver::DevicePtr(self.data_ptr());
         if self.is_contiguous() && pattern.iter().all(|&b| b == pattern[0]) {
-            super::exec::keep_for_capture(&stream, &[self]);
-            return stream.memset_d8(ptr, pattern[0], bytes);
+            return stream.memset_d8(ptr, pattern[0], bytes, &[self]);
         }
         match exec.run(&op, &[self]) {
             Err(Error::Unsupported { .. }) if self.is_contiguous() => {

@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{BufferView, KernelOp};
 use crate::kernels::cpu;
-use crate::runtime::{capture_active, capture_keep, check_host_work};
+use crate::runtime::{capture_active, check_host_work};
 use crate::runtime::{current_of, is_peer_access_enabled, resolve_device, Stream};
 use crate::scalar::Scalar;
 use std::borrow::Cow;
@@ -243,15 +243,14 @@ impl Exec {
             }
             Place::Cuda(d) => {
                 let stream = self.stream(d)?;
-                keep_for_capture(stream, tensors);
                 if self.peers.is_empty() {
-                    return stream.launch(op);
+                    return stream.launch(op, tensors);
                 }
                 let peer_streams = self.peers.iter().map(|&p| current_of(p)).collect::<Result<Vec<_>>>()?;
                 for p in &peer_streams {
                     stream.wait_stream(p)?;
                 }
-                stream.launch(op)?;
+                stream.launch(op, tensors)?;
                 for p in &peer_streams {
                     p.wait_stream(stream)?;
                 }
@@ -285,22 +284,18 @@ impl Tensor {
     }
 }
 
-/// Keeps the storages of `tensors` alive as long as the graph being captured on `stream`, if it
-/// is capturing (those of the capture's own pool excepted: the pool outlives the graph's uses,
-/// and its blocks freed during the capture are reused by the capture, as PyTorch's are).
-#[inline]
-pub(crate) fn keep_for_capture(stream: &Stream, tensors: &[&Tensor]) {
-    if capture_active() {
-        keep_slow(stream, tensors);
+/// A tensor is the operand of the device work queued over its memory: while a capture is
+/// underway the door keeps its storage (the whole storage, not the view) alive as long as the
+/// captured graph.
+impl crate::runtime::Operand for Tensor {
+    #[inline]
+    fn pool(&self) -> Option<crate::alloc::MemPoolId> {
+        self.storage.pool()
     }
-}
 
-#[cold]
-fn keep_slow(stream: &Stream, tensors: &[&Tensor]) {
-    capture_keep(stream, || {
-        let device = tensors.iter().filter(|t| t.place() != Place::Cpu);
-        device.map(|t| (t.storage.pool(), t.storage.clone() as crate::runtime::KeepAlive))
-    });
+    fn keep_alive(&self) -> crate::runtime::KeepAlive {
+        self.storage.clone()
+    }
 }
 
 /// The bytes of a dense tensor of `shape` and `dtype`, or [`Error::InvalidShape`] on overflow.

@@ -105,10 +105,10 @@ impl Tensor {
         let stream = current_of(device)?;
         let (offset, bytes) = (src.layout.offset * src.dtype.size(), self.numel() * self.dtype.size());
         if self.is_contiguous() {
-            return block.copy_to_device(offset, bytes, DevicePtr(self.data_ptr()), &stream);
+            return block.copy_to_device((offset, bytes), DevicePtr(self.data_ptr()), &stream, &[src, self]);
         }
         let dense = Tensor::empty_at(self.shape(), self.dtype, self.place())?;
-        block.copy_to_device(offset, bytes, DevicePtr(dense.data_ptr()), &stream)?;
+        block.copy_to_device((offset, bytes), DevicePtr(dense.data_ptr()), &stream, &[src, &dense])?;
         self.copy_local(&dense)
     }
 
@@ -129,6 +129,6 @@ impl Tensor {
         let (offset, bytes) = (self.layout.offset * self.dtype.size(), self.numel() * self.dtype.size());
         // A converted source is a temporary of this stream: the caching allocator reuses its
         // block only for work queued after this copy.
-        self.pinned_block()?.copy_from_device(offset, bytes, DevicePtr(src.data_ptr()), &stream)
+        self.pinned_block()?.copy_from_device((offset, bytes), DevicePtr(src.data_ptr()), &stream, &[self, &src])
     }
 }

@@ -39,6 +39,14 @@ fn number_dtype(op: BinaryOp, common: DType, compute: DType) -> DType {
     }
 }
 
+/// The right operand of the dense lane: a dense tensor (whose address the launch takes), or a
+/// number given with the launch.
+#[derive(Clone, Copy)]
+enum RhsOf<'a> {
+    Tensor(&'a Tensor),
+    Number(Scalar),
+}
+
 /// The operand where `exec` runs: tensors admitted (0-dim CPU tensors copied to the device),
 /// numbers as 0-dim tensors of `dtype`.
 fn materialize<'a>(exec: &Exec, operand: Operand<'a>, dtype: DType) -> Result<Cow<'a, Tensor>> {
@@ -74,7 +82,7 @@ impl Tensor {
                         compute,
                         &out,
                         (DevicePtr(0), number_dtype(op, common, compute)),
-                        Some(value),
+                        RhsOf::Number(value),
                     )?;
                     Ok(out)
                 }
@@ -116,12 +124,11 @@ impl Tensor {
 
     /// Queues `dst = self op o` over dense operands of one CUDA device on its current `stream`.
     fn launch_dense(&self, stream: &Stream, op: BinaryOp, compute: DType, dst: &Tensor, o: &Tensor) -> Result<()> {
-        super::super::exec::keep_for_capture(stream, &[o]);
-        self.launch_dense_rhs(stream, op, compute, dst, (DevicePtr(o.data_ptr()), o.dtype()), None)
+        self.launch_dense_rhs(stream, op, compute, dst, (DevicePtr(o.data_ptr()), o.dtype()), RhsOf::Tensor(o))
     }
 
     /// [`launch_dense`](Self::launch_dense) with the right operand as the driver takes it: an
-    /// address and a dtype, or a number converted to that dtype.
+    /// address and a dtype (of `rhs_tensor`), or a number converted to that dtype (`rhs_value`).
     fn launch_dense_rhs(
         &self,
         stream: &Stream,
@@ -129,8 +136,12 @@ impl Tensor {
         compute: DType,
         dst: &Tensor,
         rhs: (DevicePtr, DType),
-        rhs_value: Option<Scalar>,
+        rhs_of: RhsOf<'_>,
     ) -> Result<()> {
+        let (rhs_value, rhs_tensor) = match rhs_of {
+            RhsOf::Tensor(t) => (None, Some(t)),
+            RhsOf::Number(v) => (Some(v), None),
+        };
         let k = DenseBinary {
             op,
             compute,
@@ -140,8 +151,10 @@ impl Tensor {
             rhs,
             rhs_value,
         };
-        super::super::exec::keep_for_capture(stream, &[self, dst]);
-        stream.launch_dense_binary(&k)
+        match rhs_tensor {
+            Some(o) => stream.launch_dense_binary(&k, &[self, o, dst]),
+            None => stream.launch_dense_binary(&k, &[self, dst]),
+        }
     }
 
     /// The CUDA device of `self` when it is one dense run there (for an op with a number).
@@ -198,7 +211,7 @@ impl Tensor {
             Operand::Scalar(value) => {
                 if let Some(d) = self.dense_alone() {
                     let rhs = (DevicePtr(0), number_dtype(op, common, compute));
-                    return self.launch_dense_rhs(&current_of(d)?, op, compute, self, rhs, Some(value));
+                    return self.launch_dense_rhs(&current_of(d)?, op, compute, self, rhs, RhsOf::Number(value));
                 }
             }
             Operand::Tensor(_) => {}

@@ -14,7 +14,7 @@
 //!   case that needs at most `n` GPUs (NVRTC and the like count as needing one) on the CUDA driver.
 
 use crate::device::IntoCudaDevice;
-use crate::driver::DevicePtr;
+use crate::driver::{DeviceAllocation, DevicePtr};
 use crate::error::{Error, Result};
 use crate::runtime::{rt, Stream, NO_OPERANDS};
 use std::time::Duration;
@@ -93,7 +93,8 @@ pub struct RawBuffer {
     device: usize,
     ptr: DevicePtr,
     len: usize,
-    cached: bool,
+    /// The driver's memory ([`RawBuffer::new`]); `None` for a block of the caching allocator.
+    raw: Option<DeviceAllocation>,
 }
 
 impl RawBuffer {
@@ -101,8 +102,8 @@ impl RawBuffer {
     pub fn new(device: impl IntoCudaDevice, len: usize) -> Result<RawBuffer> {
         let rt = rt()?;
         let device = rt.device(device)?;
-        let ptr = rt.driver.malloc(device, len)?;
-        Ok(RawBuffer { device, ptr, len, cached: false })
+        let raw = DeviceAllocation::new(&rt.driver, device, len)?;
+        Ok(RawBuffer { device, ptr: raw.ptr(), len, raw: Some(raw) })
     }
 
     /// A block of `len` bytes from the caching allocator of `device` (`None`: the current device),
@@ -110,13 +111,13 @@ impl RawBuffer {
     pub fn cached(device: impl IntoCudaDevice, len: usize, stream: Option<&Stream>) -> Result<RawBuffer> {
         let device = rt()?.device(device)?;
         let ptr = crate::runtime::caching_allocator_alloc(len, device, stream)?;
-        Ok(RawBuffer { device, ptr: DevicePtr(ptr), len, cached: true })
+        Ok(RawBuffer { device, ptr: DevicePtr(ptr), len, raw: None })
     }
 
     /// For a [`RawBuffer::cached`] block: it is also used on `stream`, so on drop its memory is
     /// reused only once the work queued on `stream` so far has completed (`Tensor.record_stream`).
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
-        if !self.cached {
+        if self.raw.is_some() {
             return Err(Error::InvalidArgument {
                 op: "RawBuffer::record_stream",
                 reason: "only blocks of the caching allocator (RawBuffer::cached) track stream uses".into(),
@@ -215,17 +216,17 @@ fn check_len(op: &'static str, dst: usize, src: usize) -> Result<()> {
 
 impl Drop for RawBuffer {
     fn drop(&mut self) {
-        if self.cached {
+        let Some(raw) = self.raw.take() else {
             // Stream-ordered: the block is reused only by its stream (or after recorded streams).
             if let Err(e) = crate::runtime::caching_allocator_delete(self.ptr.0) {
                 crate::runtime::record_device_error(self.device, e);
             }
             return;
-        }
+        };
         if let Ok(rt) = rt() {
             // Work still queued may use the buffer: let it finish first, as cudaFree does. A
             // failure is kept for the device's next synchronize.
-            let freed = rt.driver.synchronize_device(self.device).and_then(|()| rt.driver.free(self.device, self.ptr));
+            let freed = rt.driver.synchronize_device(self.device).and_then(|()| raw.free());
             if let Err(e) = freed {
                 crate::runtime::record_device_error(self.device, e);
             }

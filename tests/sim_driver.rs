@@ -45,14 +45,20 @@ fn sim_driver_memory_has_a_capacity_and_injected_failures() -> Result<()> {
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
     let b = d.malloc(1, 600 << 10)?;
-    d.free(0, a)?;
+    // SAFETY: `a` is this driver's allocation on device 0, freed once here.
+    unsafe { d.free(0, a) }?;
     assert_eq!(d.mem_get_info(0)?, (1 << 20, 1 << 20), "freed bytes return");
-    assert!(matches!(d.free(0, a), Err(Error::InvalidPointer { .. })), "double free is refused");
+    // SAFETY: the contract is broken on purpose: the simulated driver checks every pointer it
+    // frees, so on it a second free is a typed error, which this checks (never on a real GPU).
+    let again = unsafe { d.free(0, a) };
+    assert!(matches!(again, Err(Error::InvalidPointer { .. })), "double free is refused");
     d.fail_next_malloc(1)?;
-    d.free(1, b)?;
+    // SAFETY: `b` is this driver's allocation on device 1, freed once here.
+    unsafe { d.free(1, b) }?;
     assert_eq!(d.malloc(1, 16), Err(Error::Injected { device: 1, op: "malloc" }));
     let c = d.malloc(1, 16)?;
-    d.free(1, c)?;
+    // SAFETY: `c` is this driver's allocation on device 1, freed once here.
+    unsafe { d.free(1, c) }?;
     assert!(d.materialized_bytes(0) == 0 && d.materialized_bytes(1) == 0);
     Ok(())
 }
@@ -84,7 +90,8 @@ fn sim_driver_streams_run_queued_work_in_order_and_time_it() -> Result<()> {
     d.event_synchronize(untimed)?;
     assert_eq!(d.event_elapsed_ms(start, untimed), Err(Error::EventTimingDisabled));
     d.event_destroy(untimed);
-    d.free(0, buf)?;
+    // SAFETY: `buf` is this driver's allocation on device 0, its work done; freed once here.
+    unsafe { d.free(0, buf) }?;
     Ok(())
 }
 

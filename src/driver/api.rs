@@ -5,7 +5,67 @@
 use super::comm;
 use crate::error::{Error, Result};
 use crate::kernel::{DenseBinary, DevicePtr, HostPtr, KernelOp};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Device memory from [`Driver::malloc`], owned: neither `Copy` nor `Clone`, and given back only
+/// by [`DeviceAllocation::free`], which consumes it, so it is freed at most once and only by the
+/// driver that allocated it. Dropping it without `free` leaks the memory (never unsafe).
+#[derive(Debug)]
+#[must_use = "device memory is freed only by DeviceAllocation::free"]
+pub struct DeviceAllocation {
+    driver: Arc<dyn Driver>,
+    device: usize,
+    ptr: DevicePtr,
+    bytes: usize,
+}
+
+impl DeviceAllocation {
+    /// `bytes` of new memory on `device` (an index the caller checked) from `driver`.
+    pub fn new(driver: &Arc<dyn Driver>, device: usize, bytes: usize) -> Result<DeviceAllocation> {
+        let ptr = driver.malloc(device, bytes)?;
+        Ok(DeviceAllocation { driver: driver.clone(), device, ptr, bytes })
+    }
+
+    /// The memory's device address.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Its size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Its device.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Frees the memory (work already queued that uses it stays valid, as with `cudaFree`). On
+    /// an error the memory stays allocated and unreachable (see [`DeviceAllocation::try_free`]).
+    pub fn free(self) -> Result<()> {
+        self.try_free().map_err(|(e, _)| e)
+    }
+
+    /// [`DeviceAllocation::free`], giving the allocation back with the error when the driver
+    /// refused to free it (the memory then stays allocated), so that the owner may try again.
+    pub fn try_free(self) -> std::result::Result<(), (Error, DeviceAllocation)> {
+        // SAFETY: the value was made by `new` from this driver's `malloc` for `device` and is not
+        // `Copy` or `Clone`; it is consumed here, and given back only when the driver did not
+        // free the memory: a pointer is freed at most once, and no safe code reaches it after.
+        match unsafe { self.driver.free(self.device, self.ptr) } {
+            Ok(()) => Ok(()),
+            Err(e) => Err((e, self)),
+        }
+    }
+}
+
+impl std::fmt::Debug for dyn Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} driver", self.name())
+    }
+}
 
 /// Opaque handle of a driver stream (unique within one driver instance, whatever the device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -111,10 +171,17 @@ pub trait Driver: Send + Sync + 'static {
     /// Milliseconds between two completed timing events.
     fn event_elapsed_ms(&self, start: EventId, end: EventId) -> Result<f32>;
 
-    /// Allocates `bytes` of device memory (synchronous, like `cuMemAlloc`).
+    /// Allocates `bytes` of device memory (synchronous, like `cuMemAlloc`). Owned memory that
+    /// can be freed safely is [`DeviceAllocation::new`]'s.
     fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr>;
     /// Frees memory from [`Driver::malloc`]; work already queued that uses it stays valid.
-    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()>;
+    ///
+    /// # Safety
+    /// `ptr` was returned by this driver's [`Driver::malloc`] for `device` and has not been
+    /// freed since, and nothing will use it after this call (beyond the work already queued):
+    /// on a real GPU freeing any other address, or freeing twice, corrupts the driver's heap or
+    /// another allocation. [`DeviceAllocation::free`] is the safe form.
+    unsafe fn free(&self, device: usize, ptr: DevicePtr) -> Result<()>;
     /// Queues a byte fill of `bytes` bytes at `dst` on `stream`.
     fn memset_d8(&self, dst: DevicePtr, value: u8, bytes: usize, stream: StreamId) -> Result<()>;
     /// Copies host bytes to the device in `stream` order; returns once `src` may be reused.

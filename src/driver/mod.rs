@@ -23,6 +23,6 @@ mod select;
 pub mod sim;
 
 pub use crate::kernel::{DevicePtr, HostPtr};
-pub use api::{CaptureMode, DeviceProperties, Driver, EventId, GraphId, StreamId};
+pub use api::{CaptureMode, DeviceAllocation, DeviceProperties, Driver, EventId, GraphId, StreamId};
 pub use select::{build, from_env, global, DriverKind};
 pub(crate) use select::{configure, env_var};

@@ -210,7 +210,7 @@ impl Driver for CudaDriver {
         capture::maybe_relaxed(|| memory::malloc(self, device, bytes))
     }
 
-    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+    unsafe fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
         memory::free(self, device, ptr)
     }
 

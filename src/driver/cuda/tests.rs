@@ -37,7 +37,8 @@ fn without_devices_every_call_fails_cleanly() {
     assert!(no_device(d.properties(0).map(|_| ())));
     assert!(no_device(d.malloc(0, 16).map(|_| ())));
     assert!(no_device(d.mem_get_info(0).map(|_| ())));
-    assert!(no_device(d.free(0, DevicePtr(0))));
+    // SAFETY: the driver has no device, so it frees nothing and reports that.
+    assert!(no_device(unsafe { d.free(0, DevicePtr(0)) }));
     assert!(no_device(d.can_access_peer(0, 1).map(|_| ())));
     assert!(no_device(d.enable_peer_access(0, 1)));
     assert!(no_device(d.synchronize_device(0)));
@@ -96,13 +97,17 @@ fn memory_round_trip_on_every_kind_of_stream() {
         expected[100..110].fill(7);
         assert_eq!(out, expected);
         assert!(d.stream_query(s).unwrap());
-        d.free(0, a).unwrap();
-        d.free(0, b).unwrap();
+        // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+        unsafe { d.free(0, a) }.unwrap();
+        // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+        unsafe { d.free(0, b) }.unwrap();
     }
     let (a, b) = (d.malloc(0, 0).unwrap(), d.malloc(0, 0).unwrap());
     assert!(a.0 != 0 && a != b, "zero-byte allocations get unique addresses, as in the sim");
-    d.free(0, a).unwrap();
-    d.free(0, b).unwrap();
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(0, a) }.unwrap();
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(0, b) }.unwrap();
 }
 
 #[test]
@@ -119,7 +124,9 @@ fn calls_from_many_threads_use_the_right_context() {
                 let mut out = [0u8; 1024];
                 d.memcpy_dtoh(&mut out, p, s).unwrap();
                 assert!(out.iter().all(|&b| b == t));
-                d.free(device, p).unwrap();
+                // SAFETY: `p` came from this driver's malloc for `device` just above, and is
+                // freed once, after its last use.
+                unsafe { d.free(device, p) }.unwrap();
             });
         }
     });
@@ -138,7 +145,8 @@ fn out_of_memory_and_injected_failures() {
     d.fail_next_malloc(0).unwrap();
     assert_eq!(d.malloc(0, 16), Err(Error::Injected { device: 0, op: "malloc" }));
     let p = d.malloc(0, 16).unwrap();
-    d.free(0, p).unwrap();
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(0, p) }.unwrap();
 }
 
 /// The delay that the timing tests queue.
@@ -251,8 +259,10 @@ fn peer_access_and_copies() {
     d.stream_synchronize(s1).unwrap();
     d.memcpy_dtoh(&mut out, a, s0).unwrap();
     assert_eq!(out, [3u8; 256]);
-    d.free(0, a).unwrap();
-    d.free(1, b).unwrap();
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(0, a) }.unwrap();
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(1, b) }.unwrap();
 }
 
 /// The device's VMM granularity, or `None` (after saying why) where expandable segments cannot be
@@ -377,7 +387,8 @@ fn vmm_ranges_are_reachable_from_a_peer() {
     d.memcpy_dtoh(&mut out, on1, s1).unwrap();
     assert!(out.iter().all(|&b| b == 0x5A));
 
-    d.free(1, on1).unwrap();
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(1, on1) }.unwrap();
     d.vmm_unmap(0, base, 2 * g).unwrap();
     d.vmm_release(0, base, 4 * g).unwrap();
 }

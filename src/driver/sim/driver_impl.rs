@@ -192,7 +192,7 @@ impl Driver for SimDriver {
         d.memory.malloc(bytes)
     }
 
-    fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
+    unsafe fn free(&self, device: usize, ptr: DevicePtr) -> Result<()> {
         // Like cudaFree, freeing waits for the device's queued work, which may still use the memory.
         self.synchronize_device(device)?;
         self.dev(device)?.memory.free(ptr)

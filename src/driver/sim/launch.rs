@@ -170,11 +170,13 @@ mod tests {
         for w in [past_end, other_device] {
             assert!(d.launch(s, &gemm(Some(w))).is_err(), "{w:?} is refused");
         }
-        d.free(0, ws0)?;
+        // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+        unsafe { d.free(0, ws0) }?;
         let freed = Workspace { ptr: ws0, bytes: GEMM_WORKSPACE_BYTES };
         assert!(d.launch(s, &gemm(Some(freed))).is_err(), "a freed workspace is refused");
         for (dev, p) in [(0, a), (0, c), (1, ws1)] {
-            d.free(dev, p)?;
+            // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+            unsafe { d.free(dev, p) }?;
         }
         Ok(())
     }

@@ -72,7 +72,8 @@ fn events_time_the_modelled_work_exactly() -> Result<()> {
     assert_eq!(d.event_elapsed_ms(e3, e0)?, -d.event_elapsed_ms(e0, e3)?, "signed, as CUDA's");
     let end = 30_000_000 + time::transfer(1 << 20, time::DEVICE_BYTES_PER_S) + time::device_copy(1 << 19);
     assert_eq!(d.stream_time(s)?, end, "the stream's time is the sum of its work");
-    d.free(0, buf)?;
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(0, buf) }?;
     Ok(())
 }
 
@@ -99,7 +100,8 @@ fn two_streams_overlap_and_a_wait_orders_them() -> Result<()> {
     assert_eq!(d.event_elapsed_ms(start, b_end)?, 20.0);
     assert_eq!(d.event_elapsed_ms(start, end)?, 20.0, "both streams ran at once: the longer one, not the sum");
     d.host_free(host)?;
-    d.free(0, dev)?;
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(0, dev) }?;
     Ok(())
 }
 
@@ -156,8 +158,10 @@ fn copies_are_priced_by_where_their_bytes_go() -> Result<()> {
     d.enable_peer_access(0, 1)?;
     assert_eq!(between(&|| d.memcpy_peer(1, y, 0, x, bytes, s))?, time::peer_copy(bytes, true), "the link");
     d.host_free(host)?;
-    d.free(0, x)?;
-    d.free(1, y)?;
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(0, x) }?;
+    // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+    unsafe { d.free(1, y) }?;
     Ok(())
 }
 
@@ -189,7 +193,8 @@ fn a_kernel_costs_its_memory_traffic() -> Result<()> {
     assert_eq!(d.stream_time(s)?, time::transfer(3 * 4 * n, time::DEVICE_BYTES_PER_S));
     assert_eq!(time::kernel(&op), d.stream_time(s)?);
     for b in bufs {
-        d.free(0, b)?;
+        // SAFETY: memory from this driver's malloc for that device, freed once after its last use.
+        unsafe { d.free(0, b) }?;
     }
     Ok(())
 }

@@ -351,6 +351,15 @@ impl Blocks {
         self.pools[pool.index()].free.take(found);
     }
 
+    /// Merges the free block `id` (out of the lists) with its free neighbours, the previous one
+    /// first.
+    pub fn merge_neighbours(&mut self, id: BlockId) {
+        let prev = self[id].prev;
+        self.try_merge(id, prev);
+        let next = self[id].next;
+        self.try_merge(id, next);
+    }
+
     /// Merges the free block `src` into its neighbour `dst` (out of the lists); returns the
     /// bytes gained (0: none).
     pub fn try_merge(&mut self, dst: BlockId, src: BlockId) -> usize {

@@ -18,16 +18,16 @@ use crate::error::Result;
 
 /// The blocks, their statistics and history, and the settings that govern them.
 pub(crate) struct Cache {
-    pub settings: AllocatorSettings,
-    pub blocks: Blocks,
-    pub stats: DeviceStats,
-    pub history: History,
+    settings: AllocatorSettings,
+    blocks: Blocks,
+    stats: DeviceStats,
+    history: History,
     /// `set_memory_fraction`: the fraction and the byte limit it makes.
     fraction: Option<(f64, usize)>,
     /// What the departures from PyTorch keep track of (`departures.rs`).
-    pub departures: DepartureBooks,
+    departures: DepartureBooks,
     /// The private pools' books and the routing underway (`mem_pools.rs`).
-    pub pools: PoolBooks,
+    pools: PoolBooks,
     /// The most bytes ever held from the driver (not reset with the peak statistics): expandable
     /// segments move free pages rather than map memory past it.
     high_water: usize,
@@ -45,6 +45,72 @@ impl Cache {
             pools: PoolBooks::default(),
             high_water: 0,
         }
+    }
+
+    /// The settings in force.
+    #[inline]
+    pub fn settings(&self) -> &AllocatorSettings {
+        &self.settings
+    }
+
+    /// The block graph and free lists.
+    #[inline]
+    pub fn blocks(&self) -> &Blocks {
+        &self.blocks
+    }
+
+    /// The block graph and free lists, to change.
+    #[inline]
+    pub fn blocks_mut(&mut self) -> &mut Blocks {
+        &mut self.blocks
+    }
+
+    /// The statistics.
+    #[inline]
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+
+    /// The statistics, to change.
+    #[inline]
+    pub fn stats_mut(&mut self) -> &mut DeviceStats {
+        &mut self.stats
+    }
+
+    /// The history (`_record_memory_history`).
+    #[inline]
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The history, to record in.
+    #[inline]
+    pub fn history_mut(&mut self) -> &mut History {
+        &mut self.history
+    }
+
+    /// What the departures from PyTorch keep track of.
+    #[inline]
+    pub fn departures(&self) -> &DepartureBooks {
+        &self.departures
+    }
+
+    /// The departures' books, to change.
+    #[inline]
+    pub fn departures_mut(&mut self) -> &mut DepartureBooks {
+        &mut self.departures
+    }
+
+    /// The private pools' books and the routing underway.
+    #[inline]
+    pub fn pools(&self) -> &PoolBooks {
+        &self.pools
+    }
+
+    /// The private pools' books, to change.
+    #[inline]
+    pub fn pools_mut(&mut self) -> &mut PoolBooks {
+        &mut self.pools
     }
 
     pub fn set_settings(&mut self, settings: AllocatorSettings) {

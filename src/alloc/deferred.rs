@@ -79,13 +79,13 @@ impl DeferredMerge {
     /// after it.
     #[inline]
     pub fn can_defer(&self, c: &Cache, id: BlockId) -> bool {
-        let b = &c.blocks[id];
+        let b = &c.blocks()[id];
         if !self.enabled || b.pool != PoolKind::Small || b.is_expandable() || b.next == NIL || b.slot != DEFAULT_SLOT {
             return false;
         }
-        let next = &c.blocks[b.next];
+        let next = &c.blocks()[b.next];
         let prev_merges = b.prev != NIL && {
-            let p = &c.blocks[b.prev];
+            let p = &c.blocks()[b.prev];
             p.is_available() && p.mapped == b.mapped
         };
         next.is_available() && next.mapped == b.mapped && !prev_merges
@@ -94,28 +94,28 @@ impl DeferredMerge {
     /// Frees `id` as [`Cache::free_block`] would, but for the merge with the next block.
     #[inline]
     pub fn defer(&mut self, c: &mut Cache, id: BlockId) {
-        let b = &c.blocks[id];
-        let next = &c.blocks[b.next];
-        let (size, requested, pool) = (b.size, b.requested, b.pool);
-        c.history.record(TraceAction::FreeCompleted, b.addr, requested, b.stream);
+        let b = &c.blocks()[id];
+        let next = &c.blocks()[b.next];
+        let (size, requested, pool, addr, stream) = (b.size, b.requested, b.pool, b.addr, b.stream);
         // `free_block`'s accounting: the next block is subsumed, then the merged block counts
         // as an inactive split block if it is still split.
         let merged_split = b.prev != NIL || next.next != NIL;
         let merged = (size + next.size) as i64;
         let net = (merged_split as i64 - 1, if merged_split { merged } else { 0 } - next.size as i64);
-        c.blocks[id].requested = 0;
+        c.history_mut().record(TraceAction::FreeCompleted, addr, requested, stream);
+        c.blocks_mut()[id].requested = 0;
         c.freed_stats(pool, false, net, size, requested);
-        self.pending = Some(Deferred { id, stamp: c.blocks.clock() });
+        self.pending = Some(Deferred { id, stamp: c.blocks().clock() });
     }
 
     /// Completes a deferred merge, if any: the state becomes PyTorch's.
     #[inline]
     pub fn settle(&mut self, c: &mut Cache) {
         if let Some(Deferred { id, stamp }) = self.pending.take() {
-            let next = c.blocks[id].next;
-            c.blocks.try_merge(id, next);
-            c.blocks[id].free_stamp = stamp;
-            c.blocks.pool_insert(id);
+            let next = c.blocks()[id].next;
+            c.blocks_mut().try_merge(id, next);
+            c.blocks_mut()[id].free_stamp = stamp;
+            c.blocks_mut().pool_insert(id);
         }
     }
 
@@ -125,19 +125,19 @@ impl DeferredMerge {
     #[inline]
     pub fn reuse(&mut self, c: &mut Cache, size: usize, orig: usize, stream: StreamId) -> Option<DevicePtr> {
         let d = self.pending?;
-        let b = &c.blocks[d.id];
+        let b = &c.blocks()[d.id];
         if b.size != size || b.stream != stream {
             return None;
         }
         let next_id = b.next;
-        let next = &c.blocks[next_id];
+        let next = &c.blocks()[next_id];
         let merged = (size + next.size, b.addr);
         // (Within a small segment the merged block is never oversize: `max_split_size` > 20 MiB.)
         // Best fit is the smallest (size, address) of at least `size` on the stream; the next
         // block's entry stands for the merged block.
-        let pool = c.blocks.free_list(PoolKind::Small);
+        let pool = c.blocks().free_list(PoolKind::Small);
         let other = pool.at_least(b.stream, size).find(|&(_, id)| id != next_id);
-        if other.is_some_and(|(bytes, id)| (bytes, c.blocks[id].addr) < merged) {
+        if other.is_some_and(|(bytes, id)| (bytes, c.blocks()[id].addr) < merged) {
             return None;
         }
         let merged_split = b.prev != NIL || next.next != NIL;
@@ -148,13 +148,13 @@ impl DeferredMerge {
         }
         // As `get_free_block` and `alloc_found_block` would: a lookup on the clock, the
         // remainder stamped, the split accounted.
-        let clock = c.blocks.tick();
-        c.blocks[next_id].free_stamp = clock;
+        let clock = c.blocks_mut().tick();
+        c.blocks_mut()[next_id].free_stamp = clock;
         if merged_split {
-            c.stats.decrease(Metric::InactiveSplitBytes, PoolKind::Small, size);
+            c.stats_mut().decrease(Metric::InactiveSplitBytes, PoolKind::Small, size);
         } else {
-            c.stats.increase(Metric::InactiveSplit, PoolKind::Small, 1);
-            c.stats.increase(Metric::InactiveSplitBytes, PoolKind::Small, merged.0 - size);
+            c.stats_mut().increase(Metric::InactiveSplit, PoolKind::Small, 1);
+            c.stats_mut().increase(Metric::InactiveSplitBytes, PoolKind::Small, merged.0 - size);
         }
         Some(c.hand_out(d.id, PoolKind::Small, orig))
     }

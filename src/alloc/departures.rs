@@ -86,19 +86,19 @@ impl Cache {
     ) -> Result<usize> {
         match pool {
             PoolKind::Small if size <= SMALL_SIZE => {
-                let held = self.stats.pool_current(Metric::ReservedBytes, pool).max(0) as usize;
+                let held = self.stats().pool_current(Metric::ReservedBytes, pool).max(0) as usize;
                 Ok(grown_size(held, SMALL_BUFFER))
             }
             PoolKind::Small => Ok(alloc_size),
             PoolKind::Large => {
                 // Coalescing frees segments: never during a capture.
                 let coalesced =
-                    if self.pools.capturing() { None } else { self.coalesce_idle_segments(mem, stream, alloc_size)? };
+                    if self.pools().capturing() { None } else { self.coalesce_idle_segments(mem, stream, alloc_size)? };
                 if let Some(merged) = coalesced {
                     return Ok(merged);
                 }
                 if size < MIN_LARGE_ALLOC {
-                    return Ok(grown_size(self.departures.grown_bytes(stream), LARGE_BUFFER));
+                    return Ok(grown_size(self.departures().grown_bytes(stream), LARGE_BUFFER));
                 }
                 Ok(alloc_size)
             }
@@ -107,8 +107,8 @@ impl Cache {
 
     /// Whole free segments (one block, not expandable) of `pool`, of any stream.
     fn whole_free_segments(&self, pool: PoolKind) -> impl Iterator<Item = BlockId> + '_ {
-        self.blocks.free_list(pool).ids().filter(|&id| {
-            let b = &self.blocks[id];
+        self.blocks().free_list(pool).ids().filter(|&id| {
+            let b = &self.blocks()[id];
             !b.is_split() && !b.is_expandable()
         })
     }
@@ -124,16 +124,16 @@ impl Cache {
     ) -> Result<Option<usize>> {
         let mut whole: Vec<(u64, BlockId, usize)> = self
             .whole_free_segments(PoolKind::Large)
-            .filter(|&id| self.blocks[id].stream == stream)
-            .map(|id| (self.blocks[id].free_stamp, id, self.blocks[id].size))
+            .filter(|&id| self.blocks()[id].stream == stream)
+            .map(|id| (self.blocks()[id].free_stamp, id, self.blocks()[id].size))
             .collect();
         let idle: usize = whole.iter().map(|w| w.2).sum();
-        let held = self.stats.pool_current(Metric::ReservedBytes, PoolKind::Large).max(0) as usize;
+        let held = self.stats().pool_current(Metric::ReservedBytes, PoolKind::Large).max(0) as usize;
         if idle < alloc_size || idle < held / IDLE_SHARE {
             return Ok(None);
         }
         whole.sort_unstable();
-        let max_split = self.settings.max_split();
+        let max_split = self.settings().max_split();
         let (mut victims, mut covered) = (Vec::new(), 0usize);
         for (_, id, bytes) in whole {
             let next = covered + bytes;
@@ -164,22 +164,22 @@ impl Cache {
         stream: StreamId,
         size: usize,
     ) -> Option<BlockId> {
-        let (max_split, rounding) = (self.settings.max_split(), self.settings.max_non_split_rounding());
+        let (max_split, rounding) = (self.settings().max_split(), self.settings().max_non_split_rounding());
         let mut candidates: Vec<(usize, BlockId)> = self
             .whole_free_segments(pool)
-            .map(|id| (self.blocks[id].size, id))
+            .map(|id| (self.blocks()[id].size, id))
             .filter(|&(bytes, id)| {
-                let owner = self.blocks[id].stream;
+                let owner = self.blocks()[id].stream;
                 bytes >= size
                     && owner != stream
-                    && !self.departures.holds_blocks(owner)
+                    && !self.departures().holds_blocks(owner)
                     && !(size < max_split && bytes >= max_split)
                     && !(size >= max_split && bytes >= size.saturating_add(rounding))
             })
             .collect();
         candidates.sort_unstable();
         for (_, id) in candidates {
-            let owner = self.blocks[id].stream;
+            let owner = self.blocks()[id].stream;
             let idle = match mem.record_event(owner) {
                 Ok(ev) => {
                     let done = mem.event_done(ev).unwrap_or(false);
@@ -189,9 +189,10 @@ impl Cache {
                 Err(_) => false,
             };
             if idle {
-                self.blocks.pool_remove(id);
-                self.blocks[id].stream = stream;
-                self.departures.segment_adopted(self.blocks[id].addr, stream);
+                self.blocks_mut().pool_remove(id);
+                self.blocks_mut()[id].stream = stream;
+                let addr = self.blocks()[id].addr;
+                self.departures_mut().segment_adopted(addr, stream);
                 return Some(id);
             }
         }

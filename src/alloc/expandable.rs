@@ -144,10 +144,10 @@ impl ExpandableSegments {
         let Some(at) = self.find_expandable_block(mem, c, pool, stream, size)? else {
             return Ok(None);
         };
-        let unit = self.segment(&c.blocks, at).unit;
+        let unit = self.segment(c.blocks(), at).unit;
         let (mut chain, mut room, mut need, mut b) = (Vec::new(), 0usize, 0usize, at);
         while room < size && b != NIL {
-            let block = &c.blocks[b];
+            let block = &c.blocks()[b];
             if !block.mapped {
                 need += round_up((size - room).min(block.size), unit).min(block.size);
             }
@@ -168,29 +168,29 @@ impl ExpandableSegments {
         size: usize,
     ) -> Result<Option<BlockId>> {
         let mut at = room.chain[0];
-        if !c.blocks[at].mapped {
-            let n = size.min(c.blocks[at].size);
+        if !c.blocks()[at].mapped {
+            let n = size.min(c.blocks()[at].size);
             if !self.map_block(mem, c, at, n)? {
                 return Ok(None);
             }
         }
         // Now `at` is free and mapped, followed by unmapped room: map until it is large enough.
-        while c.blocks[at].size < size {
-            let next = c.blocks[at].next;
-            if next == NIL || c.blocks[next].mapped || !c.blocks[next].is_available() {
+        while c.blocks()[at].size < size {
+            let next = c.blocks()[at].next;
+            if next == NIL || c.blocks()[next].mapped || !c.blocks()[next].is_available() {
                 // `find_room` checked the room.
                 return Err(Error::Internal {
                     op: "malloc",
                     reason: "an expandable segment's free room ended before the request was mapped".into(),
                 });
             }
-            let n = (size - c.blocks[at].size).min(c.blocks[next].size);
+            let n = (size - c.blocks()[at].size).min(c.blocks()[next].size);
             if !self.map_block(mem, c, next, n)? {
                 return Ok(None);
             }
             at = next;
         }
-        c.blocks.pool_remove(at);
+        c.blocks_mut().pool_remove(at);
         Ok(Some(at))
     }
 
@@ -202,12 +202,12 @@ impl ExpandableSegments {
         let near = |id: BlockId| room.chain.contains(&id);
         let mut runs: Vec<(usize, BlockId)> = [PoolKind::Large, PoolKind::Small]
             .into_iter()
-            .flat_map(|pool| c.blocks.free_list(pool).ids())
+            .flat_map(|pool| c.blocks().free_list(pool).ids())
             .filter(|&id| {
-                let b = &c.blocks[id];
+                let b = &c.blocks()[id];
                 b.size >= unit && b.is_expandable() && !near(id) && !near(b.prev) && !near(b.next)
             })
-            .map(|id| (self.whole_pages(&c.blocks, id).1, id))
+            .map(|id| (self.whole_pages(c.blocks(), id).1, id))
             .filter(|&(bytes, _)| bytes > 0)
             .collect();
         runs.sort_unstable_by(|a, b| b.cmp(a));
@@ -261,7 +261,7 @@ impl ExpandableSegments {
         stream: StreamId,
         size: usize,
     ) -> Result<Option<BlockId>> {
-        let blocks = &c.blocks;
+        let blocks = c.blocks();
         let fits = |id: BlockId| {
             let prev = blocks[id].prev;
             let start = if prev != NIL && blocks[prev].is_available() { prev } else { id };
@@ -299,8 +299,8 @@ impl ExpandableSegments {
         let mut b = Block::new(base.0, len, stream, pool);
         b.mapped = false;
         b.expandable = index as u32;
-        let id = c.blocks.insert(b);
-        c.blocks.pool_insert(id);
+        let id = c.blocks_mut().insert(b);
+        c.blocks_mut().pool_insert(id);
         Ok(Some(id))
     }
 
@@ -313,9 +313,9 @@ impl ExpandableSegments {
     /// sixteen driver calls per growth under 256 MiB, and pages that a freed block of that growth
     /// holds whole.
     fn map_block(&mut self, mem: &dyn RawMemory, c: &mut Cache, id: BlockId, size: usize) -> Result<bool> {
-        let seg = self.segment(&c.blocks, id);
+        let seg = self.segment(c.blocks(), id);
         let (unit, large) = (seg.unit, seg.large);
-        let b = &c.blocks[id];
+        let b = &c.blocks()[id];
         let (addr, bsize, stream, pool, prev, next) = (b.addr, b.size, b.stream, b.pool, b.prev, b.next);
         let bytes = round_up(size, unit).min(bsize);
         if c.would_exceed_fraction(bytes) {
@@ -339,53 +339,52 @@ impl ExpandableSegments {
             mapped.push((at, n));
             done += n;
         }
-        self.segment_mut(&c.blocks, id).pages.extend(mapped);
-        c.blocks.pool_remove(id);
-        let joins_prev = prev != NIL && c.blocks[prev].mapped;
-        let joins_next = bytes == bsize && next != NIL && c.blocks[next].mapped;
-        c.blocks[id].mapped = true;
+        self.segment_mut(c.blocks(), id).pages.extend(mapped);
+        c.blocks_mut().pool_remove(id);
+        let joins_prev = prev != NIL && c.blocks()[prev].mapped;
+        let joins_next = bytes == bsize && next != NIL && c.blocks()[next].mapped;
+        c.blocks_mut()[id].mapped = true;
         if bytes < bsize {
             let mut rest = Block::new(addr + bytes as u64, bsize - bytes, stream, pool);
             rest.mapped = false;
-            rest.expandable = c.blocks[id].expandable;
+            rest.expandable = c.blocks()[id].expandable;
             rest.prev = id;
             rest.next = next;
-            let rest_id = c.blocks.insert(rest);
+            let rest_id = c.blocks_mut().insert(rest);
             if next != NIL {
-                c.blocks[next].prev = rest_id;
+                c.blocks_mut()[next].prev = rest_id;
             }
-            c.blocks[id].next = rest_id;
-            c.blocks[id].size = bytes;
-            c.blocks.pool_insert(rest_id);
+            c.blocks_mut()[id].next = rest_id;
+            c.blocks_mut()[id].size = bytes;
+            c.blocks_mut().pool_insert(rest_id);
         }
-        c.blocks.try_merge(id, c.blocks[id].prev);
-        c.blocks.try_merge(id, c.blocks[id].next);
-        c.blocks[id].free_stamp = c.blocks.clock();
-        c.blocks.pool_insert(id);
+        c.blocks_mut().merge_neighbours(id);
+        c.blocks_mut()[id].free_stamp = c.blocks().clock();
+        c.blocks_mut().pool_insert(id);
         c.reserve(pool, bytes);
         // Beyond PyTorch: the `segment` statistic counts an expandable segment's contiguous mapped
         // ranges, which is what snapshots list as its segments (PyTorch leaves the statistic
         // alone here, so its statistics and snapshots disagree with expandable segments).
         match (joins_prev, joins_next) {
-            (false, false) => c.stats.increase(Metric::Segment, pool, 1),
-            (true, true) => c.stats.decrease(Metric::Segment, pool, 1),
+            (false, false) => c.stats_mut().increase(Metric::Segment, pool, 1),
+            (true, true) => c.stats_mut().decrease(Metric::Segment, pool, 1),
             _ => {}
         }
-        c.stats.count(Count::DeviceAlloc);
-        c.history.record(TraceAction::SegmentMap, addr, bytes, stream);
+        c.stats_mut().count(Count::DeviceAlloc);
+        c.history_mut().record(TraceAction::SegmentMap, addr, bytes, stream);
         Ok(true)
     }
 
     /// Unmaps whole pages inside the free mapped block `id`, at least `limit` bytes of them
     /// (all, if fewer), those at its end, in one driver call; returns the bytes unmapped.
     pub fn unmap_block(&mut self, mem: &dyn RawMemory, c: &mut Cache, id: BlockId, limit: usize) -> Result<usize> {
-        let (first, whole) = self.whole_pages(&c.blocks, id);
+        let (first, whole) = self.whole_pages(c.blocks(), id);
         if whole == 0 {
             return Ok(0);
         }
         // The last pages of the run, enough for `limit`.
         let end = first + whole as u64;
-        let seg = self.segment_mut(&c.blocks, id);
+        let seg = self.segment_mut(c.blocks(), id);
         let (mut start, mut len) = (end, 0usize);
         for (&a, &n) in seg.pages.range(first..end).rev() {
             if len >= limit {
@@ -399,15 +398,15 @@ impl ExpandableSegments {
         for a in gone {
             seg.pages.remove(&a);
         }
-        let b = &c.blocks[id];
+        let b = &c.blocks()[id];
         let (addr, size, stream, pool, prev, next, stamp) =
             (b.addr, b.size, b.stream, b.pool, b.prev, b.next, b.free_stamp);
-        c.blocks.pool_remove(id);
+        c.blocks_mut().pool_remove(id);
         let before = (start - addr) as usize;
         let after = size - before - len;
-        let left_mapped = before > 0 || (prev != NIL && c.blocks[prev].mapped);
-        let right_mapped = after > 0 || (next != NIL && c.blocks[next].mapped);
-        let expandable = c.blocks[id].expandable;
+        let left_mapped = before > 0 || (prev != NIL && c.blocks()[prev].mapped);
+        let right_mapped = after > 0 || (next != NIL && c.blocks()[next].mapped);
+        let expandable = c.blocks()[id].expandable;
         let piece = |blocks: &mut Blocks, at: u64, n: usize, p: BlockId, q: BlockId| {
             let mut f = Block::new(at, n, stream, pool);
             f.expandable = expandable;
@@ -424,43 +423,42 @@ impl ExpandableSegments {
             blocks.pool_insert(fid);
         };
         if before > 0 {
-            piece(&mut c.blocks, addr, before, prev, id);
+            piece(c.blocks_mut(), addr, before, prev, id);
         }
         if after > 0 {
-            piece(&mut c.blocks, start + len as u64, after, id, next);
+            piece(c.blocks_mut(), start + len as u64, after, id, next);
         }
-        let b = &mut c.blocks[id];
+        let b = &mut c.blocks_mut()[id];
         b.addr = start;
         b.size = len;
         b.mapped = false;
-        c.blocks.try_merge(id, c.blocks[id].prev);
-        c.blocks.try_merge(id, c.blocks[id].next);
-        c.blocks.pool_insert(id);
-        c.stats.decrease(Metric::ReservedBytes, pool, len);
+        c.blocks_mut().merge_neighbours(id);
+        c.blocks_mut().pool_insert(id);
+        c.stats_mut().decrease(Metric::ReservedBytes, pool, len);
         match (left_mapped, right_mapped) {
-            (false, false) => c.stats.decrease(Metric::Segment, pool, 1),
-            (true, true) => c.stats.increase(Metric::Segment, pool, 1),
+            (false, false) => c.stats_mut().decrease(Metric::Segment, pool, 1),
+            (true, true) => c.stats_mut().increase(Metric::Segment, pool, 1),
             _ => {}
         }
-        c.stats.count(Count::DeviceFree);
-        c.history.record(TraceAction::SegmentUnmap, start, len, stream);
+        c.stats_mut().count(Count::DeviceFree);
+        c.history_mut().record(TraceAction::SegmentUnmap, start, len, stream);
         Ok(len)
     }
 
     /// Releases the reservations of `pool`'s expandable segments that are wholly unmapped.
     pub fn release_unmapped(&mut self, mem: &dyn RawMemory, c: &mut Cache, pool: PoolKind) -> Result<()> {
         let empty: Vec<BlockId> = c
-            .blocks
+            .blocks()
             .unmapped_list(pool)
             .ids()
-            .filter(|&id| !c.blocks[id].is_split() && c.blocks[id].is_available())
+            .filter(|&id| !c.blocks()[id].is_split() && c.blocks()[id].is_available())
             .collect();
         for id in empty {
-            let index = c.blocks[id].expandable as usize;
-            let seg = self.segment(&c.blocks, id);
+            let index = c.blocks()[id].expandable as usize;
+            let seg = self.segment(c.blocks(), id);
             mem.vmm_release(DevicePtr(seg.base), seg.len)?;
-            c.blocks.pool_remove(id);
-            c.blocks.remove(id);
+            c.blocks_mut().pool_remove(id);
+            c.blocks_mut().remove(id);
             self.segments[index] = None;
         }
         Ok(())

@@ -274,16 +274,16 @@ impl Cache {
     /// address order.
     pub(crate) fn snapshot(&self, device: usize) -> Snapshot {
         let mut heads: Vec<(u64, BlockId)> = self
-            .blocks
+            .blocks()
             .iter()
-            .filter(|(_, b)| b.mapped && (b.prev == NIL || !self.blocks[b.prev].mapped))
+            .filter(|(_, b)| b.mapped && (b.prev == NIL || !self.blocks()[b.prev].mapped))
             .map(|(id, b)| (b.addr, id))
             .collect();
         heads.sort_unstable();
         let segments = heads
             .into_iter()
             .map(|(address, head)| {
-                let h = &self.blocks[head];
+                let h = &self.blocks()[head];
                 let mut seg = SegmentInfo {
                     device,
                     address,
@@ -294,12 +294,12 @@ impl Cache {
                     stream: h.stream,
                     segment_type: h.pool,
                     is_expandable: h.is_expandable(),
-                    segment_pool_id: self.pools.id_of(h.slot).unwrap_or_default(),
+                    segment_pool_id: self.pools().id_of(h.slot).unwrap_or_default(),
                     blocks: Vec::new(),
                 };
                 let mut id = head;
-                while id != NIL && self.blocks[id].mapped {
-                    let b = &self.blocks[id];
+                while id != NIL && self.blocks()[id].mapped {
+                    let b = &self.blocks()[id];
                     let state = if b.allocated {
                         BlockState::ActiveAllocated
                     } else if b.event_count > 0 || !b.stream_uses.is_empty() {
@@ -322,7 +322,7 @@ impl Cache {
                 seg
             })
             .collect();
-        Snapshot { segments, device_traces: vec![self.history.entries()] }
+        Snapshot { segments, device_traces: vec![self.history().entries()] }
     }
 }
 

@@ -52,7 +52,7 @@ impl State {
     }
 
     pub fn settings(&self) -> &AllocatorSettings {
-        &self.cache.settings
+        self.cache.settings()
     }
 
     pub fn set_settings(&mut self, settings: AllocatorSettings) {
@@ -71,15 +71,15 @@ impl State {
 
     /// A copy of the statistics.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.cache.stats.snapshot()
+        self.cache.stats().snapshot()
     }
 
     pub fn reset_peak_stats(&mut self) {
-        self.cache.stats.reset_peak();
+        self.cache.stats_mut().reset_peak();
     }
 
     pub fn reset_accumulated_stats(&mut self) {
-        self.cache.stats.reset_accumulated();
+        self.cache.stats_mut().reset_accumulated();
     }
 
     /// `set_memory_fraction`: at most `limit` bytes reserved.
@@ -93,16 +93,16 @@ impl State {
     }
 
     pub fn set_history(&mut self, enabled: bool, max_entries: usize) {
-        self.cache.history.set(enabled, max_entries);
+        self.cache.history_mut().set(enabled, max_entries);
     }
 
     pub fn is_recording_history(&self) -> bool {
-        self.cache.history.enabled()
+        self.cache.history().enabled()
     }
 
     /// The size of the live block at `ptr`.
     pub fn block_size(&self, ptr: DevicePtr) -> Option<usize> {
-        self.cache.blocks.live_get(ptr.0).map(|id| self.cache.blocks[id].size)
+        self.cache.blocks().live_get(ptr.0).map(|id| self.cache.blocks()[id].size)
     }
 
     /// Every segment and block now, and the history.
@@ -137,14 +137,14 @@ impl State {
     /// Expandable segments asked for and supported by the memory.
     #[inline]
     fn expandable_active(&self) -> bool {
-        self.cache.settings.expandable_segments() && self.expandable.supported()
+        self.cache.settings().expandable_segments() && self.expandable.supported()
     }
 
     // ---------------------------------------------------------------- malloc
 
     /// A block for `stream` from the pools at `slot` (the default pools, or a private pool's).
     pub fn malloc(&mut self, mem: &dyn RawMemory, orig: usize, stream: StreamId, slot: Slot) -> Result<DevicePtr> {
-        let size = self.cache.settings.round_size(orig);
+        let size = self.cache.settings().round_size(orig);
         if self.deferred.is_pending() {
             if self.pending_events == 0 && slot == DEFAULT_SLOT {
                 if let Some(ptr) = self.deferred.reuse(&mut self.cache, size, orig, stream) {
@@ -154,7 +154,7 @@ impl State {
             self.settle();
         }
         // While a capture is underway, no event is queried (illegal in a capture).
-        let capturing = self.cache.pools.capturing();
+        let capturing = self.cache.pools().capturing();
         if !capturing && (self.pending_events > 0 || !self.capture_frees.is_empty()) {
             self.process_events(mem)?;
         }
@@ -172,7 +172,7 @@ impl State {
             // or out of memory.
             found = self.alloc_block(mem, pool, stream, size, alloc_size, false)?;
         } else if found.is_none() {
-            if self.cache.fraction().is_some() && self.cache.settings.garbage_collection_threshold().is_some() {
+            if self.cache.fraction().is_some() && self.cache.settings().garbage_collection_threshold().is_some() {
                 self.cache.garbage_collect(mem)?;
             }
             found = self.alloc_block(mem, pool, stream, size, alloc_size, false)?;
@@ -201,11 +201,11 @@ impl State {
         (size, orig): (usize, usize),
         alloc_size: usize,
     ) -> Result<DevicePtr> {
-        self.cache.blocks.tick();
+        self.cache.blocks_mut().tick();
         let mut found = None;
-        if let Some(f) = self.cache.blocks.private_list(slot, pool).best_fit(stream, size) {
-            if !oversize_refused(&self.cache.settings, size, f.size) {
-                self.cache.blocks.take_found_in(slot, pool, f);
+        if let Some(f) = self.cache.blocks().private_list(slot, pool).best_fit(stream, size) {
+            if !oversize_refused(self.cache.settings(), size, f.size) {
+                self.cache.blocks_mut().take_found_in(slot, pool, f);
                 found = Some(f.id);
             }
         }
@@ -224,16 +224,16 @@ impl State {
 
     /// Best fit among the stream's free blocks, with the oversize rules.
     fn get_free_block(&mut self, pool: PoolKind, stream: StreamId, size: usize) -> Option<BlockId> {
-        self.cache.blocks.tick();
-        let settings = &self.cache.settings;
-        let blocks = &self.cache.blocks;
+        self.cache.blocks_mut().tick();
+        let settings = self.cache.settings();
+        let blocks = self.cache.blocks();
         let found = blocks.free_list(pool).best_fit(stream, size)?;
         let oversize_refused = |bytes: usize| oversize_refused(settings, size, bytes);
         if !blocks[found.id].is_expandable() {
             if oversize_refused(found.size) {
                 return None;
             }
-            self.cache.blocks.take_found(pool, found);
+            self.cache.blocks_mut().take_found(pool, found);
             return Some(found.id);
         }
         let id = {
@@ -263,7 +263,7 @@ impl State {
         if oversize_refused(blocks[id].size) {
             return None;
         }
-        self.cache.blocks.pool_remove(id);
+        self.cache.blocks_mut().pool_remove(id);
         Some(id)
     }
 
@@ -278,7 +278,7 @@ impl State {
         is_retry: bool,
     ) -> Result<Option<BlockId>> {
         if is_retry {
-            self.cache.stats.count(Count::AllocRetry);
+            self.cache.stats_mut().count(Count::AllocRetry);
         }
         if self.expandable_active() {
             return self.alloc_expandable(mem, pool, stream, size);
@@ -322,7 +322,7 @@ impl State {
         };
         let over = |c: &Cache, room: &Room| (c.reserved() + room.need).saturating_sub(c.high_water());
         // Moving pages waits for the device and unmaps: never during a capture.
-        if over(&self.cache, &room) > 0 && !self.cache.pools.capturing() {
+        if over(&self.cache, &room) > 0 && !self.cache.pools().capturing() {
             let mut runs = self.expandable.movable(&self.cache, &room);
             if !runs.is_empty() {
                 let waiting = self.pending_events > 0;
@@ -353,13 +353,13 @@ impl State {
         if b.pool == PoolKind::Small || (self.expandable_active() && b.slot == DEFAULT_SLOT) {
             remaining >= MIN_BLOCK_SIZE
         } else {
-            size < self.cache.settings.max_split() && remaining > SMALL_SIZE
+            size < self.cache.settings().max_split() && remaining > SMALL_SIZE
         }
     }
 
     /// Hands out `id` (taken out of its pool), splitting off what the request does not need.
     fn alloc_found_block(&mut self, id: BlockId, size: usize, orig: usize) -> DevicePtr {
-        let b = &self.cache.blocks[id];
+        let b = &self.cache.blocks()[id];
         let (pool, expandable, already_split) = (b.pool, b.is_expandable(), b.is_split());
         let id = if self.should_split(b, size) {
             let remaining = b.size - size;
@@ -369,7 +369,7 @@ impl State {
             front.expandable = b.expandable;
             front.slot = b.slot;
             let prev = b.prev;
-            let blocks = &mut self.cache.blocks;
+            let blocks = self.cache.blocks_mut();
             let front_id = blocks.insert(front);
             if prev != NIL {
                 blocks[prev].next = front_id;
@@ -383,17 +383,18 @@ impl State {
             blocks.pool_insert(id);
             if !expandable {
                 if already_split {
-                    self.cache.stats.decrease(Metric::InactiveSplitBytes, pool, size);
+                    self.cache.stats_mut().decrease(Metric::InactiveSplitBytes, pool, size);
                 } else {
-                    self.cache.stats.increase(Metric::InactiveSplit, pool, 1);
-                    self.cache.stats.increase(Metric::InactiveSplitBytes, pool, remaining);
+                    self.cache.stats_mut().increase(Metric::InactiveSplit, pool, 1);
+                    self.cache.stats_mut().increase(Metric::InactiveSplitBytes, pool, remaining);
                 }
             }
             front_id
         } else {
             if already_split && !expandable {
-                self.cache.stats.decrease(Metric::InactiveSplitBytes, pool, b.size);
-                self.cache.stats.decrease(Metric::InactiveSplit, pool, 1);
+                let bytes = b.size;
+                self.cache.stats_mut().decrease(Metric::InactiveSplitBytes, pool, bytes);
+                self.cache.stats_mut().decrease(Metric::InactiveSplit, pool, 1);
             }
             id
         };
@@ -401,10 +402,10 @@ impl State {
     }
 
     fn out_of_memory(&mut self, mem: &dyn RawMemory, stream: StreamId, alloc_size: usize) -> Error {
-        self.cache.stats.count(Count::Oom);
+        self.cache.stats_mut().count(Count::Oom);
         let (free, total) = mem.mem_info().unwrap_or((0, 0));
-        self.cache.history.record(TraceAction::Oom, free as u64, alloc_size, stream);
-        let allocated = self.cache.stats.get(Metric::AllocatedBytes).max(0) as usize;
+        self.cache.history_mut().record(TraceAction::Oom, free as u64, alloc_size, stream);
+        let allocated = self.cache.stats().get(Metric::AllocatedBytes).max(0) as usize;
         Error::OutOfMemory {
             device: self.device,
             requested: alloc_size,
@@ -420,21 +421,21 @@ impl State {
     pub fn free(&mut self, mem: &dyn RawMemory, ptr: DevicePtr) -> Result<()> {
         self.settle();
         let c = &mut self.cache;
-        let Some(id) = c.blocks.live_remove(ptr.0) else {
+        let Some(id) = c.blocks_mut().live_remove(ptr.0) else {
             return Err(self.invalid_pointer(ptr));
         };
-        let b = &mut c.blocks[id];
+        let b = &mut c.blocks_mut()[id];
         b.allocated = false;
         let (pool, size, stream, has_uses) = (b.pool, b.size, b.stream, !b.stream_uses.is_empty());
         let requested = b.requested;
-        c.stats.decrease(Metric::Allocation, pool, 1);
-        c.stats.decrease(Metric::AllocatedBytes, pool, size);
-        c.departures.freed(stream);
-        if size >= c.settings.max_split() {
-            c.stats.oversize_allocation(false);
+        c.stats_mut().decrease(Metric::Allocation, pool, 1);
+        c.stats_mut().decrease(Metric::AllocatedBytes, pool, size);
+        c.departures_mut().freed(stream);
+        if size >= c.settings().max_split() {
+            c.stats_mut().oversize_allocation(false);
         }
-        c.history.record(TraceAction::FreeRequested, ptr.0, requested, stream);
-        if has_uses && c.pools.capturing() {
+        c.history_mut().record(TraceAction::FreeRequested, ptr.0, requested, stream);
+        if has_uses && c.pools().capturing() {
             // Recording and later querying events is illegal during a capture: the block waits
             // until no capture is underway, then its events are recorded as usual.
             self.capture_frees.push(id);
@@ -461,10 +462,10 @@ impl State {
     }
 
     pub fn record_stream(&mut self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
-        let Some(id) = self.cache.blocks.live_get(ptr.0) else {
+        let Some(id) = self.cache.blocks().live_get(ptr.0) else {
             return Err(self.invalid_pointer(ptr));
         };
-        let b = &mut self.cache.blocks[id];
+        let b = &mut self.cache.blocks_mut()[id];
         if stream != b.stream && !b.stream_uses.contains(&stream) {
             b.stream_uses.push(stream);
         }
@@ -474,12 +475,12 @@ impl State {
     /// Records an event on every stream that used the freed block; it returns to its pool when
     /// they all completed.
     fn insert_events(&mut self, mem: &dyn RawMemory, id: BlockId) -> Result<()> {
-        let uses = std::mem::take(&mut self.cache.blocks[id].stream_uses);
+        let uses = std::mem::take(&mut self.cache.blocks_mut()[id].stream_uses);
         let mut failure = None;
         for s in uses {
             match mem.record_event(s) {
                 Ok(ev) => {
-                    self.cache.blocks[id].event_count += 1;
+                    self.cache.blocks_mut()[id].event_count += 1;
                     self.pending_events += 1;
                     match self.events.iter_mut().find(|(st, _)| *st == s) {
                         Some((_, q)) => q.push_back((ev, id)),
@@ -492,7 +493,7 @@ impl State {
         if failure.is_some() {
             // An event could not be recorded: wait for all work instead, so the block is safe.
             let synced = mem.synchronize();
-            if self.cache.blocks[id].event_count == 0 {
+            if self.cache.blocks()[id].event_count == 0 {
                 self.cache.free_block(id);
             }
             synced?;
@@ -534,7 +535,7 @@ impl State {
     fn event_completed(&mut self, mem: &dyn RawMemory, ev: EventId, id: BlockId) {
         mem.event_release(ev);
         self.pending_events -= 1;
-        let b = &mut self.cache.blocks[id];
+        let b = &mut self.cache.blocks_mut()[id];
         b.event_count -= 1;
         if b.event_count == 0 {
             self.cache.free_block(id);
@@ -552,12 +553,12 @@ impl State {
         stream: StreamId,
         size: usize,
     ) -> Result<bool> {
-        let max_split = self.cache.settings.max_split();
+        let max_split = self.cache.settings().max_split();
         if max_split == usize::MAX {
             return Ok(false);
         }
         let want = size.max(max_split);
-        let blocks = &self.cache.blocks;
+        let blocks = self.cache.blocks();
         let free = blocks.free_list(pool);
         let first = free.at_least(stream, want).next();
         if let Some((_, id)) = first {
@@ -590,7 +591,7 @@ impl State {
     /// no private pool's segment is freed either, since freeing device memory and waiting for
     /// the device are illegal in a capture): the next `empty_cache` after it returns them.
     pub fn release_cached_blocks(&mut self, mem: &dyn RawMemory) -> Result<()> {
-        if self.cache.pools.capturing() {
+        if self.cache.pools().capturing() {
             return Ok(());
         }
         self.synchronize_and_free_events(mem)?;
@@ -602,20 +603,20 @@ impl State {
     /// Frees the whole free segments of the freeable private pools (only `only`'s, if given), and
     /// deletes those that hold no segment any more.
     fn release_freeable_pools(&mut self, mem: &dyn RawMemory, only: Option<Slot>) -> Result<()> {
-        for slot in self.cache.pools.freeable() {
+        for slot in self.cache.pools().freeable() {
             if only.is_some_and(|o| o != slot) {
                 continue;
             }
             for kind in [PoolKind::Large, PoolKind::Small] {
-                let blocks = &self.cache.blocks;
+                let blocks = self.cache.blocks();
                 let whole: Vec<BlockId> =
                     blocks.private_list(slot, kind).ids().filter(|&id| !blocks[id].is_split()).collect();
                 for id in whole {
                     self.cache.release_block(mem, id)?;
                 }
             }
-            if self.cache.pools.segments(slot) == 0 {
-                self.cache.pools.delete(slot);
+            if self.cache.pools().segments(slot) == 0 {
+                self.cache.pools_mut().delete(slot);
             }
         }
         Ok(())
@@ -623,7 +624,7 @@ impl State {
 
     fn synchronize_and_free_events(&mut self, mem: &dyn RawMemory) -> Result<()> {
         self.insert_capture_frees(mem)?;
-        self.cache.stats.count(Count::SyncAllStreams);
+        self.cache.stats_mut().count(Count::SyncAllStreams);
         mem.synchronize()?;
         for (_, q) in std::mem::take(&mut self.events) {
             for (ev, id) in q {
@@ -634,10 +635,10 @@ impl State {
     }
 
     fn release_blocks(&mut self, mem: &dyn RawMemory, pool: PoolKind) -> Result<()> {
-        let ids: Vec<BlockId> = self.cache.blocks.free_list(pool).ids().collect();
+        let ids: Vec<BlockId> = self.cache.blocks().free_list(pool).ids().collect();
         let mut to_unmap = Vec::new();
         for id in ids {
-            let b = &self.cache.blocks[id];
+            let b = &self.cache.blocks()[id];
             if b.is_expandable() {
                 to_unmap.push(id);
             } else if !b.is_split() {
@@ -669,58 +670,59 @@ impl State {
 
     /// `createOrIncrefPool` (a `MemPool`'s creation): a new pool, or one more use of a live one.
     pub fn create_pool(&mut self, pool: MemPoolId) -> Result<()> {
-        let slot = self.cache.pools.create_or_incref(pool).map_err(|r| self.pool_error("MemPool", pool, r))?;
-        self.cache.blocks.ensure_slot(slot);
+        let slot = self.cache.pools_mut().create_or_incref(pool).map_err(|r| self.pool_error("MemPool", pool, r))?;
+        self.cache.blocks_mut().ensure_slot(slot);
         Ok(())
     }
 
     /// `beginAllocateToPool`'s books: the pool made or shared, a capture underway.
     pub fn begin_pool(&mut self, pool: MemPoolId) -> Result<()> {
-        let slot = self.cache.pools.begin(pool).map_err(|r| self.pool_error("begin_allocate_to_pool", pool, r))?;
-        self.cache.blocks.ensure_slot(slot);
+        let slot =
+            self.cache.pools_mut().begin(pool).map_err(|r| self.pool_error("begin_allocate_to_pool", pool, r))?;
+        self.cache.blocks_mut().ensure_slot(slot);
         Ok(())
     }
 
     /// `endAllocateToPool`'s books.
     pub fn end_pool(&mut self, pool: MemPoolId) -> Result<()> {
-        self.cache.pools.end(pool).map_err(|r| self.pool_error("end_allocate_to_pool", pool, r))
+        self.cache.pools_mut().end(pool).map_err(|r| self.pool_error("end_allocate_to_pool", pool, r))
     }
 
     /// `releasePool`: one use less; at 0 the pool is freeable. The use count after.
     pub fn release_pool(&mut self, pool: MemPoolId) -> Result<usize> {
-        self.cache.pools.release(pool).map_err(|r| self.pool_error("release_pool", pool, r))
+        self.cache.pools_mut().release(pool).map_err(|r| self.pool_error("release_pool", pool, r))
     }
 
     /// The pool's use count.
     pub fn pool_use_count(&self, pool: MemPoolId) -> Result<usize> {
-        self.cache.pools.use_count(pool).ok_or_else(|| {
+        self.cache.pools().use_count(pool).ok_or_else(|| {
             self.pool_error("use_count", pool, "no such pool on this device (never made, or freed and deleted)")
         })
     }
 
     /// The slot of a pool allocations may be routed to (`None`: unknown or freeable).
     pub fn routable_slot(&self, pool: MemPoolId) -> Option<Slot> {
-        self.cache.pools.slot_of(pool).filter(|_| self.cache.pools.use_count(pool).unwrap_or(0) > 0)
+        self.cache.pools().slot_of(pool).filter(|_| self.cache.pools().use_count(pool).unwrap_or(0) > 0)
     }
 
     /// The private pool the live block at `ptr` came from (`None`: the default pools, or no live
     /// block there).
     pub fn block_pool(&self, ptr: DevicePtr) -> Option<MemPoolId> {
-        let id = self.cache.blocks.live_get(ptr.0)?;
-        self.cache.pools.id_of(self.cache.blocks[id].slot)
+        let id = self.cache.blocks().live_get(ptr.0)?;
+        self.cache.pools().id_of(self.cache.blocks()[id].slot)
     }
 
     /// `emptyCache(mempool_id)`: if the pool is freeable, waits for the events of its blocks (if
     /// any) and frees its whole free segments, deleting it when none is left. Nothing during a
     /// capture.
     pub fn release_pool_cache(&mut self, mem: &dyn RawMemory, pool: MemPoolId) -> Result<()> {
-        let Some(slot) = self.cache.pools.slot_of(pool) else {
+        let Some(slot) = self.cache.pools().slot_of(pool) else {
             return Ok(());
         };
-        if self.cache.pools.capturing() || self.cache.pools.use_count(pool) != Some(0) {
+        if self.cache.pools().capturing() || self.cache.pools().use_count(pool) != Some(0) {
             return Ok(());
         }
-        let blocks = &self.cache.blocks;
+        let blocks = self.cache.blocks();
         let waiting =
             self.events.iter().flat_map(|(_, q)| q.iter().map(|&(_, id)| id)).any(|id| blocks[id].slot == slot)
                 || self.capture_frees.iter().any(|&id| blocks[id].slot == slot);

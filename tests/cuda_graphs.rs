@@ -727,3 +727,27 @@ fn fills_captured_on_a_dropped_tensor_never_write_memory_handed_out_since() -> R
     against(&y.to_vec::<f32>()?, hx.iter().map(|&v| v as f64), "zeros + x");
     Ok(())
 }
+
+/// A non-blocking copy from pinned memory, captured, keeps the pinned source (and the device
+/// destination) alive: the replay copies the source's bytes of then, after its handle dropped.
+#[test]
+fn a_captured_copy_from_pinned_memory_keeps_its_source_after_the_handle_drops() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let n = 1024;
+    let h = data(41, n);
+    let pinned = Tensor::from_slice(&h, [n], Device::Cpu)?.pin_memory()?;
+    let z = Tensor::zeros([n], DType::F32, dev())?;
+    let mut g = CUDAGraph::new();
+    cuda::graph(&mut g, GraphOptions::default(), || z.copy_(&pinned, true))?;
+    drop(pinned);
+    // Pinned blocks freed now would be handed out again by these.
+    let others: Vec<Tensor> =
+        (0..8).map(|_| Tensor::full([n], 9.0, DType::F32, Device::Cpu)?.pin_memory()).collect::<Result<_>>()?;
+    z.fill_(0.0)?;
+    g.replay()?;
+    against(&z.to_vec::<f32>()?, h.iter().map(|&v| v as f64), "pinned → device");
+    for t in &others {
+        assert!(t.to_vec::<f32>()?.iter().all(|&v| v == 9.0));
+    }
+    Ok(())
+}

@@ -12,6 +12,8 @@
 //! is underway the door itself hands the captured graph an owned handle of each (those of the
 //! capture's own pool excepted), so a replay never touches freed memory whatever path queued the
 //! work; with no capture the operands are not touched (one relaxed load, then the driver call).
+//! The blocking copies to and from pageable host memory take none: a capture refuses them, and
+//! they return only once done.
 
 use super::capture::{self, KeepAlive};
 use super::memory::DeviceBlock;

@@ -195,12 +195,12 @@ mod sync;
 mod tensor;
 pub mod testing;
 
-pub use config::{init, Config};
+pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
+pub use config::{DriverKind, PeerSpec, SimConfig};
 pub use device::{Device, IntoCudaDevice, IntoDevice};
-pub use driver::sim::{PeerSpec, SimConfig};
-pub use driver::DriverKind;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use runtime::init;
 pub use scalar::Scalar;
 /// The README's code, compiled (and run where it needs no GPU) by `cargo test --doc`.
 #[doc = include_str!("../README.md")]

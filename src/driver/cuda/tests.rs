@@ -15,7 +15,7 @@ use std::time::Instant;
 /// A driver with at least one device, or `None` (after saying why) on a GPU-less machine.
 #[track_caller]
 fn gpu() -> Option<CudaDriver> {
-    let driver = CudaDriver::new();
+    let driver = CudaDriver::default();
     if driver.device_count() == 0 {
         crate::testing::skip(1, &driver.unavailable_reason().unwrap_or_default());
         return None;
@@ -25,7 +25,7 @@ fn gpu() -> Option<CudaDriver> {
 
 #[test]
 fn without_devices_every_call_fails_cleanly() {
-    let d = CudaDriver::new();
+    let d = CudaDriver::default();
     assert_eq!(d.name(), "cuda");
     if d.device_count() > 0 {
         assert_eq!(d.unavailable_reason(), None);
@@ -315,7 +315,7 @@ fn vmm_reserve_map_write_read_unmap_release() {
     assert!(matches!(d.vmm_release(0, base, size), Err(Error::InvalidArgument { .. })), "released twice");
 
     // A driver dropped with ranges still reserved and mapped frees them.
-    let d2 = CudaDriver::new();
+    let d2 = CudaDriver::default();
     let b2 = d2.vmm_reserve(0, size).unwrap();
     d2.vmm_map(0, b2, 2 * g).unwrap();
     d2.memset_d8(b2, 1, 2 * g, d2.create_stream(0, 0).unwrap()).unwrap();

@@ -193,4 +193,22 @@ fn every_setting_reads_from_its_variable() {
     let cache = |v: &str| Config::from_env_with(|k| (k == "CUDASEM_KERNEL_CACHE").then(|| v.to_string()));
     assert_eq!(cache("off").unwrap().cuda.kernel_cache, KernelCache::Off);
     assert_eq!(Config::from_env_with(|_| None).unwrap().cuda.kernel_cache, KernelCache::UserCache);
+    // The same settings through serde, in the variables' syntax.
+    let c: Config = serde_json::from_str(
+        r#"{"cuda": {"kernel_cache": "/k", "nccl_lib": "/n/libnccl.so.2", "launch_tuning": "8,2,3"},
+            "visible_devices": "1,0"}"#,
+    )
+    .unwrap();
+    let tuning = LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3 };
+    let expected = Config::default()
+        .with_kernel_cache(KernelCache::Dir("/k".into()))
+        .with_nccl_lib("/n/libnccl.so.2")
+        .with_launch_tuning(tuning)
+        .with_visible_devices(Some("1,0"));
+    assert_eq!(c, expected);
+    let off: Config = serde_json::from_str(r#"{"cuda": {"kernel_cache": "off"}}"#).unwrap();
+    assert_eq!(off.cuda.kernel_cache, KernelCache::Off);
+    for bad in [r#"{"cuda": {"launch_tuning": "1,2"}}"#, r#"{"cuda": {"nccl": "/n"}}"#] {
+        assert!(serde_json::from_str::<Config>(bad).is_err(), "{bad}");
+    }
 }

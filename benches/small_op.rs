@@ -33,7 +33,7 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, Throughput};
 use cudasem::cuda::{self, Stream, StreamGuard};
-use cudasem::driver::{self, DevicePtr, StreamId};
+use cudasem::driver::{DevicePtr, StreamId};
 use cudasem::kernel::{BinaryOp, BufferView, KernelOp};
 use cudasem::{DType, Result, Tensor};
 use std::time::{Duration, Instant};
@@ -272,7 +272,7 @@ fn figures<'a>(kernels: Option<Kernels>, x: &'a Tensor, y: &'a Tensor, z: &'a Te
         offset: 0,
     };
     let op = KernelOp::Binary { op: BinaryOp::Add, lhs: view(x), rhs: view(y), dst: view(z), compute: DType::F32 };
-    let drv = driver::global()?;
+    let drv = cudasem::testing::driver()?;
     let stream = StreamId(cuda::current_stream(None)?.id());
     let null = std::ptr::null_mut();
     let mut out: Vec<Figure<'a>> = Vec::new();

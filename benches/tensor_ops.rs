@@ -64,10 +64,10 @@ fn elementwise(c: &mut Criterion) {
             ((0, 2, 4), "add_f32_2^28@v2", "sum_f32_1GiB@w4"),
             ((0, 4, 1), "add_f32_2^28@v4", "sum_f32_1GiB@w1"),
         ] {
-            cudasem::driver::cuda::set_tuning(tuning.0, tuning.1, tuning.2);
+            cudasem::cuda::set_launch_tuning(tuning.0, tuning.1, tuning.2);
             both(&mut group, add_name, sum_name);
         }
-        cudasem::driver::cuda::set_tuning(256, 0, 1);
+        cudasem::cuda::set_launch_tuning(256, 0, 1);
     }
     group.finish();
 }

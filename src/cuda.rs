@@ -46,11 +46,15 @@ pub mod memory {
 /// `torch.backends.cuda.matmul.allow_tf32 = True`.
 pub use crate::driver::cuda::backends;
 
-/// Tuning of the CUDA driver's launch shapes for benchmark runs, not an API (`cudasem bench`
-/// reads it from `CUDASEM_BENCH_TUNING`): the most waves of blocks an elementwise grid holds (0: no
-/// cap), the vectors per thread of a fast elementwise pass (0: each op's own), and the waves of
-/// blocks a row split over blocks uses. The defaults are `(256, 0, 1)`.
+/// Tuning of the CUDA driver's launch shapes for benchmark runs, not an API: the most waves of
+/// blocks an elementwise grid holds (0: no cap), the vectors per thread of a fast elementwise pass
+/// (0: each op's own), and the waves of blocks a row split over blocks uses. The defaults are
+/// `(256, 0, 1)`. The setting is [`Config::cuda`](crate::Config::cuda)'s `launch_tuning`
+/// (`CUDASEM_BENCH_TUNING` in the environment); this call starts the runtime and changes it in
+/// the runtime's driver, the one place it is held (the simulated machine ignores it).
 #[doc(hidden)]
 pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
-    crate::driver::cuda::set_tuning(elementwise_waves, vectors_per_thread, reduce_waves);
+    let tuning = crate::config::LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves };
+    // A runtime that cannot start has no driver to tune; its error comes with the next call.
+    let _ = crate::runtime::set_launch_tuning(tuning);
 }

@@ -601,6 +601,15 @@ fn matrix_dims(shape: &[usize]) -> (usize, usize) {
     }
 }
 
+/// At most `chars` characters of `text`, with `…` where it was cut: how an error message quotes
+/// what came from a file or a setting, which may be of any length.
+pub(crate) fn quote_prefix(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// Formats a byte count the way PyTorch's messages do (`200.00 GiB`).
 pub fn fmt_bytes(bytes: usize) -> String {
     const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];

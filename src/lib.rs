@@ -116,9 +116,12 @@
 //!
 //! ## Choosing the driver
 //!
-//! In code, [`init`] with a [`Config`] before the first other cudasem call: the driver
-//! ([`DriverKind`]), the simulated machine ([`SimConfig`]) and the allocator settings
-//! ([`cuda::AllocatorSettings`]). Without it, the environment decides, read at first use:
+//! Every process-wide setting is one value, [`Config`], resolved once. In code, [`init`] with a
+//! `Config` before the first other cudasem call: the driver ([`DriverKind`]), the simulated
+//! machine ([`SimConfig`]) and its visible devices, the allocator settings
+//! ([`cuda::AllocatorSettings`]) and the CUDA driver's ([`CudaSettings`]: the kernel cache
+//! `CUDASEM_KERNEL_CACHE`, the NCCL library `CUDASEM_NCCL_LIB`); code wins over the environment
+//! for each of them. Without it, the environment decides, read once at first use:
 //! `CUDASEM_DRIVER=cuda|sim|auto` (default `auto`: CUDA when a driver and a GPU are found);
 //! the simulated machine is shaped by `CUDASEM_SIM_DEVICES` (default 2), `CUDASEM_SIM_MEMORY`
 //! (default `16GiB`) and `CUDASEM_SIM_PEER` (`all`, `none`, or pairs like `0-1,2-3`); the
@@ -195,12 +198,12 @@ mod sync;
 mod tensor;
 pub mod testing;
 
-pub use config::{init, Config};
+pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
+pub use config::{DriverKind, PeerSpec, SimConfig};
 pub use device::{Device, IntoCudaDevice, IntoDevice};
-pub use driver::sim::{PeerSpec, SimConfig};
-pub use driver::DriverKind;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use runtime::init;
 pub use scalar::Scalar;
 /// The README's code, compiled (and run where it needs no GPU) by `cargo test --doc`.
 #[doc = include_str!("../README.md")]

@@ -24,6 +24,21 @@ pub fn delay(stream: &Stream, duration: Duration) -> Result<()> {
     stream.delay(duration)
 }
 
+/// The process's configuration, resolved once: the one `cudasem::init` gave, else the
+/// environment's (read now, if nothing read it before; a later `init` is then refused). Every
+/// layer received its settings from this value.
+pub fn config() -> Result<crate::Config> {
+    crate::runtime::resolved_config()
+}
+
+/// The runtime's driver (starting the runtime), for the crate's own tests and benches that
+/// reach below the public API; outside any stability promise.
+#[cfg(feature = "unstable-internals")]
+#[doc(hidden)]
+pub fn driver() -> Result<&'static std::sync::Arc<dyn crate::driver::Driver>> {
+    crate::runtime::driver()
+}
+
 /// How many GPUs this run must cover: `n` from `CUDASEM_REQUIRE_GPU=n` (`0` when unset or empty).
 ///
 /// The rule: with `CUDASEM_REQUIRE_GPU=1` every test case that needs a GPU (or NVRTC, or virtual

@@ -170,7 +170,7 @@ fn expandable_segments_grow_in_place_and_give_pages_back() -> Result<()> {
     let d = 0;
     let (s, s2) = stream_pair(d)?;
     let mut rng = TestRng::new(21);
-    let granularity = cudasem::driver::global()?.vmm_granularity(d);
+    let granularity = cudasem::testing::driver()?.vmm_granularity(d);
     if is_sim() {
         assert!(granularity.is_some(), "the sim driver has virtual memory management");
     }

@@ -55,7 +55,9 @@ mod host;
 mod mem_pools;
 mod outcome;
 mod replay;
-mod settings;
+// The settings' parser and the size rules it shares with the policy sit below the driver, with
+// the rest of the process's configuration.
+use crate::config::allocator as settings;
 mod snapshot;
 mod sorted;
 mod state;

@@ -23,14 +23,7 @@ fn quote(text: &str) -> String {
     quote_prefix(text, QUOTE_CHARS)
 }
 
-/// At most `chars` characters of `text`, with `…` where it was cut: how an error message quotes
-/// what came from a file or a setting, which may be of any length.
-pub(crate) fn quote_prefix(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
-}
+pub(crate) use crate::error::quote_prefix;
 
 /// One row of a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@ pub(crate) const MASTER_PORT: &str = "MASTER_PORT";
 
 /// A variable of the environment, or `None` when unset.
 fn var(key: &str) -> Result<Option<String>> {
-    crate::driver::env_var(key)
+    crate::config::env_var(key)
 }
 
 fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {

@@ -111,7 +111,7 @@ pub(crate) fn verify(secret: &[u8], nonce: &[u8], proof: &[u8]) -> bool {
 
 /// The secret from [`SECRET_ENV`], when set; empty is an error.
 pub(crate) fn env_secret() -> Result<Option<Vec<u8>>> {
-    match crate::driver::env_var(SECRET_ENV)? {
+    match crate::config::env_var(SECRET_ENV)? {
         Some(s) if s.is_empty() => Err(Error::InvalidConfig {
             key: SECRET_ENV.into(),
             value: String::new(),

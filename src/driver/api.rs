@@ -322,6 +322,12 @@ pub trait Driver: Send + Sync + 'static {
             reason: "host jobs over device memory exist on the simulated machine only".into(),
         })
     }
+    /// Changes the launch shapes of the tensor kernels ([`Config::cuda`](crate::Config::cuda)'s
+    /// `launch_tuning`, given at construction) for the launches that follow (benchmark tuning;
+    /// nothing to change on the simulated machine).
+    fn set_launch_tuning(&self, tuning: crate::config::LaunchTuning) {
+        let _ = tuning;
+    }
 }
 
 /// The error of a driver without a collectives library.

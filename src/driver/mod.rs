@@ -12,8 +12,8 @@
 //! reports only what callers cannot foresee (out of memory, device failures, unsupported
 //! operations). Handles are opaque numbers, unique within one driver instance.
 
-//! Files: the trait and its handles (`api.rs`), choosing and holding the process's driver
-//! (`select.rs`), collectives (`comm.rs`), and the two backends.
+//! Files: the trait and its handles (`api.rs`), building the driver a
+//! [`Config`](crate::Config) asks for (`select.rs`), collectives (`comm.rs`), and the two backends.
 
 mod api;
 pub mod comm;
@@ -22,7 +22,7 @@ pub(crate) mod exit;
 mod select;
 pub mod sim;
 
+pub use crate::config::DriverKind;
 pub use crate::kernel::{DevicePtr, HostPtr};
 pub use api::{CaptureMode, DeviceAllocation, DeviceProperties, Driver, EventId, GraphId, StreamId};
-pub use select::{build, from_env, global, DriverKind};
-pub(crate) use select::{configure, env_var};
+pub use select::build;

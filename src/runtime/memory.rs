@@ -8,17 +8,16 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 
 impl Runtime {
-    /// The device's caching allocator, made on first use with `CUDASEM_ALLOC_CONF`'s settings.
+    /// The device's caching allocator, made on first use with the process's allocator settings.
     pub(crate) fn allocator(&self, device: usize) -> Result<&CachingAllocator> {
-        // Made already: its settings were valid.
+        // Made already.
         if let Some(a) = self.devices.get(device).and_then(|d| d.allocator.get()) {
             return Ok(a);
         }
         let device = self.check(device)?;
-        let settings = self.alloc_settings.as_ref().map_err(Clone::clone)?;
         Ok(self.devices[device].allocator.get_or_init(|| {
             let memory = Arc::new(DriverMemory::new(self.driver.clone(), device));
-            CachingAllocator::new(device, memory, settings.clone())
+            CachingAllocator::new(device, memory, self.alloc_settings.clone())
         }))
     }
 
@@ -104,9 +103,9 @@ impl Drop for DeviceBlock {
     }
 }
 
-/// The allocator settings in force (from `CUDASEM_ALLOC_CONF`).
+/// The allocator settings in force (`cudasem::init`'s, else `CUDASEM_ALLOC_CONF`'s).
 pub fn allocator_settings() -> Result<AllocatorSettings> {
-    rt()?.alloc_settings.clone()
+    Ok(rt()?.alloc_settings.clone())
 }
 
 fn with_allocator<R>(device: impl IntoCudaDevice, f: impl FnOnce(&CachingAllocator) -> R) -> Result<R> {

@@ -55,6 +55,7 @@ pub use stream::Stream;
 pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id, Operand, NO_OPERANDS};
 
 use crate::alloc::{AllocatorSettings, CachingAllocator};
+use crate::config::{Config, LaunchTuning};
 use crate::device::IntoCudaDevice;
 use crate::driver::{self, Driver, StreamId};
 use crate::error::{Error, Result};
@@ -79,14 +80,16 @@ pub(crate) struct DeviceState {
 pub(crate) struct Runtime {
     pub driver: Arc<dyn Driver>,
     pub devices: Vec<DeviceState>,
-    /// `CUDASEM_ALLOC_CONF`, parsed once; an invalid value is reported by every allocating call.
-    pub alloc_settings: Result<AllocatorSettings>,
+    /// The allocator settings of the process's [`Config`].
+    pub alloc_settings: AllocatorSettings,
     /// Pinned host memory and its caching allocator, made on first use.
     host: OnceLock<host_memory::HostMemory>,
 }
 
 impl Runtime {
-    fn new(driver: Arc<dyn Driver>) -> Runtime {
+    /// The runtime over the driver that `config` asks for.
+    fn new(config: &Config) -> Result<Runtime> {
+        let driver = driver::build(config)?;
         let n = driver.device_count();
         let devices = (0..n)
             .map(|d| DeviceState {
@@ -99,7 +102,7 @@ impl Runtime {
             .collect();
         // Errors still pending at exit are written to stderr, not lost.
         driver::exit::at_exit(errors::report_at_exit);
-        Runtime { driver, devices, alloc_settings: crate::config::allocator_settings(), host: OnceLock::new() }
+        Ok(Runtime { driver, devices, alloc_settings: config.allocator.clone(), host: OnceLock::new() })
     }
 
     /// Checks a device index against the device count.
@@ -154,18 +157,74 @@ pub(crate) fn resolve_device(device: Option<usize>) -> Result<usize> {
     rt()?.resolve(device)
 }
 
+/// The process's configuration, resolved once: `init`'s, else the environment's (taken as the
+/// runtime starts). The one place a setting is held; the driver and the allocators receive
+/// theirs from it at construction.
+static CONFIG: OnceLock<Resolved> = OnceLock::new();
+
+/// The process's [`Config`] and where it came from.
+struct Resolved {
+    config: Result<Config>,
+    /// Given by [`init`] (else read from the environment as the runtime started).
+    by_init: bool,
+}
+
+/// The process's configuration: the one [`init`] gave, else [`Config::from_env`] (read now, once).
+fn config() -> &'static Resolved {
+    CONFIG.get_or_init(|| Resolved { config: Config::from_env(), by_init: false })
+}
+
+/// Configures cudasem in code (`torch`'s environment variables, set before first use): every
+/// setting of `config` — the driver, the simulated machine, the allocator settings, the CUDA
+/// driver's settings — replaces the environment's for this process (build it from
+/// [`Config::from_env`] to change only a part).
+///
+/// Call it once, before any other cudasem call: afterwards (or a second time) it changes nothing
+/// and returns [`Error::AlreadyInitialized`]. A simulated machine with more than 64 GPUs, no
+/// memory, or a peer pair naming a missing device is [`Error::InvalidConfig`] (and does not
+/// count as a call). Without `init`, the environment decides ([`Config::from_env`]), read once
+/// when the runtime starts.
+pub fn init(config: Config) -> Result<()> {
+    config.validate()?;
+    let mut taken = false;
+    let held = CONFIG.get_or_init(|| {
+        taken = true;
+        Resolved { config: Ok(config), by_init: true }
+    });
+    match (taken, held.by_init) {
+        (true, _) => Ok(()),
+        (false, true) => Err(Error::AlreadyInitialized { reason: "cudasem::init was already called" }),
+        (false, false) => {
+            Err(Error::AlreadyInitialized { reason: "the runtime already started (another cudasem call came first)" })
+        }
+    }
+}
+
+/// The process's configuration as the runtime holds it (resolving it from the environment when
+/// `init` did not come first, after which `init` is refused).
+pub(crate) fn resolved_config() -> Result<Config> {
+    config().config.clone()
+}
+
 static RUNTIME: OnceLock<Result<Runtime>> = OnceLock::new();
 
-/// The process-wide runtime, built on first use over the driver the environment selects.
+/// The process-wide runtime, built on first use over the driver the process's [`Config`] asks
+/// for. An invalid setting (say `CUDASEM_ALLOC_CONF`) is refused at once, by every call, not at
+/// the first allocation.
 pub(crate) fn rt() -> Result<&'static Runtime> {
-    RUNTIME
-        .get_or_init(|| {
-            // The allocator settings are checked as the runtime starts: an invalid
-            // `CUDASEM_ALLOC_CONF` is refused at once, by every call, not at the first allocation.
-            let rt = Runtime::new(driver::global()?.clone());
-            rt.alloc_settings.clone()?;
-            Ok(rt)
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+    RUNTIME.get_or_init(|| Runtime::new(config().config.as_ref().map_err(Clone::clone)?)).as_ref().map_err(Clone::clone)
+}
+
+/// The process's driver (for the crate's own tests and benches).
+#[cfg(feature = "unstable-internals")]
+pub(crate) fn driver() -> Result<&'static Arc<dyn Driver>> {
+    rt().map(|rt| &rt.driver)
+}
+
+/// Sets the CUDA driver's launch tuning ([`LaunchTuning`]): the runtime's driver takes it now,
+/// and keeps it for the process (the simulated machine has no launch shapes). Starts the
+/// runtime; give it in [`Config::cuda`] to set it from the start.
+pub(crate) fn set_launch_tuning(tuning: LaunchTuning) -> Result<()> {
+    rt()?.driver.set_launch_tuning(tuning);
+    Ok(())
 }

@@ -31,16 +31,19 @@
 use super::fxmap::FxMap;
 use super::graph_table::Graphs;
 use super::handles::{make_current, RawCtx, RawEvent, RawStream};
+use super::kernels::ctx::Tuning;
 use super::kernels::launch::DeviceOps;
 use super::kernels::spin::SpinKernel;
 use super::status::{describe, driver_error, lock, read, DRIVER};
 use super::vmm_table::Vmm;
+use crate::config::{CudaSettings, LaunchTuning};
 use crate::driver::{EventId, StreamId};
 use crate::error::{Error, Result, Sticky};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// One GPU: its driver ordinal, primary context and per-device state.
@@ -104,6 +107,12 @@ pub struct CudaDriver {
     pub(super) vmm: Vmm,
     /// Captured graphs and the captures underway.
     pub(super) graphs: Graphs,
+    /// The disk cache of compiled kernels (none: off), from the settings.
+    pub(super) kernel_cache: Option<PathBuf>,
+    /// The NCCL library to try first, from the settings.
+    pub(super) nccl_lib: Option<PathBuf>,
+    /// The launch shapes, shared with every device's launcher.
+    pub(super) tuning: Arc<Tuning>,
 }
 
 impl std::fmt::Debug for CudaDriver {
@@ -116,18 +125,21 @@ impl std::fmt::Debug for CudaDriver {
 }
 
 impl Default for CudaDriver {
+    /// The driver with the default settings ([`CudaSettings::default`]).
     fn default() -> Self {
-        Self::new()
+        Self::new(&CudaSettings::default())
     }
 }
 
 impl CudaDriver {
-    /// Loads `libcuda`, initializes it and retains every device's primary context.
+    /// Loads `libcuda`, initializes it and retains every device's primary context. `settings`
+    /// give the kernel cache's directory, the NCCL library and the launch shapes; the driver
+    /// keeps them (nothing of the process's environment is read here but CUDA's own).
     ///
     /// Never panics: when the library is missing, `cuInit` fails, no device is visible or a
     /// device cannot be opened, the driver has no devices and
     /// [`unavailable_reason`](crate::driver::Driver::unavailable_reason) explains why.
-    pub fn new() -> CudaDriver {
+    pub fn new(settings: &CudaSettings) -> CudaDriver {
         // `cudarc` panics on a missing symbol; treat that like any other reason to have no GPU.
         const PANICKED: &str = "the CUDA driver library panicked while loading (is libcuda too \
                                 old for CUDA 13? update the NVIDIA driver)";
@@ -136,6 +148,8 @@ impl CudaDriver {
             Ok(found) => (found, None),
             Err(reason) => (Vec::new(), Some(reason)),
         };
+        let kernel_cache = settings.kernel_cache.dir();
+        let tuning = Arc::new(Tuning::new(settings.launch_tuning));
         let mut streams = FxMap::default();
         let mut devices = Vec::with_capacity(found.len());
         for (index, (cu, ctx)) in found.into_iter().enumerate() {
@@ -150,7 +164,7 @@ impl CudaDriver {
                 fail_next_free: AtomicBool::new(false),
                 dropped: Sticky::default(),
                 spin: Mutex::new(None),
-                ops: DeviceOps::new(),
+                ops: DeviceOps::new(kernel_cache.clone(), tuning.clone()),
             });
         }
         CudaDriver {
@@ -162,7 +176,15 @@ impl CudaDriver {
             unavailable,
             streams: RwLock::new(streams),
             events: RwLock::new(FxMap::default()),
+            kernel_cache,
+            nccl_lib: settings.nccl_lib.clone(),
+            tuning,
         }
+    }
+
+    /// Takes `tuning` for the launches that follow, on every device.
+    pub(super) fn retune(&self, tuning: LaunchTuning) {
+        self.tuning.set(tuning);
     }
 
     pub(super) fn no_device(&self) -> Error {
@@ -231,7 +253,7 @@ impl CudaDriver {
                 let dev = self.enter(index)?;
                 let mut slot = lock(&dev.spin);
                 if slot.is_none() {
-                    *slot = Some(SpinKernel::acquire(dev.cu)?);
+                    *slot = Some(SpinKernel::acquire(dev.cu, self.kernel_cache.as_deref())?);
                 }
             }
         }

@@ -343,7 +343,7 @@ impl Driver for CudaDriver {
     }
 
     fn comm_unique_id(&self) -> Result<Vec<u8>> {
-        nccl::unique_id()
+        nccl::unique_id(self.nccl_lib.as_deref())
     }
 
     fn comm_init_rank(
@@ -353,12 +353,16 @@ impl Driver for CudaDriver {
         rank: usize,
         id: &[u8],
     ) -> Result<Box<dyn crate::driver::comm::Comm>> {
-        nccl::init_rank(self.device(device)?.ctx, world, rank, id)
+        nccl::init_rank(self.nccl_lib.as_deref(), self.device(device)?.ctx, world, rank, id)
     }
 
     fn comm_init_all(&self, devices: &[usize]) -> Result<Vec<Box<dyn crate::driver::comm::Comm>>> {
         let with_ctx = devices.iter().map(|&d| Ok((d, self.device(d)?.ctx))).collect::<Result<Vec<_>>>()?;
-        nccl::init_all(&with_ctx)
+        nccl::init_all(self.nccl_lib.as_deref(), &with_ctx)
+    }
+
+    fn set_launch_tuning(&self, tuning: crate::config::LaunchTuning) {
+        self.retune(tuning);
     }
 }
 

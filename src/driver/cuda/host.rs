@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn pinned_round_trip_or_no_device() {
-        let d = CudaDriver::new();
+        let d = CudaDriver::default();
         if d.device_count() == 0 {
             assert!(matches!(d.host_alloc(16), Err(Error::NoDevice { .. })));
             assert!(matches!(d.host_free(HostPtr(4096)), Err(Error::NoDevice { .. })));

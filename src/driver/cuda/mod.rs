@@ -42,6 +42,4 @@ mod vmm_table;
 mod tests;
 
 pub use driver::CudaDriver;
-#[doc(hidden)]
-pub use kernels::ctx::set_tuning;
 pub use nccl::describe as nccl_library;

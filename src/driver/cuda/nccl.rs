@@ -4,7 +4,8 @@
 //! The ABI types are cudarc's (`cudarc::nccl::sys`); the library is found here, because
 //! cudarc's loader looks only for names that PyTorch's `nvidia-nccl` wheel and most system
 //! packages do not ship (`libnccl.so.2`). The search, first hit wins:
-//! 1. `CUDASEM_NCCL_LIB`: the library's path, or a directory holding `libnccl.so.2`;
+//! 1. the driver's [`CudaSettings::nccl_lib`](crate::config::CudaSettings::nccl_lib)
+//!    (`CUDASEM_NCCL_LIB`): the library's path, or a directory holding `libnccl.so.2`;
 //! 2. the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld.so cache, system directories)
 //!    for `libnccl.so.2` and `libnccl.so`;
 //! 3. PyTorch's wheel, `site-packages/nvidia/nccl/lib/libnccl.so.2` (also `dist-packages`), under
@@ -26,9 +27,6 @@ use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, n
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-/// The variable naming the library (or its directory).
-pub(crate) const NCCL_LIB_ENV: &str = "CUDASEM_NCCL_LIB";
 
 type Status = c_int;
 type Stream = cudaStream_t;
@@ -74,12 +72,12 @@ struct Nccl {
     group_end: unsafe extern "C" fn() -> Status,
 }
 
-/// Where to look, in order (see the module docs), with `env` as the environment.
-fn candidates(env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBuf> {
+/// Where to look, in order (see the module docs): `first` (the settings' library), then the
+/// loader's search and Python's wheels, with `env` as the environment.
+fn candidates(first: Option<&Path>, env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(v) = env(NCCL_LIB_ENV) {
-        let p = PathBuf::from(v);
-        out.push(if p.is_dir() { p.join("libnccl.so.2") } else { p });
+    if let Some(p) = first {
+        out.push(if p.is_dir() { p.join("libnccl.so.2") } else { p.to_path_buf() });
     }
     out.push("libnccl.so.2".into());
     out.push("libnccl.so".into());
@@ -122,10 +120,10 @@ unsafe fn symbol<F: Copy>(lib: &libloading::Library, name: &str, tried: &[String
 }
 
 impl Nccl {
-    fn load(env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Result<Nccl> {
+    fn load(first: Option<&Path>, env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Result<Nccl> {
         let mut tried = Vec::new();
         let mut last = String::from("no candidate");
-        for path in candidates(env) {
+        for path in candidates(first, env) {
             tried.push(path.display().to_string());
             // SAFETY: loading runs the library's initializers; NCCL is made to be dlopen'ed (PyTorch
             // and cudarc load it the same way) and its initializers have no preconditions.
@@ -211,15 +209,18 @@ fn status_name(status: Status) -> &'static str {
     }
 }
 
-/// The process's NCCL, loaded on first use.
-fn nccl() -> Result<&'static Nccl> {
+/// The process's NCCL, loaded on first use, `first` tried first (the driver's settings; a
+/// library once loaded stays the process's).
+fn nccl(first: Option<&Path>) -> Result<&'static Nccl> {
     static LIB: OnceLock<Result<Nccl>> = OnceLock::new();
-    LIB.get_or_init(|| Nccl::load(&|k| std::env::var_os(k))).as_ref().map_err(Clone::clone)
+    LIB.get_or_init(|| Nccl::load(first, &|k| std::env::var_os(k))).as_ref().map_err(Clone::clone)
 }
 
-/// Where NCCL was loaded from and its version (`22703` for 2.27.3), or why it was not.
-pub fn describe() -> Result<(String, i32)> {
-    nccl().map(|n| (n.path.clone(), n.version))
+/// Where NCCL was loaded from and its version (`22703` for 2.27.3), or why it was not; `first`
+/// is the library to try first when none is loaded yet
+/// ([`CudaSettings::nccl_lib`](crate::config::CudaSettings::nccl_lib)).
+pub fn describe(first: Option<&Path>) -> Result<(String, i32)> {
+    nccl(first).map(|n| (n.path.clone(), n.version))
 }
 
 fn dtype(d: DType) -> Result<ncclDataType_t> {
@@ -245,9 +246,9 @@ fn red_op(op: ReduceOp) -> ncclRedOp_t {
     }
 }
 
-/// A new unique id (`ncclGetUniqueId`), as its 128 bytes.
-pub(super) fn unique_id() -> Result<Vec<u8>> {
-    let lib = nccl()?;
+/// A new unique id (`ncclGetUniqueId`), as its 128 bytes (`first`: the library to try first).
+pub(super) fn unique_id(first: Option<&Path>) -> Result<Vec<u8>> {
+    let lib = nccl(first)?;
     let mut id = ncclUniqueId { internal: [0; 128] };
     // SAFETY: `id` is a valid out-parameter of the right type.
     lib.check("ncclGetUniqueId", unsafe { (lib.get_unique_id)(&mut id) }, None)?;
@@ -255,8 +256,14 @@ pub(super) fn unique_id() -> Result<Vec<u8>> {
 }
 
 /// `ncclCommInitRank` on `device` (primary context `ctx`).
-pub(super) fn init_rank(ctx: RawCtx, world: usize, rank: usize, id: &[u8]) -> Result<Box<dyn Comm>> {
-    let lib = nccl()?;
+pub(super) fn init_rank(
+    first: Option<&Path>,
+    ctx: RawCtx,
+    world: usize,
+    rank: usize,
+    id: &[u8],
+) -> Result<Box<dyn Comm>> {
+    let lib = nccl(first)?;
     let mut unique = ncclUniqueId { internal: [0; 128] };
     if id.len() != unique.internal.len() {
         return Err(Error::InvalidArgument { op: "ncclCommInitRank", reason: format!("a {}-byte id", id.len()) });
@@ -274,8 +281,8 @@ pub(super) fn init_rank(ctx: RawCtx, world: usize, rank: usize, id: &[u8]) -> Re
 }
 
 /// `ncclCommInitAll` over `devices` (with their primary contexts).
-pub(super) fn init_all(devices: &[(usize, RawCtx)]) -> Result<Vec<Box<dyn Comm>>> {
-    let lib = nccl()?;
+pub(super) fn init_all(first: Option<&Path>, devices: &[(usize, RawCtx)]) -> Result<Vec<Box<dyn Comm>>> {
+    let lib = nccl(first)?;
     let ordinals: Vec<c_int> = devices.iter().map(|&(d, _)| d as c_int).collect();
     let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
     // SAFETY: `comms` has room for one communicator per ordinal; the ordinals are this process's
@@ -460,20 +467,13 @@ mod tests {
         let wheel = root.join("venv/lib/python3.12/site-packages/nvidia/nccl/lib");
         std::fs::create_dir_all(&wheel).unwrap();
         std::fs::write(wheel.join("libnccl.so.2"), b"not a library").unwrap();
-        let env = |k: &str| -> Option<OsString> {
-            match k {
-                NCCL_LIB_ENV => Some(wheel.clone().into()),
-                "VIRTUAL_ENV" => Some(root.join("venv").into()),
-                _ => None,
-            }
-        };
-        let found = candidates(&env);
+        let env = |k: &str| -> Option<OsString> { (k == "VIRTUAL_ENV").then(|| root.join("venv").into()) };
+        let found = candidates(Some(&wheel), &env);
         assert_eq!(found[0], wheel.join("libnccl.so.2"), "a directory in the variable names its libnccl.so.2");
         assert_eq!(found[1..3], [PathBuf::from("libnccl.so.2"), PathBuf::from("libnccl.so")]);
         assert!(found[3..].contains(&wheel.join("libnccl.so.2")), "PyTorch's wheel in the virtual environment");
         // A file that is not a library is skipped; nothing loadable is a typed error listing the search.
-        let only = |k: &str| (k == NCCL_LIB_ENV).then(|| OsString::from(wheel.join("libnccl.so.2")));
-        match Nccl::load(&only) {
+        match Nccl::load(Some(&wheel.join("libnccl.so.2")), &|_| None) {
             Err(Error::NcclNotFound { searched, .. }) => {
                 assert_eq!(searched[0], wheel.join("libnccl.so.2").display().to_string());
             }
@@ -485,7 +485,7 @@ mod tests {
 
     #[test]
     fn the_process_library_loads_or_says_why() {
-        match describe() {
+        match describe(None) {
             Ok((path, version)) => assert!(version >= 21200 && !path.is_empty(), "{path} {version}"),
             Err(Error::NcclNotFound { searched, reason }) => {
                 assert!(searched.iter().any(|s| s == "libnccl.so.2"), "{reason}: {searched:?}");

@@ -15,7 +15,7 @@ use std::time::Instant;
 /// A driver with at least one device, or `None` (after saying why) on a GPU-less machine.
 #[track_caller]
 fn gpu() -> Option<CudaDriver> {
-    let driver = CudaDriver::new();
+    let driver = CudaDriver::default();
     if driver.device_count() == 0 {
         crate::testing::skip(1, &driver.unavailable_reason().unwrap_or_default());
         return None;
@@ -25,7 +25,7 @@ fn gpu() -> Option<CudaDriver> {
 
 #[test]
 fn without_devices_every_call_fails_cleanly() {
-    let d = CudaDriver::new();
+    let d = CudaDriver::default();
     assert_eq!(d.name(), "cuda");
     if d.device_count() > 0 {
         assert_eq!(d.unavailable_reason(), None);
@@ -325,7 +325,7 @@ fn vmm_reserve_map_write_read_unmap_release() {
     assert!(matches!(d.vmm_release(0, base, size), Err(Error::InvalidArgument { .. })), "released twice");
 
     // A driver dropped with ranges still reserved and mapped frees them.
-    let d2 = CudaDriver::new();
+    let d2 = CudaDriver::default();
     let b2 = d2.vmm_reserve(0, size).unwrap();
     d2.vmm_map(0, b2, 2 * g).unwrap();
     d2.memset_d8(b2, 1, 2 * g, d2.create_stream(0, 0).unwrap()).unwrap();
@@ -391,4 +391,43 @@ fn vmm_ranges_are_reachable_from_a_peer() {
     unsafe { d.free(1, on1) }.unwrap();
     d.vmm_unmap(0, base, 2 * g).unwrap();
     d.vmm_release(0, base, 4 * g).unwrap();
+}
+
+#[test]
+fn the_driver_holds_the_settings_it_was_built_with() {
+    use crate::config::{CudaSettings, KernelCache, LaunchTuning};
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ std::process::id() as u64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n) as u32
+    };
+    for _ in 0..4 {
+        let tuning = LaunchTuning { elementwise_waves: next(512), vectors_per_thread: next(8), reduce_waves: next(4) };
+        let settings = CudaSettings {
+            kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
+            nccl_lib: Some(format!("/opt/nccl-{}", next(1000)).into()),
+            launch_tuning: tuning,
+        };
+        let d = CudaDriver::new(&settings);
+        assert_eq!(d.kernel_cache, settings.kernel_cache.dir());
+        assert_eq!(d.nccl_lib, settings.nccl_lib);
+        let held = |d: &CudaDriver| {
+            let t = &d.tuning;
+            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed))
+        };
+        let reduce = |w: u32| w.max(1);
+        assert_eq!(held(&d), (tuning.elementwise_waves, tuning.vectors_per_thread, reduce(tuning.reduce_waves)));
+        // The hidden setter's path: every device's launcher shares the one tuning the driver holds.
+        let again = LaunchTuning { elementwise_waves: next(512), vectors_per_thread: next(8), reduce_waves: next(4) };
+        d.set_launch_tuning(again);
+        assert_eq!(held(&d), (again.elementwise_waves, again.vectors_per_thread, reduce(again.reduce_waves)));
+        for dev in &d.devices {
+            assert!(std::sync::Arc::ptr_eq(&dev.ops.launcher.tuning, &d.tuning));
+        }
+        let off = CudaDriver::new(&CudaSettings { kernel_cache: KernelCache::Off, ..settings });
+        assert_eq!(off.kernel_cache, None);
+    }
 }

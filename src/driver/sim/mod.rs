@@ -11,10 +11,10 @@
 //! Files: the driver and its lookups (`sim_driver.rs`), the [`Driver`](crate::driver::Driver)
 //! methods (`driver_impl.rs`), device memory (`memory.rs`), streams, events and captured work
 //! (`stream.rs`), captures and graphs (`capture.rs`), kernels (`launch.rs`), pinned host memory
-//! (`host.rs`), the time model (`time.rs`) and the machine's description (`config.rs`).
+//! (`host.rs`), the time model (`time.rs`) and the machine's description
+//! (`crate::config::sim`, below the driver: it is a part of the process's configuration).
 
 mod capture;
-mod config;
 mod driver_impl;
 mod host;
 mod launch;
@@ -25,5 +25,5 @@ mod stream;
 mod tests;
 mod time;
 
-pub use config::{parse_bytes, PeerSpec, SimConfig};
+pub use crate::config::{parse_bytes, PeerSpec, SimConfig};
 pub use sim_driver::SimDriver;

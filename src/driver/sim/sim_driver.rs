@@ -2,11 +2,11 @@
 //! memory and graphs) and the lookups its operations start with. The
 //! [`Driver`](crate::driver::Driver) methods are in `driver_impl.rs`.
 
-use super::config::SimConfig;
 use super::host::SimPinnedTable;
 use super::memory::{self, lock, DeviceMemory};
 use super::stream::{Job, SimEvent, SimGraph, SimStream};
 use super::time;
+use crate::config::SimConfig;
 use crate::driver::{DevicePtr, EventId, StreamId};
 use crate::error::{Error, Result};
 use std::collections::HashMap;

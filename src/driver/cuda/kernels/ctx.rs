@@ -6,6 +6,7 @@
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::table::{Func, Kernels};
 use super::vocab::{KernelId, MAXD, PDL_MAX_GRID, THREADS};
+use crate::config::LaunchTuning;
 use crate::driver::cuda::fxmap::FxMap;
 use crate::driver::cuda::status::{driver_error, lock, DRIVER};
 use crate::error::{Error, Result, Sticky};
@@ -13,28 +14,42 @@ use crate::kernel::BufferView;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use std::ffi::c_void;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// Waves of blocks (one wave: as many as fit on the GPU at once) an elementwise kernel's grid
-/// holds at most (0: no cap). Measured on an H200 (f32 add of 2^28 elements, same run as
-/// PyTorch's 4.35 TB/s): one wave of grid-stride blocks 4.05 TB/s, 8 waves 4.17, a single pass
-/// with 4 / 2 / 1 vectors per thread 4.32 / 4.34 / 4.36; so the cap only bounds huge grids.
-pub(in crate::driver::cuda) static EW_WAVES: AtomicU32 = AtomicU32::new(256);
-/// 16-byte vectors each thread of a fast elementwise kernel handles in a single pass (0: the
-/// op's own, `elementwise_policy::ew_per_thread`).
-pub(in crate::driver::cuda) static EW_VECTORS: AtomicU32 = AtomicU32::new(0);
-/// Waves of blocks a reduction split over blocks uses.
-pub(in crate::driver::cuda) static REDUCE_WAVES: AtomicU32 = AtomicU32::new(1);
+/// The launch shapes ([`LaunchTuning`], given at the driver's construction), shared by the
+/// driver and its devices' launchers and changed by
+/// [`Driver::set_launch_tuning`](crate::driver::Driver::set_launch_tuning).
+///
+/// `ew_waves`: waves of blocks (one wave: as many as fit on the GPU at once) an elementwise
+/// kernel's grid holds at most (0: no cap). Measured on an H200 (f32 add of 2^28 elements, same
+/// run as PyTorch's 4.35 TB/s): one wave of grid-stride blocks 4.05 TB/s, 8 waves 4.17, a single
+/// pass with 4 / 2 / 1 vectors per thread 4.32 / 4.34 / 4.36; so the default cap of 256 only
+/// bounds huge grids. `ew_vectors`: 16-byte vectors each thread of a fast elementwise kernel
+/// handles in a single pass (0: the op's own, `elementwise_policy::ew_per_thread`).
+/// `reduce_waves`: waves of blocks a reduction split over blocks uses.
+#[derive(Debug)]
+pub(in crate::driver::cuda) struct Tuning {
+    pub ew_waves: AtomicU32,
+    pub ew_vectors: AtomicU32,
+    pub reduce_waves: AtomicU32,
+}
 
-/// Tuning for benchmarks, not an API: the most waves of blocks elementwise grids hold (0: no
-/// cap), the vectors per thread of a fast elementwise pass (0: each op's own), and the waves of
-/// blocks a reduction split over blocks uses. The defaults are `(256, 0, 1)`.
-#[doc(hidden)]
-pub fn set_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
-    EW_WAVES.store(elementwise_waves, Ordering::Relaxed);
-    EW_VECTORS.store(vectors_per_thread, Ordering::Relaxed);
-    REDUCE_WAVES.store(reduce_waves.max(1), Ordering::Relaxed);
+impl Tuning {
+    pub(in crate::driver::cuda) fn new(t: LaunchTuning) -> Tuning {
+        let tuning =
+            Tuning { ew_waves: AtomicU32::new(0), ew_vectors: AtomicU32::new(0), reduce_waves: AtomicU32::new(1) };
+        tuning.set(t);
+        tuning
+    }
+
+    /// Takes `t` for the launches that follow.
+    pub(in crate::driver::cuda) fn set(&self, t: LaunchTuning) {
+        self.ew_waves.store(t.elementwise_waves, Ordering::Relaxed);
+        self.ew_vectors.store(t.vectors_per_thread, Ordering::Relaxed);
+        self.reduce_waves.store(t.reduce_waves.max(1), Ordering::Relaxed);
+    }
 }
 
 /// Partial results a reduction may keep per stream (and outputs it may split). (2^18 was
@@ -68,13 +83,22 @@ pub(in crate::driver::cuda) struct Scratch {
 /// scratch memory.
 pub(in crate::driver::cuda) struct Launcher {
     pub kernels: Kernels,
+    /// The driver's launch shapes.
+    pub tuning: Arc<Tuning>,
     info: OnceLock<Info>,
     scratch: Mutex<FxMap<u64, Scratch>>,
 }
 
 impl Launcher {
-    pub(in crate::driver::cuda) fn new() -> Launcher {
-        Launcher { kernels: Kernels::new(), info: OnceLock::new(), scratch: Mutex::new(FxMap::default()) }
+    /// A device's launcher: its kernels are cached on disk under `kernel_cache` (none: not on
+    /// disk), its launches shaped by `tuning`.
+    pub(in crate::driver::cuda) fn new(kernel_cache: Option<PathBuf>, tuning: Arc<Tuning>) -> Launcher {
+        Launcher {
+            kernels: Kernels::new(kernel_cache),
+            tuning,
+            info: OnceLock::new(),
+            scratch: Mutex::new(FxMap::default()),
+        }
     }
 
     pub(in crate::driver::cuda) fn info(&self, dev: sys::CUdevice) -> Result<Info> {
@@ -160,7 +184,7 @@ impl Ctx<'_> {
     /// Blocks for `work` items of [`THREADS`] per block, at most [`Ctx::wave`] of them.
     #[inline]
     pub(in crate::driver::cuda) fn grid(&self, f: Func, work: u64) -> u32 {
-        work.div_ceil(THREADS as u64).clamp(1, self.wave(f, &EW_WAVES).max(1)) as u32
+        work.div_ceil(THREADS as u64).clamp(1, self.wave(f, &self.ops.tuning.ew_waves).max(1)) as u32
     }
 
     /// Queues `f` with the one by-value parameter `p`.

@@ -13,7 +13,7 @@
 //! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
 //! `#[repr(C)]` structs on the stack.
 
-use super::ctx::{addr, collapse, unsupported, Ctx, Dims, EW_VECTORS};
+use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
 use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
 use super::vocab::{fast_masks, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
@@ -188,7 +188,7 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
     let mut work = if aligned { p.n.div_ceil(vec) } else { p.n };
-    let per_thread = match EW_VECTORS.load(Ordering::Relaxed) {
+    let per_thread = match c.ops.tuning.ew_vectors.load(Ordering::Relaxed) {
         // The op's own, but never so many that the grid would not fill the device once.
         0 => ew_per_thread(op, out_dtype, vec as usize).min(work / c.full_wave_threads(f)).max(1),
         n => n as u64,

@@ -110,7 +110,7 @@ struct Bench {
 
 impl Bench {
     fn new() -> Option<Bench> {
-        let d = CudaDriver::new();
+        let d = CudaDriver::default();
         if d.device_count() == 0 || !nvrtc_present() {
             crate::testing::skip(1, &d.unavailable_reason().unwrap_or_else(|| "libnvrtc not found".into()));
             return None;

@@ -10,10 +10,10 @@
 //! structs on the stack, functions come from a read-locked table, so a launch allocates nothing
 //! beyond what [`KernelOp::validate`] does. Grids are sized from the SM count and the kernel's
 //! occupancy: a wave is the blocks that fit on the GPU at once; elementwise grids cover the work
-//! in one pass up to 256 waves (measured fastest, see [`EW_WAVES`](super::ctx::EW_WAVES)), reductions split a row over
+//! in one pass up to 256 waves (measured fastest, see [`Tuning`](super::ctx::Tuning)), reductions split a row over
 //! one wave.
 
-use super::ctx::{Ctx, Launcher};
+use super::ctx::{Ctx, Launcher, Tuning};
 use super::elementwise::{elementwise, scalar_bits};
 use super::gemm::Blas;
 use super::vocab::EwOp;
@@ -21,6 +21,8 @@ use crate::error::Result;
 use crate::error::Sticky;
 use crate::kernel::{BufferView, DenseBinary, KernelOp, ReduceOp};
 use cudarc::driver::sys;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// A device's tensor-kernel state: the launch state and the cuBLASLt handle.
 pub(in crate::driver::cuda) struct DeviceOps {
@@ -29,8 +31,10 @@ pub(in crate::driver::cuda) struct DeviceOps {
 }
 
 impl DeviceOps {
-    pub(in crate::driver::cuda) fn new() -> DeviceOps {
-        DeviceOps { launcher: Launcher::new(), blas: Blas::new() }
+    /// A device's kernel state: kernels cached on disk under `kernel_cache`, launches shaped by
+    /// `tuning`.
+    pub(in crate::driver::cuda) fn new(kernel_cache: Option<PathBuf>, tuning: Arc<Tuning>) -> DeviceOps {
+        DeviceOps { launcher: Launcher::new(kernel_cache, tuning), blas: Blas::new() }
     }
 
     /// Frees the scratch memory, destroys the BLAS handle and unloads the modules. The device's

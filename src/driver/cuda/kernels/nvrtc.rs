@@ -6,8 +6,9 @@
 //! * An image is CUBIN for `sm_XY` when NVRTC supports the device's architecture (else PTX for
 //!   the newest `compute_XY` it supports, which the driver compiles at load). Its cache key is a
 //!   128-bit hash of the source, the NVRTC version, the target and the options, and it is stored
-//!   as `<hash>.cubin` / `<hash>.ptx` under `$CUDASEM_KERNEL_CACHE` (`off` disables it), else
-//!   `$XDG_CACHE_HOME/cudasem/kernels`, else `~/.cache/cudasem/kernels`. Each file starts with a
+//!   as `<hash>.cubin` / `<hash>.ptx` in the directory the driver was given (the process's
+//!   [`KernelCache`](crate::config::KernelCache): `$CUDASEM_KERNEL_CACHE`, `off` disables it, else
+//!   `$XDG_CACHE_HOME/cudasem/kernels`, else `~/.cache/cudasem/kernels`). Each file starts with a
 //!   header naming its hash and length (a file that does not match is recompiled) and is written
 //!   to a temporary file of its own and renamed, so concurrent writers never mix their images.
 
@@ -17,7 +18,7 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::nvrtc::{result as nv, sys as nvsys};
 use std::ffi::CString;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -56,10 +57,10 @@ raw_handle!(
 pub(crate) struct Module(RawModule);
 
 impl Module {
-    /// `program`'s image for a device of compute capability `major.minor` ([`image`]) loaded into
-    /// the current context, which must be that device's.
-    pub(crate) fn load(program: &Program, major: u32, minor: u32) -> Result<Module> {
-        let img = image(program, major, minor)?;
+    /// `program`'s image for a device of compute capability `major.minor` ([`image`], with the
+    /// disk cache in `cache`) loaded into the current context, which must be that device's.
+    pub(crate) fn load(program: &Program, major: u32, minor: u32, cache: Option<&Path>) -> Result<Module> {
+        let img = image(program, major, minor, cache)?;
         // SAFETY:
         // `img` is a CUBIN or NUL-terminated PTX image that outlives the call; the caller made the
         // device's context current.
@@ -176,25 +177,10 @@ fn fnv(seed: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(seed, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
-/// The directory of the on-disk cache, or `None` when it is disabled.
-pub(in crate::driver::cuda) fn cache_dir() -> Option<PathBuf> {
-    if let Ok(v) = std::env::var("CUDASEM_KERNEL_CACHE") {
-        return match v.trim() {
-            "" => None,
-            "off" | "0" | "none" => None,
-            dir => Some(PathBuf::from(dir)),
-        };
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("cudasem").join("kernels"))
-}
-
 /// The image of `program` for a device of compute capability `major.minor`: from this process's
-/// cache, else the disk cache, else NVRTC (then stored in both).
-pub(crate) fn image(program: &Program, major: u32, minor: u32) -> Result<Arc<Vec<u8>>> {
+/// cache, else the disk cache in the directory `cache` (none: no disk cache), else NVRTC (then
+/// stored in both).
+pub(crate) fn image(program: &Program, major: u32, minor: u32, cache: Option<&Path>) -> Result<Arc<Vec<u8>>> {
     let op = program.op;
     let n = nvrtc().map_err(|e| with_op(e, op))?;
     let (arch, cubin) = target(n, major, minor).map_err(|e| with_op(e, op))?;
@@ -207,7 +193,7 @@ pub(crate) fn image(program: &Program, major: u32, minor: u32) -> Result<Arc<Vec
     if let Some((_, img)) = lock(&IMAGES).iter().find(|(h, _)| *h == hash) {
         return Ok(img.clone());
     }
-    let file = cache_dir().map(|d| d.join(format!("{hash:032x}.{}", if cubin { "cubin" } else { "ptx" })));
+    let file = cache.map(|d| d.join(format!("{hash:032x}.{}", if cubin { "cubin" } else { "ptx" })));
     let from_disk = file.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|b| unwrap_cached(b, hash));
     let img = match from_disk {
         Some(bytes) => {

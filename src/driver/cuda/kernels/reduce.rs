@@ -31,7 +31,7 @@
 //! extremes compare in the input's precision (floats by PTX's NaN-propagating `max.NaN` /
 //! `min.NaN`), integers accumulate in wrapping `i64`.
 
-use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS, REDUCE_WAVES};
+use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS};
 use super::reduce_layouts::cols_x;
 use super::softmax_layouts::{
     softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
@@ -142,7 +142,7 @@ pub(in crate::driver::cuda) fn reduce(
         Entry::Block
     };
     let f = c.kernel(KernelId { module, entry })?;
-    let wave = c.wave(f, &REDUCE_WAVES) as i64;
+    let wave = c.wave(f, &c.ops.tuning.reduce_waves) as i64;
     // The column kernel's blocks: `colx` groups of outputs by `THREADS / colx` row lanes.
     let colx = cols_x(src.dtype) as i64;
     let col_blocks = match entry {

@@ -14,6 +14,7 @@ use crate::error::Result;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use std::ffi::c_void;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -43,13 +44,14 @@ impl SpinKernel {
     /// The kernel in `device`'s primary context, loaded there if no driver holds it, for one more
     /// user. The context must be current, and the caller must keep it retained until it gives the
     /// kernel back with [`SpinKernel::release`].
-    pub(in crate::driver::cuda) fn acquire(device: sys::CUdevice) -> Result<SpinKernel> {
+    /// (`cache`: the disk cache of compiled kernels, if any.)
+    pub(in crate::driver::cuda) fn acquire(device: sys::CUdevice, cache: Option<&Path>) -> Result<SpinKernel> {
         let mut shared = lock(&SHARED);
         if let Some(entry) = shared.iter_mut().find(|e| e.device == device) {
             entry.users += 1;
             return Ok(entry.kernel);
         }
-        let kernel = SpinKernel::load(device)?;
+        let kernel = SpinKernel::load(device, cache)?;
         shared.push(Shared { device, kernel, users: 1 });
         Ok(kernel)
     }
@@ -73,7 +75,7 @@ impl SpinKernel {
 
     /// Compiles the kernel for `device` (through the NVRTC path and its caches) and loads it into
     /// the current context, which must be `device`'s.
-    fn load(device: sys::CUdevice) -> Result<SpinKernel> {
+    fn load(device: sys::CUdevice, cache: Option<&Path>) -> Result<SpinKernel> {
         let attr = |a: sys::CUdevice_attribute| -> Result<u32> {
             // SAFETY: `device` came from `cuDeviceGet`; `a` is a valid attribute.
             let v = unsafe { cu::device::get_attribute(device, a) };
@@ -82,7 +84,7 @@ impl SpinKernel {
         use sys::CUdevice_attribute::*;
         let (major, minor) =
             (attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
-        let module = Module::load(&Program { source: SPIN, options: &[], op: "delay" }, major, minor)?;
+        let module = Module::load(&Program { source: SPIN, options: &[], op: "delay" }, major, minor, cache)?;
         match module.function(SPIN_NAME) {
             Ok(function) => Ok(SpinKernel { module, function }),
             Err(e) => {

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use std::cell::Cell;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
@@ -37,6 +38,8 @@ impl Func {
 /// One device's loaded tensor kernels.
 pub(in crate::driver::cuda) struct Kernels {
     funcs: RwLock<FxMap<KernelId, Func>>,
+    /// The disk cache of compiled kernels (none: kept for the process only).
+    cache: Option<PathBuf>,
     /// Loaded modules (unloaded when the driver drops), also serializing loads.
     modules: Mutex<Vec<Module>>,
     /// This table's current generation (unique in the process): the key of the threads' last
@@ -54,8 +57,9 @@ thread_local! {
 }
 
 impl Kernels {
-    pub(in crate::driver::cuda) fn new() -> Kernels {
+    pub(in crate::driver::cuda) fn new(cache: Option<PathBuf>) -> Kernels {
         Kernels {
+            cache,
             funcs: RwLock::new(FxMap::default()),
             modules: Mutex::new(Vec::new()),
             generation: AtomicU64::new(GENERATIONS.fetch_add(1, Ordering::Relaxed)),
@@ -92,13 +96,13 @@ impl Kernels {
         let source = key.source();
         let program = Program::tensor(&source);
         // Compiled (or read from a cache) before the lock, so loads of other modules overlap it.
-        image(&program, major, minor)?;
+        image(&program, major, minor, self.cache.as_deref())?;
         let mut modules = lock(&self.modules);
         let entries = key.entries();
         if entries.iter().all(|&entry| read(&self.funcs).contains_key(&KernelId { module: key, entry })) {
             return Ok(()); // another thread loaded it meanwhile
         }
-        let module = Module::load(&program, major, minor)?;
+        let module = Module::load(&program, major, minor, self.cache.as_deref())?;
         modules.push(module);
         let mut found = Vec::with_capacity(entries.len());
         for entry in entries {

@@ -75,7 +75,7 @@ impl TryFrom<String> for AllocatorSettings {
 
 /// The error for `key:value`, quoting at most 80 characters of each (a setting can be long).
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Error {
-    let quote = |text: &str| super::trace::quote_prefix(text, 80);
+    let quote = |text: &str| crate::error::quote_prefix(text, 80);
     Error::InvalidConfig { key: quote(key), value: quote(value), reason: reason.into() }
 }
 
@@ -204,11 +204,11 @@ impl AllocatorSettings {
     /// The settings from `CUDASEM_ALLOC_CONF`, else (when it is unset) from PyTorch's
     /// `PYTORCH_CUDA_ALLOC_CONF`; the defaults when neither is set or the one read is empty.
     pub fn from_env() -> Result<AllocatorSettings> {
-        AllocatorSettings::from_lookup(&crate::driver::env_var)
+        AllocatorSettings::from_lookup(&super::env::env_var)
     }
 
     /// As [`AllocatorSettings::from_env`], with `lookup` as the environment (`Ok(None)`: unset).
-    pub(crate) fn from_lookup(lookup: &dyn Fn(&str) -> Result<Option<String>>) -> Result<AllocatorSettings> {
+    pub(crate) fn from_lookup(lookup: super::env::Lookup) -> Result<AllocatorSettings> {
         let value = match lookup(ALLOC_CONF_ENV)? {
             Some(v) => Some(v),
             None => lookup(PYTORCH_ALLOC_CONF_ENV)?,

@@ -1,9 +1,14 @@
-//! Configuration in code: [`init`] with a [`Config`], before the first other cudasem call.
+//! The process's configuration: one [`Config`] value holding every process-wide setting, below
+//! the driver and the runtime (it imports only the vocabulary), so that every layer receives what
+//! it needs from it as arguments and none keeps a setting of its own in a global.
 //!
-//! Without `init`, the environment decides, read once at first use: `CUDASEM_DRIVER`,
-//! `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY`, `CUDASEM_SIM_PEER` and `CUDASEM_ALLOC_CONF`
-//! (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` when `CUDASEM_ALLOC_CONF` is unset).
-//! [`Config::from_env`] reads the same variables into a `Config`, to change a part of them in code.
+//! Resolution, once per process: [`init`](crate::init) gives a `Config` in code, before the first
+//! other cudasem call; without it, the runtime takes [`Config::from_env`] as it starts. Code
+//! wins: a `Config` given to `init` replaces the environment's for every setting it holds
+//! (`Config::from_env()?.with_…` changes a part and keeps the rest). The variables:
+//! `CUDASEM_DRIVER`, `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY`, `CUDASEM_SIM_PEER`,
+//! `CUDASEM_ALLOC_CONF` (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` when `CUDASEM_ALLOC_CONF` is unset),
+//! `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB`, `CUDASEM_BENCH_TUNING` and `CUDA_VISIBLE_DEVICES`.
 //!
 //! Every setting is checked when the runtime starts (the first cudasem call that needs a device):
 //! an invalid value fails that call and every later one with
@@ -11,18 +16,37 @@
 //! at once. `CUDA_VISIBLE_DEVICES` applies to the simulated machine as to real GPUs: `sim`
 //! describes the whole machine and the variable selects from it ([`SimConfig::visible`] gives
 //! CUDA's rules).
+//!
+//! Files: [`Config`] (here), the driver's kind (`driver_kind.rs`), the simulated machine
+//! (`sim.rs`), the caching allocator's settings and size rules (`allocator.rs`), the CUDA
+//! driver's settings (`cuda.rs`) and the environment reader (`env.rs`). Settings still to come
+//! (the sanitizer, NVTX ranges, the random generator's seed) join `Config` as fields the same
+//! way: a type here, a variable read in [`Config::from_env`], handed down at construction.
 
-use crate::alloc::AllocatorSettings;
-use crate::driver::sim::{PeerSpec, SimConfig};
-use crate::driver::{self, DriverKind};
+pub(crate) mod allocator;
+mod cuda;
+mod driver_kind;
+mod env;
+pub(crate) mod sim;
+
+pub use allocator::AllocatorSettings;
+pub use cuda::{CudaSettings, KernelCache, LaunchTuning};
+pub use driver_kind::DriverKind;
+pub(crate) use env::{env_var, Lookup};
+pub use sim::{parse_bytes, PeerSpec, SimConfig};
+
 use crate::error::Result;
-use std::sync::Mutex;
 
-/// How the process uses cudasem: which driver, the simulated machine's shape and the caching
-/// allocator's settings. Give it to [`init`] before the first other cudasem call.
+/// The variable selecting the visible devices (CUDA's, honoured by the simulated machine too).
+pub(crate) const VISIBLE_DEVICES_ENV: &str = "CUDA_VISIBLE_DEVICES";
+
+/// How the process uses cudasem: which driver, the simulated machine's shape, the caching
+/// allocator's settings and the CUDA driver's. Give it to [`init`](crate::init) before the
+/// first other cudasem call.
 ///
 /// `Config::default()` is the environment's defaults with no variable set: the `auto` driver, two
-/// simulated GPUs of 16 GiB with peer access between them, PyTorch's allocator defaults.
+/// simulated GPUs of 16 GiB with peer access between them, PyTorch's allocator defaults, the
+/// kernel cache in the user's cache directory.
 ///
 /// ```
 /// use cudasem::{Config, DriverKind, PeerSpec, SimConfig};
@@ -41,7 +65,7 @@ use std::sync::Mutex;
 ///
 /// With serde, a `Config` reads from JSON (or any format) with every field optional:
 /// `{"driver": "sim", "sim": {"devices": 4, "memory": "1GiB", "peer": "0-1,2-3"},
-/// "allocator": "max_split_size_mb:128"}`.
+/// "allocator": "max_split_size_mb:128", "cuda": {"kernel_cache": "off"}}`.
 #[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -52,10 +76,18 @@ pub struct Config {
     /// The simulated machine: number of GPUs, memory of each, which pairs have peer access. Used
     /// only when the simulated machine is the driver. `CUDASEM_SIM_*` in the environment.
     pub sim: SimConfig,
+    /// Which of the simulated machine's devices are visible, in `CUDA_VISIBLE_DEVICES`' syntax
+    /// and rules ([`SimConfig::visible`]); `None` (the default) takes `CUDA_VISIBLE_DEVICES`
+    /// from the environment as the runtime starts, as CUDA does. Real GPUs always follow the
+    /// environment's variable (CUDA reads it itself).
+    pub visible_devices: Option<String>,
     /// The caching allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`'s keys; see
     /// [`Config::with_alloc_conf`] for the string form). `CUDASEM_ALLOC_CONF` in the environment,
     /// else `PYTORCH_CUDA_ALLOC_CONF` (`CUDASEM_ALLOC_CONF` wins when both are set, even empty).
     pub allocator: AllocatorSettings,
+    /// The CUDA driver's settings: the kernel cache (`CUDASEM_KERNEL_CACHE`), the NCCL library
+    /// (`CUDASEM_NCCL_LIB`) and the launch tuning of benchmark runs.
+    pub cuda: CudaSettings,
 }
 
 impl Config {
@@ -63,7 +95,7 @@ impl Config {
     /// defaults). [`Error::InvalidConfig`](crate::Error::InvalidConfig) names a variable whose
     /// value does not parse.
     pub fn from_env() -> Result<Config> {
-        Config::from_lookup(&driver::env_var)
+        Config::from_lookup(&env_var)
     }
 
     /// As [`Config::from_env`], with `lookup` as the environment: it returns a variable's value,
@@ -79,11 +111,13 @@ impl Config {
         Config::from_lookup(&|k| Ok(lookup(k)))
     }
 
-    fn from_lookup(lookup: &dyn Fn(&str) -> Result<Option<String>>) -> Result<Config> {
+    fn from_lookup(lookup: Lookup) -> Result<Config> {
         Ok(Config {
             driver: DriverKind::from_lookup(lookup)?,
             sim: SimConfig::from_lookup(lookup)?,
+            visible_devices: lookup(VISIBLE_DEVICES_ENV)?,
             allocator: AllocatorSettings::from_lookup(lookup)?,
+            cuda: CudaSettings::from_lookup(lookup)?,
         })
     }
 
@@ -100,6 +134,13 @@ impl Config {
         self
     }
 
+    /// The same with the simulated machine's visible devices set (`CUDA_VISIBLE_DEVICES`'
+    /// syntax; `None`: the environment's).
+    pub fn with_visible_devices(mut self, visible: Option<&str>) -> Config {
+        self.visible_devices = visible.map(str::to_string);
+        self
+    }
+
     /// The same with the allocator settings set.
     pub fn with_allocator(mut self, allocator: AllocatorSettings) -> Config {
         self.allocator = allocator;
@@ -111,36 +152,40 @@ impl Config {
     pub fn with_alloc_conf(self, conf: &str) -> Result<Config> {
         Ok(self.with_allocator(AllocatorSettings::parse(conf)?))
     }
-}
 
-/// The allocator settings `init` gave, until the runtime takes them.
-static ALLOCATOR: Mutex<Option<AllocatorSettings>> = Mutex::new(None);
+    /// The same with the CUDA driver's kernel cache set.
+    pub fn with_kernel_cache(mut self, cache: KernelCache) -> Config {
+        self.cuda.kernel_cache = cache;
+        self
+    }
 
-/// Configures cudasem in code (`torch`'s environment variables, set before first use): the
-/// driver, the simulated machine and the allocator settings of `config` replace the
-/// environment's for this process.
-///
-/// Call it once, before any other cudasem call: afterwards (or a second time) it changes nothing
-/// and returns [`Error::AlreadyInitialized`](crate::Error::AlreadyInitialized). A simulated
-/// machine with more than 64 GPUs, no memory, or a peer pair naming a missing device is
-/// [`Error::InvalidConfig`](crate::Error::InvalidConfig). Without `init`, the environment
-/// decides ([`Config::from_env`]).
-pub fn init(config: Config) -> Result<()> {
-    config.sim.validate(["Config::sim.devices", "Config::sim.memory", "Config::sim.peer"])?;
-    // Held across both steps: the runtime takes the allocator settings after the driver, so it
-    // sees either none of this call or all of it.
-    let mut allocator = ALLOCATOR.lock().unwrap_or_else(|e| e.into_inner());
-    driver::configure(config.driver, config.sim)?;
-    *allocator = Some(config.allocator);
-    Ok(())
-}
+    /// The same with the NCCL library set (its path, or a directory holding `libnccl.so.2`).
+    pub fn with_nccl_lib(mut self, path: impl Into<std::path::PathBuf>) -> Config {
+        self.cuda.nccl_lib = Some(path.into());
+        self
+    }
 
-/// The allocator settings for the runtime being built: `init`'s, else `CUDASEM_ALLOC_CONF`'s
-/// (or `PYTORCH_CUDA_ALLOC_CONF`'s); an invalid value stops the runtime from starting.
-pub(crate) fn allocator_settings() -> Result<AllocatorSettings> {
-    match ALLOCATOR.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        Some(settings) => Ok(settings),
-        None => AllocatorSettings::from_env(),
+    /// The same with the CUDA driver's launch tuning set (benchmark runs, not an API).
+    #[doc(hidden)]
+    pub fn with_launch_tuning(mut self, tuning: LaunchTuning) -> Config {
+        self.cuda.launch_tuning = tuning;
+        self
+    }
+
+    /// Checks what a `Config` built in code may get wrong (the environment's values are checked
+    /// as they are read): a simulated machine of more than 64 GPUs, no memory, or a peer pair
+    /// naming a missing device is [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.sim.validate(["Config::sim.devices", "Config::sim.memory", "Config::sim.peer"])
+    }
+
+    /// The list of visible devices the simulated machine applies: [`Config::visible_devices`],
+    /// else the environment's `CUDA_VISIBLE_DEVICES` (read in `lookup`); `None`: all visible.
+    pub(crate) fn visible_devices_with(&self, lookup: Lookup) -> Result<Option<String>> {
+        match &self.visible_devices {
+            Some(v) => Ok(Some(v.clone())),
+            None => lookup(VISIBLE_DEVICES_ENV),
+        }
     }
 }
 

@@ -100,11 +100,11 @@ impl Default for SimConfig {
 impl SimConfig {
     /// Reads `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY` and `CUDASEM_SIM_PEER` (defaults 2, 16GiB, all).
     pub fn from_env() -> Result<SimConfig> {
-        SimConfig::from_lookup(&crate::driver::env_var)
+        SimConfig::from_lookup(&super::env::env_var)
     }
 
     /// As [`SimConfig::from_env`], with `lookup` as the environment (`Ok(None)`: unset).
-    pub(crate) fn from_lookup(lookup: &dyn Fn(&str) -> Result<Option<String>>) -> Result<SimConfig> {
+    pub(crate) fn from_lookup(lookup: super::env::Lookup) -> Result<SimConfig> {
         let var = |k: &str| lookup(k).map(|v| v.filter(|v| !v.trim().is_empty()));
         let mut cfg = SimConfig::default();
         if let Some(v) = var("CUDASEM_SIM_DEVICES")? {

@@ -1,0 +1,191 @@
+//! The CUDA driver's settings: where compiled kernels are cached, which NCCL library to load, and
+//! the launch shapes (for benchmark runs). The CUDA driver takes them as an argument at
+//! construction (`CudaDriver::new(&CudaSettings)`); nothing in the driver reads them from a global.
+
+use super::env::Lookup;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// The variable naming the kernel cache's directory (`off` disables the cache).
+pub(crate) const KERNEL_CACHE_ENV: &str = "CUDASEM_KERNEL_CACHE";
+/// The variable naming the NCCL library (or its directory).
+pub(crate) const NCCL_LIB_ENV: &str = "CUDASEM_NCCL_LIB";
+/// The variable giving the launch tuning, `EW_WAVES,VECTORS,REDUCE_WAVES` (for benchmark runs).
+pub(crate) const LAUNCH_TUNING_ENV: &str = "CUDASEM_BENCH_TUNING";
+
+/// The CUDA driver's settings (unused by the simulated machine). `Config::cuda`.
+///
+/// Deserializes with every field optional: `{"kernel_cache": "off", "nccl_lib":
+/// "/opt/nccl/lib", "launch_tuning": "256,0,1"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CudaSettings {
+    /// Where compiled kernels are kept between processes. `CUDASEM_KERNEL_CACHE` in the
+    /// environment (a directory; `off`, `0`, `none` or empty disable it).
+    pub kernel_cache: KernelCache,
+    /// The NCCL library to load first: its path, or a directory holding `libnccl.so.2` (`None`:
+    /// only the search of the loader and of Python's wheels). `CUDASEM_NCCL_LIB` in the
+    /// environment.
+    pub nccl_lib: Option<PathBuf>,
+    /// The launch shapes of the tensor kernels (benchmark tuning, not an API).
+    /// `CUDASEM_BENCH_TUNING` in the environment.
+    #[doc(hidden)]
+    pub launch_tuning: LaunchTuning,
+}
+
+impl CudaSettings {
+    /// `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB` and `CUDASEM_BENCH_TUNING` (unset ones take
+    /// their defaults).
+    pub(crate) fn from_lookup(lookup: Lookup) -> Result<CudaSettings> {
+        let kernel_cache = match lookup(KERNEL_CACHE_ENV)? {
+            Some(v) => KernelCache::parse(&v),
+            None => KernelCache::UserCache,
+        };
+        let nccl_lib = lookup(NCCL_LIB_ENV)?.filter(|v| !v.trim().is_empty()).map(PathBuf::from);
+        let launch_tuning = match lookup(LAUNCH_TUNING_ENV)? {
+            Some(v) if !v.trim().is_empty() => LaunchTuning::parse(&v)?,
+            _ => LaunchTuning::default(),
+        };
+        Ok(CudaSettings { kernel_cache, nccl_lib, launch_tuning })
+    }
+}
+
+/// Where the CUDA driver keeps compiled kernels between processes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(from = "String")]
+pub enum KernelCache {
+    /// The user's cache directory: `$XDG_CACHE_HOME/cudasem/kernels`, else
+    /// `~/.cache/cudasem/kernels` (none when neither variable is set). The default.
+    #[default]
+    UserCache,
+    /// This directory.
+    Dir(PathBuf),
+    /// No cache on disk (kernels are still kept for the process).
+    Off,
+}
+
+impl From<String> for KernelCache {
+    fn from(value: String) -> KernelCache {
+        KernelCache::parse(&value)
+    }
+}
+
+impl KernelCache {
+    /// Parses `CUDASEM_KERNEL_CACHE`'s value: `off`, `0`, `none` or empty disable the cache, any
+    /// other value is the directory.
+    pub fn parse(value: &str) -> KernelCache {
+        match value.trim() {
+            "" | "off" | "0" | "none" => KernelCache::Off,
+            dir => KernelCache::Dir(PathBuf::from(dir)),
+        }
+    }
+
+    /// The directory, or `None` when the cache is off. [`KernelCache::UserCache`] is looked up
+    /// in `lookup` (`XDG_CACHE_HOME`, then `HOME`).
+    pub(crate) fn dir_with(&self, lookup: Lookup) -> Result<Option<PathBuf>> {
+        Ok(match self {
+            KernelCache::Off => None,
+            KernelCache::Dir(d) => Some(d.clone()),
+            KernelCache::UserCache => {
+                let base = match lookup("XDG_CACHE_HOME")?.filter(|v| !v.is_empty()) {
+                    Some(xdg) => Some(PathBuf::from(xdg)),
+                    None => lookup("HOME")?.map(|h| Path::new(&h).join(".cache")),
+                };
+                base.map(|b| b.join("cudasem").join("kernels"))
+            }
+        })
+    }
+
+    /// The directory in this process's environment, or `None` when the cache is off (a
+    /// variable that is not UTF-8 counts as unset).
+    pub fn dir(&self) -> Option<PathBuf> {
+        self.dir_with(&|k| Ok(super::env::env_var(k).ok().flatten())).ok().flatten()
+    }
+}
+
+/// The CUDA driver's launch shapes, for benchmark runs (not an API): the most waves of blocks an
+/// elementwise grid holds (0: no cap), the vectors per thread of a fast elementwise pass (0: each
+/// op's own), and the waves of blocks a row split over blocks uses (at least 1). The defaults
+/// are `256,0,1`.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct LaunchTuning {
+    /// Waves of blocks an elementwise grid holds at most (0: no cap).
+    pub elementwise_waves: u32,
+    /// 16-byte vectors per thread of a fast elementwise pass (0: each op's own).
+    pub vectors_per_thread: u32,
+    /// Waves of blocks a reduction split over blocks uses (0 counts as 1).
+    pub reduce_waves: u32,
+}
+
+impl Default for LaunchTuning {
+    fn default() -> LaunchTuning {
+        LaunchTuning { elementwise_waves: 256, vectors_per_thread: 0, reduce_waves: 1 }
+    }
+}
+
+impl TryFrom<String> for LaunchTuning {
+    type Error = Error;
+    fn try_from(value: String) -> Result<LaunchTuning> {
+        LaunchTuning::parse(&value)
+    }
+}
+
+impl LaunchTuning {
+    /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES` (three integers).
+    pub fn parse(value: &str) -> Result<LaunchTuning> {
+        let bad = || Error::InvalidConfig {
+            key: LAUNCH_TUNING_ENV.into(),
+            value: crate::error::quote_prefix(value, 80),
+            reason: "expected three integers, EW_WAVES,VECTORS,REDUCE_WAVES (e.g. `256,0,1`)".into(),
+        };
+        let parsed: Vec<u32> = value
+            .split(',')
+            .map(|x| x.trim().parse::<u32>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad())?;
+        let [elementwise_waves, vectors_per_thread, reduce_waves] = parsed[..] else { return Err(bad()) };
+        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(env: &[(&str, &str)]) -> Result<CudaSettings> {
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        CudaSettings::from_lookup(&|k| Ok(env.get(k).cloned()))
+    }
+
+    #[test]
+    fn the_variables_parse_and_unset_ones_take_the_defaults() {
+        assert_eq!(with(&[]).unwrap(), CudaSettings::default());
+        for off in ["", "off", " 0 ", "none"] {
+            assert_eq!(with(&[(KERNEL_CACHE_ENV, off)]).unwrap().kernel_cache, KernelCache::Off, "{off:?}");
+        }
+        let s =
+            with(&[(KERNEL_CACHE_ENV, "/tmp/k"), (NCCL_LIB_ENV, "/opt/nccl"), (LAUNCH_TUNING_ENV, "8, 2,3")]).unwrap();
+        assert_eq!(s.kernel_cache, KernelCache::Dir("/tmp/k".into()));
+        assert_eq!(s.nccl_lib, Some(PathBuf::from("/opt/nccl")));
+        assert_eq!(s.launch_tuning, LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3 });
+        for bad in ["1,2", "a,b,c", "1,2,3,4", "-1,0,1"] {
+            let e = with(&[(LAUNCH_TUNING_ENV, bad)]).unwrap_err();
+            assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == LAUNCH_TUNING_ENV), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_user_cache_follows_xdg_then_home() {
+        let dir = |env: &'static [(&'static str, &'static str)]| {
+            KernelCache::UserCache.dir_with(&|k| Ok(env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())))
+        };
+        assert_eq!(dir(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]).unwrap(), Some("/x/cudasem/kernels".into()));
+        assert_eq!(dir(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]).unwrap(), Some("/h/.cache/cudasem/kernels".into()));
+        assert_eq!(dir(&[]).unwrap(), None);
+        assert_eq!(KernelCache::Off.dir(), None);
+        assert_eq!(KernelCache::Dir("/d".into()).dir(), Some("/d".into()));
+    }
+}

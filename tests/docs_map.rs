@@ -1,11 +1,13 @@
 //! The crate documentation's torch.cuda ↔ cudasem map (src/lib.rs) names every function that
 //! `cudasem::cuda` exports, so no family (the memory one was missing) drops out of it.
 
+mod common;
+
 #[test]
 fn the_torch_cuda_map_names_every_function_of_cuda() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let cuda = std::fs::read_to_string(format!("{root}/src/cuda.rs")).unwrap();
-    let lib = std::fs::read_to_string(format!("{root}/src/lib.rs")).unwrap();
+    let root = common::repo_root();
+    let cuda = std::fs::read_to_string(root.join("src/cuda.rs")).unwrap();
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
     let map: String = lib.lines().filter(|l| l.starts_with("//! |")).collect::<Vec<_>>().join("\n");
     // The top-level re-exports (before the `memory` submodule).
     let exports = &cuda[..cuda.find("pub mod memory").unwrap_or(cuda.len())];

@@ -8,6 +8,8 @@
 //! elsewhere a shorter path (`runtime/work.rs`, `status.rs`) must be the end of some file's path.
 //! `../` paths are outside the repository and not checked; names with `*` or `$` are patterns.
 
+mod common;
+
 use std::path::Path;
 
 const EXTENSIONS: &[&str] = &["rs", "cu", "py", "md", "toml", "csv"];
@@ -86,7 +88,7 @@ fn missing_paths(text: &str, files: &[String]) -> Vec<String> {
 
 #[test]
 fn every_path_in_implementation_md_exists() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = &common::repo_root();
     let text = std::fs::read_to_string(root.join("IMPLEMENTATION.md")).unwrap();
     let files = repo_files(root);
     let named: usize = text.lines().map(|l| paths(l).len()).sum();

@@ -19,7 +19,6 @@ use cudasem::cuda::{
 use cudasem::memviz;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -531,7 +530,7 @@ fn long_strings_in_a_file_are_quoted_by_a_bounded_prefix() {
 /// each with exit code 2 and a short error (no panic, no abort, no hang).
 #[test]
 fn the_commands_refuse_the_regression_files_briefly() {
-    let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
+    let fuzz = common::repo_root().join("tests/fixtures/fuzz");
     let out = std::env::temp_dir().join(format!("cudasem-{}-fuzz.html", std::process::id()));
     let runs: [(&str, &str); 8] = [
         ("memviz", "block_past_2pow64.json"),

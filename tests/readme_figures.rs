@@ -11,7 +11,7 @@ fn replay(conf: &str) -> String {
         .args(["replay", "bench/traces/resnet50_train.csv", "--compare", "bench/traces/resnet50_train.pytorch.json"])
         .env("CUDASEM_ALLOC_CONF", conf)
         .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(common::repo_root())
         .output()
         .expect("the cudasem binary starts");
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -27,7 +27,7 @@ fn field<'a>(text: &'a str, label: &str) -> Vec<&'a str> {
 
 #[test]
 fn the_readmes_resnet50_figures_are_what_the_named_command_prints() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(common::repo_root().join("README.md")).unwrap();
     let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(readme.contains(
         "`cudasem replay bench/traces/resnet50_train.csv --compare bench/traces/resnet50_train.pytorch.json`"

@@ -167,7 +167,7 @@ fn all_replays_every_trace_of_a_folder_in_one_table() {
 fn a_pytorch_snapshot_pickle_replays_its_device_traces() {
     // Dumped by PyTorch on a GPU (tests/fixtures/pytorch_gpu_snapshot.py): every allocation of the
     // run is in the history, so the live peak is PyTorch's own `requested_bytes` peak.
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let fixtures = common::repo_root().join("tests/fixtures");
     let expected = std::fs::read_to_string(fixtures.join("pytorch_gpu_snapshot.expected.json")).unwrap();
     let o = replay(&fixtures.join("pytorch_gpu_snapshot.pickle"), "", true);
     let out = String::from_utf8_lossy(&o.stdout);

@@ -249,3 +249,15 @@ pub fn cudasem_binary() -> std::path::PathBuf {
     // Absolute, so that a test may run the binary in another working directory.
     std::fs::canonicalize(&path).unwrap_or(path)
 }
+
+/// The repository's root: where the tests were built (`CARGO_MANIFEST_DIR`) when it exists, else
+/// the current folder — a GPU machine runs the carried test executables from the root of a copy
+/// of the tree, where the build machine's path does not exist.
+pub fn repo_root() -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if built.join("Cargo.toml").exists() {
+        built.to_path_buf()
+    } else {
+        std::env::current_dir().expect("a current folder")
+    }
+}

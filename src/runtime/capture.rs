@@ -202,6 +202,15 @@ pub(crate) fn of_stream(stream: StreamId) -> Option<Arc<Capture>> {
     captures().iter().find(|c| c.is_member(stream)).cloned()
 }
 
+/// Refuses `call` on `stream` when a capture underway holds the stream (work CUDA cannot record
+/// into a graph), invalidating the capture as CUDA does; `Ok` otherwise.
+pub(crate) fn refuse_on_member(call: &'static str, stream: StreamId, reason: &str) -> Result<()> {
+    match of_stream(stream) {
+        Some(c) => Err(c.refuse(call, reason.to_string())),
+        None => Ok(()),
+    }
+}
+
 /// The capture this thread began that is still underway, if any.
 pub(crate) fn of_this_thread() -> Option<Arc<Capture>> {
     if !active() {

@@ -29,6 +29,9 @@ use std::time::Duration;
 
 /// The blocking copies as a capture's refusal names them.
 const HTOD: &str = "a blocking host-to-device copy (Tensor::from_slice or to() onto a device, a CPU operand)";
+const PEER: &str = "a copy between devices (memcpy_peer)";
+const PEER_REASON: &str = "CUDA cannot record a peer copy (cuMemcpyPeerAsync) into a graph; copy across devices \
+     before the capture or after it";
 const DTOH: &str = "a blocking device-to-host copy (Tensor::to_vec, item, cpu, to(Device::Cpu))";
 
 /// The owner of memory that device work queued through the door uses (a tensor, for its
@@ -172,6 +175,11 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        if capture::active() {
+            // CUDA refuses `cuMemcpyPeerAsync` on a capturing stream; refused here the same way on
+            // every driver, as a typed error.
+            capture::refuse_on_member(PEER, self.driver_id(), PEER_REASON)?;
+        }
         self.note_work(uses);
         rt()?.driver.memcpy_peer(dst_device, dst, src_device, src, bytes, self.driver_id())
     }
@@ -328,15 +336,15 @@ mod tests {
         };
         let fill = KernelOp::Fill { dst: f32_view(&a), value: Scalar::from(1.5f32) };
         // Every door method over memory, with the operands it is given.
-        let calls: [(&str, &dyn Fn() -> Result<()>); 5] = [
+        let peer = || stream.memcpy_peer((device, a.0.ptr()), (device, b.0.ptr()), BYTES, &[&a, &b]);
+        let calls: [(&str, &dyn Fn() -> Result<()>); 4] = [
             ("launch", &|| stream.launch(&fill, &[&a, &b])),
             ("launch_dense_binary", &|| stream.launch_dense_binary(&dense, &[&a, &b])),
             ("memset_d8", &|| stream.memset_d8(a.0.ptr(), 0, BYTES, &[&a, &b])),
             ("memcpy_dtod", &|| stream.memcpy_dtod(a.0.ptr(), b.0.ptr(), BYTES, &[&a, &b])),
-            ("memcpy_peer", &|| stream.memcpy_peer((device, a.0.ptr()), (device, b.0.ptr()), BYTES, &[&a, &b])),
         ];
         let counts = || (Arc::strong_count(&a.0), Arc::strong_count(&b.0));
-        for (what, call) in &calls {
+        for (what, call) in calls.iter().chain([("memcpy_peer", &peer as &dyn Fn() -> Result<()>)].iter()) {
             call()?;
             assert_eq!(counts(), (1, 1), "{what} without a capture took a handle");
         }
@@ -353,6 +361,18 @@ mod tests {
         assert_eq!(counts(), (1 + calls.len(), 1 + calls.len()), "the graph holds what its capture kept");
         g.reset()?;
         assert_eq!(counts(), (1, 1), "a reset graph holds nothing");
+        // A peer copy on a capturing stream is refused at the door on every driver (CUDA refuses
+        // `cuMemcpyPeerAsync` there), keeps nothing, and invalidates the capture as CUDA does.
+        let mut g = CUDAGraph::new();
+        let refused = with_stream(&stream, || {
+            g.capture_begin(None, CaptureMode::Relaxed)?;
+            let r = peer();
+            let end = g.capture_end();
+            Ok::<_, crate::Error>((r, end))
+        })?;
+        assert!(matches!(refused.0, Err(crate::Error::IllegalDuringCapture { .. })), "{:?}", refused.0);
+        assert!(matches!(refused.1, Err(crate::Error::CaptureInvalidated { .. })), "{:?}", refused.1);
+        assert_eq!(counts(), (1, 1), "a refused peer copy keeps nothing");
         Ok(())
     }
 }

@@ -5,18 +5,21 @@
 mod capture;
 mod context;
 mod current;
+mod device_errors;
 mod devices;
 mod errors;
 mod event;
 mod external;
 mod graph;
 mod guard;
+mod host_alloc;
 mod host_memory;
 mod mem_pool;
 mod memory;
 mod pool;
 mod registry;
 mod stream;
+mod stream_handle;
 mod work;
 
 pub(crate) use capture::active as capture_underway;
@@ -55,7 +58,6 @@ pub use memory::*;
 #[cfg(feature = "unstable-internals")]
 pub(crate) use registry::driver;
 pub use registry::init;
-use registry::RUNTIME;
 pub(crate) use registry::{resolve_device, resolved_config, rt, set_launch_tuning, Runtime};
-pub use stream::Stream;
+pub use stream_handle::Stream;
 pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id, Operand, NO_OPERANDS};

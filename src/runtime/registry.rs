@@ -2,8 +2,10 @@
 //! host memory), built on first use from the process's one [`Config`] ([`init`], else the
 //! environment), and [`rt`], the way every runtime file reaches it.
 
+use super::context;
+use super::device_errors::DeviceErrors;
+use super::host_alloc::HostMemory;
 use super::pool::Pool;
-use super::{context, errors, host_memory};
 use crate::alloc::{AllocatorSettings, CachingAllocator};
 use crate::config::{Config, LaunchTuning};
 use crate::device::IntoCudaDevice;
@@ -22,7 +24,7 @@ pub(crate) struct DeviceState {
     /// every lookup asks it and reports its error).
     pub default_stream: Option<StreamId>,
     /// Asynchronous errors pending on the device (`errors.rs`).
-    pub errors: errors::DeviceErrors,
+    pub errors: DeviceErrors,
 }
 
 /// The process-wide runtime.
@@ -32,7 +34,7 @@ pub(crate) struct Runtime {
     /// The allocator settings of the process's [`Config`].
     pub alloc_settings: AllocatorSettings,
     /// Pinned host memory and its caching allocator, made on first use.
-    pub(super) host: OnceLock<host_memory::HostMemory>,
+    pub(super) host: OnceLock<HostMemory>,
 }
 
 impl Runtime {
@@ -46,11 +48,11 @@ impl Runtime {
                 peer_enabled: Mutex::new(vec![false; n]),
                 allocator: OnceLock::new(),
                 default_stream: driver.default_stream(d).ok(),
-                errors: errors::DeviceErrors::default(),
+                errors: DeviceErrors::default(),
             })
             .collect();
         // Errors still pending at exit are written to stderr, not lost.
-        driver::exit::at_exit(errors::report_at_exit);
+        driver::exit::at_exit(report_at_exit);
         Ok(Runtime { driver, devices, alloc_settings: config.allocator.clone(), host: OnceLock::new() })
     }
 
@@ -155,7 +157,7 @@ pub(crate) fn resolved_config() -> Result<Config> {
     config().config.clone()
 }
 
-pub(super) static RUNTIME: OnceLock<Result<Runtime>> = OnceLock::new();
+static RUNTIME: OnceLock<Result<Runtime>> = OnceLock::new();
 
 /// The process-wide runtime, built on first use over the driver the process's [`Config`] asks
 /// for. An invalid setting (say `CUDASEM_ALLOC_CONF`) is refused at once, by every call, not at
@@ -176,4 +178,13 @@ pub(crate) fn driver() -> Result<&'static Arc<dyn Driver>> {
 pub(crate) fn set_launch_tuning(tuning: LaunchTuning) -> Result<()> {
     rt()?.driver.set_launch_tuning(tuning);
     Ok(())
+}
+
+/// Writes the errors still pending on every device to stderr (run at process exit).
+extern "C" fn report_at_exit() {
+    let Some(Ok(rt)) = RUNTIME.get() else { return };
+    for device in 0..rt.devices.len() {
+        rt.devices[device].errors.drain(rt.driver.as_ref(), device);
+        rt.devices[device].errors.report_pending(device);
+    }
 }

@@ -1,7 +1,7 @@
 //! The one thread-local context: the current device, the current stream of each device, and the
 //! depth of the guard stack (guards must be dropped in reverse order of creation).
 
-use super::stream::Stream;
+use super::stream_handle::Stream;
 use std::cell::{Cell, RefCell};
 
 struct Context {

@@ -2,7 +2,7 @@
 //! [`set_stream`], and [`StreamGuard`] / [`with_stream`] (`with torch.cuda.stream(s):`).
 
 use super::context;
-use super::stream::Stream;
+use super::stream_handle::Stream;
 use super::{rt, Runtime};
 use crate::device::IntoCudaDevice;
 use crate::error::{Error, Result};

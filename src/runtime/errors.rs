@@ -11,31 +11,7 @@
 use super::rt;
 use crate::device::IntoCudaDevice;
 use crate::error::{Error, Result};
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-/// The most driver-kept errors moved into the list at one check (the driver keeps few).
-const DRAIN_LIMIT: usize = 64;
-
-/// One device's pending errors.
-#[derive(Default)]
-pub(crate) struct DeviceErrors {
-    /// Whether `list` may be non-empty (the fast path of a check).
-    any: AtomicBool,
-    list: Mutex<Vec<Error>>,
-}
-
-impl DeviceErrors {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Error>> {
-        self.list.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push(&self, error: Error) {
-        self.lock().push(error);
-        self.any.store(true, Ordering::Release);
-    }
-}
+use std::sync::atomic::Ordering;
 
 /// Keeps `error` for `device`'s synchronization points (an invalid `device` is ignored).
 pub(crate) fn record(device: usize, error: Error) {
@@ -47,12 +23,7 @@ pub(crate) fn record(device: usize, error: Error) {
 /// Moves the errors the driver kept for `device` (a checked index) into its list.
 fn drain_driver(device: usize) {
     let Ok(rt) = rt() else { return };
-    for _ in 0..DRAIN_LIMIT {
-        match rt.driver.take_error(device) {
-            Ok(()) => return,
-            Err(e) => rt.devices[device].errors.push(e),
-        }
-    }
+    rt.devices[device].errors.drain(rt.driver.as_ref(), device);
 }
 
 /// The pending errors of `device` as one error.
@@ -99,22 +70,4 @@ pub fn get_last_error(device: impl IntoCudaDevice) -> Result<()> {
 pub fn peek_at_last_error(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
     check(rt.device(device)?)
-}
-
-/// Writes the errors still pending on every device to stderr (run at process exit).
-pub(crate) extern "C" fn report_at_exit() {
-    let Some(Ok(rt)) = super::RUNTIME.get() else { return };
-    for device in 0..rt.devices.len() {
-        drain_driver(device);
-        let list = rt.devices[device].errors.lock();
-        for (i, e) in list.iter().enumerate() {
-            let _ = writeln!(
-                std::io::stderr(),
-                "cudasem: asynchronous error {} of {} on cuda:{device} was never reported \
-                 (pending at exit; a later synchronize or cuda::get_last_error would have returned it): {e}",
-                i + 1,
-                list.len()
-            );
-        }
-    }
 }

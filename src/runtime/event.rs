@@ -3,7 +3,7 @@
 
 use super::current::current_stream;
 use super::rt;
-use super::stream::Stream;
+use super::stream_handle::Stream;
 use crate::driver::EventId;
 use crate::error::{Error, Result};
 use std::fmt;

@@ -22,19 +22,15 @@
 //!
 //! Events come from a per-device pool (timing disabled), as PyTorch's host allocator pools them.
 
+use super::host_alloc::{DriverHostMemory, HostMemory};
 use super::work::Operand;
 use super::{rt, Runtime, Stream};
-use crate::alloc::{CachingHostAllocator, HostMemoryStats, HostUse, RawHostMemory};
-use crate::driver::{DevicePtr, Driver, EventId, HostPtr};
+use crate::alloc::{CachingHostAllocator, HostMemoryStats, HostUse};
+use crate::driver::{DevicePtr, HostPtr};
 use crate::error::{Error, Result};
 use crate::sync::{Mutex as ProtocolMutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, MutexGuard};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use std::sync::Arc;
 
 /// What the block's protocol needs from the events of its copies (the driver's in
 /// [`DriverHostMemory`]; a fake that a thread completes in the loom model check).
@@ -151,52 +147,6 @@ impl BlockUses {
     pub fn take(&mut self) -> Vec<HostUse> {
         std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()))
     }
-}
-
-/// The driver as the host allocator's [`RawHostMemory`], with a pool of copy events per device.
-pub(crate) struct DriverHostMemory {
-    driver: Arc<dyn Driver>,
-    events: Mutex<HashMap<usize, Vec<EventId>>>,
-}
-
-impl DriverHostMemory {
-    pub fn new(driver: Arc<dyn Driver>) -> DriverHostMemory {
-        DriverHostMemory { driver, events: Mutex::new(HashMap::new()) }
-    }
-
-    /// An event of `device` from the pool, or a new one.
-    fn event(&self, device: usize) -> Result<EventId> {
-        if let Some(ev) = lock(&self.events).get_mut(&device).and_then(Vec::pop) {
-            return Ok(ev);
-        }
-        self.driver.event_create(device, false, false)
-    }
-
-    /// Puts an event back in its device's pool (its recordings are complete or abandoned).
-    fn give_back(&self, device: usize, event: EventId) {
-        lock(&self.events).entry(device).or_default().push(event);
-    }
-}
-
-impl RawHostMemory for DriverHostMemory {
-    fn alloc(&self, bytes: usize) -> Result<HostPtr> {
-        self.driver.host_alloc(bytes)
-    }
-    fn free(&self, ptr: HostPtr) -> Result<()> {
-        self.driver.host_free(ptr)
-    }
-    fn use_done(&self, u: &HostUse) -> Result<bool> {
-        self.driver.event_query(u.event)
-    }
-    fn use_release(&self, u: HostUse) {
-        self.give_back(u.device, u.event);
-    }
-}
-
-/// The process's pinned memory: the driver door and the caching allocator over it.
-pub(crate) struct HostMemory {
-    raw: Arc<DriverHostMemory>,
-    pub allocator: CachingHostAllocator,
 }
 
 impl Runtime {

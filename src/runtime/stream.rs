@@ -2,31 +2,11 @@
 //! crate-internal methods in `work.rs`; the thread's current stream is in `current.rs`; waiting
 //! on and recording events is in `event.rs`.
 
+use super::stream_handle::Stream;
 use super::{rt, Runtime};
 use crate::device::IntoCudaDevice;
 use crate::driver::StreamId;
 use crate::error::Result;
-use std::fmt;
-
-/// A CUDA stream: an in-order queue of work on one device (`torch.cuda.Stream`).
-///
-/// Cheap to clone; two handles to the same stream compare equal. Streams made by
-/// [`Stream::new`] come from the device's pool (32 per priority level, handed out round-robin,
-/// as PyTorch does) and live for the whole process.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Stream {
-    device: usize,
-    id: StreamId,
-    priority: i32,
-    default: bool,
-}
-
-impl fmt::Debug for Stream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "<cudasem Stream device=cuda:{} id={:#x} priority={}", self.device, self.id.0, self.priority)?;
-        f.write_str(if self.default { " default>" } else { ">" })
-    }
-}
 
 impl Stream {
     /// A stream from the pool of `device` (`None` or `"cuda"`: the current device) at

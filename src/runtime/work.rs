@@ -18,7 +18,7 @@
 use super::capture::{self, KeepAlive};
 use super::memory::DeviceBlock;
 use super::rt;
-use super::stream::Stream;
+use super::stream_handle::Stream;
 use crate::alloc::MemPoolId;
 use crate::driver::comm::{Collective, Comm, HostJob};
 use crate::driver::{DevicePtr, EventId, HostPtr};

@@ -13,8 +13,9 @@
 //! write of the pinned bytes waits for the copy.
 
 use super::exec::{Exec, Place};
+use super::layout::Layout;
 use super::storage::Storage;
-use super::{Layout, Tensor};
+use super::Tensor;
 use crate::device::IntoDevice;
 use crate::driver::DevicePtr;
 use crate::dtype::{DType, Element};

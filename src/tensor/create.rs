@@ -9,8 +9,9 @@
 
 use super::exec::{Exec, Place};
 use super::layout::checked_numel;
+use super::layout::Layout;
 use super::storage::Storage;
-use super::{random, IntoShape, Layout, Tensor};
+use super::{random, IntoShape, Tensor};
 use crate::device::IntoDevice;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};

@@ -15,8 +15,9 @@
 //! copies still using it (`PinnedBlock`).
 
 use super::exec::{byte_size, Place};
+use super::layout::Layout;
 use super::storage::Storage;
-use super::{Layout, Tensor};
+use super::Tensor;
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};

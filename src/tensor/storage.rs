@@ -200,7 +200,7 @@ impl Storage {
 
 /// A tensor's storage as a collective that writes it sees it: without keeping it alive, it can
 /// mark its contents undefined if the collective fails ([`Storage::poisoned`]).
-pub(crate) struct PoisonHandle(Weak<Storage>);
+pub(crate) struct PoisonHandle(pub(super) Weak<Storage>);
 
 impl PoisonHandle {
     /// Marks the storage's contents undefined because of `error` (nothing if it is gone or in
@@ -211,13 +211,6 @@ impl PoisonHandle {
                 block.poison(error);
             }
         }
-    }
-}
-
-impl super::Tensor {
-    /// A handle that can poison this tensor's storage (for the collectives that write it).
-    pub(crate) fn poison_handle(&self) -> PoisonHandle {
-        PoisonHandle(std::sync::Arc::downgrade(&self.storage))
     }
 }
 

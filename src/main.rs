@@ -141,6 +141,15 @@ enum Command {
     /// The launcher's helper: stops the ranks' process groups if `cudasem run` dies.
     #[command(name = "run-reaper", hide = true)]
     RunReaper,
+    /// The launcher's trampoline for a rank: dies with the launcher, then becomes the program.
+    #[command(name = "run-rank", hide = true)]
+    RunRank {
+        /// The launcher's pid.
+        launcher: u32,
+        /// The rank's program and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -167,6 +176,7 @@ fn main() -> ExitCode {
             })
         }
         Command::RunReaper => cli::run::reaper(),
+        Command::RunRank { launcher, command } => cli::run::rank_trampoline(launcher, &command),
         Command::Bench { json, no_pytorch, python, script, only, quick, ops, write_spec } => {
             let script = script.unwrap_or_else(|| cli::bench::default_script(ops));
             cli::bench::run(cli::bench::Options { json, no_pytorch, python, script, only, quick, ops, write_spec })

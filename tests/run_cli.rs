@@ -512,3 +512,63 @@ fn several_nodes_need_a_shared_secret_and_a_wrong_one_is_refused() {
     assert!(text(&outs[1]).contains("refused this client"), "{}", text(&outs[1]));
     assert!(!outs[0].status.success(), "rank 0 timed out waiting for rank 1: {}", text(&outs[0]));
 }
+
+/// The children of `pid` (Linux: `/proc/PID/task/*/children`).
+#[cfg(target_os = "linux")]
+fn children_of(pid: u32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+/// The command line of `pid`, its arguments joined by spaces.
+#[cfg(target_os = "linux")]
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// With its reaper gone too, a SIGKILLed launcher still takes its ranks along: each rank asked the
+/// kernel, in the `run-rank` trampoline before it became the program, for a SIGKILL when the
+/// launcher dies (PR_SET_PDEATHSIG survives the exec).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_rank_dies_with_its_launcher_even_without_the_reaper() {
+    let mut launcher = Command::new(common::cudasem_binary())
+        .args(["run", "--nproc-per-node", "1", "--", "sleep", "1000"])
+        .spawn()
+        .unwrap();
+    let mut found = None;
+    for _ in 0..500 {
+        let kids = children_of(launcher.id());
+        let reaper = kids.iter().copied().find(|&p| cmdline(p).contains("run-reaper"));
+        let rank = kids.iter().copied().find(|&p| cmdline(p).starts_with("sleep 1000"));
+        if let (Some(r), Some(s)) = (reaper, rank) {
+            found = Some((r, s));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let Some((reaper, rank)) = found else {
+        let _ = launcher.kill();
+        panic!("the launcher's reaper and rank did not appear: {:?}", children_of(launcher.id()));
+    };
+    let kill = |p: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+    kill(reaper).unwrap();
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    for _ in 0..2000 {
+        if !running(rank) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = kill(rank);
+    panic!("the rank (pid {rank}) outlived its SIGKILLed launcher by 20 s without the reaper");
+}

@@ -15,14 +15,15 @@
 //! Nothing of the job is left behind. Each rank runs in a process group of its own, and every
 //! signal goes to the whole group, so the processes a rank started are stopped with it, also when
 //! the job ends well (what a rank left running gets SIGTERM, then SIGKILL). On Linux a rank is
-//! killed when the launcher dies (`PR_SET_PDEATHSIG`), and a small reaper process (this program
+//! killed when the launcher dies (`PR_SET_PDEATHSIG`, asked for by the rank itself in the hidden
+//! `cudasem run-rank` trampoline, which then `exec`s the program), and a small reaper process (this program
 //! again, `cudasem run-reaper`, in a process group of its own) kills every rank's group when the
 //! launcher is gone without saying it is done: so a SIGKILL of the launcher leaves nothing either.
 //!
 //! On one node without `--master-port` the launcher takes a free port of the loopback (torchrun's
 //! `--standalone`); with several nodes the port defaults to torchrun's 29500.
 
-use std::process::{Child, Command, ExitCode};
+use std::process::{Child, ExitCode};
 use std::time::{Duration, Instant};
 
 /// How long ranks have between SIGTERM and SIGKILL.
@@ -130,9 +131,8 @@ fn launch(o: Options) -> Result<u8, String> {
     let mut ranks = Vec::with_capacity(o.nproc_per_node);
     for local_rank in 0..o.nproc_per_node {
         let rank = o.node_rank * o.nproc_per_node + local_rank;
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .env("RANK", rank.to_string())
+        let mut cmd = guard::rank_command(program, args)?;
+        cmd.env("RANK", rank.to_string())
             .env("LOCAL_RANK", local_rank.to_string())
             .env("WORLD_SIZE", world.to_string())
             .env("LOCAL_WORLD_SIZE", o.nproc_per_node.to_string())
@@ -148,7 +148,6 @@ fn launch(o: Options) -> Result<u8, String> {
         if o.nproc_per_node > 1 && std::env::var_os("OMP_NUM_THREADS").is_none() {
             cmd.env("OMP_NUM_THREADS", "1");
         }
-        guard::own_group_dying_with_launcher(&mut cmd);
         match cmd.spawn() {
             Ok(child) => {
                 reaper.watch(child.id());
@@ -290,6 +289,8 @@ pub fn reaper() -> ExitCode {
 
 #[path = "run_guard.rs"]
 mod guard;
+
+pub use guard::rank_trampoline;
 
 #[cfg(unix)]
 mod signals {

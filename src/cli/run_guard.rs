@@ -5,32 +5,64 @@
 use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
-/// Puts the rank that `cmd` starts in a new process group (its pid is the group's id) and, on
-/// Linux, has the kernel SIGKILL it when the launcher dies.
-pub fn own_group_dying_with_launcher(cmd: &mut Command) {
-    #[cfg(not(unix))]
-    let _ = cmd;
+/// The command that starts a rank running `program` with `args`: in a new process group (its pid
+/// is the group's id) and, on Linux, through this executable's `run-rank` trampoline, which has
+/// the kernel SIGKILL the rank when the launcher dies (`PR_SET_PDEATHSIG`, which survives the
+/// `exec`) and then becomes the program. Set in the child itself, the setting needs no `unsafe`
+/// `pre_exec` hook in the launcher.
+pub fn rank_command(program: &str, args: &[String]) -> Result<Command, String> {
+    #[cfg(target_os = "linux")]
+    let mut cmd = {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to start the ranks: {e}"))?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("run-rank").arg(std::process::id().to_string()).arg("--").arg(program).args(args);
+        cmd
+    };
+    #[cfg(not(target_os = "linux"))]
+    let mut cmd = {
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        cmd
+    };
     #[cfg(unix)]
-    std::os::unix::process::CommandExt::process_group(cmd, 0);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    Ok(cmd)
+}
+
+/// `cudasem run-rank LAUNCHER -- PROGRAM ARGS`: asks the kernel to SIGKILL this process when its
+/// parent dies, checks that the parent is still `launcher` (a launcher that died before the
+/// request leaves the rank unstarted instead of unwatched), then replaces itself with the
+/// program (same pid, group, environment and standard streams). Returns only on failure.
+pub fn rank_trampoline(launcher: u32, command: &[String]) -> std::process::ExitCode {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!("cudasem run-rank: no program given");
+        return std::process::ExitCode::from(2);
+    };
     #[cfg(target_os = "linux")]
     {
         use nix::sys::signal::Signal;
-        use std::os::unix::process::CommandExt;
-        let launcher = nix::unistd::getpid();
-        // SAFETY: `pre_exec` runs the closure in the child between fork and exec, where only
-        // async-signal-safe work is allowed. It makes two system calls, prctl(PR_SET_PDEATHSIG)
-        // and getppid, and builds an `io::Error` from an errno (no allocation, no lock). The
-        // getppid check closes the race of a launcher that died before the prctl: the child then
-        // fails to start instead of running unwatched. This is the launcher's only `unsafe`.
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-                if nix::unistd::getppid() != launcher {
-                    return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
-                }
-                Ok(())
-            });
+        if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
+            eprintln!("cudasem run: cannot tie {program} to the launcher's life (prctl PR_SET_PDEATHSIG): {e}");
+            return std::process::ExitCode::from(127);
         }
+        if u32::try_from(nix::unistd::getppid().as_raw()).ok() != Some(launcher) {
+            eprintln!("cudasem run: the launcher (pid {launcher}) is gone; {program} is not started");
+            return std::process::ExitCode::from(1);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = launcher;
+    #[cfg(unix)]
+    {
+        let e = std::os::unix::process::CommandExt::exec(Command::new(program).args(args));
+        eprintln!("cudasem run: cannot start {program}: {e}");
+        std::process::ExitCode::from(127)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = args;
+        eprintln!("cudasem run-rank: only on Unix");
+        std::process::ExitCode::from(2)
     }
 }
 

@@ -32,7 +32,7 @@ fn saxpy_twin(l: &mut HostLaunch) -> Result<()> {
     let (a, n) = (l.scalar::<f32>(2)?, l.scalar::<i32>(3)? as usize);
     let threads = (l.grid().x * l.block().x) as usize;
     for i in 0..n.min(threads).min(y.len()) {
-        y[i] = a * x[i] + y[i];
+        y[i] += a * x[i];
     }
     l.write(1, &y)
 }

@@ -278,7 +278,7 @@ impl std::fmt::Debug for Kernel {
 ///     let x: Vec<f32> = l.read(0)?.into_iter().take(n).map(|v: f32| v * a).collect();
 ///     l.write(0, &x)
 /// });
-/// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], 3, "cuda")?;
+/// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], "cuda")?;
 /// kernel.launch(1u32, 32u32, 0, &[KernelArg::read_write(&x), 2.0f32.into(), 3i32.into()])?;
 /// assert_eq!(x.to_vec::<f32>()?, [2.0, 4.0, 6.0]);
 /// # Ok(())

@@ -52,6 +52,7 @@
 //! | `with torch.cuda.stream(s):` (`torch.cuda.stream`, `torch.cuda.StreamContext`) | `let _g = `[`cuda::StreamGuard::new`]`(&s)?;` or [`cuda::with_stream`] |
 //! | `s.synchronize() / query() / wait_event(e) / wait_stream(o) / record_event(e)` | same names on [`cuda::Stream`] |
 //! | `s.cuda_stream` / `torch.cuda.ExternalStream(ptr, device)` | [`cuda::Stream::cuda_stream`] / `unsafe` [`cuda::Stream::from_external`]; the device's `CUcontext`: [`cuda::primary_context`] |
+//! | `torch.cuda._compile_kernel(src, name, options)` and its launch | [`cuda::compile_kernel`] → [`cuda::Kernel`]; [`cuda::Kernel::launch`]`(grid, block, shared_mem, &[`[`cuda::KernelArg`]`])` ([`cuda::Dim3`]); on the simulated machine a host twin ([`cuda::Kernel::with_host_twin`], [`cuda::HostLaunch`], [`cuda::KernelScalar`]) |
 //! | `torch.cuda.Event(enable_timing, blocking)` | [`cuda::Event::new`]`(`[`cuda::EventFlags`]`)` |
 //! | `e.record(s) / query() / synchronize() / wait(s) / elapsed_time(end)` | same names on [`cuda::Event`] |
 //! | `PYTORCH_CUDA_ALLOC_CONF`, environment read at first use | [`init`]`(`[`Config`]`)` before first use, else `CUDASEM_*` variables (`CUDASEM_ALLOC_CONF`, else `PYTORCH_CUDA_ALLOC_CONF` itself); `CUDA_VISIBLE_DEVICES` selects devices on the simulated machine too |

@@ -92,6 +92,31 @@ pub enum CaptureMode {
     Relaxed,
 }
 
+/// A user kernel compiled and loaded by [`Driver::user_module_load`] (unique within one driver
+/// instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UserFunctionId(pub u64);
+
+/// One argument of a user kernel launch, as the driver passes it to the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserArg {
+    /// A device address (a `T*` parameter).
+    Ptr(DevicePtr),
+    /// A scalar's bytes, in the host's byte order (a by-value parameter).
+    Bytes(Vec<u8>),
+}
+
+/// A user kernel launch's shape: grid and block dimensions and dynamic shared memory bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchShape {
+    /// Blocks in x, y, z.
+    pub grid: [u32; 3],
+    /// Threads per block in x, y, z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem: u32,
+}
+
 /// What `torch.cuda.get_device_properties` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceProperties {
@@ -320,6 +345,40 @@ pub trait Driver: Send + Sync + 'static {
             op: "host_job",
             driver: self.name(),
             reason: "host jobs over device memory exist on the simulated machine only".into(),
+        })
+    }
+    /// Compiles the CUDA C `source` with NVRTC (`options` beyond the target architecture) for
+    /// `device`, loads it into the device's context and returns its kernel `name` (an `extern
+    /// "C"` name). A compile error is an [`Error::Driver`] whose message is NVRTC's log.
+    /// [`Error::Unsupported`] where the driver cannot run CUDA C (the simulated machine).
+    fn user_module_load(&self, device: usize, source: &str, name: &str, options: &[String]) -> Result<UserFunctionId> {
+        let _ = (device, source, name, options);
+        Err(Error::Unsupported {
+            op: "compile_kernel",
+            driver: self.name(),
+            reason: "this driver cannot compile or run CUDA C".into(),
+        })
+    }
+    /// Queues the user kernel `func` (loaded for the stream's device) on `stream` with `args`.
+    /// The caller checked the shape against the device's limits and keeps every address alive
+    /// until the kernel has run.
+    fn user_launch(&self, stream: StreamId, func: UserFunctionId, shape: LaunchShape, args: &[UserArg]) -> Result<()> {
+        let _ = (stream, func, shape, args);
+        Err(Error::Unsupported {
+            op: "launch",
+            driver: self.name(),
+            reason: "this driver cannot run CUDA C kernels".into(),
+        })
+    }
+    /// Queues `kernel`, a kernel's host twin, on `stream`: the stream's worker runs it over the
+    /// device memory when the stream reaches it, and again at each replay of a graph that
+    /// captured it (the simulated machine; [`Error::Unsupported`] elsewhere).
+    fn host_kernel(&self, stream: StreamId, kernel: comm::HostKernel) -> Result<()> {
+        let _ = (stream, kernel);
+        Err(Error::Unsupported {
+            op: "launch",
+            driver: self.name(),
+            reason: "host twins of kernels run on the simulated machine only".into(),
         })
     }
     /// Changes the launch shapes of the tensor kernels ([`Config::cuda`](crate::Config::cuda)'s

@@ -155,6 +155,11 @@ pub trait Comm: Send + Sync {
 /// memory). The collectives of the simulated backend are such jobs.
 pub type HostJob = Box<dyn FnOnce(&dyn DeviceBytes) + Send + 'static>;
 
+/// A kernel's host twin as a stream's worker runs it (the simulated machine): like a
+/// [`HostJob`], but replayable (a captured graph runs it at each replay); an error it returns is
+/// kept as the device's asynchronous error, as a kernel fault is.
+pub type HostKernel = std::sync::Arc<dyn Fn(&dyn DeviceBytes) -> Result<()> + Send + Sync + 'static>;
+
 /// The machine's device memory by address, as a [`HostJob`] sees it.
 pub trait DeviceBytes {
     /// Reads `out.len()` bytes at `at`.

@@ -20,8 +20,9 @@ use super::memory::DeviceBlock;
 use super::rt;
 use super::stream_handle::Stream;
 use crate::alloc::MemPoolId;
-use crate::driver::comm::{Collective, Comm, HostJob};
+use crate::driver::comm::{Collective, Comm, HostJob, HostKernel};
 use crate::driver::{DevicePtr, EventId, HostPtr};
+use crate::driver::{LaunchShape, UserArg, UserFunctionId};
 use crate::error::Result;
 use crate::kernel::{DenseBinary, KernelOp, Workspace, GEMM_WORKSPACE_BYTES};
 use std::sync::Arc;
@@ -256,10 +257,36 @@ impl Stream {
         comm.run(op, rt()?.driver.raw_stream(self.driver_id())?)
     }
 
+    /// Queues the user kernel `func` with `args`, whose addresses point into `uses`' memory.
+    #[inline]
+    pub(crate) fn user_launch<T: Operand + ?Sized>(
+        &self,
+        func: UserFunctionId,
+        shape: LaunchShape,
+        args: &[UserArg],
+        uses: &[&T],
+    ) -> Result<()> {
+        self.note_work(uses);
+        rt()?.driver.user_launch(self.driver_id(), func, shape, args)
+    }
+
+    /// Queues a kernel's host twin over `uses`' memory (the simulated machine); a capture keeps
+    /// it, and each replay runs it again.
+    pub(crate) fn host_kernel<T: Operand + ?Sized>(&self, kernel: HostKernel, uses: &[&T]) -> Result<()> {
+        self.note_work(uses);
+        rt()?.driver.host_kernel(self.driver_id(), kernel)
+    }
+
     /// Queues a host job over device memory (the simulated machine's collectives).
     pub(crate) fn host_job(&self, job: HostJob) -> Result<()> {
         rt()?.driver.host_job(self.driver_id(), job)
     }
+}
+
+/// Compiles and loads a user kernel for `device` (a checked index) with the driver's NVRTC path.
+pub(crate) fn user_module_load(device: usize, source: &str, name: &str, options: &[String]) -> Result<UserFunctionId> {
+    let rt = rt()?;
+    rt.driver.user_module_load(rt.check(device)?, source, name, options)
 }
 
 /// A new communicator's unique id, from the driver's collectives library.

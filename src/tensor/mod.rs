@@ -46,6 +46,7 @@ mod random;
 mod range;
 mod shape;
 mod storage;
+mod user_kernel;
 mod view;
 
 pub use self::core::Tensor;
@@ -55,3 +56,4 @@ pub use random::{initial_seed, manual_seed};
 pub use range::{SliceBounds, SliceRange};
 pub use shape::{IntoShape, Shape};
 pub(crate) use storage::PoisonHandle;
+pub use user_kernel::{compile_kernel, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};

@@ -318,6 +318,26 @@ impl Driver for CudaDriver {
         self.cu_graph_debug_dot(graph, path)
     }
 
+    fn user_module_load(
+        &self,
+        device: usize,
+        source: &str,
+        name: &str,
+        options: &[String],
+    ) -> Result<crate::driver::UserFunctionId> {
+        self.load_user_kernel(device, source, name, options)
+    }
+
+    fn user_launch(
+        &self,
+        stream: StreamId,
+        func: crate::driver::UserFunctionId,
+        shape: crate::driver::LaunchShape,
+        args: &[crate::driver::UserArg],
+    ) -> Result<()> {
+        self.launch_user_kernel(stream, func, shape, args)
+    }
+
     fn delay(&self, stream: StreamId, duration: Duration) -> Result<()> {
         capture::maybe_relaxed(|| self.delay_on(stream, duration))
     }

@@ -35,6 +35,7 @@ mod kernels;
 mod memory;
 mod nccl;
 mod status;
+mod user;
 mod vmm;
 mod vmm_table;
 

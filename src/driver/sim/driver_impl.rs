@@ -367,4 +367,8 @@ impl Driver for SimDriver {
     fn host_job(&self, stream: StreamId, job: crate::driver::comm::HostJob) -> Result<()> {
         self.queue_host_job(stream, job)
     }
+
+    fn host_kernel(&self, stream: StreamId, kernel: crate::driver::comm::HostKernel) -> Result<()> {
+        self.queue_host_kernel(stream, kernel)
+    }
 }

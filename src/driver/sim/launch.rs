@@ -131,6 +131,21 @@ impl SimDriver {
         }));
         Ok(())
     }
+
+    /// Queues a kernel's host twin with every device's memory, as a kernel (a capture keeps it,
+    /// and each replay runs it again); an error it returns is kept as the device's asynchronous
+    /// error, as a kernel fault is.
+    pub(super) fn queue_host_kernel(&self, stream: StreamId, kernel: crate::driver::comm::HostKernel) -> Result<()> {
+        let s = self.stream(stream)?;
+        let device = s.device;
+        let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
+        s.submit(Job::run("kernel (host twin)", 0, move || {
+            if let Err(e) = kernel(&mem) {
+                mem.devices[device].dropped.record(e);
+            }
+        }));
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -322,7 +322,11 @@ wait
 /// A launcher running `ranks` forking ranks with `$JOB` = `job`, and the folder of their pids.
 #[cfg(unix)]
 fn forking_job(ranks: usize, extra: &[&str], job: &str) -> (std::process::Child, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("cudasem-run-leaks-{}-{job}", std::process::id()));
+    // A folder of its own per job: tests running at once (three of them run `wait` jobs) must not
+    // read each other's pids (seen on a 16-core machine: one test's SIGTERM checked another's ranks).
+    static JOBS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("cudasem-run-leaks-{}-{job}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = Command::new(common::cudasem_binary());

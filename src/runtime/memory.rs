@@ -35,8 +35,9 @@ pub(crate) struct DeviceBlock {
     /// The device's allocator (the runtime lives for the whole process), kept so that dropping
     /// the block looks nothing up.
     alloc: &'static CachingAllocator,
-    /// Why the block's contents are undefined: a collective that was to write it failed.
-    poison: std::sync::OnceLock<Error>,
+    /// Why the block's contents are undefined: a collective that was to write it failed (boxed:
+    /// every device tensor carries the slot, almost always empty).
+    poison: std::sync::OnceLock<Box<Error>>,
 }
 
 impl DeviceBlock {
@@ -74,7 +75,7 @@ impl DeviceBlock {
     /// it failed): host reads of it return the error for as long as the block lives. The first
     /// error is kept.
     pub fn poison(&self, error: &Error) {
-        let _ = self.poison.set(error.clone());
+        let _ = self.poison.set(Box::new(error.clone()));
     }
 
     /// The error that made the block's contents undefined, if any.
@@ -82,7 +83,7 @@ impl DeviceBlock {
     pub fn poisoned(&self) -> Result<()> {
         match self.poison.get() {
             None => Ok(()),
-            Some(e) => Err(e.clone()),
+            Some(e) => Err(Error::clone(e)),
         }
     }
 

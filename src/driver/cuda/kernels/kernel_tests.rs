@@ -348,35 +348,7 @@ fn casts_fills_and_where_for_every_dtype() {
 #[test]
 fn unary_and_binary_ops_for_every_dtype() {
     let Some(mut b) = Bench::new() else { return };
-    let unary = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-    ];
-    let binary = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-        BinaryOp::Pow,
-        BinaryOp::Eq,
-        BinaryOp::Ne,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-    ];
+    let (unary, binary) = (super::source_hash_tests::UNARY, super::source_hash_tests::BINARY);
     for d in DType::ALL {
         let x = b.dense(d, &[3, 333]);
         for op in unary {

@@ -8,7 +8,8 @@ use super::vocab::{EwOp, ModuleKey};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 
-const UNARY: [UnaryOp; 12] = [
+/// Every unary op (the kernel tests launch the same lists).
+pub(super) const UNARY: [UnaryOp; 12] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -23,7 +24,8 @@ const UNARY: [UnaryOp; 12] = [
     UnaryOp::Gelu,
 ];
 
-const BINARY: [BinaryOp; 13] = [
+/// Every binary op.
+pub(super) const BINARY: [BinaryOp; 13] = [
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,

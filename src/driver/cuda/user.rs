@@ -147,6 +147,74 @@ impl CudaDriver {
     }
 }
 
+/// Makes the primary context `context` current on this thread.
+fn set_current(context: u64) -> Result<()> {
+    // SAFETY: `context` is a primary context the runtime retains for the process's life.
+    unsafe { cu::ctx::set_current(context as sys::CUcontext) }.map_err(|e| driver_error("cuCtxSetCurrent", e))
+}
+
+/// A kernel loaded and launched through cudarc's `result` API alone (`cuModuleLoadData`,
+/// `cuLaunchKernel` with its arguments' addresses), as a program calling cudarc by hand does: the
+/// bench's comparator for the host cost of [`Kernel::launch`](crate::cuda::Kernel::launch). It
+/// holds the owner of the memory its addresses point into.
+pub(crate) struct RawCudarcKernel {
+    function: RawFunction,
+    context: u64,
+    stream: u64,
+    ptrs: Vec<u64>,
+    _owner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl RawCudarcKernel {
+    /// The kernel `name` of `ptx`, loaded into the primary context `context` (a value of
+    /// `primary_context`), to launch on the native stream `stream` of that context with the
+    /// device addresses `ptrs` (memory of that device, which `owner` keeps alive) as its pointer
+    /// parameters.
+    pub(crate) fn load(
+        ptx: &str,
+        name: &str,
+        (context, stream): (u64, u64),
+        ptrs: Vec<u64>,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<RawCudarcKernel> {
+        if ptrs.len() > INLINE_ARGS {
+            return Err(Error::InvalidArgument { op: "RawCudarcKernel", reason: "at most 16 arguments".into() });
+        }
+        set_current(context)?;
+        let mut text = ptx.as_bytes().to_vec();
+        text.push(0);
+        let module = Module::load_image(&text, "RawCudarcKernel")?;
+        Ok(RawCudarcKernel { function: module.function(name)?, context, stream, ptrs, _owner: owner })
+    }
+
+    /// Makes the kernel's context current on this thread (before a run of launches).
+    pub(crate) fn make_current(&self) -> Result<()> {
+        set_current(self.context)
+    }
+
+    /// One `cuLaunchKernel` of `grid` × `block` threads (the context current, [`Self::make_current`]).
+    pub(crate) fn launch(&self, grid: u32, block: u32) -> Result<()> {
+        let mut params = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
+        for (p, v) in params.iter_mut().zip(&self.ptrs) {
+            *p = std::ptr::from_ref(v).cast_mut().cast();
+        }
+        // SAFETY: the function's module is never unloaded; each parameter points to an address of
+        // live device memory (held by `_owner`) for the call, which only reads and copies them;
+        // what the kernel does with them is its author's, as with `Kernel::launch`.
+        unsafe {
+            cu::launch_kernel(
+                self.function.0,
+                (grid, 1, 1),
+                (block, 1, 1),
+                0,
+                self.stream as sys::CUstream,
+                &mut params[..self.ptrs.len()],
+            )
+        }
+        .map_err(|e| driver_error("cuLaunchKernel", e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::kernels::nvrtc::{image, Program};

@@ -330,3 +330,12 @@ impl RawCudarcLaunch {
         self.kernel.launch(grid, block)
     }
 }
+
+/// The CUBIN of the CUDA C `source` for `device`'s compute capability, compiled by the crate's
+/// NVRTC path (which needs no GPU: on the simulated machine too), for tests of
+/// [`Kernel::from_cubin`](crate::cuda::Kernel::from_cubin). [`Error::Unsupported`] where NVRTC
+/// is missing or emits only PTX for that architecture; NVRTC's log for a compile error.
+pub fn nvrtc_cubin(source: &str, device: impl IntoCudaDevice) -> Result<Vec<u8>> {
+    let p = crate::runtime::get_device_properties(device)?;
+    crate::driver::cuda::nvrtc_cubin(source, p.major, p.minor)
+}

@@ -387,6 +387,38 @@ fn bad_cubin_images_are_typed_errors() -> Result<()> {
 }
 
 #[test]
+fn a_kernel_from_a_cubin_runs_and_the_driver_reports_its_parameters() -> Result<()> {
+    let Some(_s) = serial() else { return Ok(()) };
+    let cubin = match cudasem::testing::nvrtc_cubin(SAXPY, 0) {
+        Ok(c) => c,
+        Err(Error::Unsupported { reason, .. }) if common::is_sim() => {
+            eprintln!("skipped: no CUBIN from NVRTC here ({reason})");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    common::assert_invalid_argument(Kernel::from_cubin(&cubin, "missing"), "Kernel::from_cubin");
+    common::assert_invalid_argument(Kernel::from_cubin(&cubin[..cubin.len() / 2], "saxpy"), "Kernel::from_cubin");
+    let k = Kernel::from_cubin(&cubin, "saxpy")?.with_host_twin(saxpy_twin);
+    let (xh, yh) = (data(90, 3000), data(91, 3000));
+    let x = Tensor::from_slice(&xh, [3000], Device::cuda(0))?;
+    let y = Tensor::from_slice(&yh, [3000], Device::cuda(0))?;
+    launch_saxpy(&k, &x, &y, 0.25, 3000)?;
+    check_saxpy(&y.to_vec::<f32>()?, 0.25, &xh, &yh);
+    match k.num_params() {
+        // The CUDA driver reports the parameters' sizes (12.4 and newer): the count is checked.
+        Some(n) => {
+            assert_eq!(n, 4);
+            let (rx, ry) = (KernelArg::read(&x), KernelArg::read_write(&y));
+            assert_refused(&k, &[rx, ry, 1.0f32.into()], "takes 4 arguments");
+            assert_refused(&k, &[rx, ry, 1.0f64.into(), 4i32.into()], "has 4 bytes");
+        }
+        None => assert!(common::is_sim(), "the CUDA driver reports a cubin's parameters"),
+    }
+    Ok(())
+}
+
+#[test]
 fn pinned_host_tensors_are_arguments_and_host_access_waits_for_the_kernel() -> Result<()> {
     let Some(_s) = serial() else { return Ok(()) };
     let k = saxpy()?;

@@ -147,6 +147,22 @@ impl CudaDriver {
     }
 }
 
+/// The CUBIN of CUDA C `source` for compute capability `major.minor`, compiled by the crate's NVRTC
+/// path (no device needed); [`Error::Unsupported`] where NVRTC is missing or cannot emit a CUBIN
+/// for that architecture.
+pub(crate) fn nvrtc_cubin(source: &str, major: u32, minor: u32) -> Result<Vec<u8>> {
+    let program = Program { source, options: &[], op: "nvrtc_cubin" };
+    let img = super::kernels::nvrtc::image(&program, major, minor, None)?;
+    if !img.starts_with(b"\x7fELF") {
+        return Err(Error::Unsupported {
+            op: "nvrtc_cubin",
+            driver: DRIVER,
+            reason: format!("this NVRTC emits PTX, not a CUBIN, for compute capability {major}.{minor}"),
+        });
+    }
+    Ok(img.to_vec())
+}
+
 /// Makes the primary context `context` current on this thread.
 fn set_current(context: u64) -> Result<()> {
     // SAFETY: `context` is a primary context the runtime retains for the process's life.

@@ -205,7 +205,7 @@ fn wrong_argument_counts_and_types_are_typed_errors_on_every_driver() -> Result<
     check_saxpy(&y.to_vec::<f32>()?, 0.75, &xh, &yh);
     // A signature a template makes uncertain is not checked (no false errors).
     let templated =
-        "template <typename T> __global__ void t(T* x) {}\nextern \"C\" __global__ void k(float* x) { t(x); }";
+        "template <typename T> __device__ void t(T* x) { x[0] = T(1); }\nextern \"C\" __global__ void k(float* x) { t(x); }";
     let k2 = compile_kernel(templated, "k", CompileOptions::default())?;
     assert_eq!(k2.num_params(), Some(1));
     let macro_decl = "#define ARGS float* x, int n\nextern \"C\" __global__ void m(ARGS) {}";

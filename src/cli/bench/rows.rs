@@ -133,7 +133,7 @@ mod tests {
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
         assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
-        assert_eq!(parse_only(None).unwrap().len(), 18);
+        assert_eq!(parse_only(None).unwrap().len(), 20);
     }
 
     #[test]

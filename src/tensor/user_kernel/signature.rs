@@ -283,7 +283,10 @@ impl Param {
                 .then(|| format!("is not a pointer (8 bytes), but was given a {:?} tensor", t.dtype())),
             (Param::Bytes { size, float, .. }, Arg::Scalar(s)) => {
                 let is_float = matches!(s.ty, "float" | "double");
-                if *size != s.len as usize {
+                // A 1- or 2-byte integer parameter (`bool`, `short`) takes an integer scalar: the
+                // driver reads its low bytes (no scalar type is that small).
+                let narrow = *size < 4 && !is_float && *float != Some(true);
+                if *size != s.len as usize && !narrow {
                     Some(format!("has {size} bytes, but was given `{}` ({} bytes)", s.ty, s.len))
                 } else if float.is_some_and(|f| f != is_float) {
                     let kind = if is_float { "integer" } else { "floating-point" };

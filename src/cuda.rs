@@ -24,7 +24,7 @@ pub use crate::runtime::{
 };
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
-pub use crate::tensor::{compile_kernel, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};
+pub use crate::tensor::{compile_kernel, CompileOptions, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};
 pub use crate::tensor::{make_graphed, GraphedCallable};
 
 /// Allocator traces and their replay, and byte counts as PyTorch prints them (the

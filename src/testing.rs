@@ -278,3 +278,64 @@ pub fn block_pool(device: impl IntoCudaDevice, ptr: u64) -> Result<Option<crate:
     let rt = rt()?;
     Ok(rt.allocator(rt.device(device)?)?.block_pool(DevicePtr(ptr)))
 }
+
+/// A kernel loaded from PTX and launched through cudarc's `result` API alone, on a stream's
+/// native handle with tensors' addresses (the CUDA driver only): what a program that launches
+/// its own kernels with cudarc by hand pays per launch, the bench's comparator for
+/// [`Kernel::launch`](crate::cuda::Kernel::launch). It keeps its tensors alive.
+pub struct RawCudarcLaunch {
+    kernel: crate::driver::cuda::RawCudarcKernel,
+}
+
+impl std::fmt::Debug for RawCudarcLaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RawCudarcLaunch")
+    }
+}
+
+impl RawCudarcLaunch {
+    /// The kernel `name` of `ptx`, to launch on `stream` with the addresses of `args` (contiguous
+    /// CUDA tensors of the stream's device, at most 16) as its parameters.
+    /// [`Error::Unsupported`] on the simulated machine.
+    pub fn new(ptx: &str, name: &str, stream: &Stream, args: &[&crate::Tensor]) -> Result<RawCudarcLaunch> {
+        if crate::runtime::driver_name() != "cuda" {
+            return Err(Error::Unsupported {
+                op: "RawCudarcLaunch",
+                driver: crate::runtime::driver_name(),
+                reason: "a raw cudarc launch needs the CUDA driver".into(),
+            });
+        }
+        let device = crate::Device::cuda(stream.device());
+        if let Some(t) = args.iter().find(|t| t.device() != device || !t.is_contiguous()) {
+            return Err(Error::InvalidArgument {
+                op: "RawCudarcLaunch",
+                reason: format!("every argument must be a contiguous tensor of {device}; one is on {}", t.device()),
+            });
+        }
+        let ptrs = args.iter().map(|t| t.data_ptr()).collect();
+        let owner: Vec<crate::Tensor> = args.iter().map(|t| (*t).clone()).collect();
+        let handles = (crate::runtime::primary_context(stream.device())?, stream.cuda_stream()?);
+        let kernel = crate::driver::cuda::RawCudarcKernel::load(ptx, name, handles, ptrs, Box::new(owner))?;
+        Ok(RawCudarcLaunch { kernel })
+    }
+
+    /// Makes the kernel's context current on this thread (once, before a run of launches, as a
+    /// program using cudarc by hand does).
+    pub fn make_current(&self) -> Result<()> {
+        self.kernel.make_current()
+    }
+
+    /// One `cuLaunchKernel` of `grid` blocks of `block` threads.
+    pub fn launch(&self, grid: u32, block: u32) -> Result<()> {
+        self.kernel.launch(grid, block)
+    }
+}
+
+/// The CUBIN of the CUDA C `source` for `device`'s compute capability, compiled by the crate's
+/// NVRTC path (which needs no GPU: on the simulated machine too), for tests of
+/// [`Kernel::from_cubin`](crate::cuda::Kernel::from_cubin). [`Error::Unsupported`] where NVRTC
+/// is missing or emits only PTX for that architecture; NVRTC's log for a compile error.
+pub fn nvrtc_cubin(source: &str, device: impl IntoCudaDevice) -> Result<Vec<u8>> {
+    let p = crate::runtime::get_device_properties(device)?;
+    crate::driver::cuda::nvrtc_cubin(source, p.major, p.minor)
+}

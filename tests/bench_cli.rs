@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 27] = [
+const ROWS: [&str; 29] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -37,6 +37,8 @@ const ROWS: [&str; 27] = [
     "graph_capture_100",
     "allreduce_1gib_busbw",
     "allreduce_8kib_latency",
+    "user_kernel_launch_host",
+    "user_kernel_launch_raw_cudarc",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -129,7 +131,11 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
         assert_eq!(r.key("cudasem"), &Json::Null, "{name}");
         assert!(r.key("cudasem_note").text().unwrap().contains("test double"), "{name}: {r:?}");
     }
-    for name in ROWS.into_iter().filter(|n| !n.starts_with("allreduce_")) {
+    // The raw cudarc launch needs the CUDA driver.
+    let raw = &rows["user_kernel_launch_raw_cudarc"];
+    assert_eq!(raw.key("cudasem"), &Json::Null);
+    assert!(raw.key("cudasem_note").text().unwrap().contains("CUDA driver"), "{raw:?}");
+    for name in ROWS.into_iter().filter(|n| !n.starts_with("allreduce_") && *n != "user_kernel_launch_raw_cudarc") {
         let r = rows.get(name).unwrap_or_else(|| panic!("no row {name}"));
         let v = r.key("cudasem").num().unwrap_or_else(|| panic!("{name}: no cudasem figure: {r:?}"));
         assert!(v.is_finite() && v > 0.0, "{name}: {v}");
@@ -157,7 +163,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 19 && err.contains("bench 18/18 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 21 && err.contains("bench 20/20 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -260,6 +266,39 @@ echo "RESULT replay_resnet50 7033847808 bytes"
     assert!(out.contains("PyTorch 9.9.9+fake") && out.contains(" yes") && out.contains(" NO"), "{out}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("pytorch small_op") && err.contains("6/6"), "one bar over both sides: {err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_user_kernel_rows_come_from_their_own_script_beside_the_main_one() {
+    let dir = temp_dir("own-script");
+    let main = fake_script(&dir, "echo 'FATAL the main script does not measure these steps'; exit 3\n");
+    std::fs::write(
+        dir.join("pytorch_user_kernel.py"),
+        r#"case "$*" in "--only user_kernel_launch_host,user_kernel_launch_raw_cudarc --quick") ;; *) echo "FATAL bad args: $*"; exit 3;; esac
+echo "INFO torch 9.9.9+fake"
+echo "PROGRESS user_kernel_launch_host"
+echo "RESULT user_kernel_launch_host 29300 ns"
+echo "PROGRESS user_kernel_launch_raw_cudarc"
+echo "SKIP user_kernel_launch_raw_cudarc no PyTorch counterpart"
+"#,
+    )
+    .expect("fake script");
+    let path = dir.join("own.json");
+    let only = "user_kernel_launch_host,user_kernel_launch_raw_cudarc";
+    let args = ["--quick", "--python", "sh", "--script", main.to_str().unwrap(), "--only", only, "--json"];
+    let o = bench(&[&args[..], &[path.to_str().unwrap()]].concat(), &[], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let (json, rows) = read_json(&path);
+    assert_eq!(json.key("torch").text(), Some("9.9.9+fake"));
+    assert_eq!(rows.len(), 2, "{:?}", rows.keys());
+    let r = &rows["user_kernel_launch_host"];
+    let ours = r.key("cudasem").num().unwrap();
+    assert_eq!(r.key("pytorch").num(), Some(29300.0));
+    assert!((r.key("speedup").num().unwrap() - 29300.0 / ours).abs() <= 1e-6 * 29300.0 / ours);
+    assert_eq!(r.key("goal").num(), Some(5.0));
+    let raw = &rows["user_kernel_launch_raw_cudarc"];
+    assert!(raw.key("pytorch_note").text().unwrap().contains("no PyTorch counterpart"), "{raw:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -97,13 +97,39 @@ pub enum CaptureMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UserFunctionId(pub u64);
 
-/// One argument of a user kernel launch, as the driver passes it to the kernel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One argument of a user kernel launch, as the driver passes it to the kernel (the driver
+/// reads as many bytes as the kernel's parameter has from the argument's first byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UserArg {
     /// A device address (a `T*` parameter).
     Ptr(DevicePtr),
-    /// A scalar's bytes, in the host's byte order (a by-value parameter).
-    Bytes(Vec<u8>),
+    /// A scalar's bytes, in the host's byte order, from the first byte (a by-value parameter of
+    /// up to 8 bytes).
+    Bytes(ScalarBytes),
+}
+
+/// A scalar argument's bytes, 8-aligned as the largest scalar parameter.
+#[repr(C, align(8))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScalarBytes(pub [u8; 8]);
+
+/// What a user kernel is loaded from (see [`Driver::user_module_load`]).
+#[derive(Debug, Clone, Copy)]
+pub enum UserImage<'a> {
+    /// CUDA C compiled with NVRTC: the complete source, options beyond the target architecture,
+    /// and the target's compute capability (`None`: the device's).
+    Source {
+        /// The complete source (header code included).
+        source: &'a str,
+        /// NVRTC options (`-I…`, `-lineinfo`, …).
+        options: &'a [String],
+        /// `(major, minor)` to compile for instead of the device's.
+        arch: Option<(u32, u32)>,
+    },
+    /// PTX text (without a NUL).
+    Ptx(&'a str),
+    /// A cubin (or fatbin) image.
+    Cubin(&'a [u8]),
 }
 
 /// A user kernel launch's shape: grid and block dimensions and dynamic shared memory bytes.
@@ -347,17 +373,24 @@ pub trait Driver: Send + Sync + 'static {
             reason: "host jobs over device memory exist on the simulated machine only".into(),
         })
     }
-    /// Compiles the CUDA C `source` with NVRTC (`options` beyond the target architecture) for
-    /// `device`, loads it into the device's context and returns its kernel `name` (an `extern
-    /// "C"` name). A compile error is an [`Error::Driver`] whose message is NVRTC's log.
-    /// [`Error::Unsupported`] where the driver cannot run CUDA C (the simulated machine).
-    fn user_module_load(&self, device: usize, source: &str, name: &str, options: &[String]) -> Result<UserFunctionId> {
-        let _ = (device, source, name, options);
+    /// Loads `image` (CUDA C compiled with NVRTC, PTX or a cubin) into `device`'s context and
+    /// returns its kernel `name` (an `extern "C"` name). A compile error is an
+    /// [`Error::Driver`] whose message is NVRTC's log; a bad image or a missing name is the
+    /// driver's error. [`Error::Unsupported`] where the driver cannot run CUDA kernels (the
+    /// simulated machine).
+    fn user_module_load(&self, device: usize, image: UserImage<'_>, name: &str) -> Result<UserFunctionId> {
+        let _ = (device, image, name);
         Err(Error::Unsupported {
             op: "compile_kernel",
             driver: self.name(),
-            reason: "this driver cannot compile or run CUDA C".into(),
+            reason: "this driver cannot compile or run CUDA kernels".into(),
         })
+    }
+    /// The byte sizes of the parameters of the user kernel `func`, where the driver can tell
+    /// (`cuFuncGetParamInfo`, CUDA 12.4 and newer); `None` where it cannot.
+    fn user_param_sizes(&self, func: UserFunctionId) -> Result<Option<Vec<usize>>> {
+        let _ = func;
+        Ok(None)
     }
     /// Queues the user kernel `func` (loaded for the stream's device) on `stream` with `args`.
     /// The caller checked the shape against the device's limits and keeps every address alive

@@ -166,6 +166,24 @@ pub trait DeviceBytes {
     fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()>;
     /// Writes `data` at `at`.
     fn write(&self, at: DevicePtr, data: &[u8]) -> Result<()>;
+    /// Reads `out.len()` bytes of pinned host memory at `at` (a kernel's pinned argument); an
+    /// error where the job cannot reach host memory.
+    fn read_host(&self, at: crate::driver::HostPtr, out: &mut [u8]) -> Result<()> {
+        let _ = out;
+        Err(no_host_access(at))
+    }
+    /// Writes `data` to pinned host memory at `at`.
+    fn write_host(&self, at: crate::driver::HostPtr, data: &[u8]) -> Result<()> {
+        let _ = data;
+        Err(no_host_access(at))
+    }
+}
+
+fn no_host_access(at: crate::driver::HostPtr) -> crate::error::Error {
+    crate::error::Error::Internal {
+        op: "host twin",
+        reason: format!("this job cannot reach pinned host memory ({:#x})", at.0),
+    }
 }
 
 /// Where each part of a buffer split into parts of `counts` elements starts, in elements.

@@ -25,5 +25,5 @@ pub mod sim;
 pub use crate::config::DriverKind;
 pub use crate::kernel::{DevicePtr, HostPtr};
 pub use api::{CaptureMode, DeviceAllocation, DeviceProperties, Driver, EventId, GraphId, StreamId};
-pub use api::{LaunchShape, UserArg, UserFunctionId};
+pub use api::{LaunchShape, ScalarBytes, UserArg, UserFunctionId, UserImage};
 pub use select::build;

@@ -332,6 +332,27 @@ impl PinnedBlock {
         })
     }
 
+    /// Queues device work that reads the block (or writes it, `device_writes`) on `stream` —
+    /// a user kernel given the pinned tensor as an argument — through `queue`, under the same
+    /// rules as a copy: it waits on the device for the uses it races with, host access waits for
+    /// it, and the block is reused only after it ran.
+    pub fn use_on_device(
+        &self,
+        stream: &Stream,
+        device_writes: bool,
+        queue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let raw = Self::raw()?;
+        self.uses.queue(raw, device_writes, |uses| {
+            let races = |u: &&HostUse| (device_writes || u.device_writes) && u.stream != stream.driver_id();
+            for u in uses.iter().filter(races) {
+                stream.wait_raw(u.event)?;
+            }
+            queue()?;
+            Self::track(raw, stream, device_writes)
+        })
+    }
+
     /// Records an event after the copy just queued on `stream`: its use. If no event can be
     /// recorded, waits for the stream instead (`None`), so the block is never left unprotected.
     fn track(raw: &DriverHostMemory, stream: &Stream, device_writes: bool) -> Result<Option<HostUse>> {

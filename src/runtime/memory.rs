@@ -38,6 +38,8 @@ pub(crate) struct DeviceBlock {
     /// Why the block's contents are undefined: a collective that was to write it failed (boxed:
     /// every device tensor carries the slot, almost always empty).
     poison: std::sync::OnceLock<Box<Error>>,
+    /// The stream it was allocated on (its uses there need no record).
+    stream: crate::driver::StreamId,
 }
 
 impl DeviceBlock {
@@ -50,7 +52,7 @@ impl DeviceBlock {
         let device = stream.device();
         let alloc = rt()?.allocator(device)?;
         let ptr = alloc.malloc(bytes, stream.driver_id())?;
-        Ok(DeviceBlock { device, ptr, alloc, poison: std::sync::OnceLock::new() })
+        Ok(DeviceBlock { device, ptr, alloc, poison: std::sync::OnceLock::new(), stream: stream.driver_id() })
     }
 
     /// The device holding the block.
@@ -91,6 +93,16 @@ impl DeviceBlock {
     /// freed, it is reused only after the work queued on `stream` until now has completed.
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
         self.alloc.record_stream(self.ptr, stream.driver_id())
+    }
+
+    /// [`DeviceBlock::record_stream`] when `stream` (of the block's device) is not the one the
+    /// block was allocated on (there nothing needs recording: no lock is taken).
+    #[inline]
+    pub fn record_use(&self, stream: &Stream) -> Result<()> {
+        if stream.driver_id() == self.stream || self.ptr.0 == 0 {
+            return Ok(());
+        }
+        self.record_stream(stream)
     }
 }
 

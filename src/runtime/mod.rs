@@ -60,4 +60,6 @@ pub(crate) use registry::driver;
 pub use registry::init;
 pub(crate) use registry::{resolve_device, resolved_config, rt, set_launch_tuning, Runtime};
 pub use stream_handle::Stream;
-pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id, user_module_load, Operand, NO_OPERANDS};
+pub(crate) use work::{
+    comm_init_all, comm_init_rank, comm_unique_id, user_module_load, user_param_sizes, Operand, NO_OPERANDS,
+};

@@ -22,7 +22,7 @@ use super::stream_handle::Stream;
 use crate::alloc::MemPoolId;
 use crate::driver::comm::{Collective, Comm, HostJob, HostKernel};
 use crate::driver::{DevicePtr, EventId, HostPtr};
-use crate::driver::{LaunchShape, UserArg, UserFunctionId};
+use crate::driver::{LaunchShape, UserArg, UserFunctionId, UserImage};
 use crate::error::Result;
 use crate::kernel::{DenseBinary, KernelOp, Workspace, GEMM_WORKSPACE_BYTES};
 use std::sync::Arc;
@@ -257,16 +257,20 @@ impl Stream {
         comm.run(op, rt()?.driver.raw_stream(self.driver_id())?)
     }
 
-    /// Queues the user kernel `func` with `args`, whose addresses point into `uses`' memory.
+    /// Queues the user kernel `func` with `args`, whose addresses point into the memory of the
+    /// operands `uses` lists (called only while a capture is underway, so an eager launch
+    /// gathers nothing).
     #[inline]
-    pub(crate) fn user_launch<T: Operand + ?Sized>(
+    pub(crate) fn user_launch<'u, T: Operand + ?Sized + 'u>(
         &self,
         func: UserFunctionId,
         shape: LaunchShape,
         args: &[UserArg],
-        uses: &[&T],
+        uses: impl FnOnce() -> Vec<&'u T>,
     ) -> Result<()> {
-        self.note_work(uses);
+        if capture::active() {
+            self.note_captured_work(&uses());
+        }
         rt()?.driver.user_launch(self.driver_id(), func, shape, args)
     }
 
@@ -283,10 +287,16 @@ impl Stream {
     }
 }
 
-/// Compiles and loads a user kernel for `device` (a checked index) with the driver's NVRTC path.
-pub(crate) fn user_module_load(device: usize, source: &str, name: &str, options: &[String]) -> Result<UserFunctionId> {
+/// Loads a user kernel for `device` (a checked index): CUDA C through the driver's NVRTC path,
+/// PTX or a cubin.
+pub(crate) fn user_module_load(device: usize, image: UserImage<'_>, name: &str) -> Result<UserFunctionId> {
     let rt = rt()?;
-    rt.driver.user_module_load(rt.check(device)?, source, name, options)
+    rt.driver.user_module_load(rt.check(device)?, image, name)
+}
+
+/// The byte sizes of a loaded user kernel's parameters, where the driver can tell.
+pub(crate) fn user_param_sizes(func: UserFunctionId) -> Result<Option<Vec<usize>>> {
+    rt()?.driver.user_param_sizes(func)
 }
 
 /// A new communicator's unique id, from the driver's collectives library.

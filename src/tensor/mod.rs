@@ -56,4 +56,4 @@ pub use random::{initial_seed, manual_seed};
 pub use range::{SliceBounds, SliceRange};
 pub use shape::{IntoShape, Shape};
 pub(crate) use storage::PoisonHandle;
-pub use user_kernel::{compile_kernel, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};
+pub use user_kernel::{compile_kernel, CompileOptions, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};

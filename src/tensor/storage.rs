@@ -196,6 +196,18 @@ impl Storage {
         }
         block.record_stream(stream)
     }
+
+    /// Records that device work queued on `stream` uses this storage (a user kernel's
+    /// argument), as [`Storage::record_stream`] does, when the storage is a device block of the
+    /// stream's device allocated on another stream; nothing otherwise (host memory, a peer's
+    /// block, a block of that stream).
+    #[inline]
+    pub fn record_use(&self, stream: &Stream) -> Result<()> {
+        match self {
+            Storage::Device(block) if block.device() == stream.device() => block.record_use(stream),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A tensor's storage as a collective that writes it sees it: without keeping it alive, it can

@@ -79,6 +79,8 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "e2e_mlp_pipeline_bf16" | "e2e_decode_step" | "e2e_decode_step_graphed" => e2e::measure(step, s),
         "graph_replay" => super::graphs::replay_rows(s),
         "allreduce" => super::collectives::rows(s),
+        "user_kernel_launch_host" => super::user_kernel::launch_host(s),
+        "user_kernel_launch_raw_cudarc" => super::user_kernel::launch_host_raw(s),
         _ => device_figures::measure(step, s),
     }
 }

@@ -157,9 +157,45 @@ pub enum Started {
     Other(String),
 }
 
-/// Runs `bench/pytorch_bench.py` (or `--script`) for `steps` and collects its results; never fails:
-/// problems end up in [`Results::error`].
+/// Steps PyTorch's side measures in a script of their own, in the folder of `--script`.
+const OWN_SCRIPTS: &[(&str, &[&str])] =
+    &[("pytorch_user_kernel.py", &["user_kernel_launch_host", "user_kernel_launch_raw_cudarc"])];
+
+/// Runs `bench/pytorch_bench.py` (or `--script`) for `steps`, and the scripts of [`OWN_SCRIPTS`]
+/// for theirs, and collects their results; never fails: problems end up in [`Results::error`]
+/// (or, for a script of its own, in its rows).
 pub fn run(options: &Options, steps: &[&'static str], progress: &mut Progress) -> Results {
+    let own = |s: &&str| OWN_SCRIPTS.iter().any(|(_, steps)| steps.contains(s));
+    let main: Vec<&'static str> = steps.iter().copied().filter(|s| !own(s)).collect();
+    let mut results = if main.is_empty() { Results::default() } else { run_main(options, &main, progress) };
+    for (file, owned) in OWN_SCRIPTS {
+        let mine: Vec<&str> = steps.iter().copied().filter(|s| owned.contains(s)).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let script = options.script.parent().unwrap_or(Path::new(".")).join(file);
+        let catalog = Catalog::bench();
+        let child =
+            Child { python: &options.python, script: &script, files: &[], catalog: &catalog, steps: mine.len() };
+        let theirs = run_child(&child, progress, |_| {
+            let mut args: Vec<OsString> = vec!["--only".into(), mine.join(",").into()];
+            if options.quick {
+                args.push("--quick".into());
+            }
+            args
+        });
+        for row in ROWS.iter().filter(|r| mine.contains(&r.step)) {
+            results.values.insert(row.name.to_string(), theirs.outcome(row.name));
+        }
+        results.torch = results.torch.or(theirs.torch);
+        results.cuda = results.cuda.or(theirs.cuda);
+        results.machine = results.machine.or(theirs.machine);
+    }
+    results
+}
+
+/// Runs `bench/pytorch_bench.py` (or `--script`) for `steps`.
+fn run_main(options: &Options, steps: &[&'static str], progress: &mut Progress) -> Results {
     let child = Child {
         python: &options.python,
         script: &options.script,

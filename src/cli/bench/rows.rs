@@ -52,6 +52,8 @@ pub const ROWS: &[RowSpec] = &[
     row("graph_capture_100", "graph_replay", "ms", true, 2.0),
     row("allreduce_1gib_busbw", "allreduce", "GB/s", false, 1.0),
     row("allreduce_8kib_latency", "allreduce", "µs", true, 1.0),
+    row("user_kernel_launch_host", "user_kernel_launch_host", "ns", true, 5.0),
+    row("user_kernel_launch_raw_cudarc", "user_kernel_launch_raw_cudarc", "ns", true, 0.0),
 ];
 
 /// The steps (what `--only` names), in run order.
@@ -131,7 +133,7 @@ mod tests {
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
         assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
-        assert_eq!(parse_only(None).unwrap().len(), 18);
+        assert_eq!(parse_only(None).unwrap().len(), 20);
     }
 
     #[test]

@@ -321,11 +321,14 @@ impl Driver for CudaDriver {
     fn user_module_load(
         &self,
         device: usize,
-        source: &str,
+        image: crate::driver::UserImage<'_>,
         name: &str,
-        options: &[String],
     ) -> Result<crate::driver::UserFunctionId> {
-        self.load_user_kernel(device, source, name, options)
+        self.load_user_kernel(device, image, name)
+    }
+
+    fn user_param_sizes(&self, func: crate::driver::UserFunctionId) -> Result<Option<Vec<usize>>> {
+        self.user_kernel_param_sizes(func)
     }
 
     fn user_launch(

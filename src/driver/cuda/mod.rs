@@ -36,6 +36,7 @@ mod memory;
 mod nccl;
 mod status;
 mod user;
+pub(crate) use user::{nvrtc_cubin, RawCudarcKernel};
 mod vmm;
 mod vmm_table;
 

@@ -68,10 +68,10 @@ impl Drop for HostRegion {
     }
 }
 
-/// The simulator's pinned allocations, by address.
-#[derive(Debug, Default)]
+/// The simulator's pinned allocations, by address (a clone shares the table).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct SimPinnedTable {
-    regions: Mutex<BTreeMap<u64, Arc<HostRegion>>>,
+    regions: Arc<Mutex<BTreeMap<u64, Arc<HostRegion>>>>,
 }
 
 impl SimPinnedTable {
@@ -101,6 +101,34 @@ impl SimPinnedTable {
             }
             _ => Err(not_pinned(ptr, bytes, "not inside pinned memory of this driver (from host_alloc)")),
         }
+    }
+
+    /// Reads `out.len()` bytes at `at` (inside one live pinned allocation).
+    pub fn read(&self, at: HostPtr, out: &mut [u8]) -> Result<()> {
+        let region = self.region(at, out.len())?;
+        let offset = (at.0 - region.host_ptr().0) as usize;
+        // SAFETY:
+        // - `[at, at + out.len())` lies inside `region` (checked by `region`), which `region` keeps
+        //   allocated for this call;
+        // - the runtime queues work over pinned bytes under the block's protocol (host access waits
+        //   for it), so nothing writes these bytes while a stream's job reads them.
+        let bytes = unsafe { std::slice::from_raw_parts(region.ptr().as_ptr().add(offset), out.len()) };
+        out.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Writes `data` at `at` (inside one live pinned allocation).
+    pub fn write(&self, at: HostPtr, data: &[u8]) -> Result<()> {
+        let region = self.region(at, data.len())?;
+        let offset = (at.0 - region.host_ptr().0) as usize;
+        // SAFETY:
+        // - `[at, at + data.len())` lies inside `region` (checked by `region`), which `region` keeps
+        //   allocated for this call;
+        // - the runtime queues device writes of pinned bytes under the block's exclusive protocol
+        //   (every host access waits for them), so this is the only access to these bytes meanwhile.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(region.ptr().as_ptr().add(offset), data.len()) };
+        bytes.copy_from_slice(data);
+        Ok(())
     }
 
     /// Number of live pinned allocations.

@@ -61,6 +61,31 @@ impl crate::driver::comm::DeviceBytes for SimMemory {
     }
 }
 
+/// What a kernel's host twin reaches: every device's memory and the pinned host memory (its
+/// pinned arguments, as a CUDA kernel reaches them through their mapped addresses).
+struct TwinMemory {
+    devices: SimMemory,
+    pinned: super::host::SimPinnedTable,
+}
+
+impl crate::driver::comm::DeviceBytes for TwinMemory {
+    fn read(&self, at: DevicePtr, out: &mut [u8]) -> Result<()> {
+        crate::driver::comm::DeviceBytes::read(&self.devices, at, out)
+    }
+
+    fn write(&self, at: DevicePtr, data: &[u8]) -> Result<()> {
+        crate::driver::comm::DeviceBytes::write(&self.devices, at, data)
+    }
+
+    fn read_host(&self, at: crate::driver::HostPtr, out: &mut [u8]) -> Result<()> {
+        self.pinned.read(at, out)
+    }
+
+    fn write_host(&self, at: crate::driver::HostPtr, data: &[u8]) -> Result<()> {
+        self.pinned.write(at, data)
+    }
+}
+
 impl SimDriver {
     pub(super) fn launch_op(&self, stream: StreamId, op: &KernelOp) -> Result<()> {
         op.validate()?;
@@ -138,10 +163,11 @@ impl SimDriver {
     pub(super) fn queue_host_kernel(&self, stream: StreamId, kernel: crate::driver::comm::HostKernel) -> Result<()> {
         let s = self.stream(stream)?;
         let device = s.device;
-        let mem = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
+        let devices = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
+        let mem = TwinMemory { devices, pinned: self.host.clone() };
         s.submit(Job::run("kernel (host twin)", 0, move || {
             if let Err(e) = kernel(&mem) {
-                mem.devices[device].dropped.record(e);
+                mem.devices.devices[device].dropped.record(e);
             }
         }));
         Ok(())

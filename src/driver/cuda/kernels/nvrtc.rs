@@ -61,15 +61,26 @@ impl Module {
     /// disk cache in `cache`) loaded into the current context, which must be that device's.
     pub(crate) fn load(program: &Program, major: u32, minor: u32, cache: Option<&Path>) -> Result<Module> {
         let img = image(program, major, minor, cache)?;
+        Module::load_image(&img, program.op)
+    }
+
+    /// A CUBIN, fatbin or NUL-terminated PTX `img` (checked by the driver: a bad image is its
+    /// error) loaded into the current context, which must be the device's; `op` names the errors.
+    pub(crate) fn load_image(img: &[u8], op: &'static str) -> Result<Module> {
+        if img.is_empty() {
+            return Err(Error::InvalidArgument { op, reason: "the kernel image is empty".into() });
+        }
         // SAFETY:
-        // `img` is a CUBIN or NUL-terminated PTX image that outlives the call; the caller made the
-        // device's context current.
+        // `img` is non-empty and outlives the call; the driver validates the image (a CUBIN or fatbin
+        // by its header, PTX up to the NUL every caller appends); the caller made the device's
+        // context current.
         match unsafe { cu::module::load_data(img.as_ptr().cast()) } {
             Ok(m) => Ok(Module(RawModule(m))),
             Err(e) if e.0 == CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => Err(unsupported(
-                program.op,
-                "the installed libnvrtc emits PTX newer than the NVIDIA driver accepts; use an NVRTC \
-                 no newer than the driver's CUDA version (nvidia-smi shows it) or update the driver",
+                op,
+                "the PTX is newer than the NVIDIA driver accepts (an NVRTC newer than the driver's CUDA \
+                 version made it); use an NVRTC no newer than the driver's CUDA version (nvidia-smi shows it) \
+                 or update the driver",
             )),
             Err(e) => Err(driver_error("cuModuleLoadData", e)),
         }

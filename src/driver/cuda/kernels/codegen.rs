@@ -42,6 +42,7 @@ impl ModuleKey {
             ModuleKey::Reduce { op, src, dst, values } => reduce(&mut s, op, src, dst, values),
             ModuleKey::Softmax { src, dst, log } => softmax(&mut s, src, dst, log),
             ModuleKey::Gemv { dtype } => gemv(&mut s, dtype),
+            ModuleKey::Random { dist, dtype, e } => super::random::source(&mut s, dist, dtype, e),
         }
         s
     }

@@ -88,6 +88,7 @@ pub(in crate::driver::cuda) fn all_modules() -> Vec<ModuleKey> {
             v.push(ModuleKey::Gemv { dtype: d });
         }
     }
+    v.extend(super::random::all_random_modules());
     v
 }
 

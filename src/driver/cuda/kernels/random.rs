@@ -1,0 +1,111 @@
+//! Random draws ([`RandomOp`]) on the CUDA driver: one module per (distribution, dtype, elements
+//! per block), made from `cu/random_head.cu` and `cu/random.cu`, whose kernel `rnd` is the CPU
+//! kernel's stream mapping (`src/kernels/cpu/random.rs`) with the same correctly rounded `f64`
+//! operations. A thread makes a Philox block's elements and stores them at once (one 16-byte
+//! store for `f32`, `f64` and the integers when the output is aligned); the grid is capped at
+//! [`Ctx::grid`]'s waves and strides over the rest.
+
+use super::codegen::{conv, ctype};
+use super::ctx::{addr, Ctx};
+use super::sources::{fill, RANDOM, RANDOM_HEAD};
+use super::vocab::{Entry, KernelId, ModuleKey, RandKind};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::kernel::random::uniform_bits;
+use crate::kernel::{Distribution, PhiloxSource, RandomOp};
+
+/// Parameters of `rnd` (`RndP` in `cu/random.cu`).
+#[repr(C)]
+struct RndP {
+    dst: u64,
+    src: u64,
+    slot: u64,
+    n: i64,
+    seed: u64,
+    offset: u64,
+    a: f64,
+    b: f64,
+    low: i64,
+    range: u64,
+    vec: i64,
+}
+
+/// Appends a random module's source for `dist` into `dtype`, `e` elements per block.
+pub(in crate::driver::cuda) fn source(s: &mut String, dist: RandKind, dtype: DType, e: u8) {
+    let values = [
+        ("dist", (dist as u8).to_string()),
+        ("e", e.to_string()),
+        ("bits", uniform_bits(dtype).to_string()),
+        ("ts", ctype(dtype).to_owned()),
+        ("from_d", conv(DType::F64, dtype, "v")),
+        ("from_i", conv(DType::I64, dtype, "v")),
+        ("to_d", conv(dtype, DType::F64, "x")),
+    ];
+    let pairs: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    fill(s, RANDOM_HEAD, &pairs);
+    s.push_str(RANDOM);
+}
+
+/// The module kind and the parameters `a`, `b`, `low`, `range` of a distribution (computed here,
+/// in `f64`, exactly as the CPU kernel computes them).
+fn kind_of(dist: &Distribution) -> (RandKind, f64, f64, i64, u64) {
+    match *dist {
+        Distribution::Uniform { low, high } => (RandKind::Uniform, low, high, 0, 0),
+        Distribution::Normal { mean, std } => (RandKind::Normal, mean, std, 0, 0),
+        Distribution::Exponential { lambda } => (RandKind::Exponential, lambda, 0.0, 0, 0),
+        Distribution::Bernoulli { p } => (RandKind::Bernoulli, p, 0.0, 0, 0),
+        Distribution::Dropout { p } => {
+            let q = 1.0 - p;
+            (RandKind::Dropout, q, if q > 0.0 { 1.0 / q } else { 0.0 }, 0, 0)
+        }
+        Distribution::Integers { low, range } => (RandKind::Integers, 0.0, 0.0, low, range),
+    }
+}
+
+/// Queues `op` (validated, non-empty).
+pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
+    let dtype = op.dst.dtype;
+    let e = op.dist.per_block(dtype);
+    let (dist, a, b, low, range) = kind_of(&op.dist);
+    let (seed, offset, slot) = match &op.philox {
+        PhiloxSource::Value { seed, offset } => (*seed, *offset, 0),
+        PhiloxSource::Slot { slot, offset } => (0, *offset, addr(slot)),
+    };
+    let n = op.dst.numel();
+    let dst = addr(&op.dst);
+    let mut p = RndP {
+        dst,
+        src: op.src.as_ref().map_or(0, addr),
+        slot,
+        n: n as i64,
+        seed,
+        offset,
+        a,
+        b,
+        low,
+        range,
+        vec: dst.is_multiple_of((e * dtype.size()) as u64) as i64,
+    };
+    let f = c.kernel(KernelId { module: ModuleKey::Random { dist, dtype, e: e as u8 }, entry: Entry::Random })?;
+    let grid = c.grid(f, n.div_ceil(e) as u64);
+    c.run(f, grid, &mut p)
+}
+
+/// Every random module the tensor layer can ask for.
+#[cfg(test)]
+pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
+    let mut v = Vec::new();
+    for dtype in DType::ALL {
+        let mut push = |dist, e| v.push(ModuleKey::Random { dist, dtype, e });
+        if dtype.is_float() {
+            push(RandKind::Uniform, if dtype == DType::F64 { 2 } else { 4 });
+            push(RandKind::Normal, 2);
+            push(RandKind::Exponential, 2);
+            push(RandKind::Dropout, 4);
+        }
+        push(RandKind::Bernoulli, 4);
+        push(RandKind::Integers, 4);
+        push(RandKind::Integers, 2);
+    }
+    v
+}

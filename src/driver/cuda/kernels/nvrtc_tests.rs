@@ -45,7 +45,6 @@ fn sample_modules() -> Vec<ModuleKey> {
             v.push(ModuleKey::Gemv { dtype: d });
         }
     }
-    v.extend(super::random::all_random_modules());
     v
 }
 

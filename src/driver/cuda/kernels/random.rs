@@ -109,3 +109,25 @@ pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::all_random_modules;
+    use crate::driver::cuda::kernels::nvrtc::{image, nvrtc_present, Program};
+
+    /// Every random module compiles (for sm_90), and its kernel is the one the launcher names.
+    #[test]
+    fn every_random_module_compiles() {
+        if !nvrtc_present() {
+            crate::testing::skip(1, "libnvrtc not found");
+            return;
+        }
+        for m in all_random_modules() {
+            let src = m.source();
+            assert!(src.contains("void __launch_bounds__(256) rnd("), "{m:?}");
+            if let Err(e) = image(&Program::tensor(&src), 9, 0, None) {
+                panic!("{m:?} does not compile: {e}\n{src}");
+            }
+        }
+    }
+}

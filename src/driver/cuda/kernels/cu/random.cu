@@ -18,7 +18,7 @@ struct RndP {
     i64 vec;
 };
 
-struct __align__(sizeof(TS) * E) Pack { TS v[E]; };
+struct __align__(sizeof(TS) * E) RndPack { TS v[E]; };
 
 __device__ __forceinline__ double p2n(int k) { return __longlong_as_double((i64)(1023 - k) << 52); }
 __device__ __forceinline__ u64 u53(u32 a, u32 b) { return ((u64)a << 21) | ((u64)b >> 11); }
@@ -47,7 +47,7 @@ __device__ __forceinline__ void philox(u64 seed, u64 block, u32 w[4]) {
 }
 
 /* The E elements of a block of words w, the first being element i0. */
-__device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, Pack& out) {
+__device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, RndPack& out) {
 #if DIST == 1
     const double u1 = __dmul_rn((double)(u53(w[0], w[1]) + 1ull), p2n(53));
     const double u2 = __dmul_rn((double)u53(w[2], w[3]), p2n(53));
@@ -102,10 +102,10 @@ extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
         u32 w[4];
         philox(seed, base + (u64)b, w);
         const i64 i0 = b * E;
-        Pack out;
+        RndPack out;
         values(p, w, i0, out);
         if (p.vec && i0 + E <= p.n) {
-            *(Pack*)(dst + i0) = out;
+            *(RndPack*)(dst + i0) = out;
         } else {
 #pragma unroll
             for (int j = 0; j < E; j++) {

@@ -489,3 +489,110 @@ fn like_forms_random_and_strided_outputs() -> Result<()> {
     }
     Ok(())
 }
+
+/// The documented multinomial mapping for one row (sample `k` from block `base + k`).
+fn multinomial_ref(p: &[f64], samples: usize, replacement: bool, seed: u64, base: u64) -> Vec<f64> {
+    let mut chosen: Vec<usize> = Vec::new();
+    for k in 0..samples {
+        let w = philox_block(seed, base + k as u64);
+        let free: Vec<usize> = (0..p.len()).filter(|c| replacement || !chosen.contains(c)).collect();
+        let total = free.iter().fold(0.0, |t, &c| t + p[c]);
+        let t = u53(w[0], w[1]) as f64 * p2(53) * total;
+        let mut run = 0.0;
+        let mut pick = None;
+        for &c in &free {
+            run += p[c];
+            if run > t {
+                pick = Some(c);
+                break;
+            }
+        }
+        chosen.push(pick.unwrap_or_else(|| *free.iter().rev().find(|&&c| p[c] > 0.0).unwrap()));
+    }
+    chosen.into_iter().map(|c| c as f64).collect()
+}
+
+#[test]
+fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
+    for device in devices() {
+        let g = generator(device, 4242)?;
+        // A batch of vocab-like rows, one sample each (a decode step's sampler).
+        let (rows, cats) = (8, 1000);
+        let logits = Tensor::randn_gen([rows, cats], DType::F32, &g)?;
+        let probs = logits.softmax(1)?;
+        let p = read(&probs)?;
+        let got = read(&probs.multinomial_gen(1, true, &g)?)?;
+        let start = rows * cats / 2;
+        for r in 0..rows {
+            let want = multinomial_ref(&p[r * cats..(r + 1) * cats], 1, true, 4242, (start + r) as u64);
+            assert_eq!(got[r..r + 1], want[..], "row {r} on {device}");
+        }
+        // Without replacement: distinct, never a zero weight, the reference's order.
+        let w = Tensor::from_slice(&[0.0f64, 3.0, 1.0, 0.0, 2.0, 5.0, 0.5], [7], device)?;
+        let s = read(&w.multinomial_gen(5, false, &g)?)?;
+        let want = multinomial_ref(&read(&w)?, 5, false, 4242, (start + rows) as u64);
+        assert_eq!(s, want, "without replacement on {device}");
+        let mut sorted = s.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted.dedup();
+        assert_eq!(sorted.len(), 5);
+        assert!(s.iter().all(|&c| c != 0.0 && c != 3.0));
+        // Frequencies: 2^18 samples of [0.1, 0.2, 0.3, 0.4] (unnormalized weights), within 5 σ.
+        let n = 1 << 18;
+        let f = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], device)?;
+        let draws = read(&f.multinomial_gen(n, true, &g)?)?;
+        for (c, prob) in [0.1, 0.2, 0.3, 0.4].into_iter().enumerate() {
+            let freq = draws.iter().filter(|&&x| x == c as f64).count() as f64 / n as f64;
+            assert!((freq - prob).abs() < 5.0 * (prob * (1.0 - prob) / n as f64).sqrt(), "category {c}: {freq}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn randperm_is_the_reference_permutation() -> Result<()> {
+    for device in devices() {
+        let g = generator(device, 8)?;
+        let n = 1000;
+        let got = read(&Tensor::randperm_gen(n, DType::I64, &g)?)?;
+        let mut want: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        for s in 0..n - 1 {
+            let i = n - 1 - s;
+            let w = philox_block(8, s as u64);
+            want.swap(i, ((((w[0] as u64) << 32) | w[1] as u64) % (i as u64 + 1)) as usize);
+        }
+        assert_eq!(got, want, "randperm on {device}");
+        let mut sorted = got.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(sorted, (0..n).map(|i| i as f64).collect::<Vec<_>>(), "a permutation");
+        assert_eq!(read(&Tensor::randperm(0, DType::I64, device)?)?, Vec::<f64>::new());
+        assert_eq!(read(&Tensor::randperm(1, DType::F32, device)?)?, vec![0.0]);
+        assert!(Tensor::randperm(300, DType::U8, device).is_err(), "uint8 cannot hold 299");
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_multinomial_weights_are_typed_errors() -> Result<()> {
+    for device in devices() {
+        let bad = |w: &[f32], shape: &[usize], n: usize, repl: bool| -> Result<Error> {
+            let t = Tensor::from_slice(w, shape.to_vec(), device)?;
+            Ok(t.multinomial(n, repl).unwrap_err())
+        };
+        let msg = |e: Error| e.to_string();
+        assert!(msg(bad(&[0.5, -0.1], &[2], 1, true)?).contains("element < 0"));
+        assert!(msg(bad(&[0.5, f32::NAN], &[2], 1, true)?).contains("`nan`"));
+        assert!(msg(bad(&[0.5, f32::INFINITY], &[2], 1, true)?).contains("`inf`"));
+        assert!(msg(bad(&[1.0, 2.0, 0.0, 0.0], &[2, 2], 1, true)?).contains("sum of probabilities <= 0"));
+        assert!(msg(bad(&[1.0, 2.0], &[2], 3, false)?).contains("without replacement"));
+        assert!(msg(bad(&[1.0, 0.0, 0.0], &[3], 2, false)?).contains("not enough"));
+        assert!(msg(bad(&[1.0, 2.0], &[2], 0, true)?).contains("n_sample <= 0"));
+        assert!(msg(bad(&[1.0; 8], &[2, 2, 2], 1, true)?).contains("1 or 2 dim"));
+        let ints = Tensor::from_slice(&[1i64, 2], [2], device)?;
+        assert!(matches!(ints.multinomial(1, true), Err(Error::UnsupportedDType { .. })));
+        // Usable afterwards.
+        let ok = Tensor::from_slice(&[0.0f32, 1.0], [2], device)?.multinomial(4, true)?;
+        assert_eq!(read(&ok)?, vec![1.0; 4]);
+    }
+    Ok(())
+}

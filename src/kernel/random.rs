@@ -111,6 +111,23 @@ pub enum Distribution {
         /// The probability of a zero.
         p: f64,
     },
+    /// `torch.multinomial`: for each row of the input `src` (`[rows, categories]`, floating
+    /// point, non-negative weights), `samples` category indices into `dst` (`[rows, samples]`,
+    /// `I64`). Sample `k` of row `r` takes block `offset + r · samples + k`: `t = u53(w0, w1) ·
+    /// 2^−53 · total` (the row's weights summed in `f64` in index order, chosen ones left out
+    /// without replacement) picks the first category whose running sum exceeds `t` (the last
+    /// category with weight when rounding leaves none; the first not yet chosen when no weight
+    /// is left; 0 for a row whose total is not positive and finite).
+    Multinomial {
+        /// Samples per row.
+        samples: usize,
+        /// With replacement (else each category at most once per row).
+        replacement: bool,
+    },
+    /// `torch.randperm`: a permutation of `0..n` into `dst` (`[n]`) by Fisher–Yates from the
+    /// identity: step `s` (`i = n − 1 − s` down to 1) takes block `offset + s` and swaps element
+    /// `i` with element `(w0 << 32 | w1) mod (i + 1)`.
+    Permutation,
 }
 
 impl Distribution {
@@ -123,12 +140,16 @@ impl Distribution {
             Distribution::Exponential { .. } => "exponential",
             Distribution::Integers { .. } => "integers",
             Distribution::Dropout { .. } => "dropout",
+            Distribution::Multinomial { .. } => "multinomial",
+            Distribution::Permutation => "randperm",
         }
     }
 
-    /// Elements one Philox block makes for an output of `dtype`: 4 (a word each) or 2.
+    /// Elements one Philox block makes for an output of `dtype`: 4 (a word each), 2, or 1
+    /// (a multinomial sample, a permutation's step).
     pub fn per_block(&self, dtype: DType) -> usize {
         let two_words = match self {
+            Distribution::Multinomial { .. } | Distribution::Permutation => return 1,
             Distribution::Uniform { .. } => dtype == DType::F64,
             Distribution::Normal { .. } | Distribution::Exponential { .. } => true,
             Distribution::Integers { range, .. } => *range > 1 << 32,
@@ -205,20 +226,30 @@ impl RandomOp {
         if !self.dst.is_contiguous() {
             return Err(bad("a random op writes a contiguous output".into()));
         }
-        if let Some(src) = &self.src {
+        if let (Some(src), false) = (&self.src, matches!(self.dist, Distribution::Multinomial { .. })) {
             if src.shape != self.dst.shape || src.dtype != self.dst.dtype || !src.is_contiguous() {
                 return Err(bad("dropout reads a contiguous input of its output's shape and dtype".into()));
             }
         }
-        if matches!(self.dist, Distribution::Dropout { .. }) != self.src.is_some() {
-            return Err(bad("dropout (and only dropout) reads an input".into()));
+        let reads = matches!(self.dist, Distribution::Dropout { .. } | Distribution::Multinomial { .. });
+        if reads != self.src.is_some() {
+            return Err(bad("dropout and multinomial (and only they) read an input".into()));
         }
         if let Some(slot) = self.slot() {
             if slot.dtype != DType::I64 || slot.shape[..] != [2] || !slot.is_contiguous() {
                 return Err(bad("a Philox slot is two contiguous int64 elements".into()));
             }
         }
-        let float_only = !matches!(self.dist, Distribution::Integers { .. } | Distribution::Bernoulli { .. });
+        if let Distribution::Multinomial { samples, replacement } = self.dist {
+            return self.validate_multinomial(samples, replacement);
+        }
+        if self.dist == Distribution::Permutation && self.dst.shape.len() != 1 {
+            return Err(bad("a permutation is one-dimensional".into()));
+        }
+        let float_only = !matches!(
+            self.dist,
+            Distribution::Integers { .. } | Distribution::Bernoulli { .. } | Distribution::Permutation
+        );
         if float_only && !self.dst.dtype.is_float() {
             return Err(bad(format!("{} draws floating-point values, not {}", self.dist.name(), self.dst.dtype)));
         }
@@ -229,6 +260,27 @@ impl RandomOp {
             }
             _ => Ok(()),
         }
+    }
+}
+
+impl RandomOp {
+    fn validate_multinomial(&self, samples: usize, replacement: bool) -> Result<()> {
+        let Some(src) = &self.src else { return Err(bad("multinomial reads its weights".into())) };
+        let ok = src.shape.len() == 2
+            && src.is_contiguous()
+            && src.dtype.is_float()
+            && src.shape[1] > 0
+            && self.dst.dtype == DType::I64
+            && self.dst.shape[..] == [src.shape[0], samples]
+            && samples > 0
+            && (replacement || samples <= src.shape[1]);
+        if !ok {
+            return Err(bad(format!(
+                "multinomial of {samples} samples from {:?} ({}) into {:?} ({})",
+                src.shape, src.dtype, self.dst.shape, self.dst.dtype
+            )));
+        }
+        Ok(())
     }
 }
 

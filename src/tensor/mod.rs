@@ -45,6 +45,7 @@ mod ops;
 mod pinned;
 mod random;
 mod range;
+mod sample;
 mod shape;
 mod storage;
 mod user_kernel;

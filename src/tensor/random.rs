@@ -71,7 +71,7 @@ fn generator_for(op: &'static str, place: Place, gen: Option<&Generator>) -> Res
 impl Tensor {
     /// Fills `self` with `dist` from `gen` (the device's default generator when `None`); `src`
     /// is dropout's input (same shape and dtype, contiguous).
-    fn draw_(&self, op: &'static str, dist: Distribution, gen: Option<&Generator>, src: Option<&Tensor>) -> Result<()> {
+    pub(super) fn draw_(&self, op: &'static str, dist: Distribution, gen: Option<&Generator>, src: Option<&Tensor>) -> Result<()> {
         self.check_writable(op)?;
         let place = self.place();
         let gen = generator_for(op, place, gen)?;

@@ -73,7 +73,7 @@ fn float_value(dist: &Distribution, dtype: DType, w: [u32; 4], j: usize, e: usiz
             let scale = if q > 0.0 { 1.0 / q } else { 0.0 };
             x * if f64::from(w[j]) * pow2_neg(32) < q { scale } else { 0.0 }
         }
-        Distribution::Integers { .. } => f64::NAN,
+        Distribution::Integers { .. } | Distribution::Multinomial { .. } | Distribution::Permutation => f64::NAN,
     }
 }
 
@@ -104,9 +104,76 @@ fn blocks_of<T>(
     out
 }
 
+/// One row's samples of [`Distribution::Multinomial`] (`block(k)`: sample `k`'s words).
+pub(crate) fn multinomial_row(p: &[f64], samples: usize, replacement: bool, block: impl Fn(usize) -> [u32; 4]) -> Vec<i64> {
+    let mut chosen: Vec<usize> = Vec::with_capacity(samples);
+    for k in 0..samples {
+        let w = block(k);
+        let free = |c: usize| replacement || !chosen.contains(&c);
+        let total = (0..p.len()).filter(|&c| free(c)).fold(0.0f64, |t, c| t + p[c]);
+        let pick = if !(total > 0.0 && total.is_finite()) {
+            if replacement { 0 } else { (0..p.len()).find(|&c| free(c)).unwrap_or(0) }
+        } else {
+            let t = u53(w[0], w[1]) as f64 * pow2_neg(53) * total;
+            let (mut run, mut last, mut found) = (0.0f64, 0usize, None);
+            for c in (0..p.len()).filter(|&c| free(c)) {
+                run += p[c];
+                if p[c] > 0.0 {
+                    last = c;
+                }
+                if run > t {
+                    found = Some(c);
+                    break;
+                }
+            }
+            found.unwrap_or(last)
+        };
+        chosen.push(pick);
+    }
+    chosen.into_iter().map(|c| c as i64).collect()
+}
+
+/// [`Distribution::Permutation`] of `0..n`.
+fn permutation(n: usize, block: impl Fn(usize) -> [u32; 4]) -> Vec<i64> {
+    let mut a: Vec<i64> = (0..n as i64).collect();
+    for s in 0..n.saturating_sub(1) {
+        let i = n - 1 - s;
+        let w = block(s);
+        let j = (((u64::from(w[0]) << 32) | u64::from(w[1])) % (i as u64 + 1)) as usize;
+        a.swap(i, j);
+    }
+    a
+}
+
+/// The ops that are not elementwise: multinomial rows (in parallel) and a permutation.
+fn sequential(op: &RandomOp, seed: u64, first: u64, src: Option<(&[u8], &BufferView)>, out: &mut [u8]) {
+    let dtype = op.dst.dtype;
+    let values: Vec<i64> = match op.dist {
+        Distribution::Multinomial { samples, replacement } => {
+            let Some((bytes, view)) = src else { return };
+            let p = gather::<f64>(bytes, view);
+            let cats = view.shape[1];
+            let rows: Vec<Vec<i64>> = p
+                .par_chunks(cats)
+                .enumerate()
+                .map(|(r, row)| {
+                    let base = first.wrapping_add((r * samples) as u64);
+                    multinomial_row(row, samples, replacement, |k| philox_block(seed, base.wrapping_add(k as u64)))
+                })
+                .collect();
+            rows.concat()
+        }
+        _ => permutation(op.dst.numel(), |s| philox_block(seed, first.wrapping_add(s as u64))),
+    };
+    out.copy_from_slice(&encode(&values, dtype));
+}
+
 /// Runs `op` into `out` (the output's dense bytes); `src` and `slot` are its inputs' bytes.
 pub(super) fn random(op: &RandomOp, src: Option<(&[u8], &BufferView)>, slot: Option<&[u8]>, out: &mut [u8]) {
     let (seed, first) = stream_of(op, slot);
+    if matches!(op.dist, Distribution::Multinomial { .. } | Distribution::Permutation) {
+        return sequential(op, seed, first, src, out);
+    }
     let dtype = op.dst.dtype;
     let (size, e) = (dtype.size(), op.dist.per_block(dtype));
     let x: Vec<f64> = src.map(|(bytes, view)| gather::<f64>(bytes, view)).unwrap_or_default();

@@ -59,6 +59,8 @@ fn kind_of(dist: &Distribution) -> (RandKind, f64, f64, i64, u64) {
             (RandKind::Dropout, q, if q > 0.0 { 1.0 / q } else { 0.0 }, 0, 0)
         }
         Distribution::Integers { low, range } => (RandKind::Integers, 0.0, 0.0, low, range),
+        Distribution::Multinomial { samples, .. } => (RandKind::Multinomial, 0.0, 0.0, 0, samples as u64),
+        Distribution::Permutation => (RandKind::Permutation, 0.0, 0.0, 0, 0),
     }
 }
 
@@ -71,6 +73,27 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         PhiloxSource::Value { seed, offset } => (*seed, *offset, 0),
         PhiloxSource::Slot { slot, offset } => (0, *offset, addr(slot)),
     };
+    if let (RandKind::Multinomial, Some(src)) = (dist, &op.src) {
+        // A thread per row: the weights' dtype keys the module.
+        let (rows, cats) = (src.shape[0], src.shape[1]);
+        let replacement = matches!(op.dist, Distribution::Multinomial { replacement: true, .. });
+        let mut p = RndP {
+            dst: addr(&op.dst),
+            src: addr(src),
+            slot,
+            n: rows as i64,
+            seed,
+            offset,
+            a,
+            b,
+            low: cats as i64,
+            range,
+            vec: i64::from(replacement),
+        };
+        let key = ModuleKey::Random { dist, dtype: src.dtype, e: 1 };
+        let f = c.kernel(KernelId { module: key, entry: Entry::Random })?;
+        return c.run(f, c.grid(f, rows as u64), &mut p);
+    }
     let n = op.dst.numel();
     let dst = addr(&op.dst);
     let mut p = RndP {
@@ -87,7 +110,7 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         vec: dst.is_multiple_of((e * dtype.size()) as u64) as i64,
     };
     let f = c.kernel(KernelId { module: ModuleKey::Random { dist, dtype, e: e as u8 }, entry: Entry::Random })?;
-    let grid = c.grid(f, n.div_ceil(e) as u64);
+    let grid = if dist == RandKind::Permutation { 1 } else { c.grid(f, n.div_ceil(e) as u64) };
     c.run(f, grid, &mut p)
 }
 
@@ -103,6 +126,10 @@ pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
             push(RandKind::Exponential, 2);
             push(RandKind::Dropout, 4);
         }
+        if dtype.is_float() {
+            push(RandKind::Multinomial, 1);
+        }
+        push(RandKind::Permutation, 1);
         push(RandKind::Bernoulli, 4);
         push(RandKind::Integers, 4);
         push(RandKind::Integers, 2);

@@ -77,6 +77,8 @@ pub(in crate::driver::cuda) enum RandKind {
     Bernoulli = 3,
     Dropout = 4,
     Integers = 5,
+    Multinomial = 6,
+    Permutation = 7,
 }
 
 /// A kernel of a module.

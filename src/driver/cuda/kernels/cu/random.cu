@@ -46,6 +46,17 @@ __device__ __forceinline__ void philox(u64 seed, u64 block, u32 w[4]) {
     w[3] = c3;
 }
 
+__device__ __forceinline__ void rnd_stream(const RndP& p, u64& seed, u64& base) {
+    seed = p.seed;
+    base = p.offset;
+    if (p.slot) {
+        const u64* s = (const u64*)p.slot;
+        seed = s[0];
+        base = s[1] + p.offset;
+    }
+}
+
+#if DIST < 6
 /* The E elements of a block of words w, the first being element i0. */
 __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, RndPack& out) {
 #if DIST == 1
@@ -89,12 +100,8 @@ __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, Rn
 
 extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
     cs_enter();
-    u64 seed = p.seed, base = p.offset;
-    if (p.slot) {
-        const u64* s = (const u64*)p.slot;
-        seed = s[0];
-        base = s[1] + p.offset;
-    }
+    u64 seed, base;
+    rnd_stream(p, seed, base);
     TS* dst = (TS*)p.dst;
     const i64 blocks = (p.n + E - 1) / E;
     const i64 step = (i64)gridDim.x * blockDim.x;
@@ -114,3 +121,82 @@ extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
         }
     }
 }
+
+#elif DIST == 6
+/* Multinomial rows (src: weights of TS, [n rows, low categories]; dst: int64 [n, range samples];
+   vec: with replacement), a thread per row, as the CPU kernel's multinomial_row. */
+__device__ __forceinline__ bool rnd_taken(const i64* out, i64 k, i64 c) {
+    for (i64 j = 0; j < k; j++) {
+        if (out[j] == c) return true;
+    }
+    return false;
+}
+
+extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
+    cs_enter();
+    u64 seed, base;
+    rnd_stream(p, seed, base);
+    const i64 rows = p.n, cats = p.low, samples = (i64)p.range;
+    const bool repl = p.vec != 0;
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += step) {
+        const TS* row = (const TS*)p.src + r * cats;
+        i64* out = (i64*)p.dst + r * samples;
+        for (i64 k = 0; k < samples; k++) {
+            u32 w[4];
+            philox(seed, base + (u64)(r * samples + k), w);
+            double total = 0.0;
+            for (i64 c = 0; c < cats; c++) {
+                if (repl || !rnd_taken(out, k, c)) total = __dadd_rn(total, to_d(row[c]));
+            }
+            i64 pick = -1;
+            if (!(total > 0.0 && isfinite(total))) {
+                pick = 0;
+                if (!repl) {
+                    for (i64 c = 0; c < cats; c++) {
+                        if (!rnd_taken(out, k, c)) {
+                            pick = c;
+                            break;
+                        }
+                    }
+                }
+            } else {
+                const double t = __dmul_rn(__dmul_rn((double)u53(w[0], w[1]), p2n(53)), total);
+                double run = 0.0;
+                i64 last = 0;
+                for (i64 c = 0; c < cats; c++) {
+                    if (!repl && rnd_taken(out, k, c)) continue;
+                    const double pc = to_d(row[c]);
+                    run = __dadd_rn(run, pc);
+                    if (pc > 0.0) last = c;
+                    if (run > t) {
+                        pick = c;
+                        break;
+                    }
+                }
+                if (pick < 0) pick = last;
+            }
+            out[k] = pick;
+        }
+    }
+}
+#else
+/* A permutation of 0..n into dst by Fisher-Yates from the identity, on one thread. */
+extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
+    cs_enter();
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    u64 seed, base;
+    rnd_stream(p, seed, base);
+    TS* a = (TS*)p.dst;
+    for (i64 i = 0; i < p.n; i++) a[i] = from_i(i);
+    for (i64 s = 0; s + 1 < p.n; s++) {
+        const i64 i = p.n - 1 - s;
+        u32 w[4];
+        philox(seed, base + (u64)s, w);
+        const u64 j = (((u64)w[0] << 32) | (u64)w[1]) % (u64)(i + 1);
+        const TS t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+#endif

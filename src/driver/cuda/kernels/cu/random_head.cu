@@ -1,6 +1,6 @@
 // A random module's generated part (kernels/codegen.rs fills the ${...} placeholders): the
-// distribution (DIST: 0 uniform, 1 normal, 2 exponential, 3 bernoulli, 4 dropout, 5 integers),
-// elements per Philox block (E), a uniform's random bits (BITS), the storage type and its
+// distribution (DIST: 0 uniform, 1 normal, 2 exponential, 3 bernoulli, 4 dropout, 5 integers,
+// 6 multinomial, 7 permutation), elements per Philox block (E), a uniform's random bits (BITS), the storage type and its
 // conversions from and to double and from int64 (as the CPU kernels convert).
 #define DIST ${dist}
 #define E ${e}

@@ -306,7 +306,10 @@ mod tests {
         let uniform = Distribution::Uniform { low: 0.0, high: 1.0 };
         assert_eq!((uniform.blocks(5, DType::F32), uniform.blocks(5, DType::F64)), (2, 3));
         let wide = Distribution::Integers { low: 0, range: (1 << 32) + 1 };
-        assert_eq!((wide.per_block(DType::I64), Distribution::Integers { low: 0, range: 1 << 32 }.per_block(DType::I64)), (2, 4));
+        assert_eq!(
+            (wide.per_block(DType::I64), Distribution::Integers { low: 0, range: 1 << 32 }.per_block(DType::I64)),
+            (2, 4)
+        );
         assert_eq!(u53(u32::MAX, u32::MAX), (1 << 53) - 1);
     }
 }

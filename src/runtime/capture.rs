@@ -190,8 +190,8 @@ impl Capture {
             // Allocated without the state's lock (the allocator's routing filter takes it).
             let (slot, keep, replay) = make()?;
             let mut st = self.state();
-            if !st.rng.contains_key(&id) {
-                st.rng.insert(id, RngUse { slot, blocks: 0, replay });
+            if let std::collections::hash_map::Entry::Vacant(e) = st.rng.entry(id) {
+                e.insert(RngUse { slot, blocks: 0, replay });
                 st.keep.push(keep);
             }
         }

@@ -200,8 +200,13 @@ impl Generator {
         if let (Some(s), Place::Cuda(d)) = (stream, self.place()) {
             let make = || self.make_slot(d, s);
             if let Some((ptr, offset)) = rng_draw(s, self.inner.id, blocks, make)? {
-                let slot =
-                    BufferView { ptr, dtype: DType::I64, shape: Dims::from(&[2][..]), strides: Dims::from(&[1][..]), offset: 0 };
+                let slot = BufferView {
+                    ptr,
+                    dtype: DType::I64,
+                    shape: Dims::from(&[2][..]),
+                    strides: Dims::from(&[1][..]),
+                    offset: 0,
+                };
                 return Ok(PhiloxSource::Slot { slot, offset });
             }
         }
@@ -361,5 +366,4 @@ pub mod cuda {
         }
         Ok(())
     }
-
 }

@@ -52,10 +52,10 @@ mod user_kernel;
 mod view;
 
 pub use self::core::Tensor;
-pub use graphed::{make_graphed, GraphedCallable};
-pub use ops::operand::{result_type, Number, Operand};
 pub use generator::cuda as rng_cuda;
 pub use generator::{initial_seed, manual_seed, Generator, PhiloxState, RNG_STATE_BYTES};
+pub use graphed::{make_graphed, GraphedCallable};
+pub use ops::operand::{result_type, Number, Operand};
 pub use range::{SliceBounds, SliceRange};
 pub use shape::{IntoShape, Shape};
 pub(crate) use storage::PoisonHandle;

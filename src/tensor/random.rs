@@ -45,7 +45,10 @@ fn int_bounds(dtype: DType) -> (i128, i128) {
 /// [`Distribution::Integers`] for `[low, high)` into `dtype`, checked as PyTorch's `random_`.
 fn integers(op: &'static str, low: i64, high: i64, dtype: DType) -> Result<Distribution> {
     if low >= high {
-        return Err(invalid(op, format!("random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")));
+        return Err(invalid(
+            op,
+            format!("random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"),
+        ));
     }
     let (min, max) = int_bounds(dtype);
     if i128::from(low) < min || i128::from(high) - 1 > max {
@@ -71,7 +74,13 @@ fn generator_for(op: &'static str, place: Place, gen: Option<&Generator>) -> Res
 impl Tensor {
     /// Fills `self` with `dist` from `gen` (the device's default generator when `None`); `src`
     /// is dropout's input (same shape and dtype, contiguous).
-    pub(super) fn draw_(&self, op: &'static str, dist: Distribution, gen: Option<&Generator>, src: Option<&Tensor>) -> Result<()> {
+    pub(super) fn draw_(
+        &self,
+        op: &'static str,
+        dist: Distribution,
+        gen: Option<&Generator>,
+        src: Option<&Tensor>,
+    ) -> Result<()> {
         self.check_writable(op)?;
         let place = self.place();
         let gen = generator_for(op, place, gen)?;
@@ -113,13 +122,13 @@ impl Tensor {
     pub fn rand(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
         float_only("rand", dtype)?;
         let place = Place::resolve(device.into_device()?)?;
-        Tensor::drawn("rand", &shape.into_shape().sizes("rand")?, dtype, place, UNIT, None)
+        Tensor::drawn("rand", shape.into_shape().sizes("rand")?, dtype, place, UNIT, None)
     }
 
     /// [`Tensor::rand`] from `gen`, on its device (`torch.rand(…, generator=g)`).
     pub fn rand_gen(shape: impl IntoShape, dtype: DType, gen: &Generator) -> Result<Tensor> {
         float_only("rand", dtype)?;
-        Tensor::drawn("rand", &shape.into_shape().sizes("rand")?, dtype, gen.place(), UNIT, Some(gen))
+        Tensor::drawn("rand", shape.into_shape().sizes("rand")?, dtype, gen.place(), UNIT, Some(gen))
     }
 
     /// Standard normal random numbers (`torch.randn`); floating-point dtypes only.
@@ -128,27 +137,33 @@ impl Tensor {
     pub fn randn(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
         float_only("randn", dtype)?;
         let place = Place::resolve(device.into_device()?)?;
-        Tensor::drawn("randn", &shape.into_shape().sizes("randn")?, dtype, place, STANDARD, None)
+        Tensor::drawn("randn", shape.into_shape().sizes("randn")?, dtype, place, STANDARD, None)
     }
 
     /// [`Tensor::randn`] from `gen`, on its device.
     pub fn randn_gen(shape: impl IntoShape, dtype: DType, gen: &Generator) -> Result<Tensor> {
         float_only("randn", dtype)?;
-        Tensor::drawn("randn", &shape.into_shape().sizes("randn")?, dtype, gen.place(), STANDARD, Some(gen))
+        Tensor::drawn("randn", shape.into_shape().sizes("randn")?, dtype, gen.place(), STANDARD, Some(gen))
     }
 
     /// Integers uniform in `[low, high)` (`torch.randint(low, high, size, dtype=…)`), any dtype
     /// that holds them.
-    pub fn randint(low: i64, high: i64, shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+    pub fn randint(
+        low: i64,
+        high: i64,
+        shape: impl IntoShape,
+        dtype: DType,
+        device: impl IntoDevice,
+    ) -> Result<Tensor> {
         let dist = integers("randint", low, high, dtype)?;
         let place = Place::resolve(device.into_device()?)?;
-        Tensor::drawn("randint", &shape.into_shape().sizes("randint")?, dtype, place, dist, None)
+        Tensor::drawn("randint", shape.into_shape().sizes("randint")?, dtype, place, dist, None)
     }
 
     /// [`Tensor::randint`] from `gen`, on its device.
     pub fn randint_gen(low: i64, high: i64, shape: impl IntoShape, dtype: DType, gen: &Generator) -> Result<Tensor> {
         let dist = integers("randint", low, high, dtype)?;
-        Tensor::drawn("randint", &shape.into_shape().sizes("randint")?, dtype, gen.place(), dist, Some(gen))
+        Tensor::drawn("randint", shape.into_shape().sizes("randint")?, dtype, gen.place(), dist, Some(gen))
     }
 
     /// Uniform numbers in `[0, 1)` of this tensor's shape, dtype and device (`torch.rand_like`).
@@ -175,7 +190,7 @@ impl Tensor {
 
     fn uniform_gen_impl(&self, low: f64, high: f64, gen: Option<&Generator>) -> Result<()> {
         float_only("uniform_", self.dtype)?;
-        if !(low <= high) || !(high - low).is_finite() {
+        if low.partial_cmp(&high).is_none_or(|o| o.is_gt()) || !(high - low).is_finite() {
             return Err(invalid(
                 "uniform_",
                 format!("uniform_ expects to return a [from, to) range, but found from={low} > to={high}"),
@@ -196,7 +211,7 @@ impl Tensor {
 
     fn normal_gen_impl(&self, mean: f64, std: f64, gen: Option<&Generator>) -> Result<()> {
         float_only("normal_", self.dtype)?;
-        if !(std >= 0.0) {
+        if std.is_nan() || std < 0.0 {
             return Err(invalid("normal_", format!("normal expects std >= 0.0, but found std {std}")));
         }
         self.draw_("normal_", Distribution::Normal { mean, std }, gen, None)
@@ -231,7 +246,7 @@ impl Tensor {
 
     fn exponential_gen_impl(&self, lambd: f64, gen: Option<&Generator>) -> Result<()> {
         float_only("exponential_", self.dtype)?;
-        if !(lambd > 0.0) || lambd.is_infinite() {
+        if lambd.is_nan() || lambd <= 0.0 || lambd.is_infinite() {
             return Err(invalid(
                 "exponential_",
                 format!("exponential_ expects lambda > 0.0, but found lambda={lambd}"),

@@ -25,7 +25,7 @@ fn check_weights(w: &Tensor, samples: usize, replacement: bool) -> Result<()> {
         return Err(invalid("multinomial", "probability tensor contains either `inf`, `nan` or element < 0"));
     }
     for row in values.chunks(cats) {
-        if !(row.iter().sum::<f64>() > 0.0) {
+        if row.iter().sum::<f64>() <= 0.0 {
             return Err(invalid("multinomial", "invalid multinomial distribution (sum of probabilities <= 0)"));
         }
         if !replacement && row.iter().filter(|&&p| p > 0.0).count() < samples {

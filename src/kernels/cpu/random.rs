@@ -79,7 +79,8 @@ fn float_value(dist: &Distribution, dtype: DType, w: [u32; 4], j: usize, e: usiz
 
 /// Element `j` of a block of words `w` of [`Distribution::Integers`].
 fn int_value(low: i64, range: u64, w: [u32; 4], j: usize, e: usize) -> i64 {
-    let r = if e == 4 { u64::from(w[j]) % range } else { ((u64::from(w[2 * j]) << 32) | u64::from(w[2 * j + 1])) % range };
+    let r =
+        if e == 4 { u64::from(w[j]) % range } else { ((u64::from(w[2 * j]) << 32) | u64::from(w[2 * j + 1])) % range };
     low.wrapping_add(r as i64)
 }
 
@@ -105,14 +106,23 @@ fn blocks_of<T>(
 }
 
 /// One row's samples of [`Distribution::Multinomial`] (`block(k)`: sample `k`'s words).
-pub(crate) fn multinomial_row(p: &[f64], samples: usize, replacement: bool, block: impl Fn(usize) -> [u32; 4]) -> Vec<i64> {
+pub(crate) fn multinomial_row(
+    p: &[f64],
+    samples: usize,
+    replacement: bool,
+    block: impl Fn(usize) -> [u32; 4],
+) -> Vec<i64> {
     let mut chosen: Vec<usize> = Vec::with_capacity(samples);
     for k in 0..samples {
         let w = block(k);
         let free = |c: usize| replacement || !chosen.contains(&c);
         let total = (0..p.len()).filter(|&c| free(c)).fold(0.0f64, |t, c| t + p[c]);
         let pick = if !(total > 0.0 && total.is_finite()) {
-            if replacement { 0 } else { (0..p.len()).find(|&c| free(c)).unwrap_or(0) }
+            if replacement {
+                0
+            } else {
+                (0..p.len()).find(|&c| free(c)).unwrap_or(0)
+            }
         } else {
             let t = u53(w[0], w[1]) as f64 * pow2_neg(53) * total;
             let (mut run, mut last, mut found) = (0.0f64, 0usize, None);

@@ -5,13 +5,9 @@
 //! store for `f32`, `f64` and the integers when the output is aligned); the grid is capped at
 //! [`Ctx::grid`]'s waves and strides over the rest.
 
-use super::codegen::{conv, ctype};
 use super::ctx::{addr, Ctx};
-use super::sources::{fill, RANDOM, RANDOM_HEAD};
 use super::vocab::{Entry, KernelId, ModuleKey, RandKind};
-use crate::dtype::DType;
 use crate::error::Result;
-use crate::kernel::random::uniform_bits;
 use crate::kernel::{Distribution, PhiloxSource, RandomOp};
 
 /// Parameters of `rnd` (`RndP` in `cu/random.cu`).
@@ -28,22 +24,6 @@ struct RndP {
     low: i64,
     range: u64,
     vec: i64,
-}
-
-/// Appends a random module's source for `dist` into `dtype`, `e` elements per block.
-pub(in crate::driver::cuda) fn source(s: &mut String, dist: RandKind, dtype: DType, e: u8) {
-    let values = [
-        ("dist", (dist as u8).to_string()),
-        ("e", e.to_string()),
-        ("bits", uniform_bits(dtype).to_string()),
-        ("ts", ctype(dtype).to_owned()),
-        ("from_d", conv(DType::F64, dtype, "v")),
-        ("from_i", conv(DType::I64, dtype, "v")),
-        ("to_d", conv(dtype, DType::F64, "x")),
-    ];
-    let pairs: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    fill(s, RANDOM_HEAD, &pairs);
-    s.push_str(RANDOM);
 }
 
 /// The module kind and the parameters `a`, `b`, `low`, `range` of a distribution (computed here,
@@ -117,6 +97,7 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
 /// Every random module the tensor layer can ask for.
 #[cfg(test)]
 pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
+    use crate::dtype::DType;
     let mut v = Vec::new();
     for dtype in DType::ALL {
         let mut push = |dist, e| v.push(ModuleKey::Random { dist, dtype, e });

@@ -426,8 +426,16 @@ fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
     assert_eq!((p.slot, p.offset, p.seed), (None, 417, 777));
     assert_eq!(g.philox_state(1)?.offset, 427);
     let mut graph2 = CUDAGraph::new();
-    let inside = cuda::graph(&mut graph2, GraphOptions::default(), || g.philox_state(4))?;
-    assert!(inside.slot.is_some() && inside.offset == 0, "{inside:?}");
+    let (t, inside) = cuda::graph(&mut graph2, GraphOptions::default(), || {
+        let t = Tensor::rand_gen([4], DType::F32, &g)?;
+        Ok((t, g.philox_state(4)?))
+    })?;
+    assert!(inside.slot.is_some() && inside.offset == 1, "after the captured draw's one block: {inside:?}");
+    drop(t);
+    // Resetting the graphs gives their slots back; draws go on as before.
+    graph.reset()?;
+    graph2.reset()?;
+    assert_eq!(read(&Tensor::rand_gen([4], DType::F32, &g)?)?.len(), 4);
     Ok(())
 }
 

@@ -280,7 +280,9 @@ impl CUDAGraph {
             }
             State::Captured(c) => {
                 rt()?.driver.graph_destroy(c.graph);
-                // Blocks of the pool it kept (workspaces) go back to the pool first.
+                // Blocks of the pool it kept (workspaces, the generators' slots) go back to the
+                // pool first.
+                drop(c.rng);
                 drop(c.keep);
                 c.pool_use.release()
             }

@@ -30,7 +30,7 @@ STEPS = [
     "alloc_free_pair", "empty_tensor", "small_op", "add_f32_256m", "sum_f32_1gib", "matmul_fp32_8192",
     "matmul_tf32_8192", "matmul_bf16_8192", "h2d_pinned_1gib", "d2h_pinned_1gib", "h2d_pageable_1gib",
     "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step", "e2e_decode_step_graphed",
-    "graph_replay", "allreduce",
+    "graph_replay", "allreduce", "random",
 ]
 
 # The same table as `Sizes` in src/cli/bench/measure.rs.
@@ -503,6 +503,11 @@ class Bench:
             times.append((time.perf_counter() - t0) * 1e3)
             del g, z
         say("RESULT graph_capture_100", f"{statistics.median_high(times):.6g}", "ms")
+
+    def random(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import pytorch_random
+        pytorch_random.rows(self.torch, self.s, say, check, device_ms, gb_per_s)
 
 
 def free_port():

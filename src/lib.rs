@@ -61,7 +61,14 @@
 //! | `torch.cuda.OutOfMemoryError`, other errors | [`Error`] (one enum, structured variants) |
 //! | `torch.float32`, `torch.int64`, …, `torch.promote_types`, `torch.result_type` | [`DType`], [`DType::promote_types`], [`result_type`] |
 //! | `torch.empty/zeros/ones/full/arange/rand/randn(…, dtype, device)` | [`Tensor::empty`], [`Tensor::zeros`], [`Tensor::ones`], [`Tensor::full`], [`Tensor::arange`], [`Tensor::rand`], [`Tensor::randn`] |
-//! | `torch.manual_seed(s)` | [`manual_seed`] (the same numbers on every device) |
+//! | `torch.manual_seed(s)` | [`manual_seed`] (every device's and the host's generator: the same numbers on the simulated machine and every GPU), [`initial_seed`] |
+//! | **Random numbers** (Philox4x32-10 per device, drawn on the device) | |
+//! | `torch.cuda.manual_seed(s)` / `manual_seed_all(s)` / `seed()` / `seed_all()` / `initial_seed()` | [`cuda::manual_seed`] / [`cuda::manual_seed_all`] / [`cuda::seed`] / [`cuda::seed_all`] / [`cuda::initial_seed`] |
+//! | `torch.cuda.get_rng_state(d)` / `set_rng_state(s, d)` / `get_rng_state_all()` / `set_rng_state_all(ss)` | [`cuda::get_rng_state`] / [`cuda::set_rng_state`] / [`cuda::get_rng_state_all`] / [`cuda::set_rng_state_all`] (opaque bytes, [`cuda::RNG_STATE_BYTES`]) |
+//! | `torch.cuda.default_generators[d]`, `torch.Generator(device="cuda")`, `g.manual_seed/seed/initial_seed/get_state/set_state/clone_state` | [`cuda::default_generator`], [`cuda::Generator::new`] (same method names) |
+//! | `philox_cuda_state(increment)` (ATen, for one's own kernels; graph-safe) | [`cuda::Generator::philox_state`] → [`cuda::PhiloxState`]; the stream: [`cuda::philox4x32_10`], [`cuda::philox_block`], [`cuda::u53`]; sim-vs-GPU bound [`cuda::TRANSCENDENTAL_ULP_F64`] |
+//! | `torch.rand/randn/randint/randperm(…)`, `rand_like/randn_like`, `generator=g` | [`Tensor::rand`], [`Tensor::randn`], [`Tensor::randint`], [`Tensor::randperm`], [`Tensor::rand_like`], [`Tensor::randn_like`]; `_gen` forms take a [`cuda::Generator`] ([`Tensor::rand_gen`], …) |
+//! | `t.uniform_/normal_/bernoulli_/exponential_/random_`, `torch.multinomial`, `F.dropout(x, p, training)` | [`Tensor::uniform_`], [`Tensor::normal_`], [`Tensor::bernoulli_`], [`Tensor::exponential_`], [`Tensor::random_`] / [`Tensor::random_range_`], [`Tensor::multinomial`], [`Tensor::dropout`] (and `_gen` forms) |
 //! | `torch.tensor(data)` / `t.tolist()` / `t.item()` | [`Tensor::from_slice`] / [`Tensor::to_vec`] / [`Tensor::item`] |
 //! | `t.shape / t.stride() / t.dtype / t.device / t.data_ptr()` | [`Tensor::shape`], [`Tensor::stride`], [`Tensor::dtype`], [`Tensor::device`], [`Tensor::data_ptr`] |
 //! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src, non_blocking)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] (non-blocking between pinned memory and a device) |

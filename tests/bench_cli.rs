@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 29] = [
+const ROWS: [&str; 32] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -39,6 +39,9 @@ const ROWS: [&str; 29] = [
     "allreduce_8kib_latency",
     "user_kernel_launch_host",
     "user_kernel_launch_raw_cudarc",
+    "randn_f32_256m",
+    "rand_bf16_256m",
+    "dropout_bf16_8192x8192",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -163,7 +166,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 21 && err.contains("bench 20/20 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 22 && err.contains("bench 21/21 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

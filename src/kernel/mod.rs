@@ -17,12 +17,14 @@
 
 pub mod dims;
 mod ptr;
+pub mod random;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::scalar::Scalar;
 pub use dims::Dims;
 pub use ptr::{DevicePtr, HostPtr};
+pub use random::{Distribution, PhiloxSource, RandomOp};
 
 /// A strided view of a buffer: `shape` and `strides` in elements, from element `offset` of `ptr`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -406,6 +408,8 @@ pub enum KernelOp {
         /// a block of the capture's private pool, which the graph keeps.
         workspace: Option<Workspace>,
     },
+    /// Fills `dst` with random draws from the Philox stream (`random.rs`).
+    Random(Box<RandomOp>),
 }
 
 /// Bytes of the cuBLASLt workspace of a matrix product (what PyTorch gives Hopper): the CUDA
@@ -482,6 +486,7 @@ impl KernelOp {
             KernelOp::Softmax { log: false, .. } => "softmax".into(),
             KernelOp::Softmax { log: true, .. } => "log_softmax".into(),
             KernelOp::Gemm { .. } => "gemm".into(),
+            KernelOp::Random(r) => format!("random {}", r.dist.name()),
         }
     }
 
@@ -498,6 +503,7 @@ impl KernelOp {
             | KernelOp::BinaryScalar { lhs: src, .. } => vec![src],
             KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => vec![lhs, rhs],
             KernelOp::Where { cond, a, b, .. } => vec![cond, a, b],
+            KernelOp::Random(r) => r.src.iter().chain(r.slot()).collect(),
         }
     }
 
@@ -516,6 +522,7 @@ impl KernelOp {
             | KernelOp::BinaryScalar { lhs: src, .. } => [Some(src), dst, None, None],
             KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => [Some(lhs), Some(rhs), dst, None],
             KernelOp::Where { cond, a, b, .. } => [Some(cond), Some(a), Some(b), dst],
+            KernelOp::Random(r) => [r.src.as_ref(), r.slot(), dst, None],
         }
     }
 
@@ -546,6 +553,7 @@ impl KernelOp {
             | KernelOp::Extreme { values: dst, .. }
             | KernelOp::Softmax { dst, .. }
             | KernelOp::Gemm { dst, .. } => dst,
+            KernelOp::Random(r) => &r.dst,
         }
     }
 
@@ -563,6 +571,7 @@ impl KernelOp {
         let dst = self.output();
         match self {
             KernelOp::Fill { .. } => Ok(()),
+            KernelOp::Random(r) => r.validate(),
             KernelOp::Cast { src, .. } | KernelOp::Unary { src, .. } => same_shape("input", src, dst),
             KernelOp::CopyStrided { src, .. } => {
                 same_shape("input", src, dst)?;

@@ -87,6 +87,9 @@ struct Captured {
     /// workspaces, blocks of its pool (dropped with the graph, before it releases the pool:
     /// fields drop in order).
     keep: Vec<KeepAlive>,
+    /// The generators the graph draws from: each replay first runs their prologue (which holds
+    /// the slot, a block of the pool: dropped before the pool is released).
+    rng: Vec<(capture::RngReplay, u64)>,
     pool_use: PoolUse,
 }
 
@@ -210,6 +213,7 @@ impl CUDAGraph {
         let ended = rt.driver.end_capture(p.stream.driver_id());
         let _ = p.pool_use.end_routing();
         let finished = p.capture.finish();
+        let rng = p.capture.take_rng();
         capture::end(&p.capture);
         let graph = match (finished, ended) {
             (Ok(keep), Ok(graph)) => (keep, graph),
@@ -226,7 +230,7 @@ impl CUDAGraph {
         };
         let (keep, graph) = graph;
         let nodes = rt.driver.graph_node_count(graph).unwrap_or(0);
-        self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use });
+        self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use, rng });
         Ok(())
     }
 
@@ -256,6 +260,11 @@ impl CUDAGraph {
                 format!("{stream:?} is capturing (id {}); replay the graph outside the capture", cap.id),
             ));
         }
+        // The generators' seeds and offsets go into the graph's slots first, in stream order,
+        // and each generator advances by the blocks the graph's draws take.
+        for (prologue, blocks) in &c.rng {
+            prologue(&stream, *blocks)?;
+        }
         rt()?.driver.graph_launch(c.graph, stream.driver_id())
     }
 
@@ -271,7 +280,9 @@ impl CUDAGraph {
             }
             State::Captured(c) => {
                 rt()?.driver.graph_destroy(c.graph);
-                // Blocks of the pool it kept (workspaces) go back to the pool first.
+                // Blocks of the pool it kept (workspaces, the generators' slots) go back to the
+                // pool first.
+                drop(c.rng);
                 drop(c.keep);
                 c.pool_use.release()
             }

@@ -24,6 +24,25 @@ mod work;
 
 pub(crate) use capture::active as capture_underway;
 pub(crate) use capture::KeepAlive;
+pub(crate) use capture::RngReplay;
+
+/// The capture `stream` belongs to, if any (the tensor layer's random draws register their
+/// generator with it: [`rng_draw`]).
+#[inline]
+pub(crate) fn rng_draw(
+    stream: &Stream,
+    id: u64,
+    blocks: u64,
+    make: impl FnOnce() -> crate::error::Result<(crate::kernel::DevicePtr, KeepAlive, RngReplay)>,
+) -> crate::error::Result<Option<(crate::kernel::DevicePtr, u64)>> {
+    if !capture::active() {
+        return Ok(None);
+    }
+    match capture::of_stream(stream.driver_id()) {
+        Some(c) => c.rng_draw(id, blocks, make).map(Some),
+        None => Ok(None),
+    }
+}
 pub(crate) use current::current_of;
 pub use current::{current_stream, default_stream, set_stream, with_stream, StreamGuard};
 pub use devices::*;

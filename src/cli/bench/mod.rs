@@ -24,6 +24,7 @@ mod ops;
 mod options;
 mod progress;
 mod pytorch;
+mod random;
 mod report;
 mod rows;
 mod user_kernel;

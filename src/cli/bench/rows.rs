@@ -54,6 +54,9 @@ pub const ROWS: &[RowSpec] = &[
     row("allreduce_8kib_latency", "allreduce", "µs", true, 1.0),
     row("user_kernel_launch_host", "user_kernel_launch_host", "ns", true, 5.0),
     row("user_kernel_launch_raw_cudarc", "user_kernel_launch_raw_cudarc", "ns", true, 0.0),
+    row("randn_f32_256m", "random", "GB/s", false, 1.0),
+    row("rand_bf16_256m", "random", "GB/s", false, 1.0),
+    row("dropout_bf16_8192x8192", "random", "GB/s", false, 1.0),
 ];
 
 /// The steps (what `--only` names), in run order.
@@ -133,7 +136,7 @@ mod tests {
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
         assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
-        assert_eq!(parse_only(None).unwrap().len(), 20);
+        assert_eq!(parse_only(None).unwrap().len(), 21);
     }
 
     #[test]

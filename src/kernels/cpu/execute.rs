@@ -2,7 +2,7 @@
 //! over host bytes, and writes back only the output's elements.
 
 use super::elem::{for_each_offset, scalar_bytes, Operand};
-use super::{elementwise, gemm, reduce};
+use super::{elementwise, gemm, random, reduce};
 use crate::error::Result;
 use crate::kernel::DevicePtr;
 use crate::kernel::{BufferView, KernelOp, ReduceOp};
@@ -95,6 +95,11 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
         }
         KernelOp::Softmax { dim, log, .. } => reduce::softmax(arg(0), *dim, *log, &mut out, &dst),
         KernelOp::Gemm { .. } => gemm::gemm(arg(0), arg(1), &mut out, &dst)?,
+        KernelOp::Random(r) => {
+            let src = r.src.as_ref().map(|_| (&inputs[0].bytes[..], &inputs[0].view));
+            let slot = r.slot().map(|_| &inputs[inputs.len() - 1].bytes[..]);
+            random::random(r, src, slot, &mut out)
+        }
     }
     mem.write_runs(at, &out, &runs(&dst))
 }

@@ -12,6 +12,7 @@ mod elementwise;
 mod execute;
 mod gemm;
 mod math;
+mod random;
 mod reduce;
 
 pub(crate) use elem::{encode, gather_bytes, scalar_bytes};

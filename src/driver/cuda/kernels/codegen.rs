@@ -25,10 +25,10 @@ use super::softmax_layouts::{
     SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
 };
 use super::sources::{
-    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, GEMV, GEMV_HEAD, REDUCE, REDUCE_ACC, REDUCE_ARG, REDUCE_HEAD, SOFTMAX,
-    SOFTMAX_HEAD,
+    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, GEMV, GEMV_HEAD, RANDOM, RANDOM_HEAD, REDUCE, REDUCE_ACC, REDUCE_ARG,
+    REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
 };
-use super::vocab::{fast_masks, EwOp, ModuleKey};
+use super::vocab::{fast_masks, EwOp, ModuleKey, RandKind};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::Write;
@@ -42,6 +42,7 @@ impl ModuleKey {
             ModuleKey::Reduce { op, src, dst, values } => reduce(&mut s, op, src, dst, values),
             ModuleKey::Softmax { src, dst, log } => softmax(&mut s, src, dst, log),
             ModuleKey::Gemv { dtype } => gemv(&mut s, dtype),
+            ModuleKey::Random { dist, dtype, e } => random(&mut s, dist, dtype, e),
         }
         s
     }
@@ -473,4 +474,19 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
 /// `(name, value)` pairs as [`fill`] takes them.
 fn pairs_of<'a>(values: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     values.iter().map(|(n, v)| (*n, v.as_str())).collect()
+}
+
+/// Appends a random module's source for `dist` into `dtype`, `e` elements per block.
+fn random(s: &mut String, dist: RandKind, dtype: DType, e: u8) {
+    let values = [
+        ("dist", (dist as u8).to_string()),
+        ("e", e.to_string()),
+        ("bits", crate::kernel::random::uniform_bits(dtype).to_string()),
+        ("ts", ctype(dtype).to_owned()),
+        ("from_d", conv(DType::F64, dtype, "v")),
+        ("from_i", conv(DType::I64, dtype, "v")),
+        ("to_d", conv(dtype, DType::F64, "x")),
+    ];
+    fill(s, RANDOM_HEAD, &pairs_of(&values));
+    s.push_str(RANDOM);
 }

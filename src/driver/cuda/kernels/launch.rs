@@ -111,6 +111,7 @@ pub(in crate::driver::cuda) fn launch(
         KernelOp::Gemm { lhs, rhs, dst, workspace } => {
             super::gemm::gemm(&c, &ops.blas, lhs, rhs, dst, workspace.as_ref())
         }
+        KernelOp::Random(r) => super::random::random(&c, r),
     }
 }
 

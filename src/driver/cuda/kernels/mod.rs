@@ -19,6 +19,7 @@ pub(super) mod gemm;
 pub(super) mod gemv;
 pub(super) mod launch;
 pub(super) mod nvrtc;
+pub(super) mod random;
 pub(super) mod reduce;
 pub(super) mod reduce_layouts;
 pub(super) mod softmax_layouts;

@@ -64,6 +64,21 @@ pub(in crate::driver::cuda) enum ModuleKey {
     Softmax { src: DType, dst: DType, log: bool },
     /// A row vector times a matrix of `dtype`, row-major or column-major (`gemv.rs`).
     Gemv { dtype: DType },
+    /// Random draws of a distribution into `dtype`, `e` elements per Philox block (`random.rs`).
+    Random { dist: RandKind, dtype: DType, e: u8 },
+}
+
+/// The distributions of a random module (`DIST` in `cu/random_head.cu`: the discriminant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) enum RandKind {
+    Uniform = 0,
+    Normal = 1,
+    Exponential = 2,
+    Bernoulli = 3,
+    Dropout = 4,
+    Integers = 5,
+    Multinomial = 6,
+    Permutation = 7,
 }
 
 /// A kernel of a module.
@@ -109,6 +124,8 @@ pub(in crate::driver::cuda) enum Entry {
     Gemv,
     /// A row vector times a column-major matrix: a warp per output.
     GemvDots,
+    /// Random draws: a thread per Philox block (`rnd`).
+    Random,
 }
 
 /// One kernel: its module and entry point.
@@ -126,6 +143,7 @@ impl Entry {
             ModuleKey::Reduce { .. } => "red",
             ModuleKey::Softmax { .. } => "sm",
             ModuleKey::Gemv { .. } => "gv",
+            ModuleKey::Random { .. } => "rnd",
         };
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
@@ -146,6 +164,7 @@ impl Entry {
             Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
             Entry::Gemv => "gv_rows".into(),
             Entry::GemvDots => "gv_dots".into(),
+            Entry::Random => prefix.into(),
         }
     }
 }
@@ -179,6 +198,7 @@ impl ModuleKey {
                 e
             }
             ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::GemvDots],
+            ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::Reduce { src, .. } => {
                 vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
             }

@@ -16,12 +16,14 @@
 //!   kernels use `f64`); results are rounded once into the output dtype.
 
 pub mod dims;
+mod jit;
 mod ptr;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::scalar::Scalar;
 pub use dims::Dims;
+pub use jit::{jit_compute, jit_ctype, JitCode, JitOp, JitParam};
 pub use ptr::{DevicePtr, HostPtr};
 
 /// A strided view of a buffer: `shape` and `strides` in elements, from element `offset` of `ptr`.

@@ -39,6 +39,7 @@ mod create;
 mod display;
 mod exec;
 mod graphed;
+pub mod jiterator;
 mod layout;
 mod ops;
 mod pinned;

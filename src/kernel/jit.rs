@@ -107,6 +107,27 @@ pub struct JitOp {
 }
 
 impl JitOp {
+    /// Checks what a driver relies on: as many inputs and outputs as the function has, every
+    /// view of the outputs' shape, the outputs contiguous and of the promoted dtype, and a
+    /// scalar value for each scalar parameter.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        let bad = |reason: String| Err(crate::error::Error::Internal { op: "jiterator", reason });
+        let code = &self.code;
+        if self.ins.len() != code.inputs() || self.outs.len() != code.outputs || self.outs.is_empty() {
+            return bad(format!("{} inputs and {} outputs for {}", self.ins.len(), self.outs.len(), code.name));
+        }
+        let shape = &self.outs[0].shape;
+        if self.ins.iter().chain(&self.outs).any(|v| v.shape != *shape)
+            || self.outs.iter().any(|v| !v.is_contiguous() || v.dtype != self.common)
+        {
+            return bad("views of different shapes, or outputs not contiguous of the promoted dtype".into());
+        }
+        if self.scalars.len() != code.scalars() * self.compute().size() {
+            return bad(format!("{} bytes of scalars for {} scalar parameters", self.scalars.len(), code.scalars()));
+        }
+        Ok(())
+    }
+
     /// The dtype the function computes in.
     pub fn compute(&self) -> DType {
         jit_compute(self.common)

@@ -207,6 +207,7 @@ impl SimDriver {
     /// [`Driver::jit_launch`](crate::driver::Driver::jit_launch): compiles (or finds) the
     /// function's library now, so a compile error is the call's, and queues its run.
     pub(super) fn sim_jit_launch(&self, stream: StreamId, op: &JitOp) -> Result<()> {
+        op.validate()?;
         let compute = op.compute();
         let lib = load(&op.code, compute)?;
         let ins: Vec<(DevicePtr, usize, BufferView)> = op.ins.iter().map(span).collect();

@@ -28,6 +28,7 @@ use super::sources::{
     fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, GEMV, GEMV_HEAD, REDUCE, REDUCE_ACC, REDUCE_ARG, REDUCE_HEAD, SOFTMAX,
     SOFTMAX_HEAD,
 };
+use super::jit::{jit_body, jit_prefix};
 use super::vocab::{fast_masks, EwOp, ModuleKey};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
@@ -263,6 +264,10 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
         EwOp::Unary(u) => unary_body(u, ins[0], out),
         EwOp::Binary(b, compute) => binary_body(b, ins[0], ins[1], compute, out),
         EwOp::Where => format!("    return a ? {} : {};\n", conv(ins[1], out, "b"), conv(ins[2], out, "c")),
+        EwOp::Jit(key) => {
+            s.push_str(&jit_prefix(key));
+            jit_body(key, out, ins)
+        }
     };
     let values = [
         ("n", n.to_string()),

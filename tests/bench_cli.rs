@@ -157,7 +157,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 19 && err.contains("bench 18/18 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 22 && err.contains("bench 21/21 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -31,6 +31,10 @@ struct Loaded {
 
 /// Every library loaded in this process, by source hash.
 static LOADED: Mutex<Vec<(u64, Arc<Loaded>)>> = Mutex::new(Vec::new());
+/// The library of each function (by identity, the function kept alive here) and compute type
+/// seen so far: a call finds its library without generating its source.
+const BY_CODE_MAX: usize = 256;
+static BY_CODE: Mutex<Vec<(Arc<JitCode>, DType, Arc<Loaded>)>> = Mutex::new(Vec::new());
 
 /// The definitions a jiterator function may use beyond standard C++.
 const PRELUDE: &str = r#"#include <math.h>
@@ -123,6 +127,20 @@ fn compiler() -> String {
     crate::config::env_var("CXX").ok().flatten().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| "c++".into())
 }
 
+/// The loaded library of `code` in `compute`: by the function's identity, else by its source.
+fn library(code: &Arc<JitCode>, compute: DType) -> Result<Arc<Loaded>> {
+    let mut by_code = BY_CODE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((.., l)) = by_code.iter().find(|(c, d, _)| Arc::ptr_eq(c, code) && *d == compute) {
+        return Ok(l.clone());
+    }
+    let l = load(code, compute)?;
+    if by_code.len() >= BY_CODE_MAX {
+        by_code.remove(0);
+    }
+    by_code.push((code.clone(), compute, l.clone()));
+    Ok(l)
+}
+
 /// The loaded library of `code` in `compute`, compiled (or found on disk) on first use.
 fn load(code: &JitCode, compute: DType) -> Result<Arc<Loaded>> {
     let source = host_source(code, compute);
@@ -208,8 +226,10 @@ impl SimDriver {
     /// function's library now, so a compile error is the call's, and queues its run.
     pub(super) fn sim_jit_launch(&self, stream: StreamId, op: &JitOp) -> Result<()> {
         op.validate()?;
+        let device = self.stream(stream)?.device;
+        self.check_views(device, op.ins.iter().chain(&op.outs), || "jiterator".into())?;
         let compute = op.compute();
-        let lib = load(&op.code, compute)?;
+        let lib = library(&op.code, compute)?;
         let ins: Vec<(DevicePtr, usize, BufferView)> = op.ins.iter().map(span).collect();
         let outs: Vec<(DevicePtr, DType)> = op.outs.iter().map(|v| (v.ptr.offset(v.offset * v.dtype.size()), v.dtype)).collect();
         let (common, scalars, n) = (op.common, op.scalars.clone(), op.outs[0].numel());
@@ -234,7 +254,7 @@ impl SimDriver {
             }
             Ok(())
         };
-        self.queue_host_kernel(stream, Arc::new(kernel))
+        self.queue_host_kernel_as(stream, Arc::new(kernel), "jiterator", super::time::jit(op))
     }
 }
 

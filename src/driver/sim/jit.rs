@@ -31,9 +31,10 @@ struct Loaded {
 
 /// Every library loaded in this process, by source hash.
 static LOADED: Mutex<Vec<(u64, Arc<Loaded>)>> = Mutex::new(Vec::new());
+/// The most functions [`BY_CODE`] remembers (the oldest is forgotten first).
+const BY_CODE_MAX: usize = 256;
 /// The library of each function (by identity, the function kept alive here) and compute type
 /// seen so far: a call finds its library without generating its source.
-const BY_CODE_MAX: usize = 256;
 static BY_CODE: Mutex<Vec<(Arc<JitCode>, DType, Arc<Loaded>)>> = Mutex::new(Vec::new());
 
 /// The definitions a jiterator function may use beyond standard C++.

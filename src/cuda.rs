@@ -24,9 +24,9 @@ pub use crate::runtime::{
 };
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
+pub use crate::tensor::jiterator;
 pub use crate::tensor::{compile_kernel, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};
 pub use crate::tensor::{make_graphed, GraphedCallable};
-pub use crate::tensor::jiterator;
 
 /// Allocator traces and their replay, and byte counts as PyTorch prints them (the
 /// `torch.cuda.memory` helpers that are not also in `torch.cuda`).

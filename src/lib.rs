@@ -52,6 +52,7 @@
 //! | `with torch.cuda.stream(s):` (`torch.cuda.stream`, `torch.cuda.StreamContext`) | `let _g = `[`cuda::StreamGuard::new`]`(&s)?;` or [`cuda::with_stream`] |
 //! | `s.synchronize() / query() / wait_event(e) / wait_stream(o) / record_event(e)` | same names on [`cuda::Stream`] |
 //! | `s.cuda_stream` / `torch.cuda.ExternalStream(ptr, device)` | [`cuda::Stream::cuda_stream`] / `unsafe` [`cuda::Stream::from_external`]; the device's `CUcontext`: [`cuda::primary_context`] |
+//! | `torch.cuda.jiterator._create_jit_fn(code, **defaults)` / `_create_multi_output_jit_fn(code, n, **defaults)` | [`cuda::jiterator::create_jit_fn`]`(code, &[("alpha", 1.0)])` / [`cuda::jiterator::create_multi_output_jit_fn`] → [`cuda::jiterator::JitFn`]; [`cuda::jiterator::JitFn::call`]`(&[&a, &b], &[("alpha", 2.0)])`, [`cuda::jiterator::JitFn::call_multi`] (broadcasting, promotion, strided inputs; on the simulated machine compiled by the host's C++ compiler) |
 //! | `torch.cuda._compile_kernel(src, name, options)` and its launch | [`cuda::compile_kernel`] → [`cuda::Kernel`]; [`cuda::Kernel::launch`]`(grid, block, shared_mem, &[`[`cuda::KernelArg`]`])` ([`cuda::Dim3`]); on the simulated machine a host twin ([`cuda::Kernel::with_host_twin`], [`cuda::HostLaunch`], [`cuda::KernelScalar`]) |
 //! | `torch.cuda.Event(enable_timing, blocking)` | [`cuda::Event::new`]`(`[`cuda::EventFlags`]`)` |
 //! | `e.record(s) / query() / synchronize() / wait(s) / elapsed_time(end)` | same names on [`cuda::Event`] |

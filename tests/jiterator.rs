@@ -7,7 +7,7 @@
 
 mod common;
 
-use cudasem::cuda::{self, jiterator, GraphOptions, CUDAGraph};
+use cudasem::cuda::{self, jiterator, CUDAGraph, GraphOptions};
 use cudasem::{DType, Error, Result, Tensor};
 use half::{bf16, f16};
 use std::sync::{Mutex, MutexGuard};
@@ -78,7 +78,7 @@ fn scalars_take_their_defaults_and_per_call_overrides() -> Result<()> {
     assert_eq!((f.name(), f.num_inputs(), f.num_outputs()), ("my_kernel", 2, 1));
     let (x, xv) = tensor(&random(37 * 19, 1), &[37, 19], DType::F32)?;
     let (y, yv) = tensor(&random(37 * 19, 2), &[37, 19], DType::F32)?;
-    for alpha in [None, Some(3.14), Some(-0.5)] {
+    for alpha in [None, Some(2.75), Some(-0.5)] {
         let out = match alpha {
             None => f.call(&[&x, &y], &[])?,
             Some(a) => f.call(&[&x, &y], &[("alpha", a)])?,
@@ -251,10 +251,8 @@ fn bad_calls_are_typed_errors_and_the_runtime_goes_on() -> Result<()> {
     let (z, _) = tensor(&random(5, 13), &[5], DType::F32)?;
     assert!(matches!(f.call(&[&x, &z], &[]), Err(Error::ShapeMismatch { .. })), "shapes that do not broadcast");
     // A line of the user's code that does not compile: the compiler's log, naming the line.
-    let bad = format!(
-        "template <typename T>\nT broken{}(T x) {{\n  return x + undeclared_name;\n}}",
-        std::process::id()
-    );
+    let bad =
+        format!("template <typename T>\nT broken{}(T x) {{\n  return x + undeclared_name;\n}}", std::process::id());
     let g = jiterator::create_jit_fn(&bad, &[])?;
     match g.call(&[&x], &[]) {
         Err(Error::Driver { message, .. }) => {

@@ -40,6 +40,9 @@ pub const MAX_OUTPUTS: usize = 8;
 /// Scalar arrays kept in device memory per function (per stream, dtype and values).
 const SCALAR_CACHE: usize = 8;
 
+/// Scalar values in device memory: the stream they were written on, their dtype and bytes.
+type ScalarCopy = (Stream, DType, Vec<u8>, Tensor);
+
 /// A function made by [`create_jit_fn`] or [`create_multi_output_jit_fn`]: call it with
 /// [`JitFn::call`] (one output) or [`JitFn::call_multi`]. Cheap to clone.
 #[derive(Clone)]
@@ -48,7 +51,7 @@ pub struct JitFn {
     /// The scalar parameters' names and default values, in parameter order.
     scalars: Arc<[(String, f64)]>,
     /// Device copies of scalar values (the CUDA driver's kernels read them there).
-    cache: Arc<Mutex<Vec<(Stream, DType, Vec<u8>, Tensor)>>>,
+    cache: Arc<Mutex<Vec<ScalarCopy>>>,
 }
 
 impl std::fmt::Debug for JitFn {
@@ -104,7 +107,10 @@ fn make(op: &'static str, code: &str, outputs: usize, by_ref: bool, defaults: &[
     for (i, (name, by_ref)) in sig.params.iter().enumerate() {
         if i >= n - refs {
             if !by_ref {
-                return Err(bad(format!("output parameter `{name}` of {} must be a reference (`T& {name}`)", sig.name)));
+                return Err(bad(format!(
+                    "output parameter `{name}` of {} must be a reference (`T& {name}`)",
+                    sig.name
+                )));
             }
             params.push(JitParam::Output((i - (n - refs)) as u8));
         } else if let Some((_, v)) = defaults.iter().find(|(d, _)| d == name) {

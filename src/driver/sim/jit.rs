@@ -35,7 +35,10 @@ static LOADED: Mutex<Vec<(u64, Arc<Loaded>)>> = Mutex::new(Vec::new());
 const BY_CODE_MAX: usize = 256;
 /// The library of each function (by identity, the function kept alive here) and compute type
 /// seen so far: a call finds its library without generating its source.
-static BY_CODE: Mutex<Vec<(Arc<JitCode>, DType, Arc<Loaded>)>> = Mutex::new(Vec::new());
+static BY_CODE: Mutex<Vec<CodeLibrary>> = Mutex::new(Vec::new());
+
+/// A function, a compute type and its library.
+type CodeLibrary = (Arc<JitCode>, DType, Arc<Loaded>);
 
 /// The definitions a jiterator function may use beyond standard C++.
 const PRELUDE: &str = r#"#include <math.h>
@@ -164,10 +167,8 @@ fn load(code: &JitCode, compute: DType) -> Result<Arc<Loaded>> {
         reason: format!("cannot load the compiled jiterator library {}: {e}", lib_path.display()),
     })?;
     // SAFETY: `cudasem_jit` is defined by the source above with exactly `Entry`'s C signature.
-    let entry: Entry = *unsafe { lib.get::<Entry>(b"cudasem_jit\0") }.map_err(|e| Error::Internal {
-        op: "jiterator",
-        reason: format!("the compiled library has no entry: {e}"),
-    })?;
+    let entry: Entry = *unsafe { lib.get::<Entry>(b"cudasem_jit\0") }
+        .map_err(|e| Error::Internal { op: "jiterator", reason: format!("the compiled library has no entry: {e}") })?;
     let l = Arc::new(Loaded { _lib: lib, entry });
     loaded.push((key, l.clone()));
     Ok(l)
@@ -185,11 +186,7 @@ fn compile(source: &str, cxx: &str, dir: &PathBuf, out: &PathBuf) -> Result<()> 
     let src = dir.join(format!("{stem}.cpp"));
     let tmp = dir.join(format!("{stem}.so.tmp"));
     std::fs::write(&src, source).map_err(|e| io("cannot write to the jiterator cache", e))?;
-    let run = Command::new(cxx)
-        .args(["-std=c++17", "-O2", "-shared", "-fPIC", "-o"])
-        .arg(&tmp)
-        .arg(&src)
-        .output();
+    let run = Command::new(cxx).args(["-std=c++17", "-O2", "-shared", "-fPIC", "-o"]).arg(&tmp).arg(&src).output();
     let _ = std::fs::remove_file(&src);
     let output = run.map_err(|e| Error::Unsupported {
         op: "jiterator",
@@ -214,9 +211,11 @@ fn compile(source: &str, cxx: &str, dir: &PathBuf, out: &PathBuf) -> Result<()> 
 /// A view's bytes as the worker reads them: the span it covers, and the view rebased to it.
 fn span(v: &BufferView) -> (DevicePtr, usize, BufferView) {
     let size = v.dtype.size();
-    let (lo, hi) = v.shape.iter().zip(v.strides.iter()).fold((v.offset, v.offset), |(lo, hi), (&n, &s)| {
-        (lo, hi + n.saturating_sub(1) * s)
-    });
+    let (lo, hi) = v
+        .shape
+        .iter()
+        .zip(v.strides.iter())
+        .fold((v.offset, v.offset), |(lo, hi), (&n, &s)| (lo, hi + n.saturating_sub(1) * s));
     let mut rebased = v.clone();
     rebased.offset -= lo;
     (DevicePtr(v.ptr.0 + (lo * size) as u64), (hi - lo + 1) * size, rebased)
@@ -232,7 +231,8 @@ impl SimDriver {
         let compute = op.compute();
         let lib = library(&op.code, compute)?;
         let ins: Vec<(DevicePtr, usize, BufferView)> = op.ins.iter().map(span).collect();
-        let outs: Vec<(DevicePtr, DType)> = op.outs.iter().map(|v| (v.ptr.offset(v.offset * v.dtype.size()), v.dtype)).collect();
+        let outs: Vec<(DevicePtr, DType)> =
+            op.outs.iter().map(|v| (v.ptr.offset(v.offset * v.dtype.size()), v.dtype)).collect();
         let (common, scalars, n) = (op.common, op.scalars.clone(), op.outs[0].numel());
         let kernel = move |mem: &dyn DeviceBytes| -> Result<()> {
             let mut values: Vec<Vec<u8>> = Vec::with_capacity(ins.len());

@@ -1,14 +1,11 @@
 //! Jiterator functions in the elementwise generator: each user function (`JitCode`) is interned
 //! once per process under a small id, so a module key ([`EwOp::Jit`](super::vocab::EwOp)) stays
-//! a copyable value; [`jit_body`] writes the `apply` of such a module (inputs converted to the
-//! promoted dtype and to the compute type, the function called, its result converted back) and
-//! [`jit_prefix`] the user's code, placed before the module's generated part.
+//! a copyable value; `codegen.rs` writes such a module (the user's code before the generated
+//! part, and an `apply` that converts the inputs to the promoted dtype and the compute type,
+//! calls the function and converts its result back).
 
-use super::codegen::conv;
-use super::vocab::JitKey;
 use crate::driver::cuda::status::{read, write};
-use crate::dtype::DType;
-use crate::kernel::{jit_compute, jit_ctype, JitCode, JitParam};
+use crate::kernel::JitCode;
 use std::sync::{Arc, RwLock};
 
 /// Every jiterator function of the process, by id (the index).
@@ -28,38 +25,10 @@ pub(in crate::driver::cuda) fn intern(code: &Arc<JitCode>) -> u32 {
 }
 
 /// The function interned as `id`.
-fn code(id: u32) -> Arc<JitCode> {
+pub(in crate::driver::cuda) fn code(id: u32) -> Arc<JitCode> {
     read(&CODES).get(id as usize).cloned().unwrap_or_else(|| {
         Arc::new(JitCode { source: "".into(), name: "missing".into(), params: Vec::new(), outputs: 1 })
     })
-}
-
-/// The user's code, its diagnostics naming `jiterator` and the code's own lines.
-pub(in crate::driver::cuda) fn jit_prefix(key: JitKey) -> String {
-    format!("#line 1 \"jiterator\"\n{}\n#line 1 \"cudasem_elementwise\"\n", code(key.code).source)
-}
-
-/// The body of `apply` for the function of `key`, whose inputs have dtypes `ins` and whose
-/// output (of the promoted dtype) is `out`; the scalars are read from the address in `value`.
-pub(in crate::driver::cuda) fn jit_body(key: JitKey, out: DType, ins: [DType; 3]) -> String {
-    let code = code(key.code);
-    let compute = jit_compute(out);
-    let ct = jit_ctype(compute);
-    let names = ["a", "b", "c"];
-    let mut s = format!("    typedef {ct} CT;\n    const CT* sc = (const CT*)value;\n    (void)sc;\n");
-    for (k, (&d, name)) in ins.iter().zip(names).enumerate().take(key.nin as usize) {
-        s.push_str(&format!("    const CT x{k} = (CT){};\n", conv(out, compute, &conv(d, out, name))));
-    }
-    let by_ref = code.params.iter().any(|p| matches!(p, JitParam::Output(_)));
-    let call = code.call(ct, |k| format!("x{k}"), |k| format!("sc[{k}]"), |k| format!("o{k}"));
-    if by_ref {
-        let outs: Vec<String> = (0..code.outputs).map(|k| format!("o{k} = CT()")).collect();
-        s.push_str(&format!("    CT {};\n    {call};\n", outs.join(", ")));
-        s.push_str(&format!("    return {};\n", conv(compute, out, &format!("o{}", key.out))));
-    } else {
-        s.push_str(&format!("    const CT r = (CT)({call});\n    return {};\n", conv(compute, out, "r")));
-    }
-    s
 }
 
 #[cfg(test)]
@@ -67,7 +36,9 @@ mod tests {
     use super::super::nvrtc::{image, nvrtc_present, Program};
     use super::super::vocab::{EwOp, JitKey, ModuleKey};
     use super::*;
+    use crate::dtype::DType;
     use crate::error::Error;
+    use crate::kernel::JitParam;
 
     fn key(source: &str, params: Vec<JitParam>, outputs: usize, out: u8) -> JitKey {
         let nin = params.iter().filter(|p| matches!(p, JitParam::Input(_))).count() as u8;
@@ -86,8 +57,18 @@ mod tests {
         }
         use DType::*;
         use JitParam::*;
-        let axpy = key("template <typename T> T f(T x, T y, T a) { return -x + a * y; }", vec![Input(0), Input(1), Scalar(0)], 1, 0);
-        let three = key("template <typename T> T f(T x, T y, T z) { return x * y + z; }", vec![Input(0), Input(1), Input(2)], 1, 0);
+        let axpy = key(
+            "template <typename T> T f(T x, T y, T a) { return -x + a * y; }",
+            vec![Input(0), Input(1), Scalar(0)],
+            1,
+            0,
+        );
+        let three = key(
+            "template <typename T> T f(T x, T y, T z) { return x * y + z; }",
+            vec![Input(0), Input(1), Input(2)],
+            1,
+            0,
+        );
         let silu = key("template <typename T> T f(T x) { return x / (T(1) + exp(-x)); }", vec![Input(0)], 1, 0);
         let two = "template <typename T> void f(T x, T y, T& s, T& d) { s = x + y; d = x - y; }";
         let two_params = vec![Input(0), Input(1), Output(0), Output(1)];
@@ -97,7 +78,11 @@ mod tests {
             ModuleKey::Elementwise { op: EwOp::Jit(axpy), out: I64, ins: [I32, I64, Bool] },
             ModuleKey::Elementwise { op: EwOp::Jit(three), out: F64, ins: [F64, F32, I32] },
             ModuleKey::Elementwise { op: EwOp::Jit(silu), out: F16, ins: [F16, Bool, Bool] },
-            ModuleKey::Elementwise { op: EwOp::Jit(key(two, two_params.clone(), 2, 1)), out: F32, ins: [F32, F32, Bool] },
+            ModuleKey::Elementwise {
+                op: EwOp::Jit(key(two, two_params.clone(), 2, 1)),
+                out: F32,
+                ins: [F32, F32, Bool],
+            },
         ];
         for m in modules {
             let source = m.source();

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 27] = [
+const ROWS: [&str; 32] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -37,6 +37,11 @@ const ROWS: [&str; 27] = [
     "graph_capture_100",
     "allreduce_1gib_busbw",
     "allreduce_8kib_latency",
+    "jit_swiglu_bf16",
+    "jit_swiglu_bf16_eager",
+    "jit_small_call_host",
+    "jit_first_call_cold",
+    "jit_first_call_warm",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {

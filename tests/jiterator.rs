@@ -286,5 +286,33 @@ fn a_cross_device_call_is_refused_without_peer_access() -> Result<()> {
     let (xv, yv) = (values(&x)?, values(&y0)?);
     let want: Vec<f64> = xv.iter().zip(&yv).map(|(x, y)| -x + y).collect();
     assert_close(&values(&out)?, &want, 1e-6, "same device after the refusal");
+    // With peer access enabled, as for every op: the call runs on the first input's device.
+    if cuda::can_device_access_peer(0, 1)? {
+        cuda::enable_peer_access(0, 1)?;
+        let mixed = f.call(&[&x, &y], &[])?;
+        assert_eq!(mixed.device(), x.device());
+        assert_close(&values(&mixed)?, &want, 1e-6, "over a peer link");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_call_runs_in_its_streams_order() -> Result<()> {
+    let _s = serial();
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 3.0)])?;
+    let (x, xv) = tensor(&random(4096, 16), &[4096], DType::F32)?;
+    let (y, _) = tensor(&random(4096, 17), &[4096], DType::F32)?;
+    f.call(&[&x, &y], &[])?; // compiled before the timed part
+    let side = cuda::Stream::new(None, 0)?;
+    side.wait_stream(&cuda::current_stream(None)?)?;
+    let out = cuda::with_stream(&side, || {
+        // The side stream is held back; the fill and the call queued after it wait their turn.
+        cudasem::testing::delay(&side, std::time::Duration::from_millis(50))?;
+        y.fill_(0.25)?;
+        f.call(&[&x, &y], &[])
+    })?;
+    side.synchronize()?;
+    let want: Vec<f64> = xv.iter().map(|x| -x + 0.75).collect();
+    assert_close(&values(&out)?, &want, 1e-6, "after the fill queued before it");
     Ok(())
 }

@@ -5,8 +5,10 @@
 //! type) and kept for the process's life; its entry runs on the stream's worker, in stream
 //! order, over the inputs converted to the compute type (`f32` for half types, as on the GPU).
 //!
-//! Libraries are cached on disk by a hash of their source and the compiler's name, under the
-//! system's temporary directory (`cudasem-jit/`), so a second process does not compile again.
+//! Libraries are cached on disk by a hash of their source and the compiler's name, in the
+//! process's kernel cache directory (`CUDASEM_KERNEL_CACHE`, else the user's cache directory, as
+//! the CUDA driver's kernels), so a second process does not compile again; with the cache off,
+//! in a directory of the process's own under the system's temporary directory.
 
 use super::sim_driver::SimDriver;
 use crate::driver::comm::DeviceBytes;
@@ -132,12 +134,12 @@ fn compiler() -> String {
 }
 
 /// The loaded library of `code` in `compute`: by the function's identity, else by its source.
-fn library(code: &Arc<JitCode>, compute: DType) -> Result<Arc<Loaded>> {
+fn library(code: &Arc<JitCode>, compute: DType, cache: Option<&std::path::Path>) -> Result<Arc<Loaded>> {
     let mut by_code = BY_CODE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((.., l)) = by_code.iter().find(|(c, d, _)| Arc::ptr_eq(c, code) && *d == compute) {
         return Ok(l.clone());
     }
-    let l = load(code, compute)?;
+    let l = load(code, compute, cache)?;
     if by_code.len() >= BY_CODE_MAX {
         by_code.remove(0);
     }
@@ -146,7 +148,7 @@ fn library(code: &Arc<JitCode>, compute: DType) -> Result<Arc<Loaded>> {
 }
 
 /// The loaded library of `code` in `compute`, compiled (or found on disk) on first use.
-fn load(code: &JitCode, compute: DType) -> Result<Arc<Loaded>> {
+fn load(code: &JitCode, compute: DType, cache: Option<&std::path::Path>) -> Result<Arc<Loaded>> {
     let source = host_source(code, compute);
     let cxx = compiler();
     let key = hash(&[&source, &cxx]);
@@ -154,8 +156,11 @@ fn load(code: &JitCode, compute: DType) -> Result<Arc<Loaded>> {
     if let Some((_, l)) = loaded.iter().find(|(k, _)| *k == key) {
         return Ok(l.clone());
     }
-    let dir = std::env::temp_dir().join("cudasem-jit");
-    let lib_path = dir.join(format!("{key:016x}.so"));
+    let dir = match cache {
+        Some(d) => d.to_path_buf(),
+        None => std::env::temp_dir().join(format!("cudasem-jit-{}", std::process::id())),
+    };
+    let lib_path = dir.join(format!("jit-{key:016x}.so"));
     if !lib_path.exists() {
         compile(&source, &cxx, &dir, &lib_path)?;
     }
@@ -229,7 +234,7 @@ impl SimDriver {
         let device = self.stream(stream)?.device;
         self.check_views(device, op.ins.iter().chain(&op.outs), || "jiterator".into())?;
         let compute = op.compute();
-        let lib = library(&op.code, compute)?;
+        let lib = library(&op.code, compute, self.jit_cache.as_deref())?;
         let ins: Vec<(DevicePtr, usize, BufferView)> = op.ins.iter().map(span).collect();
         let outs: Vec<(DevicePtr, DType)> =
             op.outs.iter().map(|v| (v.ptr.offset(v.offset * v.dtype.size()), v.dtype)).collect();

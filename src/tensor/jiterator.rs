@@ -259,7 +259,7 @@ impl JitFn {
             values[k] = *v;
         }
         let exec = Exec::for_operands(op, inputs)?;
-        let Some(Device::Cuda(Some(device))) = Some(exec.place.device()) else {
+        let Device::Cuda(Some(device)) = exec.place.device() else {
             return Err(Error::InvalidArgument { op, reason: "a jiterator function runs on CUDA tensors".into() });
         };
         let operands: Vec<Operand> = inputs.iter().map(|t| Operand::Tensor(t)).collect();
@@ -306,8 +306,7 @@ impl JitFn {
         }
         let n = bytes.len() / dtype.size();
         let t = Tensor::empty([n], dtype, Device::cuda(device))?;
-        for (k, &(_, _)) in self.scalars.iter().enumerate().take(n) {
-            let one = &bytes[k * dtype.size()..(k + 1) * dtype.size()];
+        for (k, one) in bytes.chunks_exact(dtype.size()).enumerate() {
             t.narrow(0, k, 1)?.fill_(element_scalar(one, dtype))?;
         }
         if !capture_active() {

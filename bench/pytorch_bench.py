@@ -32,6 +32,10 @@ STEPS = [
     "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step", "e2e_decode_step_graphed",
     "graph_replay", "allreduce", "random",
 ]
+# The jiterator rows live in pytorch_jit.py beside this script (their own sizes, the same protocol).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pytorch_jit  # noqa: E402
+STEPS += pytorch_jit.STEPS
 
 # The same table as `Sizes` in src/cli/bench/measure.rs.
 FULL = dict(pairs=200_000, empties=100_000, host_runs=7, small_ops=200, small_runs=51, elems=1 << 28,
@@ -622,7 +626,10 @@ def main():
     for step in steps:
         say("PROGRESS", step)
         try:
-            getattr(bench, step)()
+            if step in pytorch_jit.STEPS:
+                pytorch_jit.measure(torch, step, args.quick)
+            else:
+                getattr(bench, step)()
         except Exception as e:  # a wrong result or an error: this step has no figure
             say("ERROR", step, f"{type(e).__name__}: {e}".replace("\n", " ")[:500])
         gc.collect()

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 32] = [
+const ROWS: [&str; 37] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -42,6 +42,11 @@ const ROWS: [&str; 32] = [
     "randn_f32_256m",
     "rand_bf16_256m",
     "dropout_bf16_8192x8192",
+    "jit_swiglu_bf16",
+    "jit_swiglu_bf16_eager",
+    "jit_small_call_host",
+    "jit_first_call_cold",
+    "jit_first_call_warm",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -166,7 +171,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 22 && err.contains("bench 21/21 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 25 && err.contains("bench 24/24 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -414,6 +414,19 @@ pub trait Driver: Send + Sync + 'static {
             reason: "host twins of kernels run on the simulated machine only".into(),
         })
     }
+    /// Queues a jiterator call on `stream` (`torch.cuda.jiterator`): the CUDA driver compiles
+    /// the function into its elementwise kernels, the simulated machine into a host library run
+    /// on the stream's worker. The caller validated the op (shapes, dtypes, devices) and keeps
+    /// its memory alive until it has run. A compile error is an [`Error::Driver`] whose message
+    /// is the compiler's log.
+    fn jit_launch(&self, stream: StreamId, op: &crate::kernel::JitOp) -> Result<()> {
+        let _ = (stream, op);
+        Err(Error::Unsupported {
+            op: "jiterator",
+            driver: self.name(),
+            reason: "this driver cannot run jiterator functions".into(),
+        })
+    }
     /// Changes the launch shapes of the tensor kernels ([`Config::cuda`](crate::Config::cuda)'s
     /// `launch_tuning`, given at construction) for the launches that follow (benchmark tuning;
     /// nothing to change on the simulated machine).

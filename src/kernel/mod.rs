@@ -16,6 +16,7 @@
 //!   kernels use `f64`); results are rounded once into the output dtype.
 
 pub mod dims;
+mod jit;
 mod ptr;
 pub mod random;
 
@@ -23,6 +24,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::scalar::Scalar;
 pub use dims::Dims;
+pub use jit::{jit_compute, jit_ctype, JitCode, JitOp, JitParam};
 pub use ptr::{DevicePtr, HostPtr};
 pub use random::{Distribution, PhiloxSource, RandomOp};
 

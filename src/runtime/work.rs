@@ -281,6 +281,12 @@ impl Stream {
         rt()?.driver.host_kernel(self.driver_id(), kernel)
     }
 
+    /// Queues a jiterator call, whose views point into `uses`' memory.
+    pub(crate) fn jit_launch<T: Operand + ?Sized>(&self, op: &crate::kernel::JitOp, uses: &[&T]) -> Result<()> {
+        self.note_work(uses);
+        rt()?.driver.jit_launch(self.driver_id(), op)
+    }
+
     /// Queues a host job over device memory (the simulated machine's collectives).
     pub(crate) fn host_job(&self, job: HostJob) -> Result<()> {
         rt()?.driver.host_job(self.driver_id(), job)

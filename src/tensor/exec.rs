@@ -246,17 +246,35 @@ impl Exec {
                 if self.peers.is_empty() {
                     return stream.launch(op, tensors);
                 }
-                let peer_streams = self.peers.iter().map(|&p| current_of(p)).collect::<Result<Vec<_>>>()?;
-                for p in &peer_streams {
-                    stream.wait_stream(p)?;
-                }
-                stream.launch(op, tensors)?;
-                for p in &peer_streams {
-                    p.wait_stream(stream)?;
-                }
-                Ok(())
+                self.fenced(stream, |s| s.launch(op, tensors))
             }
         }
+    }
+
+    /// Runs `queue` with the op's stream (a CUDA device's current stream), fenced with the
+    /// peers' current streams as [`Exec::run`] fences its op; an error on the CPU.
+    pub fn on_stream(&self, op: &'static str, queue: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
+        let Place::Cuda(d) = self.place else {
+            return Err(Error::InvalidArgument { op, reason: "this op runs on CUDA tensors only".into() });
+        };
+        let stream = self.stream(d)?;
+        if self.peers.is_empty() {
+            return queue(stream);
+        }
+        self.fenced(stream, queue)
+    }
+
+    /// `queue` on `stream`, after the peers' current streams, which then wait for it.
+    fn fenced(&self, stream: &Stream, queue: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
+        let peer_streams = self.peers.iter().map(|&p| current_of(p)).collect::<Result<Vec<_>>>()?;
+        for p in &peer_streams {
+            stream.wait_stream(p)?;
+        }
+        queue(stream)?;
+        for p in &peer_streams {
+            p.wait_stream(stream)?;
+        }
+        Ok(())
     }
 }
 

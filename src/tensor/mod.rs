@@ -40,6 +40,7 @@ mod display;
 mod exec;
 mod generator;
 mod graphed;
+pub mod jiterator;
 mod layout;
 mod ops;
 mod pinned;

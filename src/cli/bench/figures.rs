@@ -82,6 +82,7 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "user_kernel_launch_host" => super::user_kernel::launch_host(s),
         "user_kernel_launch_raw_cudarc" => super::user_kernel::launch_host_raw(s),
         "random" => super::random::rows(s),
+        "jit_swiglu" | "jit_small_call" | "jit_first_call" => super::jit::measure(step, s),
         _ => device_figures::measure(step, s),
     }
 }

@@ -19,6 +19,7 @@ mod device_figures;
 mod e2e;
 mod figures;
 mod graphs;
+mod jit;
 mod measure;
 mod ops;
 mod options;

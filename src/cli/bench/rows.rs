@@ -57,6 +57,11 @@ pub const ROWS: &[RowSpec] = &[
     row("randn_f32_256m", "random", "GB/s", false, 1.0),
     row("rand_bf16_256m", "random", "GB/s", false, 1.0),
     row("dropout_bf16_8192x8192", "random", "GB/s", false, 1.0),
+    row("jit_swiglu_bf16", "jit_swiglu", "µs", true, 1.0),
+    row("jit_swiglu_bf16_eager", "jit_swiglu", "µs", true, 1.6),
+    row("jit_small_call_host", "jit_small_call", "ns", true, 2.0),
+    row("jit_first_call_cold", "jit_first_call", "ms", true, 0.0),
+    row("jit_first_call_warm", "jit_first_call", "ms", true, 0.0),
 ];
 
 /// The steps (what `--only` names), in run order.
@@ -136,7 +141,7 @@ mod tests {
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
         assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
-        assert_eq!(parse_only(None).unwrap().len(), 21);
+        assert_eq!(parse_only(None).unwrap().len(), 24);
     }
 
     #[test]

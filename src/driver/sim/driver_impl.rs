@@ -371,4 +371,8 @@ impl Driver for SimDriver {
     fn host_kernel(&self, stream: StreamId, kernel: crate::driver::comm::HostKernel) -> Result<()> {
         self.queue_host_kernel(stream, kernel)
     }
+
+    fn jit_launch(&self, stream: StreamId, op: &crate::kernel::JitOp) -> Result<()> {
+        self.sim_jit_launch(stream, op)
+    }
 }

@@ -17,6 +17,7 @@
 mod capture;
 mod driver_impl;
 mod host;
+mod jit;
 mod launch;
 mod memory;
 mod sim_driver;

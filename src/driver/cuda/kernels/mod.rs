@@ -17,6 +17,7 @@ pub(super) mod elementwise;
 pub(super) mod elementwise_policy;
 pub(super) mod gemm;
 pub(super) mod gemv;
+pub(super) mod jit;
 pub(super) mod launch;
 pub(super) mod nvrtc;
 pub(super) mod random;

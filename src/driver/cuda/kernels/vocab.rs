@@ -32,6 +32,18 @@ pub(in crate::driver::cuda) enum EwOp {
     Binary(BinaryOp, DType),
     /// `cond ? a : b`.
     Where,
+    /// A jiterator function (`jit.rs`), one output of it.
+    Jit(JitKey),
+}
+
+/// A jiterator function's module: the function's id in the process (`jit::intern`), its number
+/// of tensor inputs, and the output this module writes (a multi-output function has a module
+/// per output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) struct JitKey {
+    pub code: u32,
+    pub nin: u8,
+    pub out: u8,
 }
 
 impl EwOp {
@@ -42,6 +54,7 @@ impl EwOp {
             EwOp::Copy | EwOp::Cast | EwOp::Unary(_) => 1,
             EwOp::Binary(..) => 2,
             EwOp::Where => 3,
+            EwOp::Jit(k) => k.nin as usize,
         }
     }
 }

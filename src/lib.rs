@@ -211,6 +211,11 @@ pub use scalar::Scalar;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The DLPack crate cudasem's [`Tensor::to_dlpack`] and [`Tensor::from_dlpack`] speak
+/// (`dlpark::versioned::Dlpack`, the owning handle of a `DLManagedTensorVersioned`), re-exported
+/// so that a user's PyO3 module uses the same version.
+pub use dlpark;
+pub use tensor::DlpackStream;
 pub use tensor::{
     initial_seed, manual_seed, result_type, IntoShape, Number, Operand, Shape, SliceBounds, SliceRange, Tensor,
 };

@@ -37,7 +37,9 @@ mod copy;
 mod core;
 mod create;
 mod display;
+mod dlpack;
 mod exec;
+mod foreign;
 mod graphed;
 mod layout;
 mod ops;
@@ -50,6 +52,7 @@ mod user_kernel;
 mod view;
 
 pub use self::core::Tensor;
+pub use dlpack::DlpackStream;
 pub use graphed::{make_graphed, GraphedCallable};
 pub use ops::operand::{result_type, Number, Operand};
 pub use random::{initial_seed, manual_seed};

@@ -324,7 +324,7 @@ fn host_tensors_export_as_cpu_and_cuda_host() -> Result<()> {
         let managed = t.to_dlpack(&DlpackStream::NoSync)?;
         let desc = managed.validate().expect("valid");
         assert_eq!((desc.device().device_type.0, desc.data_ptr() as usize as u64), (kind, t.data_ptr()));
-        let err = Tensor::from_dlpack(managed).err().expect("host memory is refused");
+        let err = Tensor::from_dlpack(managed).expect_err("host memory is refused");
         assert_eq!(err.variant_name(), "InvalidArgument", "{err}");
     }
     Ok(())
@@ -347,9 +347,17 @@ fn dlpack_bad_inputs_are_typed_errors_and_run_the_deleter_once() -> Result<()> {
     type Edit = Box<dyn FnOnce(&mut cudasem::dlpark::ffi::DLManagedTensorVersioned)>;
     let cases: Vec<(&str, &str, Edit)> = vec![
         ("read-only", "InvalidArgument", Box::new(|m| m.flags = cudasem::dlpark::DlpackFlags::READ_ONLY)),
-        ("complex dtype", "InvalidArgument", Box::new(|m| m.dl_tensor.dtype.code = cudasem::dlpark::ffi::DLDataTypeCode::COMPLEX)),
+        (
+            "complex dtype",
+            "InvalidArgument",
+            Box::new(|m| m.dl_tensor.dtype.code = cudasem::dlpark::ffi::DLDataTypeCode::COMPLEX),
+        ),
         ("two lanes", "InvalidArgument", Box::new(|m| m.dl_tensor.dtype.lanes = 2)),
-        ("OpenCL device", "InvalidArgument", Box::new(|m| m.dl_tensor.device.device_type = cudasem::dlpark::ffi::DLDeviceType::OPENCL)),
+        (
+            "OpenCL device",
+            "InvalidArgument",
+            Box::new(|m| m.dl_tensor.device.device_type = cudasem::dlpark::ffi::DLDeviceType::OPENCL),
+        ),
         ("no such device", "InvalidDevice", Box::new(|m| m.dl_tensor.device.device_id = 64)),
         // SAFETY (inside): the strides array has ndim = 2 entries.
         ("negative stride", "InvalidArgument", Box::new(|m| unsafe { *m.dl_tensor.strides.add(1) = -1 })),

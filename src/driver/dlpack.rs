@@ -65,9 +65,12 @@ impl DlPlace {
     /// not address.
     pub fn of(op: &'static str, device: DLDevice) -> Result<DlPlace> {
         match device.device_type {
-            DLDeviceType::CUDA => usize::try_from(device.device_id).map(DlPlace::Cuda).map_err(|_| {
-                Error::InvalidArgument { op, reason: format!("negative CUDA device id {} in the DLPack tensor", device.device_id) }
-            }),
+            DLDeviceType::CUDA => {
+                usize::try_from(device.device_id).map(DlPlace::Cuda).map_err(|_| Error::InvalidArgument {
+                    op,
+                    reason: format!("negative CUDA device id {} in the DLPack tensor", device.device_id),
+                })
+            }
             DLDeviceType::CUDAHOST => Ok(DlPlace::CudaHost),
             DLDeviceType::CPU => Ok(DlPlace::Cpu),
             other => Err(Error::InvalidArgument {
@@ -100,8 +103,9 @@ pub(crate) struct ExportSpec<'a> {
 /// alive and writable until it is dropped, and the consumer may write it.
 pub(crate) fn export<T: Send + 'static>(spec: &ExportSpec<'_>, owner: Box<T>) -> Result<Dlpack> {
     let as_i64 = |v: &[usize], what: &str| -> Result<Vec<i64>> {
-        v.iter().map(|&n| i64::try_from(n)).collect::<std::result::Result<_, _>>().map_err(|_| {
-            Error::InvalidArgument { op: "Tensor::to_dlpack", reason: format!("a {what} entry does not fit DLPack's int64") }
+        v.iter().map(|&n| i64::try_from(n)).collect::<std::result::Result<_, _>>().map_err(|_| Error::InvalidArgument {
+            op: "Tensor::to_dlpack",
+            reason: format!("a {what} entry does not fit DLPack's int64"),
         })
     };
     let (shape, strides) = (as_i64(spec.shape, "size")?, as_i64(spec.strides, "stride")?);
@@ -114,7 +118,8 @@ pub(crate) fn export<T: Send + 'static>(spec: &ExportSpec<'_>, owner: Box<T>) ->
         .set_dtype(dl_dtype(spec.dtype))
         .set_byte_offset(spec.byte_offset);
     // Writable, not a copy: the flags DLPack's default (none) means.
-    init.set_flags(DlpackFlags::empty()).map_err(|e| Error::Internal { op: "Tensor::to_dlpack", reason: format!("DLPack flags: {e}") })?;
+    init.set_flags(DlpackFlags::empty())
+        .map_err(|e| Error::Internal { op: "Tensor::to_dlpack", reason: format!("DLPack flags: {e}") })?;
     // SAFETY:
     // - the descriptor is complete: data, device, dtype, byte offset and flags set above; shape and
     //   explicit strides copied into the managed allocation by `Dynamic::new`, which lives with it;

@@ -170,11 +170,10 @@ impl Tensor {
         let dtype = dl::dtype_of(OP, t.dtype())?;
         let shape: Vec<usize> = t.shape().iter().map(|&n| n as usize).collect(); // checked >= 0 by validate
         let strides = t.strides_or_compact().map_err(|e| bad(format!("invalid DLPack strides: {e}")))?;
-        let strides = strides
-            .iter()
-            .map(|&s| usize::try_from(s))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|_| bad(format!("negative strides {strides:?}: cudasem views have strides >= 0; copy it first")))?;
+        let strides =
+            strides.iter().map(|&s| usize::try_from(s)).collect::<std::result::Result<Vec<_>, _>>().map_err(|_| {
+                bad(format!("negative strides {strides:?}: cudasem views have strides >= 0; copy it first"))
+            })?;
         let (data, byte_offset, size) = (t.data_ptr() as usize as u64, t.byte_offset(), dtype.size() as u64);
         // Keep the producer's base pointer where the offset is a whole number of elements (the
         // tensor's data_ptr is the same either way).

@@ -127,7 +127,8 @@ impl ForeignView<'_> {
     fn check_memory(&self, device: usize, layout: &Layout) -> Result<()> {
         let size = self.dtype.size();
         let first = self.base.checked_add((self.offset as u64).saturating_mul(size as u64));
-        let first = first.ok_or_else(|| self.bad_argument(format!("the offset runs past 2^64 from {:#x}", self.base)))?;
+        let first =
+            first.ok_or_else(|| self.bad_argument(format!("the offset runs past 2^64 from {:#x}", self.base)))?;
         if first == 0 {
             return Err(self.bad_argument("the pointer is null".into()));
         }

@@ -103,7 +103,8 @@ impl Tensor {
     ///
     /// The handshake: for a CUDA tensor, `stream` (the consumer's) waits for the work queued so far on
     /// the tensor's current stream (an event recorded there, waited for there) before this returns,
-    /// and the tensor's memory is recorded on it (as [`Tensor::record_stream`]), so the caching
+    /// and the tensor's memory is recorded on it (as [`Tensor::record_stream`]; not the per-thread
+    /// default stream, which is another stream on each thread), so the caching
     /// allocator reuses it only after the consumer's work queued there before it let go has
     /// completed. For a host tensor `stream` is not used; the call waits for copies in flight into
     /// or out of pinned memory.
@@ -193,7 +194,11 @@ impl Tensor {
     fn handshake(&self, device: usize, stream: &DlpackStream) -> Result<DlPlace> {
         if let Some(consumer) = stream.resolve(device)? {
             order_consumer(&consumer, device)?;
-            self.storage.record_stream(&consumer)?;
+            // The per-thread default stream is another stream on each thread: recording it for a
+            // later free (on whatever thread drops the last view) would order nothing.
+            if *stream != DlpackStream::PerThreadDefault {
+                self.storage.record_stream(&consumer)?;
+            }
         }
         Ok(DlPlace::Cuda(device))
     }

@@ -16,7 +16,7 @@
 //! calls its deleter.
 
 use cudasem::cuda;
-use cudasem::{Device, DlpackStream, Tensor};
+use cudasem::{DType, Device, DlpackStream, Tensor};
 use dlpark::ffi::{DLDevice, DLDeviceType};
 use dlpark::python::consumer::stream as py_stream;
 use dlpark::python::{CudaStreamRequest, ExportAbi, ExportRequest, ImportRequest, ImportedDlpack, StreamArg};
@@ -117,6 +117,19 @@ impl CudasemTensor {
     fn shape(&self) -> Vec<usize> {
         self.0.shape().to_vec()
     }
+
+    /// The elements in row-major order, as Python floats (a host read, on cudasem's current stream).
+    fn tolist(&self) -> PyResult<Vec<f64>> {
+        self.0.to_dtype(DType::F64).and_then(|t| t.to_vec::<f64>()).map_err(py_err)
+    }
+}
+
+/// A cudasem float32 tensor of `values` with `shape` on CUDA device `device`: cudasem's own memory,
+/// for `torch.from_dlpack` (and, on the simulated machine, for the module's self-check).
+#[pyfunction]
+#[pyo3(signature = (values, shape, device=0))]
+fn tensor(values: Vec<f32>, shape: Vec<usize>, device: usize) -> PyResult<CudasemTensor> {
+    Tensor::from_slice(&values, shape, Device::cuda(device)).map(CudasemTensor).map_err(py_err)
 }
 
 /// SwiGLU of `x`'s last dimension, computed by cudasem on `x`'s memory: with `a, b` its two halves,
@@ -155,6 +168,7 @@ fn driver_name() -> &'static str {
 #[pymodule]
 fn cudasem_dlpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CudasemTensor>()?;
+    m.add_function(wrap_pyfunction!(tensor, m)?)?;
     m.add_function(wrap_pyfunction!(swiglu_from_torch, m)?)?;
     m.add_function(wrap_pyfunction!(mul_, m)?)?;
     m.add_function(wrap_pyfunction!(data_ptr_via_dlpack, m)?)?;

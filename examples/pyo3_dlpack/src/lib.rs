@@ -54,9 +54,9 @@ fn import(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let raw = stream.cuda_stream().map_err(py_err)?;
     match request.import(Some(&CudasemStream(raw)), None)? {
         ImportedDlpack::Versioned(managed) => Tensor::from_dlpack(managed).map_err(py_err),
-        ImportedDlpack::Legacy(_) => {
-            Err(PyBufferError::new_err("the producer exported a legacy (pre-1.0) DLPack capsule; cudasem takes versioned ones"))
-        }
+        ImportedDlpack::Legacy(_) => Err(PyBufferError::new_err(
+            "the producer exported a legacy (pre-1.0) DLPack capsule; cudasem takes versioned ones",
+        )),
     }
 }
 
@@ -94,9 +94,11 @@ impl CudasemTensor {
             CudaStreamRequest::Omitted | CudaStreamRequest::LegacyDefault => DlpackStream::LegacyDefault,
             CudaStreamRequest::PerThreadDefault => DlpackStream::PerThreadDefault,
             CudaStreamRequest::NoSync => DlpackStream::NoSync,
-            // SAFETY: the consumer passes its live stream of this device for the duration of the call,
-            // as DLPack's protocol says; PyTorch's streams live as long as the process.
-            CudaStreamRequest::Pointer(p) => unsafe { DlpackStream::from_raw(Some(p as i64), index) }.map_err(py_err)?,
+            CudaStreamRequest::Pointer(p) => {
+                // SAFETY: the consumer passes its live stream of this device for the duration of the
+                // call, as DLPack's protocol says; PyTorch's streams live as long as the process.
+                unsafe { DlpackStream::from_raw(Some(p as i64), index) }.map_err(py_err)?
+            }
         };
         let managed = self.0.to_dlpack(&consumer).map_err(py_err)?;
         Ok(managed.into_pyobject(py)?.unbind())

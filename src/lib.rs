@@ -75,6 +75,8 @@
 //! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src, non_blocking)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] (non-blocking between pinned memory and a device) |
 //! | `t.pin_memory()` / `t.is_pinned()` / `torch.empty(…, pin_memory=True)` | [`Tensor::pin_memory`] / [`Tensor::is_pinned`] / [`Tensor::empty_pinned`] |
 //! | `t.record_stream(s)` | [`Tensor::record_stream`] |
+//! | libtorch `torch::from_blob(ptr, sizes, strides, deleter, options)` | `unsafe` [`Tensor::from_blob`]`(ptr, shape, strides, dtype, device, owner)`: device memory made elsewhere, without a copy; the owner (the deleter) drops with the last view |
+//! | `t.__dlpack__(stream=s)` / `torch.from_dlpack(x)` | [`Tensor::to_dlpack`]`(&`[`DlpackStream`]`)` / [`Tensor::from_dlpack`] (versioned managed tensors of [`dlpark`]; the consumer's stream waits for the tensor's current stream; `stream`'s integers: [`DlpackStream::from_raw`]) |
 //! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()`, `reset_accumulated_host_memory_stats()` | [`cuda::host_memory_stats`] ([`cuda::HostMemoryStats`]), [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`], [`cuda::reset_accumulated_host_memory_stats`] |
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
 //! | `t.amax(dim)` / `t.max(dim)` (values and indices) / `t.max()` | [`Tensor::amax`] / [`Tensor::max`] / [`Tensor::max_all`] (and the `min` forms) |
@@ -219,6 +221,11 @@ pub use scalar::Scalar;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The DLPack crate cudasem's [`Tensor::to_dlpack`] and [`Tensor::from_dlpack`] speak
+/// (`dlpark::versioned::Dlpack`, the owning handle of a `DLManagedTensorVersioned`), re-exported
+/// so that a user's PyO3 module uses the same version.
+pub use dlpark;
+pub use tensor::DlpackStream;
 pub use tensor::{
     initial_seed, manual_seed, result_type, IntoShape, Number, Operand, Shape, SliceBounds, SliceRange, Tensor,
 };

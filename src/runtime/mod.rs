@@ -48,6 +48,7 @@ pub use current::{current_stream, default_stream, set_stream, with_stream, Strea
 pub use devices::*;
 pub use errors::{get_last_error, peek_at_last_error};
 pub use event::{Event, EventFlags};
+pub(crate) use external::check_foreign_memory;
 pub use external::primary_context;
 pub use graph::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 

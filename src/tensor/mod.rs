@@ -37,7 +37,9 @@ mod copy;
 mod core;
 mod create;
 mod display;
+mod dlpack;
 mod exec;
+mod foreign;
 mod generator;
 mod graphed;
 pub mod jiterator;
@@ -53,6 +55,7 @@ mod user_kernel;
 mod view;
 
 pub use self::core::Tensor;
+pub use dlpack::DlpackStream;
 pub use generator::cuda as rng_cuda;
 pub use generator::{initial_seed, manual_seed, Generator, PhiloxState, RNG_STATE_BYTES};
 pub use graphed::{make_graphed, GraphedCallable};

@@ -206,6 +206,10 @@ impl Driver for CudaDriver {
         events::elapsed_ms(self, start, end)
     }
 
+    fn check_foreign_range(&self, device: usize, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        memory::check_foreign_range(self, device, ptr, bytes)
+    }
+
     fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
         capture::maybe_relaxed(|| memory::malloc(self, device, bytes))
     }

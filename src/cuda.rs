@@ -24,6 +24,8 @@ pub use crate::runtime::{
 };
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
+pub use crate::runtime::sanitizer;
+pub use crate::runtime::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub use crate::tensor::{compile_kernel, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};
 pub use crate::tensor::{make_graphed, GraphedCallable};
 

@@ -88,6 +88,10 @@ pub struct Config {
     /// The CUDA driver's settings: the kernel cache (`CUDASEM_KERNEL_CACHE`), the NCCL library
     /// (`CUDASEM_NCCL_LIB`) and the launch tuning of benchmark runs.
     pub cuda: CudaSettings,
+    /// Whether the stream sanitizer starts on (`cuda::sanitizer`; PyTorch's
+    /// `TORCH_CUDA_SANITIZER`). `CUDASEM_SANITIZER` in the environment (`1`/`true`/`on`; unset,
+    /// empty, `0`, `false` or `off`: off).
+    pub sanitizer: bool,
 }
 
 impl Config {
@@ -118,7 +122,14 @@ impl Config {
             visible_devices: lookup(VISIBLE_DEVICES_ENV)?,
             allocator: AllocatorSettings::from_lookup(lookup)?,
             cuda: CudaSettings::from_lookup(lookup)?,
+            sanitizer: sanitizer_from_lookup(lookup)?,
         })
+    }
+
+    /// The same with the stream sanitizer on or off from the start.
+    pub fn with_sanitizer(mut self, on: bool) -> Config {
+        self.sanitizer = on;
+        self
     }
 
     /// The same with the driver set.
@@ -186,6 +197,20 @@ impl Config {
             Some(v) => Ok(Some(v.clone())),
             None => lookup(VISIBLE_DEVICES_ENV),
         }
+    }
+}
+
+/// `CUDASEM_SANITIZER`: on or off.
+fn sanitizer_from_lookup(lookup: Lookup) -> Result<bool> {
+    const KEY: &str = "CUDASEM_SANITIZER";
+    match lookup(KEY)?.as_deref().map(str::trim) {
+        None | Some("" | "0" | "false" | "off") => Ok(false),
+        Some("1" | "true" | "on") => Ok(true),
+        Some(other) => Err(crate::error::Error::InvalidConfig {
+            key: KEY.into(),
+            value: other.into(),
+            reason: "expected 1/true/on or 0/false/off".into(),
+        }),
     }
 }
 

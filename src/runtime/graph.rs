@@ -218,6 +218,7 @@ impl CUDAGraph {
                     rt.driver.graph_destroy(g);
                 }
                 let _ = p.pool_use.release();
+                super::sanitizer::capture_ended(p.capture.id, None);
                 return Err(finished.err().or(ended.err()).unwrap_or_else(|| Error::Internal {
                     op: "CUDAGraph::capture_end",
                     reason: "capture failed without an error".into(),
@@ -225,6 +226,9 @@ impl CUDAGraph {
             }
         };
         let (keep, graph) = graph;
+        if super::sanitizer::enabled() {
+            super::sanitizer::capture_ended(p.capture.id, Some(graph));
+        }
         let nodes = rt.driver.graph_node_count(graph).unwrap_or(0);
         self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use });
         Ok(())
@@ -240,6 +244,7 @@ impl CUDAGraph {
         }
         let _ = p.pool_use.end_routing();
         capture::end(&p.capture);
+        super::sanitizer::capture_ended(p.capture.id, None);
         let _ = p.pool_use.release();
     }
 
@@ -256,6 +261,9 @@ impl CUDAGraph {
                 format!("{stream:?} is capturing (id {}); replay the graph outside the capture", cap.id),
             ));
         }
+        if super::sanitizer::enabled() {
+            super::sanitizer::replay(c.graph, &stream).map_err(|report| Error::UnsynchronizedAccess { report })?;
+        }
         rt()?.driver.graph_launch(c.graph, stream.driver_id())
     }
 
@@ -270,6 +278,7 @@ impl CUDAGraph {
                 Ok(())
             }
             State::Captured(c) => {
+                super::sanitizer::graph_destroyed(c.graph);
                 rt()?.driver.graph_destroy(c.graph);
                 // Blocks of the pool it kept (workspaces) go back to the pool first.
                 drop(c.keep);

@@ -18,13 +18,16 @@
 use super::capture::{self, KeepAlive};
 use super::memory::DeviceBlock;
 use super::rt;
+use super::sanitizer::{self, Span};
 use super::stream_handle::Stream;
+use super::sync_debug;
 use crate::alloc::MemPoolId;
 use crate::driver::comm::{Collective, Comm, HostJob, HostKernel};
 use crate::driver::{DevicePtr, EventId, HostPtr};
 use crate::driver::{LaunchShape, UserArg, UserFunctionId};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::{DenseBinary, KernelOp, Workspace, GEMM_WORKSPACE_BYTES};
+use crate::race::RaceTensor;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +48,49 @@ pub(crate) trait Operand {
     fn pool(&self) -> Option<MemPoolId>;
     /// An owned handle that keeps the memory alive (cloned only while capturing).
     fn keep_alive(&self) -> KeepAlive;
+    /// For the stream sanitizer: the bytes of device memory the operand covers and the tensor
+    /// it is (`None`: memory without a name). Asked only while the sanitizer is on.
+    fn describe(&self) -> Option<(Span, RaceTensor)> {
+        None
+    }
+    /// Whether the work may write the operand's memory: asked only for work whose accesses the
+    /// door takes from its operands (user kernels, host kernels). `true` unless declared
+    /// read-only ([`ReadOnly`]).
+    fn writes(&self) -> bool {
+        true
+    }
+}
+
+/// An operand the work only reads (a user kernel's input, as declared).
+pub(crate) struct ReadOnly<'a, T: Operand + ?Sized>(pub &'a T);
+
+impl<T: Operand + ?Sized> Operand for ReadOnly<'_, T> {
+    fn pool(&self) -> Option<MemPoolId> {
+        self.0.pool()
+    }
+    fn keep_alive(&self) -> KeepAlive {
+        self.0.keep_alive()
+    }
+    fn describe(&self) -> Option<(Span, RaceTensor)> {
+        self.0.describe()
+    }
+    fn writes(&self) -> bool {
+        false
+    }
+}
+
+/// The spans a kernel reads (`false`) and writes (`true`), on `device`.
+fn op_accesses(device: usize, op: &KernelOp) -> Vec<(Span, bool)> {
+    let span = |v: &crate::kernel::BufferView, w| {
+        v.byte_span().filter(|(p, _)| p.0 != 0).map(|(p, n)| (Span { device, start: p.0, end: p.0 + n as u64 }, w))
+    };
+    let reads = op.inputs().into_iter().filter_map(|v| span(v, false));
+    reads.chain(op.outputs().filter_map(|v| span(v, true))).collect()
+}
+
+/// The accesses of work that declares them through its operands.
+fn operand_accesses<T: Operand + ?Sized>(uses: &[&T]) -> Vec<(Span, bool)> {
+    uses.iter().filter_map(|u| u.describe().map(|(s, _)| (s, u.writes()))).collect()
 }
 
 /// No operands: work that touches no memory (a delay), or raw memory its caller keeps alive
@@ -52,6 +98,26 @@ pub(crate) trait Operand {
 pub(crate) const NO_OPERANDS: &[&dyn Operand] = &[];
 
 impl Stream {
+    /// `bytes` bytes at `ptr` of this stream's device.
+    fn span(&self, ptr: DevicePtr, bytes: usize) -> Span {
+        Span { device: self.device(), start: ptr.0, end: ptr.0.saturating_add(bytes as u64) }
+    }
+
+    /// The stream sanitizer's check of work about to be queued (only while it is on): refuses
+    /// an access that races with an earlier one, naming the tensor from `uses`.
+    #[cold]
+    fn sanitize<T: Operand + ?Sized>(&self, op: &dyn Fn() -> String, accesses: &[(Span, bool)], uses: &[&T]) -> Result<()> {
+        sanitizer::access(self, op, accesses).map_err(|mut report| {
+            let at = (report.device, report.address);
+            report.tensor = uses
+                .iter()
+                .filter_map(|u| u.describe())
+                .find(|(s, _)| s.device == at.0 && s.start <= at.1 && at.1 < s.end)
+                .map(|(_, t)| t);
+            Error::UnsynchronizedAccess { report }
+        })
+    }
+
     /// Tells a capture this stream belongs to that work using `uses` was queued on it (one
     /// relaxed load when no capture is underway).
     #[inline]
@@ -76,6 +142,9 @@ impl Stream {
     /// [`crate::Error::Unsupported`] where the driver has no kernel for it.
     #[inline]
     pub(crate) fn launch<T: Operand + ?Sized>(&self, op: &KernelOp, uses: &[&T]) -> Result<()> {
+        if sanitizer::enabled() {
+            self.sanitize(&|| op.name(), &op_accesses(self.device(), op), uses)?;
+        }
         if capture::active() {
             return self.launch_during_capture(op, uses);
         }
@@ -113,6 +182,12 @@ impl Stream {
     /// fast lane.
     #[inline]
     pub(crate) fn launch_dense_binary<T: Operand + ?Sized>(&self, op: &DenseBinary, uses: &[&T]) -> Result<()> {
+        if sanitizer::enabled() {
+            let bytes = |(p, d): (DevicePtr, crate::dtype::DType)| self.span(p, op.n * d.size());
+            let mut accesses = vec![(bytes(op.dst), true), (bytes(op.lhs), false)];
+            accesses.extend(op.rhs_value.is_none().then(|| (bytes(op.rhs), false)));
+            self.sanitize(&|| format!("binary {}", op.op.name()), &accesses, uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.launch_dense_binary(self.driver_id(), op)
     }
@@ -126,15 +201,24 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        if sanitizer::enabled() {
+            self.sanitize(&|| "memset".into(), &[(self.span(dst, bytes), true)], uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.memset_d8(dst, value, bytes, self.driver_id())
     }
 
     /// Copies host bytes to `dst` in the stream's order; returns once `src` may be reused.
     #[inline]
+    #[track_caller]
     pub(crate) fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         if capture::active() {
             capture::check_blocking(HTOD, Some(self.driver_id()))?;
+        }
+        sync_debug::on_sync(HTOD)?;
+        if sanitizer::enabled() {
+            let op = || "blocking copy host to device".to_string();
+            self.sanitize(&op, &[(self.span(dst, src.len()), true)], NO_OPERANDS)?;
         }
         rt()?.driver.memcpy_htod(dst, src, self.driver_id())
     }
@@ -142,12 +226,21 @@ impl Stream {
     /// Copies device bytes at `src` to the host in the stream's order; returns once `dst`
     /// holds them.
     #[inline]
+    #[track_caller]
     pub(crate) fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
         if capture::active() {
             capture::check_blocking(DTOH, Some(self.driver_id()))?;
         }
+        sync_debug::on_sync(DTOH)?;
+        if sanitizer::enabled() {
+            let op = || "blocking copy device to host".to_string();
+            self.sanitize(&op, &[(self.span(src, dst.len()), false)], NO_OPERANDS)?;
+        }
         let rt = rt()?;
         rt.driver.memcpy_dtoh(dst, src, self.driver_id())?;
+        if sanitizer::enabled() {
+            sanitizer::host_waits_stream(self.driver_id());
+        }
         // A host read is a synchronization point: errors pending on the device are returned.
         super::errors::check(self.device())
     }
@@ -161,6 +254,10 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        if sanitizer::enabled() {
+            let accesses = [(self.span(src, bytes), false), (self.span(dst, bytes), true)];
+            self.sanitize(&|| "copy device to device".into(), &accesses, uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.memcpy_dtod(dst, src, bytes, self.driver_id())
     }
@@ -180,6 +277,11 @@ impl Stream {
             // CUDA refuses `cuMemcpyPeerAsync` on a capturing stream; refused here the same way on
             // every driver, as a typed error.
             capture::refuse_on_member(PEER, self.driver_id(), PEER_REASON)?;
+        }
+        if sanitizer::enabled() {
+            let span = |device, p: DevicePtr| Span { device, start: p.0, end: p.0.saturating_add(bytes as u64) };
+            let accesses = [(span(src_device, src), false), (span(dst_device, dst), true)];
+            self.sanitize(&|| format!("copy cuda:{src_device} to cuda:{dst_device}"), &accesses, uses)?;
         }
         self.note_work(uses);
         rt()?.driver.memcpy_peer(dst_device, dst, src_device, src, bytes, self.driver_id())
@@ -201,6 +303,10 @@ impl Stream {
         uses: &[&T],
     ) -> Result<()> {
         let driver = &rt()?.driver;
+        if sanitizer::enabled() {
+            let op = || "non_blocking copy pinned host to device".to_string();
+            self.sanitize(&op, &[(self.span(dst, bytes), true)], uses)?;
+        }
         self.note_work(uses);
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_htod_async(dst, src, bytes, self.driver_id()) }
@@ -222,6 +328,10 @@ impl Stream {
         uses: &[&T],
     ) -> Result<()> {
         let driver = &rt()?.driver;
+        if sanitizer::enabled() {
+            let op = || "non_blocking copy device to pinned host".to_string();
+            self.sanitize(&op, &[(self.span(src, bytes), false)], uses)?;
+        }
         self.note_work(uses);
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_dtoh_async(dst, src, bytes, self.driver_id()) }
@@ -233,7 +343,11 @@ impl Stream {
         if capture::active() {
             capture::on_record(self.driver_id(), event);
         }
-        rt()?.driver.event_record(event, self.driver_id())
+        rt()?.driver.event_record(event, self.driver_id())?;
+        if sanitizer::enabled() {
+            sanitizer::record_event(self, event);
+        }
+        Ok(())
     }
 
     /// Makes later work on this stream wait for the driver event's last recording.
@@ -242,7 +356,11 @@ impl Stream {
         if capture::active() {
             capture::on_wait(self.driver_id(), event)?;
         }
-        rt()?.driver.stream_wait_event(self.driver_id(), event)
+        rt()?.driver.stream_wait_event(self.driver_id(), event)?;
+        if sanitizer::enabled() {
+            sanitizer::wait_event(self, event);
+        }
+        Ok(())
     }
 
     /// Test hook: queues work that keeps the stream busy for `duration`.
@@ -266,6 +384,9 @@ impl Stream {
         args: &[UserArg],
         uses: &[&T],
     ) -> Result<()> {
+        if sanitizer::enabled() {
+            self.sanitize(&|| format!("user kernel {}", func.0), &operand_accesses(uses), uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.user_launch(self.driver_id(), func, shape, args)
     }
@@ -273,6 +394,9 @@ impl Stream {
     /// Queues a kernel's host twin over `uses`' memory (the simulated machine); a capture keeps
     /// it, and each replay runs it again.
     pub(crate) fn host_kernel<T: Operand + ?Sized>(&self, kernel: HostKernel, uses: &[&T]) -> Result<()> {
+        if sanitizer::enabled() {
+            self.sanitize(&|| "user kernel (host twin)".into(), &operand_accesses(uses), uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.host_kernel(self.driver_id(), kernel)
     }

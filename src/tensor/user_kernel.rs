@@ -16,7 +16,7 @@ use crate::driver::comm::{DeviceBytes, HostKernel};
 use crate::driver::{DevicePtr, LaunchShape, UserArg, UserFunctionId};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::runtime::{current_device, current_of, driver_name, is_peer_access_enabled, Stream};
+use crate::runtime::{current_device, current_of, driver_name, is_peer_access_enabled, Operand, ReadOnly, Stream};
 use std::sync::{Arc, Mutex};
 
 /// The most threads in one block, and the most in z.
@@ -380,13 +380,20 @@ impl Kernel {
     ) -> Result<()> {
         let shape = check_shape(grid.into(), block.into(), shared_mem)?;
         let device = stream.device();
-        let mut uses: Vec<&Tensor> = Vec::new();
+        let (mut written, mut read) = (Vec::new(), Vec::new());
         for a in args {
-            if let Arg::Tensor(t, _) = a.0 {
+            if let Arg::Tensor(t, access) = a.0 {
                 check_tensor(t, device)?;
-                uses.push(t);
+                match access {
+                    Access::Read => read.push(ReadOnly(t)),
+                    Access::Write | Access::ReadWrite => written.push(t),
+                }
             }
         }
+        // The door's operands, with the reads and writes the launch declares (the stream
+        // sanitizer checks them).
+        let uses: Vec<&dyn Operand> =
+            written.iter().map(|t| *t as &dyn Operand).chain(read.iter().map(|r| r as &dyn Operand)).collect();
         if driver_name() == "cuda" {
             let args: Vec<UserArg> = args
                 .iter()

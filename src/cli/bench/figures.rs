@@ -79,6 +79,7 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "e2e_mlp_pipeline_bf16" | "e2e_decode_step" | "e2e_decode_step_graphed" => e2e::measure(step, s),
         "graph_replay" => super::graphs::replay_rows(s),
         "allreduce" => super::collectives::rows(s),
+        "small_op_sanitized" => super::sanitized::rows(s),
         _ => device_figures::measure(step, s),
     }
 }

@@ -26,6 +26,7 @@ mod progress;
 mod pytorch;
 mod report;
 mod rows;
+mod sanitized;
 
 pub use options::Options;
 

@@ -92,6 +92,10 @@ pub struct Config {
     /// `TORCH_CUDA_SANITIZER`). `CUDASEM_SANITIZER` in the environment (`1`/`true`/`on`; unset,
     /// empty, `0`, `false` or `off`: off).
     pub sanitizer: bool,
+    /// The simulated machine's schedule: `None` the default, `Some(seed)` an adversarial one
+    /// (hostile but legal orders of its streams' work, reproducible per seed).
+    /// `CUDASEM_SIM_SCHEDULE` in the environment: `default` or `adversarial:SEED`.
+    pub sim_schedule: Option<u64>,
 }
 
 impl Config {
@@ -123,6 +127,7 @@ impl Config {
             allocator: AllocatorSettings::from_lookup(lookup)?,
             cuda: CudaSettings::from_lookup(lookup)?,
             sanitizer: sanitizer_from_lookup(lookup)?,
+            sim_schedule: schedule_from_lookup(lookup)?,
         })
     }
 
@@ -197,6 +202,22 @@ impl Config {
             Some(v) => Ok(Some(v.clone())),
             None => lookup(VISIBLE_DEVICES_ENV),
         }
+    }
+}
+
+/// `CUDASEM_SIM_SCHEDULE`: `default` (or unset / empty) or `adversarial:SEED`.
+fn schedule_from_lookup(lookup: Lookup) -> Result<Option<u64>> {
+    const KEY: &str = "CUDASEM_SIM_SCHEDULE";
+    let Some(v) = lookup(KEY)? else { return Ok(None) };
+    match v.trim() {
+        "" | "default" => Ok(None),
+        s => s.strip_prefix("adversarial:").and_then(|n| n.trim().parse().ok()).map(Some).ok_or_else(|| {
+            crate::error::Error::InvalidConfig {
+                key: KEY.into(),
+                value: v.clone(),
+                reason: "expected `default` or `adversarial:SEED` with SEED a number such as `adversarial:7`".into(),
+            }
+        }),
     }
 }
 

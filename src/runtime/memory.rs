@@ -104,7 +104,7 @@ impl DeviceBlock {
 impl Drop for DeviceBlock {
     fn drop(&mut self) {
         if super::sanitizer::enabled() {
-            super::sanitizer::freed(self.device, self.ptr.0);
+            super::sanitizer::freed(self.device, self.ptr.0, self.alloc.block_size(self.ptr));
         }
         // Back to the cache of the stream it was allocated on: reused only by work queued there
         // later (stream order), as PyTorch does. A failure is kept for the next synchronize.

@@ -208,7 +208,7 @@ impl Stream {
         rt()?.driver.memset_d8(dst, value, bytes, self.driver_id())
     }
 
-    /// Copies host bytes to `dst` in the stream's order; returns once `src` may be reused.
+    /// Copies host bytes to `dst` in the stream's order; returns once the stream has run it.
     #[inline]
     #[track_caller]
     pub(crate) fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
@@ -220,7 +220,12 @@ impl Stream {
             let op = || "blocking copy host to device".to_string();
             self.sanitize(&op, &[(self.span(dst, src.len()), true)], NO_OPERANDS)?;
         }
-        rt()?.driver.memcpy_htod(dst, src, self.driver_id())
+        rt()?.driver.memcpy_htod(dst, src, self.driver_id())?;
+        // Both drivers synchronize the stream before returning (PyTorch's blocking copy does too).
+        if sanitizer::enabled() {
+            sanitizer::host_waits_stream(self.driver_id());
+        }
+        Ok(())
     }
 
     /// Copies device bytes at `src` to the host in the stream's order; returns once `dst`

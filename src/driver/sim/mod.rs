@@ -19,6 +19,7 @@ mod driver_impl;
 mod host;
 mod launch;
 mod memory;
+pub(crate) mod schedule;
 mod sim_driver;
 mod stream;
 #[cfg(test)]

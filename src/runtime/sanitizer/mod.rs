@@ -186,12 +186,21 @@ pub(crate) fn record_stream(device: usize, ptr: u64, stream: StreamId) {
     }
 }
 
-/// The block at `ptr` goes back to the caching allocator. Uses on other streams that its
-/// stream is not ordered after and that `record_stream` did not declare stay on record: the
-/// next access to the reused memory that races with them is refused, naming them.
-pub(crate) fn freed(device: usize, ptr: u64) {
+/// The block at `ptr` (of `bytes` bytes, when the allocator knows) goes back to the caching
+/// allocator. Uses on other streams that its stream is not ordered after and that
+/// `record_stream` did not declare stay on record: the next access to the reused memory that
+/// races with them is refused, naming them. A block allocated before the sanitizer was on is
+/// simply forgotten (its stream and `record_stream`s are unknown).
+pub(crate) fn freed(device: usize, ptr: u64, bytes: Option<usize>) {
     let mut st = state();
-    let Some(a) = st.allocs.remove(&(device, ptr)) else { return };
+    let Some(a) = st.allocs.remove(&(device, ptr)) else {
+        if let Some(n) = bytes {
+            let span = Span { device, start: ptr, end: ptr + n as u64 };
+            st.eager.forget(span);
+            st.captures.values_mut().for_each(|t| t.forget(span));
+        }
+        return;
+    };
     let span = Span { device, start: ptr, end: a.end };
     let mut pending = st.eager.free(span, a.stream, &a.recorded);
     for t in st.captures.values_mut() {

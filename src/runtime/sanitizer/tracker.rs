@@ -186,6 +186,15 @@ impl Tracker {
         pending
     }
 
+    /// Forgets every access inside `span` (memory whose uses the sanitizer cannot judge).
+    pub fn forget(&mut self, span: Span) {
+        let inside: Vec<Span> =
+            self.overlapping(span).filter(|(s, _)| s.start >= span.start && s.end <= span.end).map(|(s, _)| *s).collect();
+        for s in inside {
+            self.segments.remove(&s);
+        }
+    }
+
     /// Each span the tracker saw and whether it was written (a capture's graph, as a replay
     /// uses it).
     pub fn summary(&self) -> Vec<(Span, bool)> {

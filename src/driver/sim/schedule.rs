@@ -12,10 +12,33 @@ use std::time::Duration;
 
 /// The seed plus one (0: the default schedule, no delays).
 static SEED: AtomicU64 = AtomicU64::new(0);
+/// How many times the schedule was set: each stream counts its jobs from the latest setting, so
+/// setting a seed again replays the same holds.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Sets the schedule of every simulated stream: `Some(seed)` adversarial, `None` the default.
 pub fn set(seed: Option<u64>) {
     SEED.store(seed.map_or(0, |s| s.wrapping_add(1).max(1)), Ordering::Relaxed);
+    EPOCH.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A stream worker's count of jobs under the current setting.
+#[derive(Default)]
+pub struct JobCount {
+    epoch: u64,
+    jobs: u64,
+}
+
+impl JobCount {
+    /// The index of the next job under the current setting.
+    pub fn next(&mut self) -> u64 {
+        let epoch = EPOCH.load(Ordering::Relaxed);
+        if epoch != self.epoch {
+            (self.epoch, self.jobs) = (epoch, 0);
+        }
+        self.jobs += 1;
+        self.jobs
+    }
 }
 
 /// The adversarial seed in force, if any.
@@ -35,16 +58,20 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// How long stream `stream`'s worker holds back before its `job`-th job (zero by default). Under
-/// a seed, some streams are slow (every job held back), the others hold back now and then.
+/// a seed, about a third of the streams are slow (every job held back alike), the others hold
+/// back now and then.
 pub fn hold_back(stream: u64, job: u64) -> Duration {
     let seed = SEED.load(Ordering::Relaxed);
     if seed == 0 {
         return Duration::ZERO;
     }
     let per_stream = mix(seed ^ mix(stream));
-    let slow = per_stream % 3 == 0;
+    if per_stream % 3 == 0 {
+        // A slow stream: every job held back alike, so the seed reproduces what it shows.
+        return Duration::from_micros(500 + (per_stream >> 16) % 1500);
+    }
     let h = mix(per_stream ^ job);
-    if slow || h % 4 == 0 {
+    if h % 4 == 0 {
         Duration::from_micros(200 + (h >> 16) % 1800)
     } else {
         Duration::ZERO

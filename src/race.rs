@@ -104,9 +104,15 @@ fn write_access(f: &mut fmt::Formatter<'_>, label: &str, a: &RacingAccess) -> fm
 impl fmt::Display for AccessRace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "============================")?;
-        write!(f, "cudasem's stream sanitizer found a possible data race on cuda:{} at {:#x}", self.device, self.address)?;
+        write!(
+            f,
+            "cudasem's stream sanitizer found a possible data race on cuda:{} at {:#x}",
+            self.device, self.address
+        )?;
         match &self.tensor {
-            Some(t) => writeln!(f, " (tensor of dtype {:?}, shape {:?}, data pointer {:#x})", t.dtype, t.shape, t.data_ptr)?,
+            Some(t) => {
+                writeln!(f, " (tensor of dtype {:?}, shape {:?}, data pointer {:#x})", t.dtype, t.shape, t.data_ptr)?
+            }
             None => writeln!(f)?,
         }
         writeln!(
@@ -116,7 +122,11 @@ impl fmt::Display for AccessRace {
             if self.freed { ", or call Tensor::record_stream before freeing memory another stream uses" } else { "" }
         )?;
         write_access(f, "Access", &self.current)?;
-        let prev = if self.freed { "Previous access (to memory since freed without record_stream)" } else { "Previous access" };
+        let prev = if self.freed {
+            "Previous access (to memory since freed without record_stream)"
+        } else {
+            "Previous access"
+        };
         write_access(f, prev, &self.previous)?;
         match &self.allocation {
             Some(b) => write!(f, "Memory was allocated with stack trace:\n{b}"),

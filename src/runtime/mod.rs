@@ -61,7 +61,9 @@ pub use memory::*;
 pub(crate) use registry::driver;
 pub use registry::init;
 pub(crate) use registry::{resolve_device, resolved_config, rt, set_launch_tuning, Runtime};
+pub(crate) use sanitizer::Span as SanitizerSpan;
 pub use stream_handle::Stream;
 pub use sync_debug::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
-pub(crate) use work::{comm_init_all, comm_init_rank, comm_unique_id, user_module_load, Operand, ReadOnly, NO_OPERANDS};
-pub(crate) use sanitizer::Span as SanitizerSpan;
+pub(crate) use work::{
+    comm_init_all, comm_init_rank, comm_unique_id, user_module_load, Operand, ReadOnly, NO_OPERANDS,
+};

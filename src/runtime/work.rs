@@ -106,7 +106,12 @@ impl Stream {
     /// The stream sanitizer's check of work about to be queued (only while it is on): refuses
     /// an access that races with an earlier one, naming the tensor from `uses`.
     #[cold]
-    fn sanitize<T: Operand + ?Sized>(&self, op: &dyn Fn() -> String, accesses: &[(Span, bool)], uses: &[&T]) -> Result<()> {
+    fn sanitize<T: Operand + ?Sized>(
+        &self,
+        op: &dyn Fn() -> String,
+        accesses: &[(Span, bool)],
+        uses: &[&T],
+    ) -> Result<()> {
         sanitizer::access(self, op, accesses).map_err(|mut report| {
             let at = (report.device, report.address);
             report.tensor = uses

@@ -301,7 +301,10 @@ impl crate::runtime::Operand for Tensor {
         let Place::Cuda(device) = self.place() else { return None };
         let (ptr, bytes) = self.buffer_view().byte_span()?;
         let span = crate::runtime::SanitizerSpan { device, start: ptr.0, end: ptr.0 + bytes as u64 };
-        Some((span, crate::race::RaceTensor { dtype: self.dtype, shape: self.layout.shape.to_vec(), data_ptr: self.data_ptr() }))
+        Some((
+            span,
+            crate::race::RaceTensor { dtype: self.dtype, shape: self.layout.shape.to_vec(), data_ptr: self.data_ptr() },
+        ))
     }
 }
 

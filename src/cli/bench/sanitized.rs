@@ -4,8 +4,7 @@
 //! `sanitizer::set_stack_traces(false)` (cudasem only). The sanitizer is switched back to what it
 //! was after.
 
-use super::figures::host_ns;
-use super::measure::{check, Sizes, StepResult};
+use super::measure::{check, host_ns, Sizes, StepResult};
 use cudasem::cuda::{self, sanitizer};
 use cudasem::{DType, Tensor};
 

@@ -54,7 +54,10 @@ fn run() -> Result<Outcome, Failure> {
     for (which, a) in [("the read", &report.current), ("the earlier write", &report.previous)] {
         let stack = a.backtrace.as_ref().ok_or("a stack is missing")?.to_string();
         let own = own_frames(&stack);
-        println!("   stack of {which} ({} frames), this program's own:", stack.lines().filter(|l| !l.trim_start().starts_with("at ")).count());
+        println!(
+            "   stack of {which} ({} frames), this program's own:",
+            stack.lines().filter(|l| !l.trim_start().starts_with("at ")).count()
+        );
         for f in own.iter().take(3) {
             println!("     {f}");
         }

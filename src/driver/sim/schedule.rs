@@ -66,12 +66,12 @@ pub fn hold_back(stream: u64, job: u64) -> Duration {
         return Duration::ZERO;
     }
     let per_stream = mix(seed ^ mix(stream));
-    if per_stream % 3 == 0 {
+    if per_stream.is_multiple_of(3) {
         // A slow stream: every job held back alike, so the seed reproduces what it shows.
         return Duration::from_micros(500 + (per_stream >> 16) % 1500);
     }
     let h = mix(per_stream ^ job);
-    if h % 4 == 0 {
+    if h.is_multiple_of(4) {
         Duration::from_micros(200 + (h >> 16) % 1800)
     } else {
         Duration::ZERO

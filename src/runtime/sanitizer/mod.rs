@@ -14,11 +14,11 @@ mod tracker;
 use super::capture;
 use super::stream_handle::Stream;
 use crate::driver::{EventId, GraphId, StreamId};
+pub use crate::race::{AccessRace, RaceTensor, RacingAccess};
 use std::backtrace::Backtrace;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-pub use crate::race::{AccessRace, RaceTensor, RacingAccess};
 pub(crate) use tracker::Span;
 use tracker::{Access, Tracker};
 
@@ -97,14 +97,22 @@ impl State {
     }
 
     fn alloc_of(&self, device: usize, address: u64) -> Option<&Alloc> {
-        self.allocs.range(..=(device, address)).next_back().filter(|((d, _), a)| *d == device && a.end > address).map(|(_, a)| a)
+        self.allocs
+            .range(..=(device, address))
+            .next_back()
+            .filter(|((d, _), a)| *d == device && a.end > address)
+            .map(|(_, a)| a)
     }
 }
 
 /// Checks the accesses `(span, write)` of operation `op` queued on `stream` against every
 /// earlier access; records them when none races. The race found first, otherwise (without the
 /// tensor: the door names it from its operands).
-pub(crate) fn access(stream: &Stream, op: &dyn Fn() -> String, accesses: &[(Span, bool)]) -> Result<(), Box<AccessRace>> {
+pub(crate) fn access(
+    stream: &Stream,
+    op: &dyn Fn() -> String,
+    accesses: &[(Span, bool)],
+) -> Result<(), Box<AccessRace>> {
     let id = stream.driver_id();
     let mut st = state();
     let found = {
@@ -115,7 +123,8 @@ pub(crate) fn access(stream: &Stream, op: &dyn Fn() -> String, accesses: &[(Span
             .find_map(|&(span, write)| tracker.conflict(id, span, write).map(|(p, at)| (p, at, span, write)))
     };
     if let Some((prev, address, span, write)) = found {
-        let current = RacingAccess { stream: id.0, device: stream.device(), operation: op(), write, backtrace: backtrace() };
+        let current =
+            RacingAccess { stream: id.0, device: stream.device(), operation: op(), write, backtrace: backtrace() };
         let allocation = st.alloc_of(span.device, address).and_then(|a| a.backtrace.clone());
         let previous = RacingAccess {
             stream: prev.stream.0,
@@ -125,7 +134,15 @@ pub(crate) fn access(stream: &Stream, op: &dyn Fn() -> String, accesses: &[(Span
             backtrace: prev.backtrace.clone(),
         };
         let device = span.device;
-        return Err(Box::new(AccessRace { device, address, tensor: None, current, previous, freed: prev.freed, allocation }));
+        return Err(Box::new(AccessRace {
+            device,
+            address,
+            tensor: None,
+            current,
+            previous,
+            freed: prev.freed,
+            allocation,
+        }));
     }
     st.seq += 1;
     let seq = st.seq;
@@ -133,7 +150,15 @@ pub(crate) fn access(stream: &Stream, op: &dyn Fn() -> String, accesses: &[(Span
     let tracker = st.tracker(id);
     tracker.tick(id, stream.device(), seq);
     for &(span, write) in accesses.iter().filter(|(s, _)| s.end > s.start) {
-        let a = Access { stream: id, device: stream.device(), seq, op: name.clone(), write, backtrace: bt.clone(), freed: false };
+        let a = Access {
+            stream: id,
+            device: stream.device(),
+            seq,
+            op: name.clone(),
+            write,
+            backtrace: bt.clone(),
+            freed: false,
+        };
         tracker.record(span, a);
     }
     Ok(())

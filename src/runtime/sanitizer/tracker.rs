@@ -188,8 +188,11 @@ impl Tracker {
 
     /// Forgets every access inside `span` (memory whose uses the sanitizer cannot judge).
     pub fn forget(&mut self, span: Span) {
-        let inside: Vec<Span> =
-            self.overlapping(span).filter(|(s, _)| s.start >= span.start && s.end <= span.end).map(|(s, _)| *s).collect();
+        let inside: Vec<Span> = self
+            .overlapping(span)
+            .filter(|(s, _)| s.start >= span.start && s.end <= span.end)
+            .map(|(s, _)| *s)
+            .collect();
         for s in inside {
             self.segments.remove(&s);
         }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 27] = [
+const ROWS: [&str; 29] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -37,6 +37,8 @@ const ROWS: [&str; 27] = [
     "graph_capture_100",
     "allreduce_1gib_busbw",
     "allreduce_8kib_latency",
+    "small_op_sanitized",
+    "small_op_sanitized_no_stacks",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -157,7 +159,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 19 && err.contains("bench 18/18 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 20 && err.contains("bench 19/19 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -245,6 +245,29 @@ mod tests {
         Config::from_env_with(|k| env.get(k).cloned()).map(|c| c.allocator)
     }
 
+    fn from(env: &[(&str, &str)]) -> Result<Config> {
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_env_with(|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn the_sanitizer_and_the_sim_schedule_read_from_the_environment() {
+        assert!(!from(&[]).unwrap().sanitizer);
+        for (v, on) in [("1", true), ("true", true), ("on", true), ("0", false), ("off", false), ("", false)] {
+            assert_eq!(from(&[("CUDASEM_SANITIZER", v)]).unwrap().sanitizer, on, "{v}");
+        }
+        let e = from(&[("CUDASEM_SANITIZER", "yes please")]).unwrap_err();
+        assert!(matches!(&e, crate::Error::InvalidConfig { key, .. } if key == "CUDASEM_SANITIZER"), "{e}");
+        assert_eq!(from(&[]).unwrap().sim_schedule, None);
+        for (v, want) in [("default", None), ("adversarial:7", Some(7)), (" adversarial:123 ", Some(123))] {
+            assert_eq!(from(&[("CUDASEM_SIM_SCHEDULE", v)]).unwrap().sim_schedule, want, "{v}");
+        }
+        for bad in ["adversarial", "adversarial:x", "hostile:3"] {
+            let e = from(&[("CUDASEM_SIM_SCHEDULE", bad)]).unwrap_err();
+            assert!(matches!(&e, crate::Error::InvalidConfig { key, .. } if key == "CUDASEM_SIM_SCHEDULE"), "{e}");
+        }
+    }
+
     #[test]
     fn pytorch_alloc_conf_is_the_fallback_and_cudasem_wins() {
         for mb in [21usize, 128, 512, 4096] {

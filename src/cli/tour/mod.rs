@@ -3,7 +3,8 @@
 //! `skipped <section>: <why>` or `FAILED <section>: <why>`.
 //!
 //! `section.rs` holds what every section shares (the runner, the checks); `runtime.rs`,
-//! `tensors.rs` and `memory.rs` hold the sections; this file only lists them in order.
+//! `tensors.rs`, `memory.rs`, `graphs.rs` and `sanitizer.rs` hold the sections; this file only
+//! lists them in order.
 
 mod graphs;
 mod memory;

@@ -307,6 +307,18 @@ fn host_synchronizations_order_every_stream() -> Result<()> {
         y.to_vec::<f32>()?;
     }
     write_on(&s[1], &y)?;
+    // An event or stream query that saw the work done orders it too (the host saw it finish).
+    let z = written_on(&s[0], 256)?;
+    let e = s[0].record_event(None)?;
+    while !e.query()? {
+        std::thread::yield_now();
+    }
+    write_on(&s[1], &z)?;
+    let w = written_on(&s[1], 256)?;
+    while !s[1].query()? {
+        std::thread::yield_now();
+    }
+    write_on(&s[0], &w)?;
     done();
     Ok(())
 }

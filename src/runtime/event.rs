@@ -147,7 +147,12 @@ impl Event {
                 if super::capture::active() {
                     super::capture::check_event("Event::query", id)?;
                 }
-                rt()?.driver.event_query(id)
+                let done = rt()?.driver.event_query(id)?;
+                if done && super::sanitizer::enabled() {
+                    // The host saw the recorded work done: what it queues next is ordered after it.
+                    super::sanitizer::host_waits_event(id);
+                }
+                Ok(done)
             }
             None => Ok(true),
         }

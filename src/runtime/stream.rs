@@ -84,6 +84,10 @@ impl Stream {
             super::capture::check_blocking("Stream::query", Some(self.id))?;
         }
         let done = rt()?.driver.stream_query(self.id)?;
+        if done && super::sanitizer::enabled() {
+            // The host saw the work done: what it queues next is ordered after it.
+            super::sanitizer::host_waits_stream(self.id);
+        }
         super::errors::check(self.device)?;
         Ok(done)
     }

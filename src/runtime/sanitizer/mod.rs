@@ -46,8 +46,9 @@ pub fn is_enabled() -> bool {
 }
 
 /// Whether the sanitizer captures a Rust backtrace of each access and allocation (on by
-/// default; a capture costs a few microseconds, resolved only when a race is reported). Off, a
-/// report names streams, operations and memory without stacks.
+/// default; unwinding the stack is most of the sanitizer's cost per operation, and frames are
+/// resolved only when a race is reported). Off, a report names streams, operations and memory
+/// without stacks.
 pub fn set_stack_traces(on: bool) {
     STACKS.store(on, Ordering::Relaxed);
 }

@@ -36,6 +36,8 @@ STEPS = [
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_jit  # noqa: E402
 STEPS += pytorch_jit.STEPS
+# Last: PyTorch's CUDA Sanitizer cannot be switched off once on.
+STEPS.append("small_op_sanitized")
 
 # The same table as `Sizes` in src/cli/bench/measure.rs.
 FULL = dict(pairs=200_000, empties=100_000, host_runs=7, small_ops=200, small_runs=51, elems=1 << 28,
@@ -197,6 +199,26 @@ class Bench:
         ext = self.ext()  # after the Python row, so that row survives a failed build
         ns = host_ns(torch, s["small_runs"], lambda: ext.add_ns(x, y, n))
         say("RESULT small_op_cpp", f"{ns:.6g}", "ns")
+
+    def small_op_sanitized(self):
+        # torch.add under the CUDA Sanitizer (CSAN), which stays on for the rest of the process: the
+        # last step.
+        torch, s = self.torch, self.s
+        import torch.cuda._sanitizer as csan
+
+        x, y = torch.rand(16, device="cuda"), torch.rand(16, device="cuda")
+        csan.enable_cuda_sanitizer()
+        check(torch.equal(torch.add(x, y).cpu(), x.cpu() + y.cpu()), "torch.add under CSAN disagrees with the CPU")
+        n = s["small_ops"]
+
+        def python_run():
+            t = time.perf_counter_ns()
+            for _ in range(n):
+                torch.add(x, y)
+            return (time.perf_counter_ns() - t) / n
+
+        ns = host_ns(torch, s["small_runs"], python_run)
+        say("RESULT small_op_sanitized", f"{ns:.6g}", "ns")
 
     def add_f32_256m(self):
         torch, s = self.torch, self.s

@@ -103,6 +103,9 @@
 //! | `torch.cuda.CUDAGraph()`, `g.capture_begin(pool, capture_error_mode)`, `g.capture_end()`, `g.replay()`, `g.reset()`, `g.pool()`, `g.debug_dump(path)` | [`cuda::CUDAGraph`] (same method names; [`cuda::CaptureErrorMode`]) |
 //! | `with torch.cuda.graph(g, pool=…, stream=…, capture_error_mode=…):` | [`cuda::graph`]`(&mut g, `[`cuda::GraphOptions`]`, \|\| …)` |
 //! | `torch.cuda.is_current_stream_capturing()` | [`cuda::is_current_stream_capturing`] |
+//! | **Stream safety and diagnostics** | |
+//! | `TORCH_CUDA_SANITIZER=1` / `torch.cuda._sanitizer.enable_cuda_sanitizer()` | `CUDASEM_SANITIZER=1` / [`cuda::sanitizer`]`::enable()`, `disable()`, `is_enabled()`, `set_stack_traces(on)`; a race is [`Error::UnsynchronizedAccess`] ([`cuda::sanitizer::AccessRace`]) |
+//! | `torch.cuda.set_sync_debug_mode("default"/"warn"/"error")` / `get_sync_debug_mode()` | [`cuda::set_sync_debug_mode`]`(`[`cuda::SyncDebugMode`]`::…)` / [`cuda::get_sync_debug_mode`]; `Error` mode: [`Error::SynchronizingOperation`] |
 //! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
 //! | `torch.backends.cuda.matmul.allow_tf32 = True` | [`cuda::backends`]`::matmul::set_allow_tf32(true)` |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
@@ -203,6 +206,7 @@ mod kernels;
 mod loom_pinned;
 #[cfg(feature = "memviz")]
 pub mod memviz;
+mod race;
 mod runtime;
 mod scalar;
 mod sync;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 37] = [
+const ROWS: [&str; 39] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -47,6 +47,8 @@ const ROWS: [&str; 37] = [
     "jit_small_call_host",
     "jit_first_call_cold",
     "jit_first_call_warm",
+    "small_op_sanitized",
+    "small_op_sanitized_no_stacks",
 ];
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -171,7 +173,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 25 && err.contains("bench 24/24 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 26 && err.contains("bench 25/25 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 /// [`sim::SimConfig::visible`]): `sim` describes the whole machine, the list selects from it.
 pub fn build(config: &Config) -> Result<Arc<dyn Driver>> {
     let sim_driver = || -> Result<Arc<dyn Driver>> {
+        sim::schedule::set(config.sim_schedule);
         let visible = config.visible_devices_with(&env_var)?;
         let sim = sim::SimDriver::with_visible_devices(config.sim.clone(), visible.as_deref());
         Ok(Arc::new(sim.with_jit_cache(config.cuda.kernel_cache.dir())))

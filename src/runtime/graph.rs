@@ -222,6 +222,7 @@ impl CUDAGraph {
                     rt.driver.graph_destroy(g);
                 }
                 let _ = p.pool_use.release();
+                super::sanitizer::capture_ended(p.capture.id, None);
                 return Err(finished.err().or(ended.err()).unwrap_or_else(|| Error::Internal {
                     op: "CUDAGraph::capture_end",
                     reason: "capture failed without an error".into(),
@@ -229,6 +230,9 @@ impl CUDAGraph {
             }
         };
         let (keep, graph) = graph;
+        if super::sanitizer::enabled() {
+            super::sanitizer::capture_ended(p.capture.id, Some(graph));
+        }
         let nodes = rt.driver.graph_node_count(graph).unwrap_or(0);
         self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use, rng });
         Ok(())
@@ -244,6 +248,7 @@ impl CUDAGraph {
         }
         let _ = p.pool_use.end_routing();
         capture::end(&p.capture);
+        super::sanitizer::capture_ended(p.capture.id, None);
         let _ = p.pool_use.release();
     }
 
@@ -259,6 +264,9 @@ impl CUDAGraph {
                 "CUDAGraph::replay",
                 format!("{stream:?} is capturing (id {}); replay the graph outside the capture", cap.id),
             ));
+        }
+        if super::sanitizer::enabled() {
+            super::sanitizer::replay(c.graph, &stream).map_err(|report| Error::UnsynchronizedAccess { report })?;
         }
         // The generators' seeds and offsets go into the graph's slots first, in stream order,
         // and each generator advances by the blocks the graph's draws take.
@@ -279,6 +287,7 @@ impl CUDAGraph {
                 Ok(())
             }
             State::Captured(c) => {
+                super::sanitizer::graph_destroyed(c.graph);
                 rt()?.driver.graph_destroy(c.graph);
                 // Blocks of the pool it kept (workspaces, the generators' slots) go back to the
                 // pool first.

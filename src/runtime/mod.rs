@@ -18,8 +18,10 @@ mod mem_pool;
 mod memory;
 mod pool;
 mod registry;
+pub mod sanitizer;
 mod stream;
 mod stream_handle;
+mod sync_debug;
 mod work;
 
 pub(crate) use capture::active as capture_underway;
@@ -79,7 +81,9 @@ pub use memory::*;
 pub(crate) use registry::driver;
 pub use registry::init;
 pub(crate) use registry::{resolve_device, resolved_config, rt, set_launch_tuning, Runtime};
+pub(crate) use sanitizer::Span as SanitizerSpan;
 pub use stream_handle::Stream;
+pub use sync_debug::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub(crate) use work::{
     comm_init_all, comm_init_rank, comm_unique_id, user_module_load, user_param_sizes, Operand, NO_OPERANDS,
 };

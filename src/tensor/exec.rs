@@ -314,6 +314,16 @@ impl crate::runtime::Operand for Tensor {
     fn keep_alive(&self) -> crate::runtime::KeepAlive {
         self.storage.clone()
     }
+
+    fn describe(&self) -> Option<(crate::runtime::SanitizerSpan, crate::race::RaceTensor)> {
+        let Place::Cuda(device) = self.place() else { return None };
+        let (ptr, bytes) = self.buffer_view().byte_span()?;
+        let span = crate::runtime::SanitizerSpan { device, start: ptr.0, end: ptr.0 + bytes as u64 };
+        Some((
+            span,
+            crate::race::RaceTensor { dtype: self.dtype, shape: self.layout.shape.to_vec(), data_ptr: self.data_ptr() },
+        ))
+    }
 }
 
 /// The bytes of a dense tensor of `shape` and `dtype`, or [`Error::InvalidShape`] on overflow.

@@ -28,6 +28,7 @@ mod pytorch;
 mod random;
 mod report;
 mod rows;
+mod sanitized;
 mod user_kernel;
 
 pub use options::Options;

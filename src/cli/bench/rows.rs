@@ -62,6 +62,9 @@ pub const ROWS: &[RowSpec] = &[
     row("jit_small_call_host", "jit_small_call", "ns", true, 2.0),
     row("jit_first_call_cold", "jit_first_call", "ms", true, 0.0),
     row("jit_first_call_warm", "jit_first_call", "ms", true, 0.0),
+    // Last: PyTorch's CUDA Sanitizer cannot be switched off once on.
+    row("small_op_sanitized", "small_op_sanitized", "ns", true, 20.0),
+    row("small_op_sanitized_no_stacks", "small_op_sanitized", "ns", true, 0.0),
 ];
 
 /// The steps (what `--only` names), in run order.
@@ -141,7 +144,8 @@ mod tests {
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
         assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
-        assert_eq!(parse_only(None).unwrap().len(), 24);
+        assert_eq!(parse_only(Some("small_op_sanitized_no_stacks")).unwrap(), ["small_op_sanitized"]);
+        assert_eq!(parse_only(None).unwrap().len(), 25);
     }
 
     #[test]

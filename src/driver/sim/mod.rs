@@ -20,6 +20,7 @@ mod host;
 mod jit;
 mod launch;
 mod memory;
+pub(crate) mod schedule;
 mod sim_driver;
 mod stream;
 #[cfg(test)]

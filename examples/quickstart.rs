@@ -22,8 +22,9 @@ fn timed_step(x: &Tensor, side: &Stream) -> cudasem::Result<(Tensor, f32)> {
 fn main() -> cudasem::Result<()> {
     let x = Tensor::randn([512, 512], DType::F32, "cuda")?; // on the current device, cuda:0
     let side = Stream::new(None, 0)?; // a stream from cuda:0's pool
-                                      // The first step pays one-time setup inside its events: compiling the kernels (NVRTC), making
-                                      // the cuBLAS handle and workspace, the allocator's first segment. Time the steps after it.
+    side.wait_stream(&cuda::current_stream(None)?)?; // `x` is written on the current stream: order `side` after it
+                                                     // The first step pays one-time setup inside its events: compiling the kernels (NVRTC), making
+                                                     // the cuBLAS handle and workspace, the allocator's first segment. Time the steps after it.
     let (_, first_ms) = timed_step(&x, &side)?;
     let (y, ms) = timed_step(&x, &side)?;
     let row_sums = y.sum(&[-1], false)?.to_vec::<f32>()?; // a host read waits for the work

@@ -12,6 +12,14 @@ use half::{bf16, f16};
 use std::sync::Mutex;
 
 /// Tests that seed or read the default generators run one at a time.
+/// One test at a time: a capture in Global mode (the graph tests) refuses blocking calls from
+/// every thread of the process, so no other test may draw and read while one captures.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 static DEFAULTS: Mutex<()> = Mutex::new(());
 
 fn defaults() -> std::sync::MutexGuard<'static, ()> {
@@ -130,6 +138,7 @@ fn generator(device: Device, seed: u64) -> Result<Generator> {
 
 #[test]
 fn philox_matches_random123s_known_answers() {
+    let _serial = serial();
     assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
     assert_eq!(philox4x32_10([u32::MAX; 4], [u32::MAX; 2]), [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
     assert_eq!(
@@ -144,6 +153,7 @@ fn philox_matches_random123s_known_answers() {
 
 #[test]
 fn uniform_draws_are_the_reference_stream_bit_for_bit() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         for dtype in FLOATS {
             let g = generator(device, 0x5eed_0001)?;
@@ -167,6 +177,7 @@ fn uniform_draws_are_the_reference_stream_bit_for_bit() -> Result<()> {
 
 #[test]
 fn normal_draws_are_the_reference_stream_within_the_stated_ulps() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         for dtype in FLOATS {
             let g = generator(device, 0xabcd)?;
@@ -189,6 +200,7 @@ fn normal_draws_are_the_reference_stream_within_the_stated_ulps() -> Result<()> 
 
 #[test]
 fn integer_bernoulli_exponential_and_dropout_follow_the_reference() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         let g = generator(device, 99)?;
         // randint: one word per element below 2^32 values, two above.
@@ -249,6 +261,7 @@ fn moments(xs: &[f64]) -> (f64, f64) {
 /// distribution); the means are within 5 standard errors.
 #[test]
 fn uniform_and_normal_draws_pass_kolmogorov_smirnov_and_moments() -> Result<()> {
+    let _serial = serial();
     let device = if testing::has_devices(1) { Device::cuda(0) } else { Device::Cpu };
     let n = 1 << 21;
     let limit = 1.95 / (n as f64).sqrt();
@@ -272,6 +285,7 @@ fn uniform_and_normal_draws_pass_kolmogorov_smirnov_and_moments() -> Result<()> 
 
 #[test]
 fn rates_of_bernoulli_dropout_and_randint() -> Result<()> {
+    let _serial = serial();
     let device = if testing::has_devices(1) { Device::cuda(0) } else { Device::Cpu };
     let g = generator(device, 77)?;
     let n = 1 << 20;
@@ -302,6 +316,7 @@ fn rates_of_bernoulli_dropout_and_randint() -> Result<()> {
 
 #[test]
 fn seeding_and_state_round_trips() -> Result<()> {
+    let _serial = serial();
     let _l = defaults();
     cudasem::manual_seed(1234);
     assert_eq!(cudasem::initial_seed(), 1234);
@@ -355,6 +370,7 @@ fn seeding_and_state_round_trips() -> Result<()> {
 
 #[test]
 fn devices_and_generators_are_independent() -> Result<()> {
+    let _serial = serial();
     if !testing::has_devices(2) {
         return Ok(());
     }
@@ -373,6 +389,7 @@ fn devices_and_generators_are_independent() -> Result<()> {
 
 #[test]
 fn two_threads_drawing_from_one_generator_get_disjoint_blocks() -> Result<()> {
+    let _serial = serial();
     let device = if testing::has_devices(1) { Device::cuda(0) } else { Device::Cpu };
     let g = generator(device, 31337)?;
     let n = 4096;
@@ -392,6 +409,7 @@ fn two_threads_drawing_from_one_generator_get_disjoint_blocks() -> Result<()> {
 
 #[test]
 fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
+    let _serial = serial();
     if !testing::has_devices(1) {
         return Ok(());
     }
@@ -441,6 +459,7 @@ fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
 
 #[test]
 fn default_generators_work_in_a_graph() -> Result<()> {
+    let _serial = serial();
     if !testing::has_devices(1) {
         return Ok(());
     }
@@ -461,6 +480,7 @@ fn default_generators_work_in_a_graph() -> Result<()> {
 
 #[test]
 fn bad_arguments_are_typed_errors() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         let t = Tensor::zeros([8], DType::F32, device)?;
         let invalid = |r: Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
@@ -487,6 +507,7 @@ fn bad_arguments_are_typed_errors() -> Result<()> {
 
 #[test]
 fn like_forms_random_and_strided_outputs() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         let base = Tensor::zeros([6, 4], DType::F16, device)?;
         let r = base.rand_like()?;
@@ -532,6 +553,7 @@ fn multinomial_ref(p: &[f64], samples: usize, replacement: bool, seed: u64, base
 
 #[test]
 fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         let g = generator(device, 4242)?;
         // A batch of vocab-like rows, one sample each (a decode step's sampler).
@@ -569,6 +591,7 @@ fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
 
 #[test]
 fn randperm_is_the_reference_permutation() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         let g = generator(device, 8)?;
         let n = 1000;
@@ -592,6 +615,7 @@ fn randperm_is_the_reference_permutation() -> Result<()> {
 
 #[test]
 fn bad_multinomial_weights_are_typed_errors() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         let bad = |w: &[f32], shape: &[usize], n: usize, repl: bool| -> Result<Error> {
             let t = Tensor::from_slice(w, shape.to_vec(), device)?;
@@ -625,6 +649,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 /// simulated machine's bits. (The normals' values are checked against the reference above.)
 #[test]
 fn fixed_draws_hash_to_the_recorded_value() -> Result<()> {
+    let _serial = serial();
     for device in devices() {
         let g = generator(device, 0xC0FFEE)?;
         let mut bytes = Vec::new();

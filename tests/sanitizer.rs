@@ -90,8 +90,10 @@ fn simple_race_is_refused_with_both_streams_ops_and_the_tensor_named() -> Result
     for needle in [format!("{:#x}", s[0].id()), format!("{:#x}", s[1].id()), "writing".into(), "F32".into()] {
         assert!(msg.contains(&needle), "{needle} missing from {msg}");
     }
-    // The backtraces resolve to this test.
-    assert!(msg.contains("simple_race_is_refused"), "{msg}");
+    // The backtraces resolve to this test (where this executable can name its own frames: a
+    // stripped one, as the GPU machine's copies are, cannot name any).
+    let resolves = std::backtrace::Backtrace::force_capture().to_string().contains("simple_race_is_refused");
+    assert!(!resolves || msg.contains("simple_race_is_refused"), "{msg}");
     // Nothing ran: after the wait, x is (before + 1) * 3 exactly as if the refused call never was.
     s[1].wait_stream(&s[0])?;
     write_on(&s[1], &x)?;

@@ -53,12 +53,13 @@ def device_us(torch, s, f):
     return statistics.median_high(times)
 
 
-def check_swiglu(torch, x, y, out, what):
+def check_swiglu(torch, x, y, out, what, roundings=1):
+    """`out` against float64, within `roundings` bf16 roundings (eager rounds silu(x) to bf16 first)."""
     for row in (0, x.shape[0] - 1):
         a, b = x[row].double().cpu(), y[row].double().cpu()
         want = a / (1.0 + torch.exp(-a)) * b
         got = out[row].double().cpu()
-        bad = ~((got - want).abs() <= (1.0 / 256.0 + 1e-5) * want.abs().clamp(min=1e-3))
+        bad = ~((got - want).abs() <= (roundings / 256.0 + 1e-5) * want.abs().clamp(min=1e-3))
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             raise Wrong(f"{what} row {row} element {j}: {float(got[j])}, float64 {float(want[j])}")
@@ -71,7 +72,7 @@ def jit_swiglu(torch, s):
     check_swiglu(torch, x, y, f(x, y), "jiterator")
     say("RESULT", "jit_swiglu_bf16", f"{device_us(torch, s, lambda: f(x, y)):.3f}", "µs")
     silu = torch.nn.functional.silu
-    check_swiglu(torch, x, y, silu(x) * y, "eager")
+    check_swiglu(torch, x, y, silu(x) * y, "eager", roundings=2)
     say("RESULT", "jit_swiglu_bf16_eager", f"{device_us(torch, s, lambda: silu(x) * y):.3f}", "µs")
 
 

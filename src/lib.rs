@@ -193,6 +193,7 @@ mod kernels;
 mod loom_pinned;
 #[cfg(feature = "memviz")]
 pub mod memviz;
+pub mod nn;
 mod runtime;
 mod scalar;
 mod sync;

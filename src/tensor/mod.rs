@@ -41,6 +41,7 @@ mod exec;
 mod graphed;
 mod layout;
 mod ops;
+pub(crate) use ops::fused::SdpaOptions;
 mod pinned;
 mod random;
 mod range;

@@ -81,6 +81,8 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "allreduce" => super::collectives::rows(s),
         "user_kernel_launch_host" => super::user_kernel::launch_host(s),
         "user_kernel_launch_raw_cudarc" => super::user_kernel::launch_host_raw(s),
+        "sdpa" => super::transformer::sdpa(s),
+        "norms" => super::transformer::norms(s),
         _ => device_figures::measure(step, s),
     }
 }

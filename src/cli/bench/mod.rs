@@ -26,6 +26,7 @@ mod progress;
 mod pytorch;
 mod report;
 mod rows;
+mod transformer;
 mod user_kernel;
 
 pub use options::Options;

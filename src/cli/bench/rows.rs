@@ -54,6 +54,11 @@ pub const ROWS: &[RowSpec] = &[
     row("allreduce_8kib_latency", "allreduce", "µs", true, 1.0),
     row("user_kernel_launch_host", "user_kernel_launch_host", "ns", true, 5.0),
     row("user_kernel_launch_raw_cudarc", "user_kernel_launch_raw_cudarc", "ns", true, 0.0),
+    row("sdpa_bf16_causal_b8_h16_t1024_e64", "sdpa", "ms", true, 0.8),
+    row("sdpa_bf16_causal_b1_h32_t4096_e128", "sdpa", "ms", true, 0.8),
+    row("sdpa_decode_bf16_b8_h32_s8192_e128", "sdpa", "ms", true, 0.8),
+    row("layer_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
+    row("rms_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
 ];
 
 /// The steps (what `--only` names), in run order.

@@ -42,6 +42,8 @@ impl ModuleKey {
             ModuleKey::Reduce { op, src, dst, values } => reduce(&mut s, op, src, dst, values),
             ModuleKey::Softmax { src, dst, log } => softmax(&mut s, src, dst, log),
             ModuleKey::Gemv { dtype } => gemv(&mut s, dtype),
+            ModuleKey::Norm { dtype } => super::fused_codegen::norm(&mut s, dtype),
+            ModuleKey::Attention { dtype } => super::fused_codegen::attention(&mut s, dtype),
         }
         s
     }
@@ -471,6 +473,6 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
 }
 
 /// `(name, value)` pairs as [`fill`] takes them.
-fn pairs_of<'a>(values: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+pub(super) fn pairs_of<'a>(values: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     values.iter().map(|(n, v)| (*n, v.as_str())).collect()
 }

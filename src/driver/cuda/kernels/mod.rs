@@ -16,6 +16,8 @@ pub(super) mod ctx;
 pub(super) mod elementwise;
 pub(super) mod elementwise_policy;
 pub(super) mod gemm;
+pub(super) mod fused;
+pub(super) mod fused_codegen;
 pub(super) mod gemv;
 pub(super) mod launch;
 pub(super) mod nvrtc;
@@ -29,6 +31,8 @@ pub(super) mod vocab;
 
 #[cfg(test)]
 mod codegen_tests;
+#[cfg(test)]
+mod fused_tests;
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(test)]

@@ -17,6 +17,22 @@ pub(in crate::driver::cuda) const THREADS: u32 = 256;
 /// the largest whose blocks run `cs_enter`'s instructions (`CS_PDL_MAX_GRID` in cu/common.cu).
 pub(in crate::driver::cuda) const PDL_MAX_GRID: u32 = 1024;
 
+/// The padded head dims an attention module has a kernel for (the smallest holding `E` and `Ev`).
+pub(in crate::driver::cuda) const ATTN_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// Keys per shared-memory tile of attention's kernel for head dims padded to `ep`, with
+/// accumulators of `acc_bytes` bytes (the tiles of keys and values fit the 48 KiB of static
+/// shared memory).
+pub(in crate::driver::cuda) fn attn_keys_per_tile(ep: usize, acc_bytes: usize) -> usize {
+    match (ep, acc_bytes) {
+        (64, _) => 32,
+        (128, 4) => 32,
+        (128, _) => 16,
+        (_, 4) => 16,
+        _ => 8,
+    }
+}
+
 /// The elementwise functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(in crate::driver::cuda) enum EwOp {
@@ -64,6 +80,10 @@ pub(in crate::driver::cuda) enum ModuleKey {
     Softmax { src: DType, dst: DType, log: bool },
     /// A row vector times a matrix of `dtype`, row-major or column-major (`gemv.rs`).
     Gemv { dtype: DType },
+    /// Layer / RMS norm rows of `dtype` (`norm.rs`).
+    Norm { dtype: DType },
+    /// Scaled dot-product attention of `dtype` (`attention.rs`).
+    Attention { dtype: DType },
 }
 
 /// A kernel of a module.
@@ -109,6 +129,12 @@ pub(in crate::driver::cuda) enum Entry {
     Gemv,
     /// A row vector times a column-major matrix: a warp per output.
     GemvDots,
+    /// Norm rows: a block per row.
+    NormRows,
+    /// Attention tiles with head dims padded to `32 · ep32` (`attention.rs`).
+    Attn(u8),
+    /// The merge of attention's split partials: a warp per query row.
+    AttnMerge,
 }
 
 /// One kernel: its module and entry point.
@@ -126,6 +152,8 @@ impl Entry {
             ModuleKey::Reduce { .. } => "red",
             ModuleKey::Softmax { .. } => "sm",
             ModuleKey::Gemv { .. } => "gv",
+            ModuleKey::Norm { .. } => "nm",
+            ModuleKey::Attention { .. } => "at",
         };
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
@@ -146,6 +174,9 @@ impl Entry {
             Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
             Entry::Gemv => "gv_rows".into(),
             Entry::GemvDots => "gv_dots".into(),
+            Entry::NormRows => format!("{prefix}_rows"),
+            Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
+            Entry::AttnMerge => format!("{prefix}_merge"),
         }
     }
 }
@@ -179,6 +210,12 @@ impl ModuleKey {
                 e
             }
             ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::GemvDots],
+            ModuleKey::Norm { .. } => vec![Entry::NormRows],
+            ModuleKey::Attention { .. } => {
+                let mut e: Vec<Entry> = ATTN_HEAD_DIMS.iter().map(|&d| Entry::Attn((d / 32) as u8)).collect();
+                e.push(Entry::AttnMerge);
+                e
+            }
             ModuleKey::Reduce { src, .. } => {
                 vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
             }

@@ -1,0 +1,52 @@
+// Layer norm and RMS norm rows (PyTorch's F.layer_norm / F.rms_norm), after fused_head.cu: a block
+// of 256 threads per row (grid-stride over rows) sums the row in TC, then the centred squares
+// (a second read of the row, from cache), then writes (x - mean) * rstd * w + b. The entry point
+// nm_rows is appended by kernels/codegen.rs.
+
+struct NormP {
+    const TS* src; const TS* w; const TS* b; TS* dst;
+    i64 rows, n;
+    double eps;
+    int rms, pad;
+};
+
+/* The block's sum of `v`, in every thread (sh: 32 slots). */
+__device__ __forceinline__ TC nm_block_sum(TC v, TC* sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (TC)0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    __syncthreads();
+    return v;
+}
+
+__device__ void nm_row_blocks(const NormP& p) {
+    __shared__ TC sh[32];
+    const TC n = (TC)p.n;
+    for (i64 r = blockIdx.x; r < p.rows; r += gridDim.x) {
+        const TS* x = p.src + r * p.n;
+        TS* y = p.dst + r * p.n;
+        TC mean = (TC)0;
+        if (!p.rms) {
+            TC s = (TC)0;
+            for (i64 i = threadIdx.x; i < p.n; i += blockDim.x) s += to_c(x[i]);
+            mean = nm_block_sum(s, sh) / n;
+        }
+        TC q = (TC)0;
+        for (i64 i = threadIdx.x; i < p.n; i += blockDim.x) {
+            const TC d = to_c(x[i]) - mean;
+            q += d * d;
+        }
+        const TC rstd = (TC)1 / sqrt(nm_block_sum(q, sh) / n + (TC)p.eps);
+        for (i64 i = threadIdx.x; i < p.n; i += blockDim.x) {
+            TC v = (to_c(x[i]) - mean) * rstd;
+            if (p.w) v *= to_c(p.w[i]);
+            if (p.b) v += to_c(p.b[i]);
+            y[i] = from_c(v);
+        }
+    }
+}

@@ -73,8 +73,7 @@ fn layer_norm_and_rms_norm_match_float64() -> Result<()> {
                 let what = format!("{shape:?} over {ns:?} {dtype} on {device}, weight {with_w}, bias {with_b}");
                 let y = expect_ok(F::layer_norm(&x, ns, wo, bo, 1e-5), &what);
                 assert_eq!((y.shape(), y.dtype(), y.device()), (x.shape(), dtype, device), "{what}");
-                let want =
-                    norm_reference(&xv, n, with_w.then_some(&wv[..]), with_b.then_some(&bv[..]), 1e-5, false);
+                let want = norm_reference(&xv, n, with_w.then_some(&wv[..]), with_b.then_some(&bv[..]), 1e-5, false);
                 let want: Vec<f64> = want.iter().map(|&v| round_to(dtype, v)).collect();
                 assert_near(&values(&y)?, &want, dtype, &format!("layer_norm {what}"));
                 let y = expect_ok(F::rms_norm(&x, ns, wo, Some(1e-6)), &what);
@@ -106,11 +105,18 @@ fn norms_of_a_transposed_input() -> Result<()> {
 fn rms_norm_default_eps_is_the_dtypes_epsilon() -> Result<()> {
     for device in devices() {
         for (dtype, eps) in [(DType::F32, f32::EPSILON as f64), (DType::F64, f64::EPSILON), (DType::BF16, 0.0078125)] {
-            let scale = if dtype == DType::F64 { 1e-8 } else if dtype == DType::BF16 { 0.05 } else { 2e-4 };
+            let scale = if dtype == DType::F64 {
+                1e-8
+            } else if dtype == DType::BF16 {
+                0.05
+            } else {
+                2e-4
+            };
             let xv: Vec<f64> = [1.0, -2.0, 3.0, 0.5, -1.5].iter().map(|v| round_to(dtype, v * scale)).collect();
             let x = tensor(&xv, &[1, 5], dtype, device)?;
             let y = F::rms_norm(&x, &[5], None, None)?;
-            let want: Vec<f64> = norm_reference(&xv, 5, None, None, eps, true).iter().map(|&v| round_to(dtype, v)).collect();
+            let want: Vec<f64> =
+                norm_reference(&xv, 5, None, None, eps, true).iter().map(|&v| round_to(dtype, v)).collect();
             assert_near(&values(&y)?, &want, dtype, &format!("rms_norm default eps {dtype} on {device}"));
             let without: Vec<f64> = norm_reference(&xv, 5, None, None, 0.0, true);
             assert!((without[0] - want[0]).abs() > 1e-2 * without[0].abs(), "the case must tell eps apart");
@@ -149,8 +155,10 @@ fn gelu_tanh_and_linear_match_float64() -> Result<()> {
             let (xv, x) = rand_tensor(&mut rng, &[3, 37], dtype, device)?;
             let y = F::gelu(&x, "tanh")?;
             let k = (2.0 / std::f64::consts::PI).sqrt();
-            let want: Vec<f64> =
-                xv.iter().map(|&v| round_to(dtype, 0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh()))).collect();
+            let want: Vec<f64> = xv
+                .iter()
+                .map(|&v| round_to(dtype, 0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh())))
+                .collect();
             assert_near(&values(&y)?, &want, dtype, &format!("gelu tanh {dtype} on {device}"));
             let exact = F::gelu(&x, "none")?;
             assert_eq!(values(&exact)?, values(&x.gelu()?)?, "approximate = none is the exact gelu");
@@ -259,7 +267,8 @@ fn make_mask(rng: &mut Rng, c: &Case, dtype: DType, device: Device) -> Result<Op
         Mask::None => None,
         Mask::Bool => {
             // [B, 1, L, S]: random keep, row 1 of each batch masked entirely.
-            let mut m: Vec<f64> = (0..c.b * c.l * c.s).map(|_| (rng.next_u64() % 3 != 0) as u8 as f64).collect();
+            let mut m: Vec<f64> =
+                (0..c.b * c.l * c.s).map(|_| (!rng.next_u64().is_multiple_of(3)) as u8 as f64).collect();
             for b in 0..c.b {
                 if c.l > 1 {
                     m[(b * c.l + 1) * c.s..(b * c.l + 2) * c.s].fill(0.0);
@@ -375,7 +384,7 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
             let (qv, q) = rand_tensor(&mut rng, &[3, 6, 40], dtype, device)?;
             let (kv, k) = rand_tensor(&mut rng, &[3, 11, 40], dtype, device)?;
             let (vv, v) = rand_tensor(&mut rng, &[3, 11, 16], dtype, device)?;
-            let mv: Vec<f64> = (0..6 * 11).map(|_| (rng.next_u64() % 4 != 0) as u8 as f64).collect();
+            let mv: Vec<f64> = (0..6 * 11).map(|_| (!rng.next_u64().is_multiple_of(4)) as u8 as f64).collect();
             let m = tensor(&mv, &[6, 11], DType::Bool, device)?;
             let y = F::scaled_dot_product_attention(&q, &k, &v, Some(&m), 0.0, false, Some(0.3), false)?;
             assert_eq!(y.shape(), &[3, 6, 16], "{what}");

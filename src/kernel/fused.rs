@@ -1,21 +1,36 @@
 //! Checks of the fused ops ([`KernelOp::Norm`](super::KernelOp::Norm),
 //! [`KernelOp::Attention`](super::KernelOp::Attention)): shapes and dtypes every backend relies on.
 
-use super::{bad, BufferView, ATTENTION_MAX_HEAD_DIM};
 use crate::dtype::DType;
-use crate::error::Result;
+
+/// Largest head dimension (`E` and `Ev`) of [`KernelOp::Attention`](super::KernelOp::Attention).
+pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
+
+/// What the checks read of a view: its shape and dtype.
+#[derive(Clone, Copy)]
+pub(super) struct Arg<'a> {
+    pub shape: &'a [usize],
+    pub dtype: DType,
+}
+
+/// Why an op is malformed.
+type Result<T> = std::result::Result<T, String>;
+
+fn bad(reason: String) -> String {
+    reason
+}
 
 /// A norm's operands: `dst` as `src`, one float dtype, `weight`/`bias` of the last `dims` sizes.
 pub(super) fn check_norm(
-    src: &BufferView,
-    weight: Option<&BufferView>,
-    bias: Option<&BufferView>,
-    dst: &BufferView,
+    src: Arg<'_>,
+    weight: Option<Arg<'_>>,
+    bias: Option<Arg<'_>>,
+    dst: Arg<'_>,
     dims: usize,
     rms: bool,
 ) -> Result<()> {
     let r = src.shape.len();
-    if src.shape != dst.shape || src.dtype != dst.dtype || !src.dtype.is_float() {
+    if src.shape[..] != dst.shape[..] || src.dtype != dst.dtype || !src.dtype.is_float() {
         return Err(bad(format!("a norm of {:?} ({}) into {:?} ({})", src.shape, src.dtype, dst.shape, dst.dtype)));
     }
     if dims == 0 || dims > r {
@@ -41,19 +56,8 @@ pub(super) fn check_norm(
 /// Attention's operands: `[B, Hq, L, E]`, `[B, Hkv, S, E]`, `[B, Hkv, S, Ev]`, a `[B, Hq, L, S]`
 /// mask, a `[B, Hq, L, Ev]` output; one float dtype (a bool mask); head dims up to
 /// [`ATTENTION_MAX_HEAD_DIM`].
-pub(super) fn check_attention(
-    q: &BufferView,
-    k: &BufferView,
-    v: &BufferView,
-    mask: Option<&BufferView>,
-    dst: &BufferView,
-) -> Result<()> {
-    let wrong = || {
-        bad(format!(
-            "attention of q {:?}, k {:?}, v {:?} into {:?}",
-            q.shape, k.shape, v.shape, dst.shape
-        ))
-    };
+pub(super) fn check_attention(q: Arg<'_>, k: Arg<'_>, v: Arg<'_>, mask: Option<Arg<'_>>, dst: Arg<'_>) -> Result<()> {
+    let wrong = || bad(format!("attention of q {:?}, k {:?}, v {:?} into {:?}", q.shape, k.shape, v.shape, dst.shape));
     if [q, k, v, dst].iter().any(|t| t.shape.len() != 4) {
         return Err(wrong());
     }
@@ -76,7 +80,10 @@ pub(super) fn check_attention(
     }
     if let Some(m) = mask {
         if m.shape[..] != [b, hq, l, s] || !(m.dtype == DType::Bool || m.dtype == q.dtype) {
-            return Err(bad(format!("an attention mask of {:?} ({}) for [{b}, {hq}, {l}, {s}] ({})", m.shape, m.dtype, q.dtype)));
+            return Err(bad(format!(
+                "an attention mask of {:?} ({}) for [{b}, {hq}, {l}, {s}] ({})",
+                m.shape, m.dtype, q.dtype
+            )));
         }
     }
     Ok(())

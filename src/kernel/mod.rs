@@ -450,8 +450,12 @@ pub enum KernelOp {
     },
 }
 
-/// Largest head dimension (`E` and `Ev`) of [`KernelOp::Attention`].
-pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
+pub use fused::ATTENTION_MAX_HEAD_DIM;
+
+/// A view as the fused ops' checks read it.
+fn arg(v: &BufferView) -> fused::Arg<'_> {
+    fused::Arg { shape: &v.shape, dtype: v.dtype }
+}
 
 /// Bytes of the cuBLASLt workspace of a matrix product (what PyTorch gives Hopper): the CUDA
 /// driver's own per-stream workspace, and the block a capture takes from its pool per stream.
@@ -546,8 +550,12 @@ impl KernelOp {
             | KernelOp::BinaryScalar { lhs: src, .. } => vec![src],
             KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => vec![lhs, rhs],
             KernelOp::Where { cond, a, b, .. } => vec![cond, a, b],
-            KernelOp::Norm { src, weight, bias, .. } => [Some(src), weight.as_ref(), bias.as_ref()].into_iter().flatten().collect(),
-            KernelOp::Attention { q, k, v, mask, .. } => [Some(q), Some(k), Some(v), mask.as_ref()].into_iter().flatten().collect(),
+            KernelOp::Norm { src, weight, bias, .. } => {
+                [Some(src), weight.as_ref(), bias.as_ref()].into_iter().flatten().collect()
+            }
+            KernelOp::Attention { q, k, v, mask, .. } => {
+                [Some(q), Some(k), Some(v), mask.as_ref()].into_iter().flatten().collect()
+            }
         }
     }
 
@@ -700,9 +708,12 @@ impl KernelOp {
                 Ok(())
             }
             KernelOp::Norm { src, weight, bias, dims, rms, .. } => {
-                fused::check_norm(src, weight.as_ref(), bias.as_ref(), dst, *dims, *rms)
+                fused::check_norm(arg(src), weight.as_ref().map(arg), bias.as_ref().map(arg), arg(dst), *dims, *rms)
+                    .map_err(bad)
             }
-            KernelOp::Attention { q, k, v, mask, .. } => fused::check_attention(q, k, v, mask.as_ref(), dst),
+            KernelOp::Attention { q, k, v, mask, .. } => {
+                fused::check_attention(arg(q), arg(k), arg(v), mask.as_ref().map(arg), arg(dst)).map_err(bad)
+            }
         }
     }
 }

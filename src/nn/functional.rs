@@ -36,7 +36,12 @@ pub fn layer_norm(
 /// `F.rms_norm(input, normalized_shape, weight, eps)`: `x / sqrt(mean(x²) + eps) * weight` over
 /// the last `normalized_shape` sizes; `eps = None` is the dtype's machine epsilon (PyTorch's
 /// `torch.finfo(dtype).eps`).
-pub fn rms_norm(input: &Tensor, normalized_shape: &[usize], weight: Option<&Tensor>, eps: Option<f64>) -> Result<Tensor> {
+pub fn rms_norm(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    eps: Option<f64>,
+) -> Result<Tensor> {
     let eps = eps.unwrap_or(match input.dtype() {
         DType::F16 => 0.0009765625,
         DType::BF16 => 0.0078125,

@@ -21,7 +21,16 @@ fn host(t: &Tensor) -> cudasem::Result<Vec<f32>> {
 
 /// Checks query rows `rows` of head (0, 0) of an attention output against float64.
 #[allow(clippy::too_many_arguments)]
-fn check_sdpa(q: &[f32], k: &[f32], v: &[f32], out: &[f32], l: usize, s: usize, e: usize, causal: bool) -> Result<(), Stop> {
+fn check_sdpa(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &[f32],
+    l: usize,
+    s: usize,
+    e: usize,
+    causal: bool,
+) -> Result<(), Stop> {
     let scale = 1.0 / (e as f64).sqrt();
     for i in [0, l / 2, l - 1] {
         let sc: Vec<f64> = (0..s)

@@ -100,7 +100,7 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
             let w = weight.as_ref().map(|_| arg(1));
             let b = bias.as_ref().map(|_| arg(1 + weight.is_some() as usize));
             let n = src.shape[src.shape.len() - dims..].iter().product();
-            fused::norm(arg(0), w, b, n, *eps, *rms, &mut out, &dst)
+            fused::norm(arg(0), w, b, fused::NormRows { n, eps: *eps, rms: *rms }, &mut out, &dst)
         }
         KernelOp::Attention { mask, scale, causal, .. } => {
             let mask = mask.as_ref().map(|_| arg(3));

@@ -5,17 +5,23 @@ use super::elem::{gather, scatter, Operand};
 use crate::dtype::DType;
 use crate::kernel::BufferView;
 
+/// How a norm normalizes: rows of `n` elements, `eps`, RMS norm or layer norm.
+pub(super) struct NormRows {
+    pub n: usize,
+    pub eps: f64,
+    pub rms: bool,
+}
+
 /// Layer norm (or RMS norm) of `src`'s rows of its last `n` elements (`src` gathered row-major).
 pub(super) fn norm(
     src: Operand<'_>,
     weight: Option<Operand<'_>>,
     bias: Option<Operand<'_>>,
-    n: usize,
-    eps: f64,
-    rms: bool,
+    rows: NormRows,
     out: &mut [u8],
     dst: &BufferView,
 ) {
+    let NormRows { n, eps, rms } = rows;
     let mut x = gather::<f64>(src.bytes, src.view);
     let w = weight.map(|w| gather::<f64>(w.bytes, w.view));
     let b = bias.map(|b| gather::<f64>(b.bytes, b.view));

@@ -53,7 +53,10 @@ impl Tensor {
             }
         }
         if !eps.is_finite() || eps < 0.0 {
-            return Err(Error::InvalidArgument { op, reason: format!("eps must be finite and non-negative, got {eps}") });
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("eps must be finite and non-negative, got {eps}"),
+            });
         }
         let mut all: Vec<&Tensor> = vec![self];
         all.extend(weight);
@@ -91,7 +94,8 @@ impl Tensor {
         check_sdpa(self, key, value, attn_mask, o)?;
         if self.dim() == 3 {
             // [B, L, E]: one head.
-            let m = attn_mask.map(|m| Ok::<_, Error>(m.broadcast_to_shape(OP, &[self.shape()[0], self.shape()[1], key.shape()[1]])?.unsqueeze(1)?)).transpose()?;
+            let lse = [self.shape()[0], self.shape()[1], key.shape()[1]];
+            let m = attn_mask.map(|m| m.broadcast_to_shape(OP, &lse)?.unsqueeze(1)).transpose()?;
             let out = self.unsqueeze(1)?.sdpa_op(&key.unsqueeze(1)?, &value.unsqueeze(1)?, m.as_ref(), o)?;
             return out.squeeze_dim(1);
         }

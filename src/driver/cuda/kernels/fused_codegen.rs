@@ -1,8 +1,7 @@
-//! CUDA C of the fused modules (norm rows, attention): `cu/fused_head.cu` filled with the
-//! module's types, the family's kernels, and one `extern "C"` entry point per kernel.
+//! CUDA C of the fused modules (norm rows, attention), after the head `codegen.rs` fills
+//! (`cu/fused_head.cu`): the family's kernels, and one `extern "C"` entry point per kernel.
 
-use super::codegen::{conv, ctype, pairs_of};
-use super::sources::{fill, ATTENTION, FUSED_HEAD, NORM};
+use super::sources::{ATTENTION, NORM};
 use super::vocab::{attn_keys_per_tile, ATTN_HEAD_DIMS};
 use crate::dtype::DType;
 use std::fmt::Write;
@@ -16,21 +15,8 @@ pub(in crate::driver::cuda) fn acc_dtype(dtype: DType) -> DType {
     }
 }
 
-fn head(s: &mut String, dtype: DType) {
-    let c = acc_dtype(dtype);
-    let values = [
-        ("ts", ctype(dtype).to_owned()),
-        ("tc", ctype(c).to_owned()),
-        ("to_c", conv(dtype, c, "x")),
-        ("from_c", conv(c, dtype, "v")),
-        ("ex", if c == DType::F64 { "exp" } else { "expf" }.to_owned()),
-    ];
-    fill(s, FUSED_HEAD, &pairs_of(&values));
-}
-
-/// A norm module: `nm_rows`.
-pub(in crate::driver::cuda) fn norm(s: &mut String, dtype: DType) {
-    head(s, dtype);
+/// A norm module's kernel and entry point `nm_rows`, after its head.
+pub(in crate::driver::cuda) fn norm(s: &mut String) {
     s.push_str(NORM);
     s.push_str(
         "extern \"C\" __global__ void __launch_bounds__(256) nm_rows(const __grid_constant__ NormP p) \
@@ -38,9 +24,9 @@ pub(in crate::driver::cuda) fn norm(s: &mut String, dtype: DType) {
     );
 }
 
-/// An attention module: `at_{EP}` per padded head dim, and `at_merge`.
+/// An attention module's kernels and entry points `at_{EP}` per padded head dim and `at_merge`,
+/// after its head.
 pub(in crate::driver::cuda) fn attention(s: &mut String, dtype: DType) {
-    head(s, dtype);
     s.push_str(ATTENTION);
     let acc = acc_dtype(dtype).size();
     let b = "extern \"C\" __global__ void __launch_bounds__(128)";

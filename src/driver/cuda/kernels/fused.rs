@@ -103,9 +103,9 @@ fn strides4(v: &BufferView) -> [i64; 4] {
 }
 
 /// Queries per block of the attention kernel (`AW` in `cu/attention.cu`).
-const QUERIES_PER_BLOCK: u64 = 4;
+const QUERIES_PER_BLOCK: u64 = 8;
 /// Threads per block of the attention kernels.
-const ATTN_THREADS: u32 = 128;
+const ATTN_THREADS: u32 = 256;
 
 /// Splits of the keys for `tasks` blocks over `s` keys of tiles of `kt`, with `rows` query rows of
 /// `ev` values of `acc` bytes in the partials: enough blocks for about four per SM, each split at

@@ -29,7 +29,7 @@ pub(in crate::driver::cuda) fn norm(s: &mut String) {
 pub(in crate::driver::cuda) fn attention(s: &mut String, dtype: DType) {
     s.push_str(ATTENTION);
     let acc = acc_dtype(dtype).size();
-    let b = "extern \"C\" __global__ void __launch_bounds__(128)";
+    let b = "extern \"C\" __global__ void __launch_bounds__(256)";
     for ep in ATTN_HEAD_DIMS {
         let kt = attn_keys_per_tile(ep, acc);
         let _ = writeln!(s, "{b} at_{ep}(const __grid_constant__ AttnP p) {{ cs_enter(); at_tile<{ep}, {kt}>(p); }}");

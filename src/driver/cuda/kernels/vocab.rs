@@ -29,7 +29,7 @@ pub(in crate::driver::cuda) fn attn_keys_per_tile(ep: usize, acc_bytes: usize) -
         (128, 4) => 32,
         (128, _) => 16,
         (_, 4) => 16,
-        _ => 8,
+        _ => 4,
     }
 }
 

@@ -1,5 +1,5 @@
 // Scaled dot-product attention (PyTorch's math backend semantics), after fused_head.cu: flash
-// attention with an online softmax. A block of AW warps takes AW consecutive queries of one
+// attention with an online softmax. A block of AW (8) warps takes AW consecutive queries of one
 // (batch, head) and one split of the keys; tiles of KT keys and values are loaded into shared
 // memory (as TC) by the whole block; each warp scores its query against the tile (G = 32 / KT
 // lanes per key), keeps a running maximum m, sum l and output accumulator (EP / 32 head elements
@@ -8,7 +8,7 @@
 // at_merge merges (flash-decoding). Entry points at_{EP} and at_merge are appended by
 // kernels/codegen.rs.
 
-#define AW 4
+#define AW 8
 
 struct AttnP {
     const TS* q; const TS* k; const TS* v; const u8* mask; TS* dst; TC* part;

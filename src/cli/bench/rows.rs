@@ -138,7 +138,11 @@ mod tests {
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
         assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
-        assert_eq!(parse_only(None).unwrap().len(), 20);
+        assert_eq!(
+            parse_only(Some("rms_norm_bf16_8192x4096,sdpa_decode_bf16_b8_h32_s8192_e128")).unwrap(),
+            ["sdpa", "norms"]
+        );
+        assert_eq!(parse_only(None).unwrap().len(), 22);
     }
 
     #[test]

@@ -54,12 +54,21 @@ fn norm_reference(x: &[f64], n: usize, w: Option<&[f64]>, b: Option<&[f64]>, eps
 }
 
 /// Layer norm and RMS norm over one and two trailing dims, rows of odd lengths (one past a
-/// block's 256 threads, 4097), with weight and bias each present or absent.
+/// block's 256 threads, 4097, 9000), with weight and bias each present or absent.
 #[test]
 fn layer_norm_and_rms_norm_match_float64() -> Result<()> {
     let mut rng = Rng::new(4001);
-    let cases: [(&[usize], usize); 6] =
-        [(&[3, 7], 1), (&[2, 3, 129], 1), (&[5, 2, 50], 2), (&[2, 4097], 1), (&[1, 1], 1), (&[33, 256], 1)];
+    // Rows held in registers of 16 values a thread (up to 4096), of 32 (4097), and read three
+    // times (9000).
+    let cases: [(&[usize], usize); 7] = [
+        (&[3, 7], 1),
+        (&[2, 3, 129], 1),
+        (&[5, 2, 50], 2),
+        (&[2, 4097], 1),
+        (&[1, 1], 1),
+        (&[33, 256], 1),
+        (&[2, 9000], 1),
+    ];
     for device in devices() {
         for dtype in FLOATS {
             for (k, &(shape, dims)) in cases.iter().enumerate() {

@@ -4,7 +4,7 @@
 use super::ctx::{addr, unsupported, Ctx, PARTIALS};
 use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
-use super::vocab::{attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS};
+use super::vocab::{attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, NORM_VALUES_PER_THREAD};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::BufferView;
@@ -62,7 +62,8 @@ pub(in crate::driver::cuda) struct NormArgs<'a> {
     pub rms: bool,
 }
 
-/// Queues a layer / RMS norm: a block of 256 threads per row (`cu/norm.cu`).
+/// Queues a layer / RMS norm: a block of 256 threads per row (`cu/norm.cu`), the row held in
+/// registers when it fits.
 pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let views = [Some(a.src), a.weight, a.bias, Some(a.dst)];
     if views.iter().flatten().any(|v| !v.is_contiguous()) {
@@ -71,7 +72,12 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let r = a.src.shape.len();
     let n: usize = a.src.shape[r - a.dims..].iter().product();
     let rows = (a.src.numel() / n.max(1)) as i64;
-    let f = c.kernel(KernelId { module: ModuleKey::Norm { dtype: a.src.dtype }, entry: Entry::NormRows })?;
+    // The fewest registers that hold the row, else three reads of it.
+    let entry = NORM_VALUES_PER_THREAD
+        .iter()
+        .find(|&&v| n <= 256 * v as usize)
+        .map_or(Entry::NormRows, |&v| Entry::NormRegs(v));
+    let f = c.kernel(KernelId { module: ModuleKey::Norm { dtype: a.src.dtype }, entry })?;
     let mut p = NormP {
         src: addr(a.src),
         w: a.weight.map_or(0, addr),

@@ -2,7 +2,7 @@
 //! (`cu/fused_head.cu`): the family's kernels, and one `extern "C"` entry point per kernel.
 
 use super::sources::{ATTENTION, NORM};
-use super::vocab::{attn_keys_per_tile, ATTN_HEAD_DIMS};
+use super::vocab::{attn_keys_per_tile, ATTN_HEAD_DIMS, NORM_VALUES_PER_THREAD};
 use crate::dtype::DType;
 use std::fmt::Write;
 
@@ -15,13 +15,14 @@ pub(in crate::driver::cuda) fn acc_dtype(dtype: DType) -> DType {
     }
 }
 
-/// A norm module's kernel and entry point `nm_rows`, after its head.
+/// A norm module's kernels and entry points `nm_rows` and `nm_r{VPT}`, after its head.
 pub(in crate::driver::cuda) fn norm(s: &mut String) {
     s.push_str(NORM);
-    s.push_str(
-        "extern \"C\" __global__ void __launch_bounds__(256) nm_rows(const __grid_constant__ NormP p) \
-         { cs_enter(); nm_row_blocks(p); }\n",
-    );
+    let b = "extern \"C\" __global__ void __launch_bounds__(256)";
+    let _ = writeln!(s, "{b} nm_rows(const __grid_constant__ NormP p) {{ cs_enter(); nm_row_blocks(p); }}");
+    for vpt in NORM_VALUES_PER_THREAD {
+        let _ = writeln!(s, "{b} nm_r{vpt}(const __grid_constant__ NormP p) {{ cs_enter(); nm_reg_rows<{vpt}>(p); }}");
+    }
 }
 
 /// An attention module's kernels and entry points `at_{EP}` per padded head dim and `at_merge`,

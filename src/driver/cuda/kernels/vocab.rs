@@ -17,6 +17,9 @@ pub(in crate::driver::cuda) const THREADS: u32 = 256;
 /// the largest whose blocks run `cs_enter`'s instructions (`CS_PDL_MAX_GRID` in cu/common.cu).
 pub(in crate::driver::cuda) const PDL_MAX_GRID: u32 = 1024;
 
+/// Values per thread of the register-held norm rows (rows of up to 256 times as many elements).
+pub(in crate::driver::cuda) const NORM_VALUES_PER_THREAD: [u8; 2] = [16, 32];
+
 /// The padded head dims an attention module has a kernel for (the smallest holding `E` and `Ev`).
 pub(in crate::driver::cuda) const ATTN_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
@@ -129,8 +132,10 @@ pub(in crate::driver::cuda) enum Entry {
     Gemv,
     /// A row vector times a column-major matrix: a warp per output.
     GemvDots,
-    /// Norm rows: a block per row.
+    /// Norm rows: a block per row, read three times.
     NormRows,
+    /// Norm rows of at most 256 · `vpt` elements: a block per row, held in registers.
+    NormRegs(u8),
     /// Attention tiles with head dims padded to `32 · ep32` (`attention.rs`).
     Attn(u8),
     /// The merge of attention's split partials: a warp per query row.
@@ -175,6 +180,7 @@ impl Entry {
             Entry::Gemv => "gv_rows".into(),
             Entry::GemvDots => "gv_dots".into(),
             Entry::NormRows => format!("{prefix}_rows"),
+            Entry::NormRegs(vpt) => format!("{prefix}_r{vpt}"),
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
         }
@@ -210,7 +216,11 @@ impl ModuleKey {
                 e
             }
             ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::GemvDots],
-            ModuleKey::Norm { .. } => vec![Entry::NormRows],
+            ModuleKey::Norm { .. } => {
+                let mut e = vec![Entry::NormRows];
+                e.extend(NORM_VALUES_PER_THREAD.iter().map(|&v| Entry::NormRegs(v)));
+                e
+            }
             ModuleKey::Attention { .. } => {
                 let mut e: Vec<Entry> = ATTN_HEAD_DIMS.iter().map(|&d| Entry::Attn((d / 32) as u8)).collect();
                 e.push(Entry::AttnMerge);

@@ -460,6 +460,13 @@ fn sdpa_arguments_are_checked() -> Result<()> {
         assert!(matches!(sdpa(&q, &k, &v, Some(&int_mask), 0.0, false, true), Err(Error::DTypeMismatch { .. })));
         let k16 = k.to_dtype(DType::F16)?;
         assert!(matches!(sdpa(&q, &k16, &v, None, 0.0, false, true), Err(Error::DTypeMismatch { .. })));
+        // No keys (PyTorch: an empty softmax, then zeros) and no queries.
+        let none = Tensor::zeros([1, 2, 0, 8], DType::F32, device)?;
+        let y = sdpa(&q, &none, &none, None, 0.0, false, true)?;
+        assert_eq!((y.shape(), values(&y)?), (&[1, 4, 3, 8][..], vec![0.0; 96]));
+        assert_eq!(sdpa(&none, &k, &v, None, 0.0, false, false)?.shape(), &[1, 2, 0, 8]);
+        let y = sdpa(&Tensor::zeros([1, 4, 0, 8], DType::F32, device)?, &k, &v, None, 0.0, true, true)?;
+        assert_eq!(y.shape(), &[1, 4, 0, 8]);
         // Still usable: a valid call after the errors.
         let y = sdpa(&q, &k, &v, Some(&mask), 0.0, false, true)?;
         assert_eq!(y.shape(), &[1, 4, 3, 8]);

@@ -30,8 +30,14 @@ STEPS = [
     "alloc_free_pair", "empty_tensor", "small_op", "add_f32_256m", "sum_f32_1gib", "matmul_fp32_8192",
     "matmul_tf32_8192", "matmul_bf16_8192", "h2d_pinned_1gib", "d2h_pinned_1gib", "h2d_pageable_1gib",
     "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step", "e2e_decode_step_graphed",
-    "graph_replay", "allreduce",
+    "graph_replay", "allreduce", "random",
 ]
+# The jiterator rows live in pytorch_jit.py beside this script (their own sizes, the same protocol).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pytorch_jit  # noqa: E402
+STEPS += pytorch_jit.STEPS
+# Last: PyTorch's CUDA Sanitizer cannot be switched off once on.
+STEPS.append("small_op_sanitized")
 
 # The same table as `Sizes` in src/cli/bench/measure.rs.
 FULL = dict(pairs=200_000, empties=100_000, host_runs=7, small_ops=200, small_runs=51, elems=1 << 28,
@@ -193,6 +199,26 @@ class Bench:
         ext = self.ext()  # after the Python row, so that row survives a failed build
         ns = host_ns(torch, s["small_runs"], lambda: ext.add_ns(x, y, n))
         say("RESULT small_op_cpp", f"{ns:.6g}", "ns")
+
+    def small_op_sanitized(self):
+        # torch.add under the CUDA Sanitizer (CSAN), which stays on for the rest of the process: the
+        # last step.
+        torch, s = self.torch, self.s
+        import torch.cuda._sanitizer as csan
+
+        x, y = torch.rand(16, device="cuda"), torch.rand(16, device="cuda")
+        csan.enable_cuda_sanitizer()
+        check(torch.equal(torch.add(x, y).cpu(), x.cpu() + y.cpu()), "torch.add under CSAN disagrees with the CPU")
+        n = s["small_ops"]
+
+        def python_run():
+            t = time.perf_counter_ns()
+            for _ in range(n):
+                torch.add(x, y)
+            return (time.perf_counter_ns() - t) / n
+
+        ns = host_ns(torch, s["small_runs"], python_run)
+        say("RESULT small_op_sanitized", f"{ns:.6g}", "ns")
 
     def add_f32_256m(self):
         torch, s = self.torch, self.s
@@ -504,6 +530,11 @@ class Bench:
             del g, z
         say("RESULT graph_capture_100", f"{statistics.median_high(times):.6g}", "ms")
 
+    def random(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import pytorch_random
+        pytorch_random.rows(self.torch, self.s, say, check, device_ms, gb_per_s)
+
 
 def free_port():
     import socket
@@ -617,7 +648,10 @@ def main():
     for step in steps:
         say("PROGRESS", step)
         try:
-            getattr(bench, step)()
+            if step in pytorch_jit.STEPS:
+                pytorch_jit.measure(torch, step, args.quick)
+            else:
+                getattr(bench, step)()
         except Exception as e:  # a wrong result or an error: this step has no figure
             say("ERROR", step, f"{type(e).__name__}: {e}".replace("\n", " ")[:500])
         gc.collect()

@@ -12,6 +12,8 @@ pub use crate::alloc::{
     Snapshot, Stat, StatPool, TraceAction, TraceEntry,
 };
 pub use crate::driver::{DeviceProperties, StreamId};
+pub use crate::kernel::random::{philox4x32_10, philox_block, u53, TRANSCENDENTAL_ULP_F64};
+pub use crate::runtime::sanitizer;
 pub use crate::runtime::{
     allocator_settings, caching_allocator_alloc, caching_allocator_delete, caching_allocator_record_stream,
     can_device_access_peer, current_device, current_stream, default_stream, device_count, driver_name, empty_cache,
@@ -22,10 +24,17 @@ pub use crate::runtime::{
     reset_peak_host_memory_stats, reset_peak_memory_stats, set_device, set_per_process_memory_fraction, set_stream,
     synchronize, with_device, with_stream, DeviceGuard, Event, EventFlags, Stream, StreamGuard,
 };
+pub use crate::runtime::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
+pub use crate::tensor::jiterator;
+pub use crate::tensor::rng_cuda::{
+    default_generator, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
+    set_rng_state, set_rng_state_all,
+};
 pub use crate::tensor::{compile_kernel, CompileOptions, Dim3, HostLaunch, Kernel, KernelArg, KernelScalar};
 pub use crate::tensor::{make_graphed, GraphedCallable};
+pub use crate::tensor::{Generator, PhiloxState, RNG_STATE_BYTES};
 
 /// Allocator traces and their replay, and byte counts as PyTorch prints them (the
 /// `torch.cuda.memory` helpers that are not also in `torch.cuda`).

@@ -445,6 +445,26 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// The stream sanitizer ([`cuda::sanitizer`](crate::cuda::sanitizer)) refused an operation
+    /// whose access to device memory is not ordered after a conflicting access on another stream
+    /// (or after a use, on another stream, of memory freed since without `record_stream`). The
+    /// operation was not queued; the runtime goes on. The report names the tensor, both streams,
+    /// both operations, read or write, and the backtraces of both accesses and of the allocation.
+    #[error("{report}")]
+    UnsynchronizedAccess {
+        /// What raced, where, and where each access came from.
+        report: Box<crate::race::AccessRace>,
+    },
+    /// A call that makes the host wait for the device, made while
+    /// [`cuda::set_sync_debug_mode`](crate::cuda::set_sync_debug_mode) is `Error`
+    /// (PyTorch's "called a synchronizing CUDA operation"). It was not made.
+    #[error("{call} at {location} is a synchronizing CUDA operation (it makes the host wait for the device), refused because cuda::set_sync_debug_mode is Error; avoid the wait (keep the data on the device, use a pinned non_blocking copy and an Event) or set the mode back to Default or Warn")]
+    SynchronizingOperation {
+        /// The call (`Tensor::to_vec`, `Stream::synchronize`, …).
+        call: &'static str,
+        /// Where it was called from (`file:line:column`).
+        location: String,
+    },
     /// Several asynchronous errors are pending on one device (raised in a `Drop`, or by a
     /// collective that failed after it was queued); each is kept, in the order raised. One
     /// pending error is returned as itself. Sticky, as CUDA's: every synchronization point of the
@@ -513,6 +533,8 @@ impl Error {
             Error::CaptureUnjoined { .. } => "CaptureUnjoined",
             Error::GraphState { .. } => "GraphState",
             Error::DeviceErrors { .. } => "DeviceErrors",
+            Error::UnsynchronizedAccess { .. } => "UnsynchronizedAccess",
+            Error::SynchronizingOperation { .. } => "SynchronizingOperation",
         }
     }
 }

@@ -52,6 +52,7 @@
 //! | `with torch.cuda.stream(s):` (`torch.cuda.stream`, `torch.cuda.StreamContext`) | `let _g = `[`cuda::StreamGuard::new`]`(&s)?;` or [`cuda::with_stream`] |
 //! | `s.synchronize() / query() / wait_event(e) / wait_stream(o) / record_event(e)` | same names on [`cuda::Stream`] |
 //! | `s.cuda_stream` / `torch.cuda.ExternalStream(ptr, device)` | [`cuda::Stream::cuda_stream`] / `unsafe` [`cuda::Stream::from_external`]; the device's `CUcontext`: [`cuda::primary_context`] |
+//! | `torch.cuda.jiterator._create_jit_fn(code, **defaults)` / `_create_multi_output_jit_fn(code, n, **defaults)` | [`cuda::jiterator::create_jit_fn`]`(code, &[("alpha", 1.0)])` / [`cuda::jiterator::create_multi_output_jit_fn`] → [`cuda::jiterator::JitFn`]; [`cuda::jiterator::JitFn::call`]`(&[&a, &b], &[("alpha", 2.0)])`, [`cuda::jiterator::JitFn::call_multi`] (broadcasting, promotion, strided inputs; on the simulated machine compiled by the host's C++ compiler) |
 //! | `torch.cuda._compile_kernel(src, name, compute_capability, header_code, cuda_include_dirs, nvcc_options)` and its launch | [`cuda::compile_kernel`]`(src, name, `[`cuda::CompileOptions`]`)` → [`cuda::Kernel`]; [`cuda::Kernel::launch`]`(grid, block, shared_mem, &[`[`cuda::KernelArg`]`])` / [`cuda::Kernel::launch_on`] ([`cuda::Dim3`]); PTX and cubins: [`cuda::Kernel::from_ptx`], [`cuda::Kernel::from_cubin`]; on the simulated machine a host twin ([`cuda::Kernel::with_host_twin`], [`cuda::HostLaunch`], [`cuda::KernelScalar`]) |
 //! | `torch.cuda.Event(enable_timing, blocking)` | [`cuda::Event::new`]`(`[`cuda::EventFlags`]`)` |
 //! | `e.record(s) / query() / synchronize() / wait(s) / elapsed_time(end)` | same names on [`cuda::Event`] |
@@ -61,12 +62,21 @@
 //! | `torch.cuda.OutOfMemoryError`, other errors | [`Error`] (one enum, structured variants) |
 //! | `torch.float32`, `torch.int64`, …, `torch.promote_types`, `torch.result_type` | [`DType`], [`DType::promote_types`], [`result_type`] |
 //! | `torch.empty/zeros/ones/full/arange/rand/randn(…, dtype, device)` | [`Tensor::empty`], [`Tensor::zeros`], [`Tensor::ones`], [`Tensor::full`], [`Tensor::arange`], [`Tensor::rand`], [`Tensor::randn`] |
-//! | `torch.manual_seed(s)` | [`manual_seed`] (the same numbers on every device) |
+//! | `torch.manual_seed(s)` | [`manual_seed`] (every device's and the host's generator: the same numbers on the simulated machine and every GPU), [`initial_seed`] |
+//! | **Random numbers** (Philox4x32-10 per device, drawn on the device) | |
+//! | `torch.cuda.manual_seed(s)` / `manual_seed_all(s)` / `seed()` / `seed_all()` / `initial_seed()` | [`cuda::manual_seed`] / [`cuda::manual_seed_all`] / [`cuda::seed`] / [`cuda::seed_all`] / [`cuda::initial_seed`] |
+//! | `torch.cuda.get_rng_state(d)` / `set_rng_state(s, d)` / `get_rng_state_all()` / `set_rng_state_all(ss)` | [`cuda::get_rng_state`] / [`cuda::set_rng_state`] / [`cuda::get_rng_state_all`] / [`cuda::set_rng_state_all`] (opaque bytes, [`cuda::RNG_STATE_BYTES`]) |
+//! | `torch.cuda.default_generators[d]`, `torch.Generator(device="cuda")`, `g.manual_seed/seed/initial_seed/get_state/set_state/clone_state` | [`cuda::default_generator`], [`cuda::Generator::new`] (same method names) |
+//! | `philox_cuda_state(increment)` (ATen, for one's own kernels; graph-safe) | [`cuda::Generator::philox_state`] → [`cuda::PhiloxState`]; the stream: [`cuda::philox4x32_10`], [`cuda::philox_block`], [`cuda::u53`]; sim-vs-GPU bound [`cuda::TRANSCENDENTAL_ULP_F64`] |
+//! | `torch.rand/randn/randint/randperm(…)`, `rand_like/randn_like`, `generator=g` | [`Tensor::rand`], [`Tensor::randn`], [`Tensor::randint`], [`Tensor::randperm`], [`Tensor::rand_like`], [`Tensor::randn_like`]; `_gen` forms take a [`cuda::Generator`] ([`Tensor::rand_gen`], …) |
+//! | `t.uniform_/normal_/bernoulli_/exponential_/random_`, `torch.multinomial`, `F.dropout(x, p, training)` | [`Tensor::uniform_`], [`Tensor::normal_`], [`Tensor::bernoulli_`], [`Tensor::exponential_`], [`Tensor::random_`] / [`Tensor::random_range_`], [`Tensor::multinomial`], [`Tensor::dropout`] (and `_gen` forms) |
 //! | `torch.tensor(data)` / `t.tolist()` / `t.item()` | [`Tensor::from_slice`] / [`Tensor::to_vec`] / [`Tensor::item`] |
 //! | `t.shape / t.stride() / t.dtype / t.device / t.data_ptr()` | [`Tensor::shape`], [`Tensor::stride`], [`Tensor::dtype`], [`Tensor::device`], [`Tensor::data_ptr`] |
 //! | `t.to(device, non_blocking)` / `t.cuda()` / `t.cpu()` / `t.copy_(src, non_blocking)` | [`Tensor::to`] / [`Tensor::cuda`] / [`Tensor::cpu`] / [`Tensor::copy_`] (non-blocking between pinned memory and a device) |
 //! | `t.pin_memory()` / `t.is_pinned()` / `torch.empty(…, pin_memory=True)` | [`Tensor::pin_memory`] / [`Tensor::is_pinned`] / [`Tensor::empty_pinned`] |
 //! | `t.record_stream(s)` | [`Tensor::record_stream`] |
+//! | libtorch `torch::from_blob(ptr, sizes, strides, deleter, options)` | `unsafe` [`Tensor::from_blob`]`(ptr, shape, strides, dtype, device, owner)`: device memory made elsewhere, without a copy; the owner (the deleter) drops with the last view |
+//! | `t.__dlpack__(stream=s)` / `torch.from_dlpack(x)` | [`Tensor::to_dlpack`]`(&`[`DlpackStream`]`)` / [`Tensor::from_dlpack`] (versioned managed tensors of [`dlpark`]; the consumer's stream waits for the tensor's current stream; `stream`'s integers: [`DlpackStream::from_raw`]) |
 //! | `torch.cuda.host_memory_stats()`, `torch._C._host_emptyCache()`, `reset_peak_host_memory_stats()`, `reset_accumulated_host_memory_stats()` | [`cuda::host_memory_stats`] ([`cuda::HostMemoryStats`]), [`cuda::host_empty_cache`], [`cuda::reset_peak_host_memory_stats`], [`cuda::reset_accumulated_host_memory_stats`] |
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
 //! | `t.amax(dim)` / `t.max(dim)` (values and indices) / `t.max()` | [`Tensor::amax`] / [`Tensor::max`] / [`Tensor::max_all`] (and the `min` forms) |
@@ -96,6 +106,9 @@
 //! | `torch.cuda.CUDAGraph()`, `g.capture_begin(pool, capture_error_mode)`, `g.capture_end()`, `g.replay()`, `g.reset()`, `g.pool()`, `g.debug_dump(path)` | [`cuda::CUDAGraph`] (same method names; [`cuda::CaptureErrorMode`]) |
 //! | `with torch.cuda.graph(g, pool=…, stream=…, capture_error_mode=…):` | [`cuda::graph`]`(&mut g, `[`cuda::GraphOptions`]`, \|\| …)` |
 //! | `torch.cuda.is_current_stream_capturing()` | [`cuda::is_current_stream_capturing`] |
+//! | **Stream safety and diagnostics** | |
+//! | `TORCH_CUDA_SANITIZER=1` / `torch.cuda._sanitizer.enable_cuda_sanitizer()` | `CUDASEM_SANITIZER=1` / [`cuda::sanitizer`]`::enable()`, `disable()`, `is_enabled()`, `set_stack_traces(on)`; a race is [`Error::UnsynchronizedAccess`] ([`cuda::sanitizer::AccessRace`]) |
+//! | `torch.cuda.set_sync_debug_mode("default"/"warn"/"error")` / `get_sync_debug_mode()` | [`cuda::set_sync_debug_mode`]`(`[`cuda::SyncDebugMode`]`::…)` / [`cuda::get_sync_debug_mode`]; `Error` mode: [`Error::SynchronizingOperation`] |
 //! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
 //! | `torch.backends.cuda.matmul.allow_tf32 = True` | [`cuda::backends`]`::matmul::set_allow_tf32(true)` |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
@@ -197,6 +210,7 @@ mod loom_pinned;
 #[cfg(feature = "memviz")]
 pub mod memviz;
 pub mod nn;
+mod race;
 mod runtime;
 mod scalar;
 mod sync;
@@ -215,6 +229,11 @@ pub use scalar::Scalar;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The DLPack crate cudasem's [`Tensor::to_dlpack`] and [`Tensor::from_dlpack`] speak
+/// (`dlpark::versioned::Dlpack`, the owning handle of a `DLManagedTensorVersioned`), re-exported
+/// so that a user's PyO3 module uses the same version.
+pub use dlpark;
+pub use tensor::DlpackStream;
 pub use tensor::{
     initial_seed, manual_seed, result_type, IntoShape, Number, Operand, Shape, SliceBounds, SliceRange, Tensor,
 };

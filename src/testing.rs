@@ -24,6 +24,18 @@ pub fn delay(stream: &Stream, duration: Duration) -> Result<()> {
     stream.delay(duration)
 }
 
+/// Sets the simulated machine's schedule from now on (`CUDASEM_SIM_SCHEDULE`): `Some(seed)` an
+/// adversarial one — streams' work held back in hostile but legal orders, reproducible per seed —
+/// `None` the default. No effect on real GPUs.
+pub fn set_sim_schedule(seed: Option<u64>) {
+    crate::driver::sim::schedule::set(seed);
+}
+
+/// The simulated machine's schedule in force (`None`: the default).
+pub fn sim_schedule() -> Option<u64> {
+    crate::driver::sim::schedule::get()
+}
+
 /// The process's configuration, resolved once: the one `cudasem::init` gave, else the
 /// environment's (read now, if nothing read it before; a later `init` is then refused). Every
 /// layer received its settings from this value.

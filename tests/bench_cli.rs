@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 34] = [
+const ROWS: [&str; 44] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -39,6 +39,16 @@ const ROWS: [&str; 34] = [
     "allreduce_8kib_latency",
     "user_kernel_launch_host",
     "user_kernel_launch_raw_cudarc",
+    "randn_f32_256m",
+    "rand_bf16_256m",
+    "dropout_bf16_8192x8192",
+    "jit_swiglu_bf16",
+    "jit_swiglu_bf16_eager",
+    "jit_small_call_host",
+    "jit_first_call_cold",
+    "jit_first_call_warm",
+    "small_op_sanitized",
+    "small_op_sanitized_no_stacks",
     "sdpa_bf16_causal_b8_h16_t1024_e64",
     "sdpa_bf16_causal_b1_h32_t4096_e128",
     "sdpa_decode_bf16_b8_h32_s8192_e128",
@@ -180,7 +190,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 23 && err.contains("bench 22/22 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 28 && err.contains("bench 27/27 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

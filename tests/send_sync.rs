@@ -42,6 +42,8 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<cuda::AllocatorSettings>();
     assert_send_sync::<cuda::Snapshot>();
     assert_send_sync::<cuda::MemoryStats>();
+    assert_send_sync::<cudasem::DlpackStream>();
+    assert_send_sync::<cudasem::dlpark::versioned::Dlpack>();
 }
 
 /// Implemented twice for `Send` types, so `<T as AmbiguousIfSend<_>>::some_item()` only compiles

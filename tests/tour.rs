@@ -48,6 +48,7 @@ fn assert_tour_passes(env: &[(&str, &str)], lines: &[&str]) -> String {
         "non-blocking-overlap",
         "pinned-vs-pageable",
         "cuda-graphs",
+        "stream-sanitizer",
     ] {
         assert!(text.lines().any(|l| l == format!("ok {section}")), "no `ok {section}` with {env:?}:\n{text}");
     }

@@ -88,6 +88,14 @@ pub struct Config {
     /// The CUDA driver's settings: the kernel cache (`CUDASEM_KERNEL_CACHE`), the NCCL library
     /// (`CUDASEM_NCCL_LIB`) and the launch tuning of benchmark runs.
     pub cuda: CudaSettings,
+    /// Whether the stream sanitizer starts on (`cuda::sanitizer`; PyTorch's
+    /// `TORCH_CUDA_SANITIZER`). `CUDASEM_SANITIZER` in the environment (`1`/`true`/`on`; unset,
+    /// empty, `0`, `false` or `off`: off).
+    pub sanitizer: bool,
+    /// The simulated machine's schedule: `None` the default, `Some(seed)` an adversarial one
+    /// (hostile but legal orders of its streams' work, reproducible per seed).
+    /// `CUDASEM_SIM_SCHEDULE` in the environment: `default` or `adversarial:SEED`.
+    pub sim_schedule: Option<u64>,
 }
 
 impl Config {
@@ -118,7 +126,15 @@ impl Config {
             visible_devices: lookup(VISIBLE_DEVICES_ENV)?,
             allocator: AllocatorSettings::from_lookup(lookup)?,
             cuda: CudaSettings::from_lookup(lookup)?,
+            sanitizer: sanitizer_from_lookup(lookup)?,
+            sim_schedule: schedule_from_lookup(lookup)?,
         })
+    }
+
+    /// The same with the stream sanitizer on or off from the start.
+    pub fn with_sanitizer(mut self, on: bool) -> Config {
+        self.sanitizer = on;
+        self
     }
 
     /// The same with the driver set.
@@ -189,6 +205,36 @@ impl Config {
     }
 }
 
+/// `CUDASEM_SIM_SCHEDULE`: `default` (or unset / empty) or `adversarial:SEED`.
+fn schedule_from_lookup(lookup: Lookup) -> Result<Option<u64>> {
+    const KEY: &str = "CUDASEM_SIM_SCHEDULE";
+    let Some(v) = lookup(KEY)? else { return Ok(None) };
+    match v.trim() {
+        "" | "default" => Ok(None),
+        s => s.strip_prefix("adversarial:").and_then(|n| n.trim().parse().ok()).map(Some).ok_or_else(|| {
+            crate::error::Error::InvalidConfig {
+                key: KEY.into(),
+                value: v.clone(),
+                reason: "expected `default` or `adversarial:SEED` with SEED a number such as `adversarial:7`".into(),
+            }
+        }),
+    }
+}
+
+/// `CUDASEM_SANITIZER`: on or off.
+fn sanitizer_from_lookup(lookup: Lookup) -> Result<bool> {
+    const KEY: &str = "CUDASEM_SANITIZER";
+    match lookup(KEY)?.as_deref().map(str::trim) {
+        None | Some("" | "0" | "false" | "off") => Ok(false),
+        Some("1" | "true" | "on") => Ok(true),
+        Some(other) => Err(crate::error::Error::InvalidConfig {
+            key: KEY.into(),
+            value: other.into(),
+            reason: "expected 1/true/on or 0/false/off".into(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +243,29 @@ mod tests {
     fn conf(env: &[(&str, &str)]) -> Result<AllocatorSettings> {
         let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_env_with(|k| env.get(k).cloned()).map(|c| c.allocator)
+    }
+
+    fn from(env: &[(&str, &str)]) -> Result<Config> {
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_env_with(|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn the_sanitizer_and_the_sim_schedule_read_from_the_environment() {
+        assert!(!from(&[]).unwrap().sanitizer);
+        for (v, on) in [("1", true), ("true", true), ("on", true), ("0", false), ("off", false), ("", false)] {
+            assert_eq!(from(&[("CUDASEM_SANITIZER", v)]).unwrap().sanitizer, on, "{v}");
+        }
+        let e = from(&[("CUDASEM_SANITIZER", "yes please")]).unwrap_err();
+        assert!(matches!(&e, crate::Error::InvalidConfig { key, .. } if key == "CUDASEM_SANITIZER"), "{e}");
+        assert_eq!(from(&[]).unwrap().sim_schedule, None);
+        for (v, want) in [("default", None), ("adversarial:7", Some(7)), (" adversarial:123 ", Some(123))] {
+            assert_eq!(from(&[("CUDASEM_SIM_SCHEDULE", v)]).unwrap().sim_schedule, want, "{v}");
+        }
+        for bad in ["adversarial", "adversarial:x", "hostile:3"] {
+            let e = from(&[("CUDASEM_SIM_SCHEDULE", bad)]).unwrap_err();
+            assert!(matches!(&e, crate::Error::InvalidConfig { key, .. } if key == "CUDASEM_SIM_SCHEDULE"), "{e}");
+        }
     }
 
     #[test]

@@ -208,6 +208,11 @@ pub trait Driver: Send + Sync + 'static {
     /// 0 for the legacy default stream), and must stay live for as long as the returned handle
     /// is used: the driver never destroys a stream it did not make.
     unsafe fn import_stream(&self, device: usize, raw: u64) -> Result<(StreamId, i32)>;
+    /// Checks that `bytes` bytes from `ptr` are memory `device` can address, for memory made
+    /// elsewhere (`Tensor::from_blob`, DLPack imports): on the simulated machine, live memory of that
+    /// device (one allocation, or mapped pieces of one reservation); on CUDA, device memory whose
+    /// first and last bytes the driver attributes to `device`. [`Error::InvalidPointer`] otherwise.
+    fn check_foreign_range(&self, device: usize, ptr: DevicePtr, bytes: usize) -> Result<()>;
 
     /// A new event on `device`.
     fn event_create(&self, device: usize, enable_timing: bool, blocking: bool) -> Result<EventId>;
@@ -412,6 +417,19 @@ pub trait Driver: Send + Sync + 'static {
             op: "launch",
             driver: self.name(),
             reason: "host twins of kernels run on the simulated machine only".into(),
+        })
+    }
+    /// Queues a jiterator call on `stream` (`torch.cuda.jiterator`): the CUDA driver compiles
+    /// the function into its elementwise kernels, the simulated machine into a host library run
+    /// on the stream's worker. The caller validated the op (shapes, dtypes, devices) and keeps
+    /// its memory alive until it has run. A compile error is an [`Error::Driver`] whose message
+    /// is the compiler's log.
+    fn jit_launch(&self, stream: StreamId, op: &crate::kernel::JitOp) -> Result<()> {
+        let _ = (stream, op);
+        Err(Error::Unsupported {
+            op: "jiterator",
+            driver: self.name(),
+            reason: "this driver cannot run jiterator functions".into(),
         })
     }
     /// Changes the launch shapes of the tensor kernels ([`Config::cuda`](crate::Config::cuda)'s

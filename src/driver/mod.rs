@@ -18,6 +18,7 @@
 mod api;
 pub mod comm;
 pub mod cuda;
+pub(crate) mod dlpack;
 pub(crate) mod exit;
 mod select;
 pub mod sim;

@@ -15,8 +15,10 @@ use std::sync::Arc;
 /// [`sim::SimConfig::visible`]): `sim` describes the whole machine, the list selects from it.
 pub fn build(config: &Config) -> Result<Arc<dyn Driver>> {
     let sim_driver = || -> Result<Arc<dyn Driver>> {
+        sim::schedule::set(config.sim_schedule);
         let visible = config.visible_devices_with(&env_var)?;
-        Ok(Arc::new(sim::SimDriver::with_visible_devices(config.sim.clone(), visible.as_deref())))
+        let sim = sim::SimDriver::with_visible_devices(config.sim.clone(), visible.as_deref());
+        Ok(Arc::new(sim.with_jit_cache(config.cuda.kernel_cache.dir())))
     };
     match config.driver {
         DriverKind::Cuda => Ok(Arc::new(cuda::CudaDriver::new(&config.cuda))),

@@ -17,13 +17,17 @@
 
 pub mod dims;
 mod fused;
+mod jit;
 mod ptr;
+pub mod random;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::scalar::Scalar;
 pub use dims::Dims;
+pub use jit::{jit_compute, jit_ctype, JitCode, JitOp, JitParam};
 pub use ptr::{DevicePtr, HostPtr};
+pub use random::{Distribution, PhiloxSource, RandomOp};
 
 /// A strided view of a buffer: `shape` and `strides` in elements, from element `offset` of `ptr`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,6 +411,8 @@ pub enum KernelOp {
         /// a block of the capture's private pool, which the graph keeps.
         workspace: Option<Workspace>,
     },
+    /// Fills `dst` with random draws from the Philox stream (`random.rs`).
+    Random(Box<RandomOp>),
     /// Layer norm (`rms`: RMS norm) of each row of `src` over its last `dims` dimensions
     /// (PyTorch's `F.layer_norm` / `F.rms_norm`): `(x - mean) / sqrt(var + eps) * weight + bias`
     /// with the biased variance, or `x / sqrt(mean(x²) + eps) * weight`; statistics accumulate in
@@ -534,6 +540,7 @@ impl KernelOp {
             KernelOp::Norm { rms: false, .. } => "layer_norm".into(),
             KernelOp::Norm { rms: true, .. } => "rms_norm".into(),
             KernelOp::Attention { .. } => "scaled_dot_product_attention".into(),
+            KernelOp::Random(r) => format!("random {}", r.dist.name()),
         }
     }
 
@@ -556,6 +563,7 @@ impl KernelOp {
             KernelOp::Attention { q, k, v, mask, .. } => {
                 [Some(q), Some(k), Some(v), mask.as_ref()].into_iter().flatten().collect()
             }
+            KernelOp::Random(r) => r.src.iter().chain(r.slot()).collect(),
         }
     }
 
@@ -578,6 +586,7 @@ impl KernelOp {
             KernelOp::Where { cond, a, b, .. } => [Some(cond), Some(a), Some(b), dst, None],
             KernelOp::Norm { src, weight, bias, .. } => [Some(src), weight.as_ref(), bias.as_ref(), dst, None],
             KernelOp::Attention { q, k, v, mask, .. } => [Some(q), Some(k), Some(v), mask.as_ref(), dst],
+            KernelOp::Random(r) => [r.src.as_ref(), r.slot(), dst, None, None],
         }
     }
 
@@ -610,6 +619,7 @@ impl KernelOp {
             | KernelOp::Norm { dst, .. }
             | KernelOp::Attention { dst, .. }
             | KernelOp::Gemm { dst, .. } => dst,
+            KernelOp::Random(r) => &r.dst,
         }
     }
 
@@ -627,6 +637,7 @@ impl KernelOp {
         let dst = self.output();
         match self {
             KernelOp::Fill { .. } => Ok(()),
+            KernelOp::Random(r) => r.validate(),
             KernelOp::Cast { src, .. } | KernelOp::Unary { src, .. } => same_shape("input", src, dst),
             KernelOp::CopyStrided { src, .. } => {
                 same_shape("input", src, dst)?;

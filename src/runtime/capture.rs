@@ -61,6 +61,21 @@ struct State {
     /// The matrix products' workspace of each stream of the capture that queued one (its block
     /// is in `keep`).
     workspaces: HashMap<StreamId, Workspace>,
+    /// The generators the capture's random draws read, by generator id.
+    rng: HashMap<u64, RngUse>,
+}
+
+/// What a replay does first for a generator a graph draws from: given the replay's stream and
+/// the Philox blocks the graph's draws take, write the generator's seed and offset into the
+/// graph's slot and advance the generator by those blocks (PyTorch's `replay_prologue`).
+pub(crate) type RngReplay = Arc<dyn Fn(&super::Stream, u64) -> Result<()> + Send + Sync>;
+
+/// A generator a capture draws from: the device slot its kernels read `(seed, offset)` from,
+/// the blocks its draws took so far, and the replay's prologue.
+struct RngUse {
+    slot: crate::kernel::DevicePtr,
+    blocks: u64,
+    replay: RngReplay,
 }
 
 /// A capture underway.
@@ -157,6 +172,39 @@ impl Capture {
         st.workspaces.insert(stream, w);
         st.keep.push(block);
         Ok(w)
+    }
+}
+
+impl Capture {
+    /// A random draw of `blocks` Philox blocks from generator `id` queued in the capture: the
+    /// generator's slot (made by `make` on its first draw: the slot's address, what the graph
+    /// keeps alive, and the replay's prologue) and the blocks the capture's earlier draws from it
+    /// took (the draw's offset from the slot's base).
+    pub fn rng_draw(
+        &self,
+        id: u64,
+        blocks: u64,
+        make: impl FnOnce() -> Result<(crate::kernel::DevicePtr, KeepAlive, RngReplay)>,
+    ) -> Result<(crate::kernel::DevicePtr, u64)> {
+        if !self.state().rng.contains_key(&id) {
+            // Allocated without the state's lock (the allocator's routing filter takes it).
+            let (slot, keep, replay) = make()?;
+            let mut st = self.state();
+            if let std::collections::hash_map::Entry::Vacant(e) = st.rng.entry(id) {
+                e.insert(RngUse { slot, blocks: 0, replay });
+                st.keep.push(keep);
+            }
+        }
+        let mut st = self.state();
+        let u = st.rng.get_mut(&id).ok_or_else(|| Error::Internal { op: "rng_draw", reason: "no slot".into() })?;
+        let offset = u.blocks;
+        u.blocks = u.blocks.wrapping_add(blocks);
+        Ok((u.slot, offset))
+    }
+
+    /// The replay prologues of the capture's generators, with the blocks each graph replay takes.
+    pub fn take_rng(&self) -> Vec<(RngReplay, u64)> {
+        self.state().rng.drain().map(|(_, u)| (u.replay, u.blocks)).collect()
     }
 }
 

@@ -51,13 +51,18 @@ pub fn get_device_properties(device: impl IntoCudaDevice) -> Result<DeviceProper
 /// Also returns the asynchronous errors pending on the device (raised in a `Drop`, or by a
 /// collective that failed after it was queued), which stay pending until
 /// [`get_last_error`](crate::cuda::get_last_error) takes them (sticky, as CUDA's).
+#[track_caller]
 pub fn synchronize(device: impl IntoCudaDevice) -> Result<()> {
     let rt = rt()?;
     let device = rt.device(device)?;
     if super::capture::active() {
         super::capture::check_device("cuda::synchronize", device)?;
     }
+    super::sync_debug::on_sync("cuda::synchronize")?;
     rt.driver.synchronize_device(device)?;
+    if super::sanitizer::enabled() {
+        super::sanitizer::host_waits_device(device);
+    }
     super::errors::check(device)
 }
 

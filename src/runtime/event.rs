@@ -35,6 +35,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let slot = self.slot.get_mut().unwrap_or_else(|e| e.into_inner());
         if let (Some((_, id)), Ok(rt)) = (slot.take(), rt()) {
+            if super::sanitizer::enabled() {
+                super::sanitizer::event_destroyed(id);
+            }
             rt.driver.event_destroy(id);
         }
     }
@@ -144,7 +147,12 @@ impl Event {
                 if super::capture::active() {
                     super::capture::check_event("Event::query", id)?;
                 }
-                rt()?.driver.event_query(id)
+                let done = rt()?.driver.event_query(id)?;
+                if done && super::sanitizer::enabled() {
+                    // The host saw the recorded work done: what it queues next is ordered after it.
+                    super::sanitizer::host_waits_event(id);
+                }
+                Ok(done)
             }
             None => Ok(true),
         }
@@ -153,13 +161,18 @@ impl Event {
     /// Waits on the host until the recorded work has completed (returns at once if never
     /// recorded); then returns the asynchronous errors pending on its device, if any (sticky
     /// until [`get_last_error`](crate::cuda::get_last_error)).
+    #[track_caller]
     pub fn synchronize(&self) -> Result<()> {
         match self.handle() {
             Some((device, id)) => {
                 if super::capture::active() {
                     super::capture::check_event("Event::synchronize", id)?;
                 }
+                super::sync_debug::on_sync("Event::synchronize")?;
                 rt()?.driver.event_synchronize(id)?;
+                if super::sanitizer::enabled() {
+                    super::sanitizer::host_waits_event(id);
+                }
                 super::errors::check(device)
             }
             None => Ok(()),

@@ -68,3 +68,13 @@ pub fn primary_context(device: impl IntoCudaDevice) -> Result<u64> {
     let rt = rt()?;
     rt.driver.raw_context(rt.device(device)?)
 }
+
+/// Checks that `bytes` bytes from `ptr` are memory `device` can address (memory made elsewhere,
+/// before a tensor views it: `Tensor::from_blob`, DLPack imports);
+/// [`Error::InvalidPointer`](crate::Error::InvalidPointer) otherwise,
+/// [`Error::InvalidDevice`](crate::Error::InvalidDevice) for a device that does not exist.
+pub(crate) fn check_foreign_memory(device: usize, ptr: u64, bytes: usize) -> Result<()> {
+    let rt = rt()?;
+    let device = rt.check(device)?;
+    rt.driver.check_foreign_range(device, crate::driver::DevicePtr(ptr), bytes)
+}

@@ -87,6 +87,9 @@ struct Captured {
     /// workspaces, blocks of its pool (dropped with the graph, before it releases the pool:
     /// fields drop in order).
     keep: Vec<KeepAlive>,
+    /// The generators the graph draws from: each replay first runs their prologue (which holds
+    /// the slot, a block of the pool: dropped before the pool is released).
+    rng: Vec<(capture::RngReplay, u64)>,
     pool_use: PoolUse,
 }
 
@@ -210,6 +213,7 @@ impl CUDAGraph {
         let ended = rt.driver.end_capture(p.stream.driver_id());
         let _ = p.pool_use.end_routing();
         let finished = p.capture.finish();
+        let rng = p.capture.take_rng();
         capture::end(&p.capture);
         let graph = match (finished, ended) {
             (Ok(keep), Ok(graph)) => (keep, graph),
@@ -218,6 +222,7 @@ impl CUDAGraph {
                     rt.driver.graph_destroy(g);
                 }
                 let _ = p.pool_use.release();
+                super::sanitizer::capture_ended(p.capture.id, None);
                 return Err(finished.err().or(ended.err()).unwrap_or_else(|| Error::Internal {
                     op: "CUDAGraph::capture_end",
                     reason: "capture failed without an error".into(),
@@ -225,8 +230,11 @@ impl CUDAGraph {
             }
         };
         let (keep, graph) = graph;
+        if super::sanitizer::enabled() {
+            super::sanitizer::capture_ended(p.capture.id, Some(graph));
+        }
         let nodes = rt.driver.graph_node_count(graph).unwrap_or(0);
-        self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use });
+        self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use, rng });
         Ok(())
     }
 
@@ -240,6 +248,7 @@ impl CUDAGraph {
         }
         let _ = p.pool_use.end_routing();
         capture::end(&p.capture);
+        super::sanitizer::capture_ended(p.capture.id, None);
         let _ = p.pool_use.release();
     }
 
@@ -256,6 +265,14 @@ impl CUDAGraph {
                 format!("{stream:?} is capturing (id {}); replay the graph outside the capture", cap.id),
             ));
         }
+        if super::sanitizer::enabled() {
+            super::sanitizer::replay(c.graph, &stream).map_err(|report| Error::UnsynchronizedAccess { report })?;
+        }
+        // The generators' seeds and offsets go into the graph's slots first, in stream order,
+        // and each generator advances by the blocks the graph's draws take.
+        for (prologue, blocks) in &c.rng {
+            prologue(&stream, *blocks)?;
+        }
         rt()?.driver.graph_launch(c.graph, stream.driver_id())
     }
 
@@ -270,8 +287,11 @@ impl CUDAGraph {
                 Ok(())
             }
             State::Captured(c) => {
+                super::sanitizer::graph_destroyed(c.graph);
                 rt()?.driver.graph_destroy(c.graph);
-                // Blocks of the pool it kept (workspaces) go back to the pool first.
+                // Blocks of the pool it kept (workspaces, the generators' slots) go back to the
+                // pool first.
+                drop(c.rng);
                 drop(c.keep);
                 c.pool_use.release()
             }

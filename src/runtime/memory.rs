@@ -52,6 +52,9 @@ impl DeviceBlock {
         let device = stream.device();
         let alloc = rt()?.allocator(device)?;
         let ptr = alloc.malloc(bytes, stream.driver_id())?;
+        if super::sanitizer::enabled() {
+            super::sanitizer::allocated(device, ptr.0, bytes, stream.driver_id());
+        }
         Ok(DeviceBlock { device, ptr, alloc, poison: std::sync::OnceLock::new(), stream: stream.driver_id() })
     }
 
@@ -92,7 +95,11 @@ impl DeviceBlock {
     /// Marks the block as used on `stream` (a stream of its device, checked by the caller): once
     /// freed, it is reused only after the work queued on `stream` until now has completed.
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
-        self.alloc.record_stream(self.ptr, stream.driver_id())
+        self.alloc.record_stream(self.ptr, stream.driver_id())?;
+        if super::sanitizer::enabled() {
+            super::sanitizer::record_stream(self.device, self.ptr.0, stream.driver_id());
+        }
+        Ok(())
     }
 
     /// [`DeviceBlock::record_stream`] when `stream` (of the block's device) is not the one the
@@ -108,6 +115,9 @@ impl DeviceBlock {
 
 impl Drop for DeviceBlock {
     fn drop(&mut self) {
+        if super::sanitizer::enabled() {
+            super::sanitizer::freed(self.device, self.ptr.0, self.alloc.block_size(self.ptr));
+        }
         // Back to the cache of the stream it was allocated on: reused only by work queued there
         // later (stream order), as PyTorch does. A failure is kept for the next synchronize.
         if let Err(e) = self.alloc.free(self.ptr) {

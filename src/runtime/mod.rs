@@ -18,17 +18,39 @@ mod mem_pool;
 mod memory;
 mod pool;
 mod registry;
+pub mod sanitizer;
 mod stream;
 mod stream_handle;
+mod sync_debug;
 mod work;
 
 pub(crate) use capture::active as capture_underway;
 pub(crate) use capture::KeepAlive;
+pub(crate) use capture::RngReplay;
+
+/// The capture `stream` belongs to, if any (the tensor layer's random draws register their
+/// generator with it: [`rng_draw`]).
+#[inline]
+pub(crate) fn rng_draw(
+    stream: &Stream,
+    id: u64,
+    blocks: u64,
+    make: impl FnOnce() -> crate::error::Result<(crate::kernel::DevicePtr, KeepAlive, RngReplay)>,
+) -> crate::error::Result<Option<(crate::kernel::DevicePtr, u64)>> {
+    if !capture::active() {
+        return Ok(None);
+    }
+    match capture::of_stream(stream.driver_id()) {
+        Some(c) => c.rng_draw(id, blocks, make).map(Some),
+        None => Ok(None),
+    }
+}
 pub(crate) use current::current_of;
 pub use current::{current_stream, default_stream, set_stream, with_stream, StreamGuard};
 pub use devices::*;
 pub use errors::{get_last_error, peek_at_last_error};
 pub use event::{Event, EventFlags};
+pub(crate) use external::check_foreign_memory;
 pub use external::primary_context;
 pub use graph::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 
@@ -59,7 +81,9 @@ pub use memory::*;
 pub(crate) use registry::driver;
 pub use registry::init;
 pub(crate) use registry::{resolve_device, resolved_config, rt, set_launch_tuning, Runtime};
+pub(crate) use sanitizer::Span as SanitizerSpan;
 pub use stream_handle::Stream;
+pub use sync_debug::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub(crate) use work::{
     comm_init_all, comm_init_rank, comm_unique_id, user_module_load, user_param_sizes, Operand, NO_OPERANDS,
 };

@@ -41,6 +41,9 @@ impl Runtime {
     /// The runtime over the driver that `config` asks for.
     fn new(config: &Config) -> Result<Runtime> {
         let driver = driver::build(config)?;
+        if config.sanitizer {
+            super::sanitizer::enable();
+        }
         let n = driver.device_count();
         let devices = (0..n)
             .map(|d| DeviceState {

@@ -63,12 +63,17 @@ impl Stream {
 
     /// Waits until all work queued on this stream has completed. Also returns the asynchronous
     /// errors pending on its device (sticky until [`get_last_error`](crate::cuda::get_last_error)).
+    #[track_caller]
     pub fn synchronize(&self) -> Result<()> {
         if super::capture::active() {
             super::capture::check_blocking("Stream::synchronize", Some(self.id))?;
         }
+        super::sync_debug::on_sync("Stream::synchronize")?;
         let rt = rt()?;
         rt.driver.stream_synchronize(self.id)?;
+        if super::sanitizer::enabled() {
+            super::sanitizer::host_waits_stream(self.id);
+        }
         super::errors::check(self.device)
     }
 
@@ -79,6 +84,10 @@ impl Stream {
             super::capture::check_blocking("Stream::query", Some(self.id))?;
         }
         let done = rt()?.driver.stream_query(self.id)?;
+        if done && super::sanitizer::enabled() {
+            // The host saw the work done: what it queues next is ordered after it.
+            super::sanitizer::host_waits_stream(self.id);
+        }
         super::errors::check(self.device)?;
         Ok(done)
     }

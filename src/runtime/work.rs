@@ -18,13 +18,16 @@
 use super::capture::{self, KeepAlive};
 use super::memory::DeviceBlock;
 use super::rt;
+use super::sanitizer::{self, Span};
 use super::stream_handle::Stream;
+use super::sync_debug;
 use crate::alloc::MemPoolId;
 use crate::driver::comm::{Collective, Comm, HostJob, HostKernel};
 use crate::driver::{DevicePtr, EventId, HostPtr};
 use crate::driver::{LaunchShape, UserArg, UserFunctionId, UserImage};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::{DenseBinary, KernelOp, Workspace, GEMM_WORKSPACE_BYTES};
+use crate::race::RaceTensor;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +48,40 @@ pub(crate) trait Operand {
     fn pool(&self) -> Option<MemPoolId>;
     /// An owned handle that keeps the memory alive (cloned only while capturing).
     fn keep_alive(&self) -> KeepAlive;
+    /// For the stream sanitizer: the bytes of device memory the operand covers and the tensor
+    /// it is (`None`: memory without a name). Asked only while the sanitizer is on.
+    fn describe(&self) -> Option<(Span, RaceTensor)> {
+        None
+    }
+    /// Whether the work may write the operand's memory: asked only for work whose accesses the
+    /// door takes from its operands (user kernels, host kernels). `true` unless declared
+    /// read-only (a user kernel's `KernelArg::read`).
+    fn writes(&self) -> bool {
+        true
+    }
+}
+
+/// The spans a kernel reads (`false`) and writes (`true`), on `device`.
+fn op_accesses(device: usize, op: &KernelOp) -> Vec<(Span, bool)> {
+    view_accesses(device, op.inputs(), op.outputs())
+}
+
+/// The byte ranges of device memory that views `reads` and `writes` of `device` cover.
+fn view_accesses<'v>(
+    device: usize,
+    reads: impl IntoIterator<Item = &'v crate::kernel::BufferView>,
+    writes: impl IntoIterator<Item = &'v crate::kernel::BufferView>,
+) -> Vec<(Span, bool)> {
+    let span = |v: &crate::kernel::BufferView, w| {
+        v.byte_span().filter(|(p, _)| p.0 != 0).map(|(p, n)| (Span { device, start: p.0, end: p.0 + n as u64 }, w))
+    };
+    let reads = reads.into_iter().filter_map(|v| span(v, false));
+    reads.chain(writes.into_iter().filter_map(|v| span(v, true))).collect()
+}
+
+/// The accesses of work that declares them through its operands.
+fn operand_accesses<T: Operand + ?Sized>(uses: &[&T]) -> Vec<(Span, bool)> {
+    uses.iter().filter_map(|u| u.describe().map(|(s, _)| (s, u.writes()))).collect()
 }
 
 /// No operands: work that touches no memory (a delay), or raw memory its caller keeps alive
@@ -52,6 +89,31 @@ pub(crate) trait Operand {
 pub(crate) const NO_OPERANDS: &[&dyn Operand] = &[];
 
 impl Stream {
+    /// `bytes` bytes at `ptr` of this stream's device.
+    fn span(&self, ptr: DevicePtr, bytes: usize) -> Span {
+        Span { device: self.device(), start: ptr.0, end: ptr.0.saturating_add(bytes as u64) }
+    }
+
+    /// The stream sanitizer's check of work about to be queued (only while it is on): refuses
+    /// an access that races with an earlier one, naming the tensor from `uses`.
+    #[cold]
+    fn sanitize<T: Operand + ?Sized>(
+        &self,
+        op: &dyn Fn() -> String,
+        accesses: &[(Span, bool)],
+        uses: &[&T],
+    ) -> Result<()> {
+        sanitizer::access(self, op, accesses).map_err(|mut report| {
+            let at = (report.device, report.address);
+            report.tensor = uses
+                .iter()
+                .filter_map(|u| u.describe())
+                .find(|(s, _)| s.device == at.0 && s.start <= at.1 && at.1 < s.end)
+                .map(|(_, t)| t);
+            Error::UnsynchronizedAccess { report }
+        })
+    }
+
     /// Tells a capture this stream belongs to that work using `uses` was queued on it (one
     /// relaxed load when no capture is underway).
     #[inline]
@@ -76,6 +138,9 @@ impl Stream {
     /// [`crate::Error::Unsupported`] where the driver has no kernel for it.
     #[inline]
     pub(crate) fn launch<T: Operand + ?Sized>(&self, op: &KernelOp, uses: &[&T]) -> Result<()> {
+        if sanitizer::enabled() {
+            self.sanitize(&|| op.name(), &op_accesses(self.device(), op), uses)?;
+        }
         if capture::active() {
             return self.launch_during_capture(op, uses);
         }
@@ -113,6 +178,12 @@ impl Stream {
     /// fast lane.
     #[inline]
     pub(crate) fn launch_dense_binary<T: Operand + ?Sized>(&self, op: &DenseBinary, uses: &[&T]) -> Result<()> {
+        if sanitizer::enabled() {
+            let bytes = |(p, d): (DevicePtr, crate::dtype::DType)| self.span(p, op.n * d.size());
+            let mut accesses = vec![(bytes(op.dst), true), (bytes(op.lhs), false)];
+            accesses.extend(op.rhs_value.is_none().then(|| (bytes(op.rhs), false)));
+            self.sanitize(&|| format!("binary {}", op.op.name()), &accesses, uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.launch_dense_binary(self.driver_id(), op)
     }
@@ -126,28 +197,51 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        if sanitizer::enabled() {
+            self.sanitize(&|| "memset".into(), &[(self.span(dst, bytes), true)], uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.memset_d8(dst, value, bytes, self.driver_id())
     }
 
-    /// Copies host bytes to `dst` in the stream's order; returns once `src` may be reused.
+    /// Copies host bytes to `dst` in the stream's order; returns once the stream has run it.
     #[inline]
+    #[track_caller]
     pub(crate) fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         if capture::active() {
             capture::check_blocking(HTOD, Some(self.driver_id()))?;
         }
-        rt()?.driver.memcpy_htod(dst, src, self.driver_id())
+        sync_debug::on_sync(HTOD)?;
+        if sanitizer::enabled() {
+            let op = || "blocking copy host to device".to_string();
+            self.sanitize(&op, &[(self.span(dst, src.len()), true)], NO_OPERANDS)?;
+        }
+        rt()?.driver.memcpy_htod(dst, src, self.driver_id())?;
+        // Both drivers synchronize the stream before returning (PyTorch's blocking copy does too).
+        if sanitizer::enabled() {
+            sanitizer::host_waits_stream(self.driver_id());
+        }
+        Ok(())
     }
 
     /// Copies device bytes at `src` to the host in the stream's order; returns once `dst`
     /// holds them.
     #[inline]
+    #[track_caller]
     pub(crate) fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
         if capture::active() {
             capture::check_blocking(DTOH, Some(self.driver_id()))?;
         }
+        sync_debug::on_sync(DTOH)?;
+        if sanitizer::enabled() {
+            let op = || "blocking copy device to host".to_string();
+            self.sanitize(&op, &[(self.span(src, dst.len()), false)], NO_OPERANDS)?;
+        }
         let rt = rt()?;
         rt.driver.memcpy_dtoh(dst, src, self.driver_id())?;
+        if sanitizer::enabled() {
+            sanitizer::host_waits_stream(self.driver_id());
+        }
         // A host read is a synchronization point: errors pending on the device are returned.
         super::errors::check(self.device())
     }
@@ -161,6 +255,10 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        if sanitizer::enabled() {
+            let accesses = [(self.span(src, bytes), false), (self.span(dst, bytes), true)];
+            self.sanitize(&|| "copy device to device".into(), &accesses, uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.memcpy_dtod(dst, src, bytes, self.driver_id())
     }
@@ -180,6 +278,11 @@ impl Stream {
             // CUDA refuses `cuMemcpyPeerAsync` on a capturing stream; refused here the same way on
             // every driver, as a typed error.
             capture::refuse_on_member(PEER, self.driver_id(), PEER_REASON)?;
+        }
+        if sanitizer::enabled() {
+            let span = |device, p: DevicePtr| Span { device, start: p.0, end: p.0.saturating_add(bytes as u64) };
+            let accesses = [(span(src_device, src), false), (span(dst_device, dst), true)];
+            self.sanitize(&|| format!("copy cuda:{src_device} to cuda:{dst_device}"), &accesses, uses)?;
         }
         self.note_work(uses);
         rt()?.driver.memcpy_peer(dst_device, dst, src_device, src, bytes, self.driver_id())
@@ -201,6 +304,10 @@ impl Stream {
         uses: &[&T],
     ) -> Result<()> {
         let driver = &rt()?.driver;
+        if sanitizer::enabled() {
+            let op = || "non_blocking copy pinned host to device".to_string();
+            self.sanitize(&op, &[(self.span(dst, bytes), true)], uses)?;
+        }
         self.note_work(uses);
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_htod_async(dst, src, bytes, self.driver_id()) }
@@ -222,6 +329,10 @@ impl Stream {
         uses: &[&T],
     ) -> Result<()> {
         let driver = &rt()?.driver;
+        if sanitizer::enabled() {
+            let op = || "non_blocking copy device to pinned host".to_string();
+            self.sanitize(&op, &[(self.span(src, bytes), false)], uses)?;
+        }
         self.note_work(uses);
         // SAFETY: the caller upholds this function's contract, which is the driver call's.
         unsafe { driver.memcpy_dtoh_async(dst, src, bytes, self.driver_id()) }
@@ -233,7 +344,11 @@ impl Stream {
         if capture::active() {
             capture::on_record(self.driver_id(), event);
         }
-        rt()?.driver.event_record(event, self.driver_id())
+        rt()?.driver.event_record(event, self.driver_id())?;
+        if sanitizer::enabled() {
+            sanitizer::record_event(self, event);
+        }
+        Ok(())
     }
 
     /// Makes later work on this stream wait for the driver event's last recording.
@@ -242,7 +357,11 @@ impl Stream {
         if capture::active() {
             capture::on_wait(self.driver_id(), event)?;
         }
-        rt()?.driver.stream_wait_event(self.driver_id(), event)
+        rt()?.driver.stream_wait_event(self.driver_id(), event)?;
+        if sanitizer::enabled() {
+            sanitizer::wait_event(self, event);
+        }
+        Ok(())
     }
 
     /// Test hook: queues work that keeps the stream busy for `duration`.
@@ -268,7 +387,11 @@ impl Stream {
         args: &[UserArg],
         uses: impl FnOnce() -> Vec<&'u T>,
     ) -> Result<()> {
-        if capture::active() {
+        if sanitizer::enabled() {
+            let uses = uses();
+            self.sanitize(&|| format!("user kernel {}", func.0), &operand_accesses(&uses), &uses)?;
+            self.note_work(&uses);
+        } else if capture::active() {
             self.note_captured_work(&uses());
         }
         rt()?.driver.user_launch(self.driver_id(), func, shape, args)
@@ -277,8 +400,21 @@ impl Stream {
     /// Queues a kernel's host twin over `uses`' memory (the simulated machine); a capture keeps
     /// it, and each replay runs it again.
     pub(crate) fn host_kernel<T: Operand + ?Sized>(&self, kernel: HostKernel, uses: &[&T]) -> Result<()> {
+        if sanitizer::enabled() {
+            self.sanitize(&|| "user kernel (host twin)".into(), &operand_accesses(uses), uses)?;
+        }
         self.note_work(uses);
         rt()?.driver.host_kernel(self.driver_id(), kernel)
+    }
+
+    /// Queues a jiterator call, whose views point into `uses`' memory.
+    pub(crate) fn jit_launch<T: Operand + ?Sized>(&self, op: &crate::kernel::JitOp, uses: &[&T]) -> Result<()> {
+        if sanitizer::enabled() {
+            let accesses = view_accesses(self.device(), &op.ins, &op.outs);
+            self.sanitize(&|| format!("jiterator {}", op.code.name), &accesses, uses)?;
+        }
+        self.note_work(uses);
+        rt()?.driver.jit_launch(self.driver_id(), op)
     }
 
     /// Queues a host job over device memory (the simulated machine's collectives).

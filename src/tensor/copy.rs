@@ -222,6 +222,7 @@ impl Tensor {
 
     /// The bytes of this view's storage span, read to a host tensor with the same layout
     /// (rebased); waits for the device's current stream.
+    #[track_caller]
     pub(super) fn read_to_host(&self) -> Result<Tensor> {
         let view = self.buffer_view();
         let Some((ptr, len)) = view.byte_span() else {
@@ -238,6 +239,7 @@ impl Tensor {
     }
 
     /// The elements as dense host bytes, row-major (a device read waits for its stream).
+    #[track_caller]
     fn host_bytes(&self) -> Result<Vec<u8>> {
         let host = if self.place() == Place::Cpu { self.clone() } else { self.read_to_host()? };
         let storage = host
@@ -254,6 +256,7 @@ impl Tensor {
     /// The elements, row-major, as `T` — which must be the tensor's dtype (`t.tolist()`,
     /// flattened). A device tensor is read after the work queued on its device's current stream.
     #[doc(alias = "tolist")]
+    #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch { op: "to_vec", expected: T::DTYPE, found: self.dtype });
@@ -272,6 +275,7 @@ impl Tensor {
     }
 
     /// The one element of a one-element tensor, as `T` (its dtype) (`t.item()`).
+    #[track_caller]
     pub fn item<T: Element>(&self) -> Result<T> {
         if self.numel() != 1 {
             return Err(Error::InvalidArgument {

@@ -1,17 +1,17 @@
-//! Making tensors: `empty`, `zeros`, `ones`, `full`, `arange`, `rand`, `randn`, `from_slice`,
-//! and `fill_`.
+//! Making tensors: `empty`, `zeros`, `ones`, `full`, `arange`, `from_slice`, and `fill_`
+//! (random tensors: `random.rs`).
 //!
 //! Device tensors get their memory from the device's caching allocator on its current stream.
 //! Contents that are one repeated byte are written with a device memset; other fills run the
 //! `Fill` kernel, or — where the driver has no kernels yet (CUDA before NVRTC kernels) — a copy
-//! from a host-staged pattern. Data made on the host (`arange`, `rand`, `from_slice`) is copied
+//! from a host-staged pattern. Data made on the host (`arange`, `from_slice`) is copied
 //! over in the stream's order.
 
 use super::exec::{Exec, Place};
 use super::layout::checked_numel;
 use super::layout::Layout;
 use super::storage::Storage;
-use super::{random, IntoShape, Tensor};
+use super::{IntoShape, Tensor};
 use crate::device::IntoDevice;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -140,28 +140,6 @@ impl Tensor {
                 let v: Vec<f64> = (0..n).map(|i| s + i as f64 * st).collect();
                 encode(&v, dtype)
             }
-        })
-    }
-
-    /// Uniform random numbers in `[0, 1)` (`torch.rand`); floating-point dtypes only.
-    /// Reproducible with [`crate::manual_seed`], the same on every device.
-    pub fn rand(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
-        if !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op: "rand", dtype });
-        }
-        Tensor::generated(shape.into_shape().sizes("rand")?, dtype, place_of(device)?, |n| {
-            random::uniform_bytes(n, dtype)
-        })
-    }
-
-    /// Standard normal random numbers (`torch.randn`); floating-point dtypes only.
-    /// Reproducible with [`crate::manual_seed`], the same on every device.
-    pub fn randn(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
-        if !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op: "randn", dtype });
-        }
-        Tensor::generated(shape.into_shape().sizes("randn")?, dtype, place_of(device)?, |n| {
-            random::normal_bytes(n, dtype)
         })
     }
 

@@ -246,17 +246,35 @@ impl Exec {
                 if self.peers.is_empty() {
                     return stream.launch(op, tensors);
                 }
-                let peer_streams = self.peers.iter().map(|&p| current_of(p)).collect::<Result<Vec<_>>>()?;
-                for p in &peer_streams {
-                    stream.wait_stream(p)?;
-                }
-                stream.launch(op, tensors)?;
-                for p in &peer_streams {
-                    p.wait_stream(stream)?;
-                }
-                Ok(())
+                self.fenced(stream, |s| s.launch(op, tensors))
             }
         }
+    }
+
+    /// Runs `queue` with the op's stream (a CUDA device's current stream), fenced with the
+    /// peers' current streams as [`Exec::run`] fences its op; an error on the CPU.
+    pub fn on_stream(&self, op: &'static str, queue: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
+        let Place::Cuda(d) = self.place else {
+            return Err(Error::InvalidArgument { op, reason: "this op runs on CUDA tensors only".into() });
+        };
+        let stream = self.stream(d)?;
+        if self.peers.is_empty() {
+            return queue(stream);
+        }
+        self.fenced(stream, queue)
+    }
+
+    /// `queue` on `stream`, after the peers' current streams, which then wait for it.
+    fn fenced(&self, stream: &Stream, queue: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
+        let peer_streams = self.peers.iter().map(|&p| current_of(p)).collect::<Result<Vec<_>>>()?;
+        for p in &peer_streams {
+            stream.wait_stream(p)?;
+        }
+        queue(stream)?;
+        for p in &peer_streams {
+            p.wait_stream(stream)?;
+        }
+        Ok(())
     }
 }
 
@@ -295,6 +313,16 @@ impl crate::runtime::Operand for Tensor {
 
     fn keep_alive(&self) -> crate::runtime::KeepAlive {
         self.storage.clone()
+    }
+
+    fn describe(&self) -> Option<(crate::runtime::SanitizerSpan, crate::race::RaceTensor)> {
+        let Place::Cuda(device) = self.place() else { return None };
+        let (ptr, bytes) = self.buffer_view().byte_span()?;
+        let span = crate::runtime::SanitizerSpan { device, start: ptr.0, end: ptr.0 + bytes as u64 };
+        Some((
+            span,
+            crate::race::RaceTensor { dtype: self.dtype, shape: self.layout.shape.to_vec(), data_ptr: self.data_ptr() },
+        ))
     }
 }
 

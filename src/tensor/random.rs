@@ -1,168 +1,311 @@
-//! The random generator behind [`crate::Tensor::rand`] / [`crate::Tensor::randn`]:
-//! `torch.manual_seed`, one process-wide generator.
+//! Random tensors: `torch.rand`, `randn`, `randint`, `rand_like`, `randn_like`, the in-place
+//! samplers `uniform_`, `normal_`, `bernoulli_`, `exponential_`, `random_`, and `F.dropout`.
 //!
-//! Numbers are drawn on the host and copied to the device, so a seed gives the same tensors on
-//! the CPU, the simulated machine and real GPUs (PyTorch's CPU and CUDA generators differ; ours
-//! do not). The generator is SplitMix64 — tiny, fast, and good enough for test data and
-//! initialization (not for cryptography) — used as a *counter-based* generator, as PyTorch's
-//! Philox is: number `i` of the stream is a function of `(seed, i)` alone, so a draw reserves a
-//! range of counters under the lock and then makes its numbers on every core at once, straight
-//! into the tensor's dtype (a GiB of `f32` in well under a second), with the same numbers
-//! however many threads made them.
+//! Each draw is one [`KernelOp::Random`] on the tensor's device (on the CPU for host tensors),
+//! from the device's default generator or a given [`Generator`] (the `_gen` forms: the
+//! generator decides the device of a new tensor and must be of an existing tensor's device). A
+//! draw writes each element once; a non-contiguous tensor is filled through a contiguous one.
+//! Arguments are checked as PyTorch checks them, with its wording.
 
+use super::exec::{Exec, Place};
+use super::generator::{default_generator, Generator};
+use super::{IntoShape, Tensor};
+use crate::device::IntoDevice;
 use crate::dtype::DType;
-use crate::kernels::cpu::encode;
-use rayon::prelude::*;
-use std::sync::Mutex;
+use crate::error::{Error, Result};
+use crate::kernel::{Distribution, KernelOp, RandomOp};
 
-/// PyTorch's default seed (`torch.initial_seed()` of a fresh process).
-const DEFAULT_SEED: u64 = 67_280_421_310_721;
-
-/// Elements one task makes (an even number, so that Box–Muller pairs never straddle tasks).
-const CHUNK: usize = 1 << 16;
-
-/// The seed and the next unused counter.
-struct Generator {
-    seed: u64,
-    offset: u64,
+fn invalid(op: &'static str, reason: String) -> Error {
+    Error::InvalidArgument { op, reason }
 }
 
-static GENERATOR: Mutex<Generator> = Mutex::new(Generator { seed: DEFAULT_SEED, offset: 0 });
-
-fn generator() -> std::sync::MutexGuard<'static, Generator> {
-    GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
+fn float_only(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedDType { op, dtype })
+    }
 }
 
-/// Seeds the generator (`torch.manual_seed(seed)`): the tensors drawn afterwards are the same in
-/// every run, on every device.
-pub fn manual_seed(seed: u64) {
-    *generator() = Generator { seed, offset: 0 };
-}
-
-/// The seed the generator was last seeded with (`torch.initial_seed()`).
-pub fn initial_seed() -> u64 {
-    generator().seed
-}
-
-/// Reserves `n` counters: `(seed, first counter)`.
-fn reserve(n: usize) -> (u64, u64) {
-    let mut g = generator();
-    let first = g.offset;
-    g.offset = g.offset.wrapping_add(n as u64);
-    (g.seed, first)
-}
-
-/// The 64 random bits of counter `i` of the stream `seed`: SplitMix64's output after `i + 1` steps
-/// from state `seed`, computed directly.
-#[inline]
-fn bits(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Uniform in `[0, 1)` from the top `b` of `x`'s bits (exactly representable in a dtype whose
-/// significand has at least `b` bits, so rounding never reaches 1).
-#[inline]
-fn unit(x: u64, b: u32) -> f64 {
-    (x >> (64 - b)) as f64 / (1u64 << b) as f64
-}
-
-fn significand_bits(dtype: DType) -> u32 {
+/// The values an integer draw into `dtype` may take, `[min, max]` (floats: the integers they
+/// hold exactly, as PyTorch's `random_` bounds them).
+fn int_bounds(dtype: DType) -> (i128, i128) {
     match dtype {
-        DType::F64 => 53,
-        DType::F32 => 24,
-        DType::F16 => 11,
-        _ => 8, // bf16
+        DType::Bool => (0, 1),
+        DType::U8 => (0, 255),
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::I64 => (i64::MIN.into(), i64::MAX.into()),
+        DType::F16 => (-(1 << 11), 1 << 11),
+        DType::BF16 => (-(1 << 8), 1 << 8),
+        DType::F32 => (-(1 << 24), 1 << 24),
+        DType::F64 => (-(1 << 53), 1 << 53),
     }
 }
 
-/// `n` elements of `dtype`, made in parallel chunks: `make(start, values)` fills `values` with
-/// elements `start..start + values.len()` (`start` is a multiple of [`CHUNK`]).
-fn generate(n: usize, dtype: DType, make: impl Fn(usize, &mut [f64]) + Sync) -> Vec<u8> {
-    let size = dtype.size();
-    let mut out = vec![0u8; n * size];
-    out.par_chunks_mut(CHUNK * size).enumerate().for_each(|(c, bytes)| {
-        let mut values = vec![0.0f64; bytes.len() / size];
-        make(c * CHUNK, &mut values);
-        bytes.copy_from_slice(&encode(&values, dtype));
-    });
-    out
-}
-
-/// `n` uniform numbers in `[0, 1)` as `dtype`'s bytes, with as many random bits as the dtype's
-/// significand holds.
-pub(crate) fn uniform_bytes(n: usize, dtype: DType) -> Vec<u8> {
-    let (seed, first) = reserve(n);
-    let b = significand_bits(dtype);
-    generate(n, dtype, |start, values| {
-        for (k, v) in values.iter_mut().enumerate() {
-            *v = unit(bits(seed, first + (start + k) as u64), b);
-        }
-    })
-}
-
-/// `n` standard normal numbers (Box–Muller: counters `2j` and `2j + 1` make elements `2j` and
-/// `2j + 1`) as `dtype`'s bytes.
-pub(crate) fn normal_bytes(n: usize, dtype: DType) -> Vec<u8> {
-    let (seed, first) = reserve(2 * n.div_ceil(2));
-    generate(n, dtype, |start, values| {
-        for (p, pair) in values.chunks_mut(2).enumerate() {
-            let j = first + (start + 2 * p) as u64;
-            let u1 = 1.0 - unit(bits(seed, j), 53); // (0, 1]: ln is finite
-            let u2 = unit(bits(seed, j + 1), 53);
-            let r = (-2.0 * u1.ln()).sqrt();
-            let theta = 2.0 * std::f64::consts::PI * u2;
-            pair[0] = r * theta.cos();
-            if let Some(second) = pair.get_mut(1) {
-                *second = r * theta.sin();
-            }
-        }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_stays_below_one_after_rounding() {
-        for i in 0..1000 {
-            let x = unit(bits(1, (u64::MAX - 5).wrapping_add(i)), 11);
-            assert!((0.0..1.0).contains(&x));
-            assert!(half::f16::from_f64(x).to_f64() < 1.0);
-        }
-        assert!(unit(u64::MAX, 24) < 1.0);
-        assert!((unit(u64::MAX, 24) as f32) < 1.0);
+/// [`Distribution::Integers`] for `[low, high)` into `dtype`, checked as PyTorch's `random_`.
+fn integers(op: &'static str, low: i64, high: i64, dtype: DType) -> Result<Distribution> {
+    if low >= high {
+        return Err(invalid(
+            op,
+            format!("random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"),
+        ));
     }
+    let (min, max) = int_bounds(dtype);
+    if i128::from(low) < min || i128::from(high) - 1 > max {
+        return Err(invalid(
+            op,
+            format!("random_ expects 'from' and 'to' - 1 to be within [{min}, {max}] for {dtype}, got [{low}, {high})"),
+        ));
+    }
+    Ok(Distribution::Integers { low, range: (i128::from(high) - i128::from(low)) as u64 })
+}
 
-    #[test]
-    fn counters_reproduce_the_sequential_generator() {
-        // SplitMix64 stepped one state at a time, as the generator was first written.
-        let (seed, mut state) = (1234u64, 1234u64);
-        for i in 0..100 {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            assert_eq!(bits(seed, i), z ^ (z >> 31), "counter {i}");
+fn generator_for(op: &'static str, place: Place, gen: Option<&Generator>) -> Result<Generator> {
+    match gen {
+        None => Ok(default_generator(place)),
+        Some(g) if g.place() == place => Ok(g.clone()),
+        Some(g) => Err(invalid(
+            op,
+            format!("Expected a '{}' device type for generator but found '{}'", place.device(), g.device()),
+        )),
+    }
+}
+
+impl Tensor {
+    /// Fills `self` with `dist` from `gen` (the device's default generator when `None`); `src`
+    /// is dropout's input (same shape and dtype, contiguous).
+    pub(super) fn draw_(
+        &self,
+        op: &'static str,
+        dist: Distribution,
+        gen: Option<&Generator>,
+        src: Option<&Tensor>,
+    ) -> Result<()> {
+        self.check_writable(op)?;
+        let place = self.place();
+        let gen = generator_for(op, place, gen)?;
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        if !self.is_contiguous() {
+            let dense = Tensor::empty_at(self.shape(), self.dtype, place)?;
+            dense.draw_(op, dist, Some(&gen), src)?;
+            return self.copy_(&dense, false);
+        }
+        let exec = Exec::on(place);
+        let stream = place.stream()?;
+        let philox = gen.reserve(dist.blocks(self.numel(), self.dtype), stream.as_ref())?;
+        let random = RandomOp { dist, dst: self.buffer_view(), src: src.map(Tensor::buffer_view), philox };
+        match src {
+            Some(x) => exec.run(&KernelOp::Random(Box::new(random)), &[self, x]),
+            None => exec.run(&KernelOp::Random(Box::new(random)), &[self]),
         }
     }
 
-    #[test]
-    fn chunks_do_not_change_the_numbers() {
-        // Element i depends on (seed, counter) alone: a draw spanning several chunks equals the
-        // numbers computed one by one, and odd lengths end with half a Box–Muller pair.
-        let n = 2 * CHUNK + 3;
-        let got = generate(n, DType::F64, |start, values| {
-            for (k, v) in values.iter_mut().enumerate() {
-                *v = unit(bits(7, (start + k) as u64), 53);
-            }
-        });
-        for i in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, n - 1] {
-            let v = f64::from_ne_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
-            assert_eq!(v, unit(bits(7, i as u64), 53), "element {i}");
+    /// A new tensor of `shape` and `dtype` on `place` filled with `dist`.
+    fn drawn(
+        op: &'static str,
+        shape: &[usize],
+        dtype: DType,
+        place: Place,
+        dist: Distribution,
+        gen: Option<&Generator>,
+    ) -> Result<Tensor> {
+        let t = Tensor::empty_at(shape, dtype, place)?;
+        t.draw_(op, dist, gen, None)?;
+        Ok(t)
+    }
+
+    /// Uniform random numbers in `[0, 1)` (`torch.rand`) from `device`'s default generator;
+    /// floating-point dtypes only. Reproducible with [`crate::manual_seed`], the same on the
+    /// simulated machine and every GPU.
+    pub fn rand(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+        float_only("rand", dtype)?;
+        let place = Place::resolve(device.into_device()?)?;
+        Tensor::drawn("rand", shape.into_shape().sizes("rand")?, dtype, place, UNIT, None)
+    }
+
+    /// [`Tensor::rand`] from `gen`, on its device (`torch.rand(…, generator=g)`).
+    pub fn rand_gen(shape: impl IntoShape, dtype: DType, gen: &Generator) -> Result<Tensor> {
+        float_only("rand", dtype)?;
+        Tensor::drawn("rand", shape.into_shape().sizes("rand")?, dtype, gen.place(), UNIT, Some(gen))
+    }
+
+    /// Standard normal random numbers (`torch.randn`); floating-point dtypes only.
+    /// Reproducible with [`crate::manual_seed`], the same on the simulated machine and every GPU
+    /// (within the bound in [`TRANSCENDENTAL_ULP_F64`](crate::cuda::TRANSCENDENTAL_ULP_F64)'s docs).
+    pub fn randn(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+        float_only("randn", dtype)?;
+        let place = Place::resolve(device.into_device()?)?;
+        Tensor::drawn("randn", shape.into_shape().sizes("randn")?, dtype, place, STANDARD, None)
+    }
+
+    /// [`Tensor::randn`] from `gen`, on its device.
+    pub fn randn_gen(shape: impl IntoShape, dtype: DType, gen: &Generator) -> Result<Tensor> {
+        float_only("randn", dtype)?;
+        Tensor::drawn("randn", shape.into_shape().sizes("randn")?, dtype, gen.place(), STANDARD, Some(gen))
+    }
+
+    /// Integers uniform in `[low, high)` (`torch.randint(low, high, size, dtype=…)`), any dtype
+    /// that holds them.
+    pub fn randint(
+        low: i64,
+        high: i64,
+        shape: impl IntoShape,
+        dtype: DType,
+        device: impl IntoDevice,
+    ) -> Result<Tensor> {
+        let dist = integers("randint", low, high, dtype)?;
+        let place = Place::resolve(device.into_device()?)?;
+        Tensor::drawn("randint", shape.into_shape().sizes("randint")?, dtype, place, dist, None)
+    }
+
+    /// [`Tensor::randint`] from `gen`, on its device.
+    pub fn randint_gen(low: i64, high: i64, shape: impl IntoShape, dtype: DType, gen: &Generator) -> Result<Tensor> {
+        let dist = integers("randint", low, high, dtype)?;
+        Tensor::drawn("randint", shape.into_shape().sizes("randint")?, dtype, gen.place(), dist, Some(gen))
+    }
+
+    /// Uniform numbers in `[0, 1)` of this tensor's shape, dtype and device (`torch.rand_like`).
+    pub fn rand_like(&self) -> Result<Tensor> {
+        float_only("rand_like", self.dtype)?;
+        Tensor::drawn("rand_like", self.shape(), self.dtype, self.place(), UNIT, None)
+    }
+
+    /// Standard normal numbers of this tensor's shape, dtype and device (`torch.randn_like`).
+    pub fn randn_like(&self) -> Result<Tensor> {
+        float_only("randn_like", self.dtype)?;
+        Tensor::drawn("randn_like", self.shape(), self.dtype, self.place(), STANDARD, None)
+    }
+
+    /// Fills the tensor with numbers uniform in `[low, high)` (`Tensor.uniform_`).
+    pub fn uniform_(&self, low: f64, high: f64) -> Result<()> {
+        self.uniform_gen_impl(low, high, None)
+    }
+
+    /// [`Tensor::uniform_`] from `gen`.
+    pub fn uniform_gen_(&self, low: f64, high: f64, gen: &Generator) -> Result<()> {
+        self.uniform_gen_impl(low, high, Some(gen))
+    }
+
+    fn uniform_gen_impl(&self, low: f64, high: f64, gen: Option<&Generator>) -> Result<()> {
+        float_only("uniform_", self.dtype)?;
+        if low.partial_cmp(&high).is_none_or(|o| o.is_gt()) || !(high - low).is_finite() {
+            return Err(invalid(
+                "uniform_",
+                format!("uniform_ expects to return a [from, to) range, but found from={low} > to={high}"),
+            ));
         }
+        self.draw_("uniform_", Distribution::Uniform { low, high }, gen, None)
+    }
+
+    /// Fills the tensor with normal numbers of `mean` and `std` (`Tensor.normal_`).
+    pub fn normal_(&self, mean: f64, std: f64) -> Result<()> {
+        self.normal_gen_impl(mean, std, None)
+    }
+
+    /// [`Tensor::normal_`] from `gen`.
+    pub fn normal_gen_(&self, mean: f64, std: f64, gen: &Generator) -> Result<()> {
+        self.normal_gen_impl(mean, std, Some(gen))
+    }
+
+    fn normal_gen_impl(&self, mean: f64, std: f64, gen: Option<&Generator>) -> Result<()> {
+        float_only("normal_", self.dtype)?;
+        if std.is_nan() || std < 0.0 {
+            return Err(invalid("normal_", format!("normal expects std >= 0.0, but found std {std}")));
+        }
+        self.draw_("normal_", Distribution::Normal { mean, std }, gen, None)
+    }
+
+    /// Sets each element to 1 with probability `p`, else 0 (`Tensor.bernoulli_(p)`), any dtype.
+    pub fn bernoulli_(&self, p: f64) -> Result<()> {
+        self.bernoulli_gen_impl(p, None)
+    }
+
+    /// [`Tensor::bernoulli_`] from `gen`.
+    pub fn bernoulli_gen_(&self, p: f64, gen: &Generator) -> Result<()> {
+        self.bernoulli_gen_impl(p, Some(gen))
+    }
+
+    fn bernoulli_gen_impl(&self, p: f64, gen: Option<&Generator>) -> Result<()> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(invalid("bernoulli_", format!("bernoulli_ expects p to be in [0, 1], but got p={p}")));
+        }
+        self.draw_("bernoulli_", Distribution::Bernoulli { p }, gen, None)
+    }
+
+    /// Fills the tensor with exponential numbers of rate `lambd` (`Tensor.exponential_`).
+    pub fn exponential_(&self, lambd: f64) -> Result<()> {
+        self.exponential_gen_impl(lambd, None)
+    }
+
+    /// [`Tensor::exponential_`] from `gen`.
+    pub fn exponential_gen_(&self, lambd: f64, gen: &Generator) -> Result<()> {
+        self.exponential_gen_impl(lambd, Some(gen))
+    }
+
+    fn exponential_gen_impl(&self, lambd: f64, gen: Option<&Generator>) -> Result<()> {
+        float_only("exponential_", self.dtype)?;
+        if lambd.is_nan() || lambd <= 0.0 || lambd.is_infinite() {
+            return Err(invalid(
+                "exponential_",
+                format!("exponential_ expects lambda > 0.0, but found lambda={lambd}"),
+            ));
+        }
+        self.draw_("exponential_", Distribution::Exponential { lambda: lambd }, gen, None)
+    }
+
+    /// Fills the tensor with integers uniform over what its dtype holds (`Tensor.random_()`):
+    /// `[0, max]` for integers, `[0, 2^digits]` for floats (every value exact), 0 or 1 for bool.
+    pub fn random_(&self) -> Result<()> {
+        let (_, max) = int_bounds(self.dtype);
+        let high = i64::try_from(max + 1).unwrap_or(i64::MAX);
+        let dist = match self.dtype {
+            // [0, i64::MAX]: a range of 2^63.
+            DType::I64 => Distribution::Integers { low: 0, range: 1 << 63 },
+            d => integers("random_", 0, high, d)?,
+        };
+        self.draw_("random_", dist, None, None)
+    }
+
+    /// Fills the tensor with integers uniform in `[from, to)` (`Tensor.random_(from, to)`).
+    pub fn random_range_(&self, from: i64, to: i64) -> Result<()> {
+        self.draw_("random_", integers("random_", from, to, self.dtype)?, None, None)
+    }
+
+    /// [`Tensor::random_range_`] from `gen`.
+    pub fn random_range_gen_(&self, from: i64, to: i64, gen: &Generator) -> Result<()> {
+        self.draw_("random_", integers("random_", from, to, self.dtype)?, Some(gen), None)
+    }
+
+    /// Dropout (`F.dropout(x, p, training)`): in training, each element zeroed with
+    /// probability `p` and the others scaled by `1 / (1 − p)` (a new tensor); otherwise the
+    /// tensor itself. Floating-point dtypes.
+    pub fn dropout(&self, p: f64, train: bool) -> Result<Tensor> {
+        self.dropout_impl(p, train, None)
+    }
+
+    /// [`Tensor::dropout`] from `gen`.
+    pub fn dropout_gen(&self, p: f64, train: bool, gen: &Generator) -> Result<Tensor> {
+        self.dropout_impl(p, train, Some(gen))
+    }
+
+    fn dropout_impl(&self, p: f64, train: bool, gen: Option<&Generator>) -> Result<Tensor> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(invalid("dropout", format!("dropout probability has to be between 0 and 1, but got {p}")));
+        }
+        float_only("dropout", self.dtype)?;
+        if !train {
+            return Ok(self.clone());
+        }
+        let x = self.contiguous()?;
+        let out = Tensor::empty_at(self.shape(), self.dtype, self.place())?;
+        out.draw_("dropout", Distribution::Dropout { p }, gen, Some(&x))?;
+        Ok(out)
     }
 }
+
+/// `[0, 1)`.
+const UNIT: Distribution = Distribution::Uniform { low: 0.0, high: 1.0 };
+/// Mean 0, deviation 1.
+const STANDARD: Distribution = Distribution::Normal { mean: 0.0, std: 1.0 };

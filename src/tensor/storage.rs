@@ -1,6 +1,7 @@
 //! [`Storage`]: the bytes behind tensors — host memory (pageable, or a pinned block of the caching
-//! host allocator), or a block of a device's caching allocator; blocks go back to their allocator
-//! when the last tensor using them drops.
+//! host allocator), a block of a device's caching allocator, or device memory made elsewhere and
+//! kept alive by its owner ([`ForeignBlock`]: `Tensor::from_blob`, DLPack imports); blocks go back
+//! to their allocator, and owners are dropped, when the last tensor using them drops.
 
 use crate::device::Device;
 use crate::driver::DevicePtr;
@@ -96,6 +97,32 @@ impl HostBytes {
 pub(crate) enum Storage {
     Host(HostBytes),
     Device(DeviceBlock),
+    Foreign(ForeignBlock),
+}
+
+/// What keeps memory made elsewhere alive: dropped (on whatever thread drops the last view) when
+/// the last tensor viewing the memory is gone.
+pub(crate) type Owner = Box<dyn std::any::Any + Send + Sync>;
+
+/// Device memory that cudasem did not allocate (`Tensor::from_blob`, a DLPack import): the caching
+/// allocator never frees nor reuses it; `owner` is dropped with the storage.
+pub(crate) struct ForeignBlock {
+    device: usize,
+    ptr: DevicePtr,
+    /// Dropped with the block: the deleter of the memory.
+    _owner: Owner,
+}
+
+impl ForeignBlock {
+    /// Memory at `ptr` on `device`, checked by the caller, kept alive by `owner`.
+    pub fn new(device: usize, ptr: u64, owner: Owner) -> ForeignBlock {
+        ForeignBlock { device, ptr: DevicePtr(ptr), _owner: owner }
+    }
+
+    /// The device holding the memory.
+    pub fn device(&self) -> usize {
+        self.device
+    }
 }
 
 impl Storage {
@@ -130,6 +157,7 @@ impl Storage {
         match self {
             Storage::Host(h) => DevicePtr(h.addr),
             Storage::Device(d) => d.ptr(),
+            Storage::Foreign(f) => f.ptr,
         }
     }
 
@@ -137,7 +165,7 @@ impl Storage {
     /// or host memory).
     pub fn pool(&self) -> Option<crate::alloc::MemPoolId> {
         match self {
-            Storage::Host(_) => None,
+            Storage::Host(_) | Storage::Foreign(_) => None,
             Storage::Device(d) => d.pool(),
         }
     }
@@ -146,13 +174,14 @@ impl Storage {
         match self {
             Storage::Host(_) => Device::Cpu,
             Storage::Device(d) => Device::cuda(d.device()),
+            Storage::Foreign(f) => Device::cuda(f.device),
         }
     }
 
     pub fn as_host(&self) -> Option<&HostBytes> {
         match self {
             Storage::Host(h) => Some(h),
-            Storage::Device(_) => None,
+            Storage::Device(_) | Storage::Foreign(_) => None,
         }
     }
 
@@ -167,30 +196,39 @@ impl Storage {
     pub fn poisoned(&self) -> Result<()> {
         match self {
             Storage::Device(block) => block.poisoned(),
-            Storage::Host(_) => Ok(()),
+            Storage::Host(_) | Storage::Foreign(_) => Ok(()),
         }
     }
 
     /// Marks the whole device block as used on `stream` (a stream of the block's device): once
     /// freed, it is reused only after the work queued on `stream` until then has completed.
+    /// Memory made elsewhere is not the allocator's to reuse: recording a stream on it only checks
+    /// the devices.
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
-        let Storage::Device(block) = self else {
-            return Err(Error::InvalidArgument {
-                op: "record_stream",
-                reason: "record_stream applies to CUDA tensors; this tensor is in host memory".into(),
-            });
+        let device = match self {
+            Storage::Host(_) => {
+                return Err(Error::InvalidArgument {
+                    op: "record_stream",
+                    reason: "record_stream applies to CUDA tensors; this tensor is in host memory".into(),
+                })
+            }
+            Storage::Device(block) => block.device(),
+            Storage::Foreign(f) => f.device,
         };
-        if stream.device() != block.device() {
+        if stream.device() != device {
             return Err(Error::InvalidArgument {
                 op: "record_stream",
                 reason: format!(
                     "the tensor is on cuda:{} but the stream is on cuda:{}; record a stream of the tensor's device \
                      (make that stream wait for the other device's work with wait_stream)",
-                    block.device(),
+                    device,
                     stream.device()
                 ),
             });
         }
+        let Storage::Device(block) = self else {
+            return Ok(()); // foreign memory: its owner decides when it is reused
+        };
         if block.ptr().0 == 0 {
             return Ok(()); // an empty tensor holds no block
         }

@@ -41,9 +41,9 @@ fn gb_per_s(bytes: usize, ms: f64) -> f64 {
     bytes as f64 / (ms * 1e-3) / 1e9
 }
 
-/// `n` random f32 in `[0, 1)` on `device`, and the values drawn: `Tensor::rand` draws on the
-/// host, so operands above [`Sizes::drawn`] elements tile one drawn block on the device (element `i` is
-/// `drawn[i % drawn.len()]`): a GiB of operands takes milliseconds instead of a minute.
+/// `n` random f32 in `[0, 1)` on `device`, and the values drawn: operands above [`Sizes::drawn`]
+/// elements tile one drawn block on the device (element `i` is `drawn[i % drawn.len()]`), so the
+/// host's reference (which reads the values back) stays small.
 fn random(s: &Sizes, n: usize, device: Device) -> cudasem::Result<(Tensor, Vec<f32>)> {
     let drawn = s.drawn;
     if n <= drawn || !n.is_multiple_of(drawn) {

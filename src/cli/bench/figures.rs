@@ -5,7 +5,7 @@
 //! Every figure checks its result against a CPU reference before timing; a disagreement is a
 //! failed figure, never a number.
 
-use super::measure::{check, median, panic_message, Sizes, StepResult, Stop};
+use super::measure::{check, host_ns, panic_message, Sizes, StepResult, Stop};
 use super::progress::Progress;
 use super::rows::{Outcome, ROWS};
 use super::{device_figures, e2e};
@@ -14,25 +14,6 @@ use cudasem::{DType, Tensor};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Instant;
-
-/// Median host ns per call of `f` over `runs` timed runs of `n` calls, each run starting after a
-/// synchronize of the current device, after two untimed runs.
-pub fn host_ns(runs: usize, n: usize, mut f: impl FnMut() -> cudasem::Result<()>) -> cudasem::Result<f64> {
-    let mut times = Vec::with_capacity(runs);
-    for run in 0..runs + 2 {
-        cuda::synchronize(None)?;
-        let t = Instant::now();
-        for _ in 0..n {
-            f()?;
-        }
-        if run >= 2 {
-            times.push(t.elapsed().as_nanos() as f64 / n as f64);
-        }
-    }
-    cuda::synchronize(None)?;
-    Ok(median(times))
-}
 
 /// Measures `steps` in order, advancing `progress`; returns every row of those steps with its
 /// outcome. A panic inside a step is caught and reported as a failure of that step.
@@ -83,6 +64,9 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "user_kernel_launch_raw_cudarc" => super::user_kernel::launch_host_raw(s),
         "sdpa" => super::transformer::sdpa(s),
         "norms" => super::transformer::norms(s),
+        "random" => super::random::rows(s),
+        "jit_swiglu" | "jit_small_call" | "jit_first_call" => super::jit::measure(step, s),
+        "small_op_sanitized" => super::sanitized::rows(s),
         _ => device_figures::measure(step, s),
     }
 }

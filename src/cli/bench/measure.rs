@@ -166,6 +166,24 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// Median host ns per call of `f` over `runs` timed runs of `n` calls, each run starting after a
+/// synchronize of the current device, after two untimed runs.
+pub fn host_ns(runs: usize, n: usize, mut f: impl FnMut() -> cudasem::Result<()>) -> cudasem::Result<f64> {
+    let mut times = Vec::with_capacity(runs);
+    for run in 0..runs + 2 {
+        cuda::synchronize(None)?;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            f()?;
+        }
+        if run >= 2 {
+            times.push(t.elapsed().as_nanos() as f64 / n as f64);
+        }
+    }
+    cuda::synchronize(None)?;
+    Ok(median(times))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

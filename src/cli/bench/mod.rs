@@ -19,13 +19,16 @@ mod device_figures;
 mod e2e;
 mod figures;
 mod graphs;
+mod jit;
 mod measure;
 mod ops;
 mod options;
 mod progress;
 mod pytorch;
+mod random;
 mod report;
 mod rows;
+mod sanitized;
 mod transformer;
 mod user_kernel;
 

@@ -54,11 +54,22 @@ pub const ROWS: &[RowSpec] = &[
     row("allreduce_8kib_latency", "allreduce", "µs", true, 1.0),
     row("user_kernel_launch_host", "user_kernel_launch_host", "ns", true, 5.0),
     row("user_kernel_launch_raw_cudarc", "user_kernel_launch_raw_cudarc", "ns", true, 0.0),
+    row("randn_f32_256m", "random", "GB/s", false, 1.0),
+    row("rand_bf16_256m", "random", "GB/s", false, 1.0),
+    row("dropout_bf16_8192x8192", "random", "GB/s", false, 1.0),
+    row("jit_swiglu_bf16", "jit_swiglu", "µs", true, 1.0),
+    row("jit_swiglu_bf16_eager", "jit_swiglu", "µs", true, 1.6),
+    row("jit_small_call_host", "jit_small_call", "ns", true, 2.0),
+    row("jit_first_call_cold", "jit_first_call", "ms", true, 0.0),
+    row("jit_first_call_warm", "jit_first_call", "ms", true, 0.0),
     row("sdpa_bf16_causal_b8_h16_t1024_e64", "sdpa", "ms", true, 0.8),
     row("sdpa_bf16_causal_b1_h32_t4096_e128", "sdpa", "ms", true, 0.8),
     row("sdpa_decode_bf16_b8_h32_s8192_e128", "sdpa", "ms", true, 0.8),
     row("layer_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
     row("rms_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
+    // Last: PyTorch's CUDA Sanitizer cannot be switched off once on.
+    row("small_op_sanitized", "small_op_sanitized", "ns", true, 20.0),
+    row("small_op_sanitized_no_stacks", "small_op_sanitized", "ns", true, 0.0),
 ];
 
 /// The steps (what `--only` names), in run order.
@@ -142,7 +153,8 @@ mod tests {
             parse_only(Some("rms_norm_bf16_8192x4096,sdpa_decode_bf16_b8_h32_s8192_e128")).unwrap(),
             ["sdpa", "norms"]
         );
-        assert_eq!(parse_only(None).unwrap().len(), 22);
+        assert_eq!(parse_only(Some("small_op_sanitized_no_stacks")).unwrap(), ["small_op_sanitized"]);
+        assert_eq!(parse_only(None).unwrap().len(), 27);
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! `skipped <section>: <why>` or `FAILED <section>: <why>`.
 //!
 //! `section.rs` holds what every section shares (the runner, the checks); `runtime.rs`,
-//! `tensors.rs` and `memory.rs` hold the sections; this file only lists them in order.
+//! `tensors.rs`, `memory.rs`, `graphs.rs` and `sanitizer.rs` hold the sections; this file only
+//! lists them in order.
 
 mod graphs;
 mod memory;
 mod runtime;
+mod sanitizer;
 mod section;
 mod tensors;
 
@@ -90,6 +92,11 @@ const SECTIONS: &[(&str, &str, Section)] = &[
         "cuda-graphs",
         "Work captured once into a CUDA graph replays with one launch, from whatever its captured inputs hold then; the capture allocates from a private pool that the allocator's statistics and snapshots count.",
         graphs::graphs,
+    ),
+    (
+        "stream-sanitizer",
+        "With the stream sanitizer on (CUDASEM_SANITIZER=1), a tensor used on a second stream without wait_stream is refused before the work is queued, naming both streams, both operations and both stacks.",
+        sanitizer::stream_sanitizer,
     ),
 ];
 

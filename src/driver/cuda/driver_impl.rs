@@ -206,6 +206,10 @@ impl Driver for CudaDriver {
         events::elapsed_ms(self, start, end)
     }
 
+    fn check_foreign_range(&self, device: usize, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        memory::check_foreign_range(self, device, ptr, bytes)
+    }
+
     fn malloc(&self, device: usize, bytes: usize) -> Result<DevicePtr> {
         capture::maybe_relaxed(|| memory::malloc(self, device, bytes))
     }
@@ -292,6 +296,13 @@ impl Driver for CudaDriver {
         let s = self.stream(stream, "launch")?;
         let dev = self.enter(s.device)?;
         capture::maybe_relaxed(|| launch::dense_binary(&dev.ops, dev.cu, &dev.dropped, s.raw.0, stream.0, op))
+    }
+
+    fn jit_launch(&self, stream: StreamId, op: &crate::kernel::JitOp) -> Result<()> {
+        op.validate()?;
+        let s = self.stream(stream, "jiterator")?;
+        let dev = self.enter(s.device)?;
+        capture::maybe_relaxed(|| launch::jit(&dev.ops, dev.cu, &dev.dropped, s.raw.0, stream.0, op))
     }
 
     fn begin_capture(&self, stream: StreamId, mode: CaptureMode) -> Result<()> {

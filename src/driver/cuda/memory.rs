@@ -7,7 +7,7 @@ use super::status::{driver_error, out_of_memory};
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
 use cudarc::driver::result::{self as cu, DriverError};
-use cudarc::driver::sys::CUresult;
+use cudarc::driver::sys::{self, CUresult};
 use std::sync::atomic::Ordering;
 
 pub(super) fn malloc(driver: &CudaDriver, device: usize, bytes: usize) -> Result<DevicePtr> {
@@ -111,4 +111,48 @@ pub(super) fn peer(
     // (runtime-checked), both contexts are retained, and the stream is live and of the current context.
     unsafe { cu::memcpy_peer_async(dst_ctx.0, dst.0, src_ctx.0, src.0, bytes, s.raw.0) }
         .map_err(|e| driver_error("cuMemcpyPeerAsync", e))
+}
+
+/// Checks that the first and the last of `bytes` bytes from `ptr` are memory the driver attributes
+/// to `device` (`cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)`): memory made elsewhere,
+/// before a tensor views it. An address CUDA does not know is [`Error::InvalidPointer`].
+pub(super) fn check_foreign_range(driver: &CudaDriver, device: usize, ptr: DevicePtr, bytes: usize) -> Result<()> {
+    driver.enter(device)?;
+    let last = ptr.0.checked_add(bytes.max(1) as u64 - 1).ok_or_else(|| Error::InvalidPointer {
+        device,
+        ptr: ptr.0,
+        reason: format!("{bytes} bytes from here run past the end of the address space"),
+    })?;
+    for at in [ptr.0, last] {
+        let mut ordinal: std::ffi::c_int = -1;
+        // SAFETY:
+        // - `ordinal` is a valid out-pointer of the attribute's type (an `int`);
+        // - the call only reads the driver's tables about `at`: any address is allowed, an unknown one
+        //   is reported as an error, nothing is dereferenced.
+        let status = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut std::ffi::c_int).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                at,
+            )
+        };
+        if status != CUresult::CUDA_SUCCESS {
+            return Err(Error::InvalidPointer {
+                device,
+                ptr: at,
+                reason: format!(
+                    "CUDA does not know this address ({status:?} from cuPointerGetAttribute): it is not memory \
+                     allocated through CUDA"
+                ),
+            });
+        }
+        if usize::try_from(ordinal).ok() != Some(device) {
+            return Err(Error::InvalidPointer {
+                device,
+                ptr: at,
+                reason: format!("CUDA attributes this address to device ordinal {ordinal}, not to cuda:{device}"),
+            });
+        }
+    }
+    Ok(())
 }

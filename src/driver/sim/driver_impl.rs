@@ -1,7 +1,7 @@
 //! [`Driver`] for [`SimDriver`]: streams and events, memory and copies, expandable segments,
 //! launches (`launch.rs`), captures and graphs (`capture.rs`), pinned host memory (`host.rs`).
 
-use super::memory::{lock, VMM_GRANULARITY};
+use super::memory::{self, lock, VMM_GRANULARITY};
 use super::sim_driver::{SimDriver, PRIORITY_RANGE};
 use super::stream::{Job, SimEvent};
 use super::time;
@@ -141,6 +141,25 @@ impl Driver for SimDriver {
         }
         // Every simulated stream has its own thread: priorities do not change scheduling.
         Ok((StreamId(raw), 0))
+    }
+
+    fn check_foreign_range(&self, device: usize, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        self.dev(device)?;
+        match memory::device_of(ptr) {
+            Some(d) if d == device => self.span(ptr, bytes).map(|_| ()),
+            Some(d) if d < self.devices.len() => Err(Error::InvalidPointer {
+                device,
+                ptr: ptr.0,
+                reason: format!("the address is memory of simulated cuda:{d}, not of cuda:{device}"),
+            }),
+            _ => Err(Error::InvalidPointer {
+                device,
+                ptr: ptr.0,
+                reason: "not an address of any simulated device (on the simulated machine a device pointer \
+                         must come from cudasem: a tensor's data_ptr or caching_allocator_alloc)"
+                    .into(),
+            }),
+        }
     }
 
     fn event_create(&self, device: usize, enable_timing: bool, _blocking: bool) -> Result<EventId> {
@@ -370,5 +389,9 @@ impl Driver for SimDriver {
 
     fn host_kernel(&self, stream: StreamId, kernel: crate::driver::comm::HostKernel) -> Result<()> {
         self.queue_host_kernel(stream, kernel)
+    }
+
+    fn jit_launch(&self, stream: StreamId, op: &crate::kernel::JitOp) -> Result<()> {
+        self.sim_jit_launch(stream, op)
     }
 }

@@ -91,22 +91,7 @@ impl SimDriver {
         op.validate()?;
         let s = self.stream(stream)?;
         let device = s.device;
-        for v in op.inputs().into_iter().chain(op.outputs()) {
-            let Some((at, len)) = v.byte_span() else { continue };
-            self.span(at, len)?;
-            let owner = device_of(at).unwrap_or(usize::MAX);
-            let peer_ok = owner == device || lock(&self.dev(device)?.peers_enabled).get(owner).copied() == Some(true);
-            if !peer_ok {
-                return Err(Error::InvalidArgument {
-                    op: "launch",
-                    reason: format!(
-                        "a {} kernel on cuda:{device} uses memory of cuda:{owner}, but peer access from cuda:{device} \
-                         to cuda:{owner} is not enabled (cudasem::cuda::enable_peer_access)",
-                        op.name()
-                    ),
-                });
-            }
-        }
+        self.check_views(device, op.inputs().into_iter().chain(op.outputs()), || op.name())?;
         if let KernelOp::Gemm { workspace: Some(w), .. } = op {
             // The CPU kernels need no scratch; a workspace must still be live memory of the
             // stream's device, as cuBLASLt's is.
@@ -130,6 +115,33 @@ impl SimDriver {
                 mem.devices[device].dropped.record(e);
             }
         }));
+        Ok(())
+    }
+
+    /// Every view is live memory of `device` or of a peer it has access to (`name`: the kernel,
+    /// for the error).
+    pub(super) fn check_views<'a>(
+        &self,
+        device: usize,
+        views: impl Iterator<Item = &'a crate::kernel::BufferView>,
+        name: impl Fn() -> String,
+    ) -> Result<()> {
+        for v in views {
+            let Some((at, len)) = v.byte_span() else { continue };
+            self.span(at, len)?;
+            let owner = device_of(at).unwrap_or(usize::MAX);
+            let peer_ok = owner == device || lock(&self.dev(device)?.peers_enabled).get(owner).copied() == Some(true);
+            if !peer_ok {
+                return Err(Error::InvalidArgument {
+                    op: "launch",
+                    reason: format!(
+                        "a {} kernel on cuda:{device} uses memory of cuda:{owner}, but peer access from cuda:{device} \
+                         to cuda:{owner} is not enabled (cudasem::cuda::enable_peer_access)",
+                        name()
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -161,11 +173,22 @@ impl SimDriver {
     /// and each replay runs it again); an error it returns is kept as the device's asynchronous
     /// error, as a kernel fault is.
     pub(super) fn queue_host_kernel(&self, stream: StreamId, kernel: crate::driver::comm::HostKernel) -> Result<()> {
+        self.queue_host_kernel_as(stream, kernel, "kernel (host twin)", 0)
+    }
+
+    /// [`SimDriver::queue_host_kernel`] named `name`, taking `cost` of simulated time.
+    pub(super) fn queue_host_kernel_as(
+        &self,
+        stream: StreamId,
+        kernel: crate::driver::comm::HostKernel,
+        name: &'static str,
+        cost: time::SimTime,
+    ) -> Result<()> {
         let s = self.stream(stream)?;
         let device = s.device;
         let devices = SimMemory { devices: self.devices.iter().map(|d| d.memory.clone()).collect() };
         let mem = TwinMemory { devices, pinned: self.host.clone() };
-        s.submit(Job::run("kernel (host twin)", 0, move || {
+        s.submit(Job::run(name, cost, move || {
             if let Err(e) = kernel(&mem) {
                 mem.devices.devices[device].dropped.record(e);
             }

@@ -17,8 +17,10 @@
 mod capture;
 mod driver_impl;
 mod host;
+mod jit;
 mod launch;
 mod memory;
+pub(crate) mod schedule;
 mod sim_driver;
 mod stream;
 #[cfg(test)]

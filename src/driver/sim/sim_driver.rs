@@ -39,6 +39,9 @@ pub struct SimDriver {
     pub(super) host: SimPinnedTable,
     /// Captured graphs.
     pub(super) graphs: Mutex<HashMap<u64, Arc<SimGraph>>>,
+    /// Where compiled jiterator libraries are kept between processes (the kernel cache's
+    /// directory; none: a directory of this process's own).
+    pub(super) jit_cache: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for SimDriver {
@@ -61,6 +64,7 @@ impl SimDriver {
             host: SimPinnedTable::default(),
             graphs: Mutex::new(HashMap::new()),
             hidden_by: None,
+            jit_cache: None,
             config,
         };
         for i in 0..d.config.devices {
@@ -85,6 +89,13 @@ impl SimDriver {
         let seen = config.visible(visible);
         let hidden_by = (seen.devices == 0 && config.devices > 0).then(|| visible.unwrap_or_default().to_string());
         SimDriver { hidden_by, ..SimDriver::new(seen) }
+    }
+
+    /// This driver, keeping compiled jiterator libraries in `dir` (the process's kernel cache
+    /// directory; `None`: in a directory of the process's own, not kept).
+    pub fn with_jit_cache(mut self, dir: Option<std::path::PathBuf>) -> SimDriver {
+        self.jit_cache = dir;
+        self
     }
 
     /// The machine's configuration (the visible devices).

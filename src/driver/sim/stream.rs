@@ -82,9 +82,18 @@ impl SimStream {
         let worker = shared.clone();
         std::thread::Builder::new().name(format!("cudasem-sim-d{device}-s{id}")).spawn(move || {
             let mut now: SimTime = 0;
+            let mut count = super::schedule::JobCount::default();
             while let Ok(job) = rx.recv() {
                 match job.work {
-                    Work::Run(f) => f(),
+                    Work::Run(f) => {
+                        // An adversarial schedule holds the job back (not a wait or a record:
+                        // those only order work).
+                        let hold = super::schedule::hold_back(id, count.next());
+                        if !hold.is_zero() {
+                            std::thread::sleep(hold);
+                        }
+                        f()
+                    }
                     Work::Wait(r) => now = now.max(r.wait()),
                     Work::Record(r) => r.complete(now),
                 }

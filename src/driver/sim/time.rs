@@ -82,6 +82,14 @@ pub(crate) fn kernel(op: &KernelOp) -> SimTime {
     memory
 }
 
+/// A jiterator call: its memory traffic at the device's bandwidth (a multi-output function
+/// reads its inputs once per output, as the CUDA driver's kernels do).
+pub(crate) fn jit(op: &crate::kernel::JitOp) -> SimTime {
+    let reads = op.ins.iter().map(view_bytes).fold(0usize, usize::saturating_add);
+    let writes = op.outs.iter().map(view_bytes).fold(0usize, usize::saturating_add);
+    transfer(reads.saturating_mul(op.outs.len()).saturating_add(writes), DEVICE_BYTES_PER_S)
+}
+
 /// Milliseconds from `t0` to `t1` (negative when `t1` is earlier), as `elapsed_time` reports.
 pub(crate) fn signed_ms(t0: SimTime, t1: SimTime) -> f32 {
     ((t1 as f64 - t0 as f64) / 1e6) as f32

@@ -276,6 +276,11 @@ pub(crate) fn gather_via<T: Elem>(bytes: &[u8], v: &BufferView, via: DType) -> V
     out
 }
 
+/// The view's elements, each converted to `via` and then to `to`, as dense bytes of `to`.
+pub(crate) fn gather_as(bytes: &[u8], v: &BufferView, via: DType, to: DType) -> Vec<u8> {
+    with_dtype!(to, T => encode(&gather_via::<T>(bytes, v, via), to))
+}
+
 /// Converts every value to `dtype` and back (rounding a wider `f64` to `f32`, wrapping an
 /// `i64` into `i32`, …).
 pub(crate) fn round_via<T: Elem>(values: &mut [T], dtype: DType) {

@@ -2,7 +2,7 @@
 //! over host bytes, and writes back only the output's elements.
 
 use super::elem::{for_each_offset, scalar_bytes, Operand};
-use super::{elementwise, fused, gemm, reduce};
+use super::{elementwise, fused, gemm, random, reduce};
 use crate::error::Result;
 use crate::kernel::DevicePtr;
 use crate::kernel::{BufferView, KernelOp, ReduceOp};
@@ -106,6 +106,11 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
             let mask = mask.as_ref().map(|_| arg(3));
             let a = fused::Attn { q: arg(0), k: arg(1), v: arg(2), mask, scale: *scale, causal: *causal };
             fused::attention(a, &mut out, &dst)
+        }
+        KernelOp::Random(r) => {
+            let src = r.src.as_ref().map(|_| (&inputs[0].bytes[..], &inputs[0].view));
+            let slot = r.slot().map(|_| &inputs[inputs.len() - 1].bytes[..]);
+            random::random(r, src, slot, &mut out)
         }
     }
     mem.write_runs(at, &out, &runs(&dst))

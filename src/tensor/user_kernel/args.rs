@@ -122,3 +122,29 @@ impl<'a> KernelArg<'a> {
         KernelArg(Arg::Tensor(t, Access::ReadWrite))
     }
 }
+
+/// The door's view of an argument: a tensor is an operand the launch reads or writes as declared
+/// (what the stream sanitizer checks); a scalar covers no memory.
+impl crate::runtime::Operand for KernelArg<'_> {
+    fn pool(&self) -> Option<crate::alloc::MemPoolId> {
+        match self.0 {
+            Arg::Tensor(t, _) => t.pool(),
+            Arg::Scalar(_) => None,
+        }
+    }
+    fn keep_alive(&self) -> crate::runtime::KeepAlive {
+        match self.0 {
+            Arg::Tensor(t, _) => t.keep_alive(),
+            Arg::Scalar(_) => std::sync::Arc::new(()),
+        }
+    }
+    fn describe(&self) -> Option<(crate::runtime::SanitizerSpan, crate::race::RaceTensor)> {
+        match self.0 {
+            Arg::Tensor(t, _) => t.describe(),
+            Arg::Scalar(_) => None,
+        }
+    }
+    fn writes(&self) -> bool {
+        matches!(self.0, Arg::Tensor(_, Access::Write | Access::ReadWrite))
+    }
+}

@@ -21,7 +21,6 @@ mod twin;
 pub use args::{Dim3, KernelArg, KernelScalar};
 pub use twin::HostLaunch;
 
-use super::Tensor;
 use crate::device::Device;
 use crate::driver::{DevicePtr, LaunchShape, ScalarBytes, UserArg, UserFunctionId, UserImage};
 use crate::error::{Error, Result};
@@ -372,7 +371,8 @@ impl Kernel {
     /// Queues the checked launch: the CUDA kernel, or the host twin.
     #[inline]
     fn queue(&self, stream: &Stream, shape: LaunchShape, args: &[KernelArg]) -> Result<()> {
-        let tensors = || args.iter().filter_map(|a| if let Arg::Tensor(t, _) = a.0 { Some(t) } else { None }).collect();
+        // The tensor arguments, as the door's operands (reads and writes as declared).
+        let tensors = || args.iter().filter(|a| matches!(a.0, Arg::Tensor(..))).collect();
         if self.inner.on_cuda {
             let f = self.function(stream.device())?;
             let user = |a: &KernelArg| match a.0 {
@@ -390,7 +390,7 @@ impl Kernel {
             return stream.user_launch(f, shape, &all, tensors);
         }
         let twin = self.twin.clone().ok_or_else(|| self.no_twin())?;
-        let uses: Vec<&Tensor> = tensors();
+        let uses: Vec<&KernelArg> = tensors();
         stream.host_kernel(twin::host_kernel(twin, shape, args), &uses)
     }
 

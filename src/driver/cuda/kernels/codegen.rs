@@ -19,17 +19,19 @@
 
 use super::elementwise_policy::{ew_vec, tile_edge, tile_pairs, unrolled};
 use super::gemv::gemv_vec;
+use super::jit::code;
 use super::reduce_layouts::{cols_x, half_runs};
 use super::softmax_layouts::{
     softmax_big_layouts, softmax_layouts, softmax_mid_layouts, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
     SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
 };
 use super::sources::{
-    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, FUSED_HEAD, GEMV, GEMV_HEAD, REDUCE, REDUCE_ACC, REDUCE_ARG,
-    REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
+    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, FUSED_HEAD, GEMV, GEMV_HEAD, RANDOM, RANDOM_HEAD, REDUCE, REDUCE_ACC,
+    REDUCE_ARG, REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
 };
-use super::vocab::{fast_masks, EwOp, ModuleKey};
+use super::vocab::{fast_masks, EwOp, JitKey, ModuleKey, RandKind};
 use crate::dtype::DType;
+use crate::kernel::{jit_compute, jit_ctype, JitParam};
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::Write;
 
@@ -50,6 +52,7 @@ impl ModuleKey {
                 fused_head(&mut s, dtype);
                 super::fused_codegen::attention(&mut s, dtype);
             }
+            ModuleKey::Random { dist, dtype, e } => random(&mut s, dist, dtype, e),
         }
         s
     }
@@ -259,6 +262,34 @@ fn binary_body(op: BinaryOp, lhs: DType, rhs: DType, c: DType, out: DType) -> St
     format!("{head}    const {mt} r = {r};\n    return {};\n", conv(c, out, &conv(m, c, "r")))
 }
 
+/// The user's code, its diagnostics naming `jiterator` and the code's own lines.
+fn jit_prefix(key: JitKey) -> String {
+    format!("#line 1 \"jiterator\"\n{}\n#line 1 \"cudasem_elementwise\"\n", code(key.code).source)
+}
+
+/// The body of `apply` for the function of `key`, whose inputs have dtypes `ins` and whose
+/// output (of the promoted dtype) is `out`; the scalars are read from the address in `value`.
+fn jit_body(key: JitKey, out: DType, ins: [DType; 3]) -> String {
+    let code = code(key.code);
+    let compute = jit_compute(out);
+    let ct = jit_ctype(compute);
+    let names = ["a", "b", "c"];
+    let mut s = format!("    typedef {ct} CT;\n    const CT* sc = (const CT*)value;\n    (void)sc;\n");
+    for (k, (&d, name)) in ins.iter().zip(names).enumerate().take(key.nin as usize) {
+        s.push_str(&format!("    const CT x{k} = (CT){};\n", conv(out, compute, &conv(d, out, name))));
+    }
+    let by_ref = code.params.iter().any(|p| matches!(p, JitParam::Output(_)));
+    let call = code.call(ct, |k| format!("x{k}"), |k| format!("sc[{k}]"), |k| format!("o{k}"));
+    if by_ref {
+        let outs: Vec<String> = (0..code.outputs).map(|k| format!("o{k} = CT()")).collect();
+        s.push_str(&format!("    CT {};\n    {call};\n", outs.join(", ")));
+        s.push_str(&format!("    return {};\n", conv(compute, out, &format!("o{}", key.out))));
+    } else {
+        s.push_str(&format!("    const CT r = (CT)({call});\n    return {};\n", conv(compute, out, "r")));
+    }
+    s
+}
+
 fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     let n = op.inputs();
     let t = |i: usize| if i < n { ctype(ins[i]) } else { "u8" };
@@ -271,6 +302,10 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
         EwOp::Unary(u) => unary_body(u, ins[0], out),
         EwOp::Binary(b, compute) => binary_body(b, ins[0], ins[1], compute, out),
         EwOp::Where => format!("    return a ? {} : {};\n", conv(ins[1], out, "b"), conv(ins[2], out, "c")),
+        EwOp::Jit(key) => {
+            s.push_str(&jit_prefix(key));
+            jit_body(key, out, ins)
+        }
     };
     let values = [
         ("n", n.to_string()),
@@ -494,4 +529,19 @@ fn fused_head(s: &mut String, dtype: DType) {
 /// `(name, value)` pairs as [`fill`] takes them.
 fn pairs_of<'a>(values: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     values.iter().map(|(n, v)| (*n, v.as_str())).collect()
+}
+
+/// Appends a random module's source for `dist` into `dtype`, `e` elements per block.
+fn random(s: &mut String, dist: RandKind, dtype: DType, e: u8) {
+    let values = [
+        ("dist", (dist as u8).to_string()),
+        ("e", e.to_string()),
+        ("bits", crate::kernel::random::uniform_bits(dtype).to_string()),
+        ("ts", ctype(dtype).to_owned()),
+        ("from_d", conv(DType::F64, dtype, "v")),
+        ("from_i", conv(DType::I64, dtype, "v")),
+        ("to_d", conv(dtype, DType::F64, "x")),
+    ];
+    fill(s, RANDOM_HEAD, &pairs_of(&values));
+    s.push_str(RANDOM);
 }

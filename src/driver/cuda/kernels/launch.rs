@@ -16,10 +16,10 @@
 use super::ctx::{Ctx, Launcher, Tuning};
 use super::elementwise::{elementwise, scalar_bits};
 use super::gemm::Blas;
-use super::vocab::EwOp;
+use super::vocab::{EwOp, JitKey};
 use crate::error::Result;
 use crate::error::Sticky;
-use crate::kernel::{BufferView, DenseBinary, KernelOp, ReduceOp};
+use crate::kernel::{BufferView, DenseBinary, JitOp, KernelOp, ReduceOp};
 use cudarc::driver::sys;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -119,7 +119,31 @@ pub(in crate::driver::cuda) fn launch(
             let (mask, scale, causal) = (mask.as_ref(), *scale, *causal);
             super::fused::attention(&c, super::fused::AttnArgs { q, k, v, mask, dst, scale, causal })
         }
+        KernelOp::Random(r) => super::random::random(&c, r),
     }
+}
+
+/// Launches the jiterator call `op` (already validated) on `stream` (as [`launch`]): the
+/// elementwise kernels of the function's module, once per output.
+pub(in crate::driver::cuda) fn jit(
+    ops: &DeviceOps,
+    cu: sys::CUdevice,
+    dropped: &Sticky,
+    stream: sys::CUstream,
+    stream_id: u64,
+    op: &JitOp,
+) -> Result<()> {
+    if op.outs[0].numel() == 0 {
+        return Ok(());
+    }
+    let c = ops.ctx(cu, dropped, stream, stream_id)?;
+    let code = super::jit::intern(&op.code);
+    let ins: Vec<&BufferView> = op.ins.iter().collect();
+    for (k, dst) in op.outs.iter().enumerate() {
+        let key = JitKey { code, nin: ins.len() as u8, out: k as u8 };
+        elementwise(&c, EwOp::Jit(key), dst, &ins, op.scalars_at.0, 0)?;
+    }
+    Ok(())
 }
 
 /// Runs a dense binary op (already validated) on the stream of `dev`, whose context is current:

@@ -89,3 +89,9 @@ pub(in crate::driver::cuda) const GELU_T_SCALE: f32 = 0.279;
 #[cfg(test)]
 pub(in crate::driver::cuda) const GELU_TAIL: [f32; 7] =
     [0.11130447, 0.1113622, 0.10137282, 0.095678955, 0.021759437, 0.10956996, -0.051049426];
+
+/// A random module's defines, type and conversions (placeholders: `dist`, `e`, `bits`, `ts`,
+/// `from_d`, `from_i`, `to_d`).
+pub(in crate::driver::cuda) const RANDOM_HEAD: &str = body(include_str!("cu/random_head.cu"));
+/// The random kernel `rnd`, after [`RANDOM_HEAD`] (the Philox stream of `kernel/random.rs`).
+pub(in crate::driver::cuda) const RANDOM: &str = body(include_str!("cu/random.cu"));

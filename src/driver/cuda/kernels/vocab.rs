@@ -51,6 +51,18 @@ pub(in crate::driver::cuda) enum EwOp {
     Binary(BinaryOp, DType),
     /// `cond ? a : b`.
     Where,
+    /// A jiterator function (`jit.rs`), one output of it.
+    Jit(JitKey),
+}
+
+/// A jiterator function's module: the function's id in the process (`jit::intern`), its number
+/// of tensor inputs, and the output this module writes (a multi-output function has a module
+/// per output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) struct JitKey {
+    pub code: u32,
+    pub nin: u8,
+    pub out: u8,
 }
 
 impl EwOp {
@@ -61,6 +73,7 @@ impl EwOp {
             EwOp::Copy | EwOp::Cast | EwOp::Unary(_) => 1,
             EwOp::Binary(..) => 2,
             EwOp::Where => 3,
+            EwOp::Jit(k) => k.nin as usize,
         }
     }
 }
@@ -87,6 +100,21 @@ pub(in crate::driver::cuda) enum ModuleKey {
     Norm { dtype: DType },
     /// Scaled dot-product attention of `dtype` (`attention.rs`).
     Attention { dtype: DType },
+    /// Random draws of a distribution into `dtype`, `e` elements per Philox block (`random.rs`).
+    Random { dist: RandKind, dtype: DType, e: u8 },
+}
+
+/// The distributions of a random module (`DIST` in `cu/random_head.cu`: the discriminant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) enum RandKind {
+    Uniform = 0,
+    Normal = 1,
+    Exponential = 2,
+    Bernoulli = 3,
+    Dropout = 4,
+    Integers = 5,
+    Multinomial = 6,
+    Permutation = 7,
 }
 
 /// A kernel of a module.
@@ -140,6 +168,8 @@ pub(in crate::driver::cuda) enum Entry {
     Attn(u8),
     /// The merge of attention's split partials: a warp per query row.
     AttnMerge,
+    /// Random draws: a thread per Philox block (`rnd`).
+    Random,
 }
 
 /// One kernel: its module and entry point.
@@ -159,6 +189,7 @@ impl Entry {
             ModuleKey::Gemv { .. } => "gv",
             ModuleKey::Norm { .. } => "nm",
             ModuleKey::Attention { .. } => "at",
+            ModuleKey::Random { .. } => "rnd",
         };
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
@@ -183,6 +214,7 @@ impl Entry {
             Entry::NormRegs(vpt) => format!("{prefix}_r{vpt}"),
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
+            Entry::Random => prefix.into(),
         }
     }
 }
@@ -226,6 +258,7 @@ impl ModuleKey {
                 e.push(Entry::AttnMerge);
                 e
             }
+            ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::Reduce { src, .. } => {
                 vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
             }

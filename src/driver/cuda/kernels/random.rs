@@ -1,0 +1,141 @@
+//! Random draws ([`RandomOp`]) on the CUDA driver: one module per (distribution, dtype, elements
+//! per block), made from `cu/random_head.cu` and `cu/random.cu`, whose kernel `rnd` is the CPU
+//! kernel's stream mapping (`src/kernels/cpu/random.rs`) with the same correctly rounded `f64`
+//! operations. A thread makes a Philox block's elements and stores them at once (one 16-byte
+//! store for `f32`, `f64` and the integers when the output is aligned); the grid is capped at
+//! [`Ctx::grid`]'s waves and strides over the rest.
+
+use super::ctx::{addr, Ctx};
+use super::vocab::{Entry, KernelId, ModuleKey, RandKind};
+use crate::error::Result;
+use crate::kernel::{Distribution, PhiloxSource, RandomOp};
+
+/// Parameters of `rnd` (`RndP` in `cu/random.cu`).
+#[repr(C)]
+struct RndP {
+    dst: u64,
+    src: u64,
+    slot: u64,
+    n: i64,
+    seed: u64,
+    offset: u64,
+    a: f64,
+    b: f64,
+    low: i64,
+    range: u64,
+    vec: i64,
+}
+
+/// The module kind and the parameters `a`, `b`, `low`, `range` of a distribution (computed here,
+/// in `f64`, exactly as the CPU kernel computes them).
+fn kind_of(dist: &Distribution) -> (RandKind, f64, f64, i64, u64) {
+    match *dist {
+        Distribution::Uniform { low, high } => (RandKind::Uniform, low, high, 0, 0),
+        Distribution::Normal { mean, std } => (RandKind::Normal, mean, std, 0, 0),
+        Distribution::Exponential { lambda } => (RandKind::Exponential, lambda, 0.0, 0, 0),
+        Distribution::Bernoulli { p } => (RandKind::Bernoulli, p, 0.0, 0, 0),
+        Distribution::Dropout { p } => {
+            let q = 1.0 - p;
+            (RandKind::Dropout, q, if q > 0.0 { 1.0 / q } else { 0.0 }, 0, 0)
+        }
+        Distribution::Integers { low, range } => (RandKind::Integers, 0.0, 0.0, low, range),
+        Distribution::Multinomial { samples, .. } => (RandKind::Multinomial, 0.0, 0.0, 0, samples as u64),
+        Distribution::Permutation => (RandKind::Permutation, 0.0, 0.0, 0, 0),
+    }
+}
+
+/// Queues `op` (validated, non-empty).
+pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
+    let dtype = op.dst.dtype;
+    let e = op.dist.per_block(dtype);
+    let (dist, a, b, low, range) = kind_of(&op.dist);
+    let (seed, offset, slot) = match &op.philox {
+        PhiloxSource::Value { seed, offset } => (*seed, *offset, 0),
+        PhiloxSource::Slot { slot, offset } => (0, *offset, addr(slot)),
+    };
+    if let (RandKind::Multinomial, Some(src)) = (dist, &op.src) {
+        // A thread per row: the weights' dtype keys the module.
+        let (rows, cats) = (src.shape[0], src.shape[1]);
+        let replacement = matches!(op.dist, Distribution::Multinomial { replacement: true, .. });
+        let mut p = RndP {
+            dst: addr(&op.dst),
+            src: addr(src),
+            slot,
+            n: rows as i64,
+            seed,
+            offset,
+            a,
+            b,
+            low: cats as i64,
+            range,
+            vec: i64::from(replacement),
+        };
+        let key = ModuleKey::Random { dist, dtype: src.dtype, e: 1 };
+        let f = c.kernel(KernelId { module: key, entry: Entry::Random })?;
+        return c.run(f, c.grid(f, rows as u64), &mut p);
+    }
+    let n = op.dst.numel();
+    let dst = addr(&op.dst);
+    let mut p = RndP {
+        dst,
+        src: op.src.as_ref().map_or(0, addr),
+        slot,
+        n: n as i64,
+        seed,
+        offset,
+        a,
+        b,
+        low,
+        range,
+        vec: dst.is_multiple_of((e * dtype.size()) as u64) as i64,
+    };
+    let f = c.kernel(KernelId { module: ModuleKey::Random { dist, dtype, e: e as u8 }, entry: Entry::Random })?;
+    let grid = if dist == RandKind::Permutation { 1 } else { c.grid(f, n.div_ceil(e) as u64) };
+    c.run(f, grid, &mut p)
+}
+
+/// Every random module the tensor layer can ask for.
+#[cfg(test)]
+pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
+    use crate::dtype::DType;
+    let mut v = Vec::new();
+    for dtype in DType::ALL {
+        let mut push = |dist, e| v.push(ModuleKey::Random { dist, dtype, e });
+        if dtype.is_float() {
+            push(RandKind::Uniform, if dtype == DType::F64 { 2 } else { 4 });
+            push(RandKind::Normal, 2);
+            push(RandKind::Exponential, 2);
+            push(RandKind::Dropout, 4);
+        }
+        if dtype.is_float() {
+            push(RandKind::Multinomial, 1);
+        }
+        push(RandKind::Permutation, 1);
+        push(RandKind::Bernoulli, 4);
+        push(RandKind::Integers, 4);
+        push(RandKind::Integers, 2);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all_random_modules;
+    use crate::driver::cuda::kernels::nvrtc::{image, nvrtc_present, Program};
+
+    /// Every random module compiles (for sm_90), and its kernel is the one the launcher names.
+    #[test]
+    fn every_random_module_compiles() {
+        if !nvrtc_present() {
+            crate::testing::skip(1, "libnvrtc not found");
+            return;
+        }
+        for m in all_random_modules() {
+            let src = m.source();
+            assert!(src.contains("void __launch_bounds__(256) rnd("), "{m:?}");
+            if let Err(e) = image(&Program::tensor(&src), 9, 0, None) {
+                panic!("{m:?} does not compile: {e}\n{src}");
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The CPU kernel of [`RandomOp`]: the Philox stream mapping of `kernel/random.rs`, element by
+//! element, in parallel chunks of whole blocks (the numbers do not depend on the chunks). The
+//! CUDA kernel (`driver/cuda/kernels/cu/random.cu`) computes the same formulas with the same
+//! correctly rounded `f64` operations.
+
+use super::elem::{encode, gather, round_via};
+use crate::dtype::DType;
+use crate::kernel::random::{philox_block, u53, uniform_bits, Distribution, PhiloxSource, RandomOp};
+use crate::kernel::BufferView;
+use rayon::prelude::*;
+
+/// Elements one task makes (a multiple of every block's element count).
+const CHUNK: usize = 1 << 16;
+
+/// `2^-k`, exactly.
+fn pow2_neg(k: u32) -> f64 {
+    f64::from_bits((1023 - u64::from(k)) << 52)
+}
+
+/// `(seed, first block)` of the op: given, or read from its slot's bytes.
+fn stream_of(op: &RandomOp, slot: Option<&[u8]>) -> (u64, u64) {
+    match (&op.philox, slot) {
+        (PhiloxSource::Value { seed, offset }, _) => (*seed, *offset),
+        (PhiloxSource::Slot { offset, .. }, Some(b)) if b.len() >= 16 => {
+            let word = |k: usize| u64::from_ne_bytes(b[8 * k..8 * k + 8].try_into().unwrap_or([0; 8]));
+            (word(0), word(1).wrapping_add(*offset))
+        }
+        (PhiloxSource::Slot { offset, .. }, _) => (0, *offset),
+    }
+}
+
+/// `v` as the output dtype would hold it.
+fn rounded(v: f64, dtype: DType) -> f64 {
+    let mut one = [v];
+    round_via(&mut one, dtype);
+    one[0]
+}
+
+/// Element `j` of a block of words `w` (`e` elements a block) of a float-valued distribution;
+/// `x` is dropout's input element.
+fn float_value(dist: &Distribution, dtype: DType, w: [u32; 4], j: usize, e: usize, x: f64) -> f64 {
+    let wide = |j: usize| u53(w[2 * j], w[2 * j + 1]);
+    match *dist {
+        Distribution::Uniform { low, high } => {
+            let u = if e == 2 {
+                wide(j) as f64 * pow2_neg(53)
+            } else {
+                let b = uniform_bits(dtype);
+                f64::from(w[j] >> (32 - b)) * pow2_neg(b)
+            };
+            let v = low + u * (high - low);
+            if rounded(v, dtype) >= high {
+                low
+            } else {
+                v
+            }
+        }
+        Distribution::Normal { mean, std } => {
+            let u1 = (wide(0) + 1) as f64 * pow2_neg(53);
+            let u2 = wide(1) as f64 * pow2_neg(53);
+            let r = (-2.0 * u1.ln()).sqrt();
+            let theta = std::f64::consts::TAU * u2;
+            let z = if j == 0 { r * theta.cos() } else { r * theta.sin() };
+            mean + std * z
+        }
+        Distribution::Exponential { lambda } => {
+            let u = (wide(j) + 1) as f64 * pow2_neg(53);
+            (0.0 - u.ln()) / lambda
+        }
+        Distribution::Bernoulli { p } => f64::from(u8::from(f64::from(w[j]) * pow2_neg(32) < p)),
+        Distribution::Dropout { p } => {
+            let q = 1.0 - p;
+            let scale = if q > 0.0 { 1.0 / q } else { 0.0 };
+            x * if f64::from(w[j]) * pow2_neg(32) < q { scale } else { 0.0 }
+        }
+        Distribution::Integers { .. } | Distribution::Multinomial { .. } | Distribution::Permutation => f64::NAN,
+    }
+}
+
+/// Element `j` of a block of words `w` of [`Distribution::Integers`].
+fn int_value(low: i64, range: u64, w: [u32; 4], j: usize, e: usize) -> i64 {
+    let r =
+        if e == 4 { u64::from(w[j]) % range } else { ((u64::from(w[2 * j]) << 32) | u64::from(w[2 * j + 1])) % range };
+    low.wrapping_add(r as i64)
+}
+
+/// Elements `start..start + len` made block by block: `f(words, element in block, index)`.
+fn blocks_of<T>(
+    seed: u64,
+    first: u64,
+    e: usize,
+    start: usize,
+    len: usize,
+    mut f: impl FnMut([u32; 4], usize, usize) -> T,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(len);
+    let mut i = start;
+    while i < start + len {
+        let w = philox_block(seed, first.wrapping_add((i / e) as u64));
+        for j in 0..e.min(start + len - i) {
+            out.push(f(w, j, i + j));
+        }
+        i += e;
+    }
+    out
+}
+
+/// One row's samples of [`Distribution::Multinomial`] (`block(k)`: sample `k`'s words).
+pub(crate) fn multinomial_row(
+    p: &[f64],
+    samples: usize,
+    replacement: bool,
+    block: impl Fn(usize) -> [u32; 4],
+) -> Vec<i64> {
+    let mut chosen: Vec<usize> = Vec::with_capacity(samples);
+    for k in 0..samples {
+        let w = block(k);
+        let free = |c: usize| replacement || !chosen.contains(&c);
+        let total = (0..p.len()).filter(|&c| free(c)).fold(0.0f64, |t, c| t + p[c]);
+        let pick = if !(total > 0.0 && total.is_finite()) {
+            if replacement {
+                0
+            } else {
+                (0..p.len()).find(|&c| free(c)).unwrap_or(0)
+            }
+        } else {
+            let t = u53(w[0], w[1]) as f64 * pow2_neg(53) * total;
+            let (mut run, mut last, mut found) = (0.0f64, 0usize, None);
+            for c in (0..p.len()).filter(|&c| free(c)) {
+                run += p[c];
+                if p[c] > 0.0 {
+                    last = c;
+                }
+                if run > t {
+                    found = Some(c);
+                    break;
+                }
+            }
+            found.unwrap_or(last)
+        };
+        chosen.push(pick);
+    }
+    chosen.into_iter().map(|c| c as i64).collect()
+}
+
+/// [`Distribution::Permutation`] of `0..n`.
+fn permutation(n: usize, block: impl Fn(usize) -> [u32; 4]) -> Vec<i64> {
+    let mut a: Vec<i64> = (0..n as i64).collect();
+    for s in 0..n.saturating_sub(1) {
+        let i = n - 1 - s;
+        let w = block(s);
+        let j = (((u64::from(w[0]) << 32) | u64::from(w[1])) % (i as u64 + 1)) as usize;
+        a.swap(i, j);
+    }
+    a
+}
+
+/// The ops that are not elementwise: multinomial rows (in parallel) and a permutation.
+fn sequential(op: &RandomOp, seed: u64, first: u64, src: Option<(&[u8], &BufferView)>, out: &mut [u8]) {
+    let dtype = op.dst.dtype;
+    let values: Vec<i64> = match op.dist {
+        Distribution::Multinomial { samples, replacement } => {
+            let Some((bytes, view)) = src else { return };
+            let p = gather::<f64>(bytes, view);
+            let cats = view.shape[1];
+            let rows: Vec<Vec<i64>> = p
+                .par_chunks(cats)
+                .enumerate()
+                .map(|(r, row)| {
+                    let base = first.wrapping_add((r * samples) as u64);
+                    multinomial_row(row, samples, replacement, |k| philox_block(seed, base.wrapping_add(k as u64)))
+                })
+                .collect();
+            rows.concat()
+        }
+        _ => permutation(op.dst.numel(), |s| philox_block(seed, first.wrapping_add(s as u64))),
+    };
+    out.copy_from_slice(&encode(&values, dtype));
+}
+
+/// Runs `op` into `out` (the output's dense bytes); `src` and `slot` are its inputs' bytes.
+pub(super) fn random(op: &RandomOp, src: Option<(&[u8], &BufferView)>, slot: Option<&[u8]>, out: &mut [u8]) {
+    let (seed, first) = stream_of(op, slot);
+    if matches!(op.dist, Distribution::Multinomial { .. } | Distribution::Permutation) {
+        return sequential(op, seed, first, src, out);
+    }
+    let dtype = op.dst.dtype;
+    let (size, e) = (dtype.size(), op.dist.per_block(dtype));
+    let x: Vec<f64> = src.map(|(bytes, view)| gather::<f64>(bytes, view)).unwrap_or_default();
+    out.par_chunks_mut(CHUNK * size).enumerate().for_each(|(c, bytes)| {
+        let (start, len) = (c * CHUNK, bytes.len() / size);
+        let encoded = match op.dist {
+            Distribution::Integers { low, range } => {
+                encode(&blocks_of(seed, first, e, start, len, |w, j, _| int_value(low, range, w, j, e)), dtype)
+            }
+            dist => {
+                let v = blocks_of(seed, first, e, start, len, |w, j, i| {
+                    float_value(&dist, dtype, w, j, e, x.get(i).copied().unwrap_or(0.0))
+                });
+                encode(&v, dtype)
+            }
+        };
+        bytes.copy_from_slice(&encoded);
+    });
+}

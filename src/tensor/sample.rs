@@ -1,0 +1,119 @@
+//! Sampling: `torch.multinomial` over the rows of a weight tensor (a decode loop's sampler) and
+//! `torch.randperm`, as [`KernelOp::Random`](crate::kernel::KernelOp::Random) ops on the
+//! tensor's device, from its default generator or a given one (the `_gen` forms). The weights
+//! are checked as PyTorch checks them (non-negative, finite, a positive sum per row, enough
+//! categories without replacement), on the host, which waits for them; inside a CUDA-graph
+//! capture, where the host may not wait, the kernel's documented fallbacks stand instead.
+
+use super::exec::Place;
+use super::generator::Generator;
+use super::Tensor;
+use crate::device::IntoDevice;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernel::Distribution;
+
+fn invalid(op: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidArgument { op, reason: reason.into() }
+}
+
+/// Checks the weights' values (`[rows, cats]`, read on the host).
+fn check_weights(w: &Tensor, samples: usize, replacement: bool) -> Result<()> {
+    let cats = w.shape()[1];
+    let values = w.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    if values.iter().any(|&p| !p.is_finite() || p < 0.0) {
+        return Err(invalid("multinomial", "probability tensor contains either `inf`, `nan` or element < 0"));
+    }
+    for row in values.chunks(cats) {
+        if row.iter().sum::<f64>() <= 0.0 {
+            return Err(invalid("multinomial", "invalid multinomial distribution (sum of probabilities <= 0)"));
+        }
+        if !replacement && row.iter().filter(|&&p| p > 0.0).count() < samples {
+            return Err(invalid(
+                "multinomial",
+                "invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Tensor {
+    /// `num_samples` category indices (`I64`) drawn from each row of this tensor of weights
+    /// (`torch.multinomial(input, num_samples, replacement)`: 1-D → `[num_samples]`, 2-D
+    /// `[rows, categories]` → `[rows, num_samples]`); without replacement a row's samples are
+    /// distinct.
+    pub fn multinomial(&self, num_samples: usize, replacement: bool) -> Result<Tensor> {
+        self.multinomial_impl(num_samples, replacement, None)
+    }
+
+    /// [`Tensor::multinomial`] from `gen`.
+    pub fn multinomial_gen(&self, num_samples: usize, replacement: bool, gen: &Generator) -> Result<Tensor> {
+        self.multinomial_impl(num_samples, replacement, Some(gen))
+    }
+
+    fn multinomial_impl(&self, samples: usize, replacement: bool, gen: Option<&Generator>) -> Result<Tensor> {
+        let op = "multinomial";
+        if !matches!(self.dim(), 1 | 2) {
+            return Err(invalid(op, format!("prob_dist must be 1 or 2 dim, got {}", self.dim())));
+        }
+        if !self.dtype.is_float() {
+            return Err(Error::UnsupportedDType { op, dtype: self.dtype });
+        }
+        let (rows, cats) = if self.dim() == 1 { (1, self.shape()[0]) } else { (self.shape()[0], self.shape()[1]) };
+        if samples == 0 {
+            return Err(invalid(op, "cannot sample n_sample <= 0 samples"));
+        }
+        if cats == 0 {
+            return Err(invalid(op, "number of categories cannot be 0"));
+        }
+        if !replacement && samples > cats {
+            return Err(invalid(
+                op,
+                format!("cannot sample n_sample > prob_dist.size(-1) samples without replacement ({samples} > {cats})"),
+            ));
+        }
+        let w = self.contiguous()?.reshape([rows, cats])?;
+        let capturing = matches!(self.place(), Place::Cuda(_)) && crate::runtime::is_current_stream_capturing()?;
+        if !capturing {
+            check_weights(&w, samples, replacement)?;
+        }
+        let out = Tensor::empty_at(&[rows, samples], DType::I64, self.place())?;
+        out.draw_(op, Distribution::Multinomial { samples, replacement }, gen, Some(&w))?;
+        if self.dim() == 1 {
+            return out.reshape([samples]);
+        }
+        Ok(out)
+    }
+
+    /// A random permutation of `0..n` (`torch.randperm(n, dtype=…)`), any dtype that holds
+    /// `n − 1` exactly.
+    pub fn randperm(n: usize, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
+        let place = Place::resolve(device.into_device()?)?;
+        Tensor::randperm_on(n, dtype, place, None)
+    }
+
+    /// [`Tensor::randperm`] from `gen`, on its device.
+    pub fn randperm_gen(n: usize, dtype: DType, gen: &Generator) -> Result<Tensor> {
+        Tensor::randperm_on(n, dtype, gen.place(), Some(gen))
+    }
+
+    fn randperm_on(n: usize, dtype: DType, place: Place, gen: Option<&Generator>) -> Result<Tensor> {
+        let max: u64 = match dtype {
+            DType::Bool => 1,
+            DType::U8 => 255,
+            DType::I32 => i32::MAX as u64,
+            DType::I64 => i64::MAX as u64,
+            DType::F16 => 1 << 11,
+            DType::BF16 => 1 << 8,
+            DType::F32 => 1 << 24,
+            DType::F64 => 1 << 53,
+        };
+        if n > 0 && (n - 1) as u64 > max {
+            return Err(invalid("randperm", format!("n is too large for result tensor type: '{dtype}' (n = {n})")));
+        }
+        let t = Tensor::empty_at(&[n], dtype, place)?;
+        t.draw_("randperm", Distribution::Permutation, gen, None)?;
+        Ok(t)
+    }
+}

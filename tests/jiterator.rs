@@ -1,0 +1,318 @@
+//! `cuda::jiterator` (`torch.cuda.jiterator._create_jit_fn` and `_create_multi_output_jit_fn`)
+//! against a float64 CPU reference on random data: broadcasting, type promotion, strided and
+//! transposed inputs, half types computed in f32, scalars with defaults and overrides, several
+//! outputs, a call captured in a CUDA graph and replayed, and the typed errors (after each of
+//! which the runtime goes on). On the simulated machine the function runs compiled by the host's
+//! C++ compiler; on a GPU, compiled by NVRTC into the elementwise kernels.
+
+mod common;
+
+use cudasem::cuda::{self, jiterator, CUDAGraph, GraphOptions};
+use cudasem::{DType, Error, Result, Tensor};
+use half::{bf16, f16};
+use std::sync::{Mutex, MutexGuard};
+
+/// Every test holds this: a capture (Global mode) refuses other threads' synchronizing calls.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const AXPY: &str = "template <typename T> T my_kernel(T x, T y, T alpha) { return -x + alpha * y; }";
+
+/// Deterministic values in [-2, 2).
+fn random(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// A CUDA tensor of `dtype` holding `values` (rounded to it), and the rounded values.
+fn tensor(values: &[f64], shape: &[usize], dtype: DType) -> Result<(Tensor, Vec<f64>)> {
+    let t = Tensor::from_slice(values, shape.to_vec(), "cuda")?.to_dtype(dtype)?;
+    let back = t.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    Ok((t, back))
+}
+
+fn values(t: &Tensor) -> Result<Vec<f64>> {
+    t.to_dtype(DType::F64)?.to_vec::<f64>()
+}
+
+/// Row-major index of `i` (an index into `shape`) in a tensor of `from` broadcast to `shape`.
+fn broadcast_index(i: usize, shape: &[usize], from: &[usize]) -> usize {
+    let (mut rem, mut idx, mut stride) = (i, 0, 1);
+    for (d, &n) in shape.iter().enumerate().rev() {
+        let k = rem % n;
+        rem /= n;
+        let fd = d as isize - (shape.len() - from.len()) as isize;
+        if fd >= 0 {
+            let m = from[fd as usize];
+            if m != 1 {
+                idx += k * stride;
+            }
+            stride *= m;
+        }
+    }
+    idx
+}
+
+#[track_caller]
+fn assert_close(got: &[f64], want: &[f64], rel: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: element count");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= rel * w.abs().max(1.0), "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+#[test]
+fn scalars_take_their_defaults_and_per_call_overrides() -> Result<()> {
+    let _s = serial();
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 1.0)])?;
+    assert_eq!((f.name(), f.num_inputs(), f.num_outputs()), ("my_kernel", 2, 1));
+    let (x, xv) = tensor(&random(37 * 19, 1), &[37, 19], DType::F32)?;
+    let (y, yv) = tensor(&random(37 * 19, 2), &[37, 19], DType::F32)?;
+    for alpha in [None, Some(2.75), Some(-0.5)] {
+        let out = match alpha {
+            None => f.call(&[&x, &y], &[])?,
+            Some(a) => f.call(&[&x, &y], &[("alpha", a)])?,
+        };
+        assert_eq!((out.dtype(), out.shape()), (DType::F32, &[37usize, 19][..]));
+        assert_eq!(out.device(), x.device(), "the output is on the inputs' device");
+        let a = alpha.unwrap_or(1.0) as f32 as f64;
+        let want: Vec<f64> = xv.iter().zip(&yv).map(|(x, y)| -x + a * y).collect();
+        assert_close(&values(&out)?, &want, 1e-6, "axpy");
+    }
+    // The default is unchanged by an override.
+    let again = f.call(&[&x, &y], &[])?;
+    let want: Vec<f64> = xv.iter().zip(&yv).map(|(x, y)| -x + y).collect();
+    assert_close(&values(&again)?, &want, 1e-6, "axpy with the default again");
+    Ok(())
+}
+
+#[test]
+fn inputs_broadcast_and_promote() -> Result<()> {
+    let _s = serial();
+    let code = "template <typename T> T fma3(T a, T b, T c) { return a * b + c; }";
+    let f = jiterator::create_jit_fn(code, &[])?;
+    let shapes: [&[usize]; 3] = [&[4, 1, 5], &[3, 1], &[5]];
+    let out_shape = [4usize, 3, 5];
+    // (dtypes, the promoted dtype, relative tolerance of the result)
+    let cases = [
+        ([DType::F32, DType::F32, DType::F32], DType::F32, 1e-6),
+        ([DType::F16, DType::F32, DType::F16], DType::F32, 1e-6),
+        ([DType::F16, DType::BF16, DType::F16], DType::F32, 1e-6),
+        ([DType::I32, DType::F32, DType::I64], DType::F32, 1e-6),
+        ([DType::F64, DType::F32, DType::F16], DType::F64, 1e-12),
+        ([DType::BF16, DType::BF16, DType::BF16], DType::BF16, 1.0 / 128.0),
+        ([DType::I32, DType::I32, DType::I64], DType::I64, 0.0),
+    ];
+    for (seed, (dtypes, common, rel)) in cases.into_iter().enumerate() {
+        let mut ts = Vec::new();
+        let mut vs = Vec::new();
+        for (k, (&shape, &d)) in shapes.iter().zip(&dtypes).enumerate() {
+            let n: usize = shape.iter().product();
+            let raw: Vec<f64> = random(n, 10 * seed as u64 + k as u64).iter().map(|v| (v * 4.0).round()).collect();
+            let raw = if d.is_float() { random(n, 10 * seed as u64 + k as u64) } else { raw };
+            let (t, v) = tensor(&raw, shape, d)?;
+            ts.push(t);
+            vs.push(v);
+        }
+        let out = f.call(&[&ts[0], &ts[1], &ts[2]], &[])?;
+        assert_eq!(out.dtype(), common, "{dtypes:?} promote to {common:?}");
+        assert_eq!(out.shape(), &out_shape[..]);
+        let want: Vec<f64> = (0..60)
+            .map(|i| {
+                let g = |k: usize| vs[k][broadcast_index(i, &out_shape, shapes[k])];
+                g(0) * g(1) + g(2)
+            })
+            .collect();
+        assert_close(&values(&out)?, &want, rel, &format!("{dtypes:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn strided_and_transposed_inputs_are_read_through_their_strides() -> Result<()> {
+    let _s = serial();
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 2.0)])?;
+    let (a, av) = tensor(&random(48 * 40, 3), &[48, 40], DType::F32)?;
+    let (b, bv) = tensor(&random(40 * 96, 4), &[40, 96], DType::F32)?;
+    let x = a.t()?; // [40, 48], transposed
+    let y = b.narrow(1, 5, 48)?; // [40, 48], rows of stride 96
+    let out = f.call(&[&x, &y], &[])?;
+    assert_eq!(out.shape(), &[40, 48]);
+    let want: Vec<f64> = (0..40 * 48)
+        .map(|i| {
+            let (r, c) = (i / 48, i % 48);
+            -av[c * 40 + r] + 2.0 * bv[r * 96 + 5 + c]
+        })
+        .collect();
+    assert_close(&values(&out)?, &want, 1e-6, "transposed and sliced");
+    Ok(())
+}
+
+#[test]
+fn half_types_compute_in_f32_and_round_once() -> Result<()> {
+    let code = "template <typename T> T swiglu(T x, T y) { return x / (T(1) + exp(-x)) * y; }";
+    let f = jiterator::create_jit_fn(code, &[])?;
+    for dtype in [DType::BF16, DType::F16] {
+        let (x, xv) = tensor(&random(1000, 5), &[10, 100], dtype)?;
+        let (y, yv) = tensor(&random(1000, 6), &[10, 100], dtype)?;
+        let out = f.call(&[&x, &y], &[])?;
+        assert_eq!(out.dtype(), dtype);
+        let want: Vec<f64> = xv.iter().zip(&yv).map(|(x, y)| x / (1.0 + (-x).exp()) * y).collect();
+        // One rounding of a float result into the half type: half an ulp, plus the float math.
+        let ulp = if dtype == DType::BF16 { 1.0 / 128.0 } else { 1.0 / 1024.0 };
+        let got = values(&out)?;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let rounded = match dtype {
+                DType::BF16 => bf16::from_f64(*w).to_f64(),
+                _ => f16::from_f64(*w).to_f64(),
+            };
+            assert!((g - w).abs() <= ulp * w.abs() + 1e-6, "{dtype:?} element {i}: got {g}, want {w}");
+            assert!((g - rounded).abs() <= ulp * w.abs().max(1e-3), "{dtype:?} {i}: {g} vs rounded {rounded}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_multi_output_function_returns_each_output() -> Result<()> {
+    let _s = serial();
+    let code = "template <typename T> void sum_diff(T a, T b, T scale, T& s, T& d) { s = (a + b) * scale; d = a - b; }";
+    let f = jiterator::create_multi_output_jit_fn(code, 2, &[("scale", 0.5)])?;
+    assert_eq!(f.num_outputs(), 2);
+    let (a, av) = tensor(&random(6 * 7, 7), &[6, 7], DType::F32)?;
+    let (b, bv) = tensor(&random(7, 8), &[7], DType::F32)?;
+    let outs = f.call_multi(&[&a, &b], &[("scale", 3.0)])?;
+    assert_eq!(outs.len(), 2);
+    let s: Vec<f64> = (0..42).map(|i| (av[i] + bv[i % 7]) * 3.0).collect();
+    let d: Vec<f64> = (0..42).map(|i| av[i] - bv[i % 7]).collect();
+    assert_close(&values(&outs[0])?, &s, 1e-6, "sum");
+    assert_close(&values(&outs[1])?, &d, 1e-6, "difference");
+    assert!(matches!(f.call(&[&a, &b], &[]), Err(Error::InvalidArgument { .. })), "call on two outputs");
+    Ok(())
+}
+
+#[test]
+fn a_captured_call_replays_over_new_input_values() -> Result<()> {
+    let _s = serial();
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 1.5)])?;
+    let (x, _) = tensor(&random(512, 9), &[512], DType::F32)?;
+    let (y, _) = tensor(&random(512, 10), &[512], DType::F32)?;
+    f.call(&[&x, &y], &[])?; // warm-up: compiled before the capture
+    let mut g = CUDAGraph::new();
+    let out = cuda::graph(&mut g, GraphOptions::default(), || f.call(&[&x, &y], &[("alpha", -2.0)]))?;
+    for seed in 0..3 {
+        let (nx, xv) = tensor(&random(512, 20 + seed), &[512], DType::F32)?;
+        let (ny, yv) = tensor(&random(512, 30 + seed), &[512], DType::F32)?;
+        x.copy_(&nx, false)?;
+        y.copy_(&ny, false)?;
+        g.replay()?;
+        let want: Vec<f64> = xv.iter().zip(&yv).map(|(x, y)| -x - 2.0 * y).collect();
+        assert_close(&values(&out)?, &want, 1e-6, &format!("replay {seed}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_calls_are_typed_errors_and_the_runtime_goes_on() -> Result<()> {
+    let _s = serial();
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 1.0)])?;
+    let (x, xv) = tensor(&random(64, 11), &[64], DType::F32)?;
+    let (y, yv) = tensor(&random(64, 12), &[64], DType::F32)?;
+    let works = || -> Result<()> {
+        let out = f.call(&[&x, &y], &[])?;
+        let want: Vec<f64> = xv.iter().zip(&yv).map(|(x, y)| -x + y).collect();
+        assert_close(&values(&out)?, &want, 1e-6, "after an error");
+        Ok(())
+    };
+    match f.call(&[&x], &[]) {
+        Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("takes 2 tensor inputs"), "{reason}"),
+        other => panic!("one input of two: {other:?}"),
+    }
+    works()?;
+    match f.call(&[&x, &y, &x], &[]) {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => panic!("three inputs of two: {other:?}"),
+    }
+    match f.call(&[&x, &y], &[("beta", 2.0)]) {
+        Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("beta"), "{reason}"),
+        other => panic!("an unknown scalar: {other:?}"),
+    }
+    works()?;
+    let (z, _) = tensor(&random(5, 13), &[5], DType::F32)?;
+    assert!(matches!(f.call(&[&x, &z], &[]), Err(Error::ShapeMismatch { .. })), "shapes that do not broadcast");
+    // A line of the user's code that does not compile: the compiler's log, naming the line.
+    let bad =
+        format!("template <typename T>\nT broken{}(T x) {{\n  return x + undeclared_name;\n}}", std::process::id());
+    let g = jiterator::create_jit_fn(&bad, &[])?;
+    match g.call(&[&x], &[]) {
+        Err(Error::Driver { message, .. }) => {
+            assert!(message.contains("undeclared_name"), "the log names the error: {message}");
+            assert!(message.contains("jiterator"), "the log names the user's code: {message}");
+            assert!(message.contains('3'), "the log names the line: {message}");
+        }
+        other => panic!("a compile error: {other:?}"),
+    }
+    works()?;
+    let cpu = Tensor::from_slice(&[1.0f32; 64], [64], "cpu")?;
+    assert!(f.call(&[&cpu, &cpu], &[]).is_err(), "CPU tensors are refused");
+    works()
+}
+
+#[test]
+fn a_cross_device_call_is_refused_without_peer_access() -> Result<()> {
+    let _s = serial();
+    if !common::two_devices() {
+        return Ok(());
+    }
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 1.0)])?;
+    let x = Tensor::from_slice(&random(16, 14), [16], "cuda:0")?.to_dtype(DType::F32)?;
+    let y = Tensor::from_slice(&random(16, 15), [16], "cuda:1")?.to_dtype(DType::F32)?;
+    if !cuda::is_peer_access_enabled(0, 1)? {
+        assert!(matches!(f.call(&[&x, &y], &[]), Err(Error::DeviceMismatch { .. })));
+    }
+    let y0 = y.to("cuda:0", false)?;
+    let out = f.call(&[&x, &y0], &[])?;
+    assert_eq!(out.device(), x.device());
+    let (xv, yv) = (values(&x)?, values(&y0)?);
+    let want: Vec<f64> = xv.iter().zip(&yv).map(|(x, y)| -x + y).collect();
+    assert_close(&values(&out)?, &want, 1e-6, "same device after the refusal");
+    // With peer access enabled, as for every op: the call runs on the first input's device.
+    if cuda::can_device_access_peer(0, 1)? {
+        cuda::enable_peer_access(0, 1)?;
+        let mixed = f.call(&[&x, &y], &[])?;
+        assert_eq!(mixed.device(), x.device());
+        assert_close(&values(&mixed)?, &want, 1e-6, "over a peer link");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_call_runs_in_its_streams_order() -> Result<()> {
+    let _s = serial();
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 3.0)])?;
+    let (x, xv) = tensor(&random(4096, 16), &[4096], DType::F32)?;
+    let (y, _) = tensor(&random(4096, 17), &[4096], DType::F32)?;
+    f.call(&[&x, &y], &[])?; // compiled before the timed part
+    let side = cuda::Stream::new(None, 0)?;
+    side.wait_stream(&cuda::current_stream(None)?)?;
+    let out = cuda::with_stream(&side, || {
+        // The side stream is held back; the fill and the call queued after it wait their turn.
+        cudasem::testing::delay(&side, std::time::Duration::from_millis(50))?;
+        y.fill_(0.25)?;
+        f.call(&[&x, &y], &[])
+    })?;
+    side.synchronize()?;
+    let want: Vec<f64> = xv.iter().map(|x| -x + 0.75).collect();
+    assert_close(&values(&out)?, &want, 1e-6, "after the fill queued before it");
+    Ok(())
+}

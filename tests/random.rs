@@ -1,0 +1,644 @@
+//! Random numbers (`torch.cuda`'s generators and the random ops): every draw against a host
+//! reference of the documented Philox stream mapping (exact for uniforms, integers, bernoulli
+//! and dropout; within the stated ulp bound where log / sin / cos enter), so the same test run
+//! on a GPU (`CUDASEM_DRIVER=cuda`) proves the GPU gives the simulated machine's numbers;
+//! statistics (moments, Kolmogorov–Smirnov on 2^21 draws, rates); seeding and state
+//! round-trips; generators per device and per thread; CUDA-graph capture and replay; and the
+//! typed errors of bad arguments, with the runtime usable after.
+
+use cudasem::cuda::{self, philox4x32_10, philox_block, u53, CUDAGraph, Generator, GraphOptions};
+use cudasem::{testing, DType, Device, Error, Result, Tensor};
+use half::{bf16, f16};
+use std::sync::Mutex;
+
+/// Tests that seed or read the default generators run one at a time.
+static DEFAULTS: Mutex<()> = Mutex::new(());
+
+fn defaults() -> std::sync::MutexGuard<'static, ()> {
+    DEFAULTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The devices each draw is checked on: the host and the driver's device 0.
+fn devices() -> Vec<Device> {
+    let mut v = vec![Device::Cpu];
+    if testing::has_devices(1) {
+        v.push(Device::cuda(0));
+    }
+    v
+}
+
+const FLOATS: [DType; 4] = [DType::F32, DType::BF16, DType::F16, DType::F64];
+
+fn p2(k: i32) -> f64 {
+    2f64.powi(-k)
+}
+
+/// `v` rounded into `dtype` (one rounding, as the kernels store).
+fn round(v: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => f16::from_f64(v).to_f64(),
+        DType::BF16 => bf16::from_f64(v).to_f64(),
+        _ => v,
+    }
+}
+
+/// The elements as `f64`.
+fn read(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(match t.dtype() {
+        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        DType::F16 => t.to_vec::<f16>()?.into_iter().map(f16::to_f64).collect(),
+        DType::BF16 => t.to_vec::<bf16>()?.into_iter().map(bf16::to_f64).collect(),
+        DType::F64 => t.to_vec::<f64>()?,
+        DType::I64 => t.to_vec::<i64>()?.into_iter().map(|x| x as f64).collect(),
+        DType::I32 => t.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        DType::U8 => t.to_vec::<u8>()?.into_iter().map(f64::from).collect(),
+        DType::Bool => t.to_vec::<bool>()?.into_iter().map(|b| f64::from(u8::from(b))).collect(),
+    })
+}
+
+/// Ulps between two values of `dtype` (distance of their ordered bit patterns).
+fn ulps(a: f64, b: f64, dtype: DType) -> u64 {
+    let (x, y, width) = match dtype {
+        DType::F32 => (u64::from((a as f32).to_bits()), u64::from((b as f32).to_bits()), 32),
+        DType::F16 => (u64::from(f16::from_f64(a).to_bits()), u64::from(f16::from_f64(b).to_bits()), 16),
+        DType::BF16 => (u64::from(bf16::from_f64(a).to_bits()), u64::from(bf16::from_f64(b).to_bits()), 16),
+        _ => (a.to_bits(), b.to_bits(), 64),
+    };
+    let key = |v: u64| {
+        let mag = i128::from(v & ((1u64 << (width - 1)) - 1));
+        if (v >> (width - 1)) & 1 == 1 {
+            -mag
+        } else {
+            mag
+        }
+    };
+    (key(x) - key(y)).unsigned_abs() as u64
+}
+
+/// The reference stream: element `i` of a draw from `(seed, offset)` with `e` elements a block,
+/// `f(words, j)` making element `j` of a block.
+fn reference(seed: u64, offset: u64, n: usize, e: usize, f: impl Fn([u32; 4], usize) -> f64) -> Vec<f64> {
+    (0..n).map(|i| f(philox_block(seed, offset + (i / e) as u64), i % e)).collect()
+}
+
+fn uniform_ref(seed: u64, offset: u64, n: usize, dtype: DType, low: f64, high: f64) -> Vec<f64> {
+    let bits = match dtype {
+        DType::F16 => 11,
+        DType::BF16 => 8,
+        _ => 24,
+    };
+    let e = if dtype == DType::F64 { 2 } else { 4 };
+    reference(seed, offset, n, e, |w, j| {
+        let u = if e == 2 {
+            u53(w[2 * j], w[2 * j + 1]) as f64 * p2(53)
+        } else {
+            f64::from(w[j] >> (32 - bits)) * p2(bits)
+        };
+        let v = round(low + u * (high - low), dtype);
+        if v >= high {
+            round(low, dtype)
+        } else {
+            v
+        }
+    })
+}
+
+fn normal_ref(seed: u64, offset: u64, n: usize, dtype: DType) -> Vec<f64> {
+    reference(seed, offset, n, 2, |w, j| {
+        let u1 = (u53(w[0], w[1]) + 1) as f64 * p2(53);
+        let u2 = u53(w[2], w[3]) as f64 * p2(53);
+        let (r, th) = ((-2.0 * u1.ln()).sqrt(), std::f64::consts::TAU * u2);
+        round(if j == 0 { r * th.cos() } else { r * th.sin() }, dtype)
+    })
+}
+
+/// The bound of docs: 1 ulp of a narrow dtype, `TRANSCENDENTAL_ULP_F64` of `f64`.
+fn bound(dtype: DType) -> u64 {
+    if dtype == DType::F64 {
+        cuda::TRANSCENDENTAL_ULP_F64
+    } else {
+        1
+    }
+}
+
+fn generator(device: Device, seed: u64) -> Result<Generator> {
+    let g = Generator::new(device)?;
+    g.manual_seed(seed);
+    Ok(g)
+}
+
+#[test]
+fn philox_matches_random123s_known_answers() {
+    assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+    assert_eq!(philox4x32_10([u32::MAX; 4], [u32::MAX; 2]), [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
+    assert_eq!(
+        philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
+        [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
+    );
+    assert_eq!(
+        philox_block(0x299f31d0_a4093822, 0x85a308d3_243f6a88),
+        philox4x32_10([0x243f6a88, 0x85a308d3, 0, 0], [0xa4093822, 0x299f31d0])
+    );
+}
+
+#[test]
+fn uniform_draws_are_the_reference_stream_bit_for_bit() -> Result<()> {
+    for device in devices() {
+        for dtype in FLOATS {
+            let g = generator(device, 0x5eed_0001)?;
+            let n = 1003; // not a multiple of a block
+            let a = Tensor::rand_gen([n], dtype, &g)?;
+            assert_eq!(read(&a)?, uniform_ref(0x5eed_0001, 0, n, dtype, 0.0, 1.0), "rand {dtype} on {device}");
+            // The next draw starts at the next unused block.
+            let first = n.div_ceil(if dtype == DType::F64 { 2 } else { 4 }) as u64;
+            let b = Tensor::empty([7, 9], dtype, device)?;
+            b.uniform_gen_(-3.0, 5.5, &g)?;
+            assert_eq!(
+                read(&b)?,
+                uniform_ref(0x5eed_0001, first, 63, dtype, -3.0, 5.5),
+                "uniform_ {dtype} on {device}"
+            );
+            assert!(read(&b)?.iter().all(|&x| (-3.0..5.5).contains(&x)));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn normal_draws_are_the_reference_stream_within_the_stated_ulps() -> Result<()> {
+    for device in devices() {
+        for dtype in FLOATS {
+            let g = generator(device, 0xabcd)?;
+            let n = 4097;
+            let got = read(&Tensor::randn_gen([n], dtype, &g)?)?;
+            let want = normal_ref(0xabcd, 0, n, dtype);
+            let worst = got.iter().zip(&want).map(|(&a, &b)| ulps(a, b, dtype)).max().unwrap_or(0);
+            assert!(worst <= bound(dtype), "randn {dtype} on {device}: {worst} ulp from the reference");
+            // normal_(mean, std) is mean + std · z, from the next blocks.
+            let t = Tensor::empty([100], DType::F64, device)?;
+            t.normal_gen_(2.0, 0.5, &g)?;
+            let z = normal_ref(0xabcd, n.div_ceil(2) as u64, 100, DType::F64);
+            for (x, z) in read(&t)?.iter().zip(&z) {
+                assert!((x - (2.0 + 0.5 * z)).abs() <= 1e-12, "normal_ on {device}: {x} vs {}", 2.0 + 0.5 * z);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn integer_bernoulli_exponential_and_dropout_follow_the_reference() -> Result<()> {
+    for device in devices() {
+        let g = generator(device, 99)?;
+        // randint: one word per element below 2^32 values, two above.
+        let a = Tensor::randint_gen(-5, 17, [999], DType::I64, &g)?;
+        let want = reference(99, 0, 999, 4, |w, j| (-5 + (u64::from(w[j]) % 22) as i64) as f64);
+        assert_eq!(read(&a)?, want, "randint on {device}");
+        let wide = Tensor::randint_gen(-(1 << 40), 1 << 40, [33], DType::I64, &g)?;
+        let want = reference(99, 250, 33, 2, |w, j| {
+            let r = ((u64::from(w[2 * j]) << 32) | u64::from(w[2 * j + 1])) % (1 << 41);
+            (-(1i64 << 40) + r as i64) as f64
+        });
+        assert_eq!(read(&wide)?, want, "wide randint on {device}");
+        // bernoulli_: w · 2^-32 < p, into any dtype.
+        let b = Tensor::empty([64], DType::U8, device)?;
+        b.bernoulli_gen_(0.3, &g)?;
+        let want = reference(99, 267, 64, 4, |w, j| f64::from(u8::from(f64::from(w[j]) * p2(32) < 0.3)));
+        assert_eq!(read(&b)?, want, "bernoulli_ on {device}");
+        // exponential_: -ln(u) / λ, u in (0, 1].
+        let e = Tensor::empty([50], DType::F32, device)?;
+        e.exponential_gen_(2.5, &g)?;
+        let want = reference(99, 283, 50, 2, |w, j| {
+            let u = (u53(w[2 * j], w[2 * j + 1]) + 1) as f64 * p2(53);
+            round((0.0 - u.ln()) / 2.5, DType::F32)
+        });
+        for (x, y) in read(&e)?.iter().zip(&want) {
+            assert!(ulps(*x, *y, DType::F32) <= 1, "exponential_ on {device}: {x} vs {y}");
+        }
+        // dropout: keep where w · 2^-32 < 1 - p, scaled by 1 / (1 - p).
+        let x = Tensor::from_slice(&(0..40).map(|i| i as f32 * 0.37 - 5.0).collect::<Vec<_>>(), [5, 8], device)?;
+        let y = x.dropout_gen(0.25, true, &g)?;
+        let xs = read(&x)?;
+        let want = reference(99, 308, 40, 4, |w, j| if f64::from(w[j]) * p2(32) < 0.75 { 1.0 } else { 0.0 });
+        for (i, (got, keep)) in read(&y)?.iter().zip(&want).enumerate() {
+            assert_eq!(*got, round(xs[i] * keep * (1.0 / 0.75), DType::F32), "dropout element {i} on {device}");
+        }
+        assert_eq!(g.get_state()[16..], 318u64.to_le_bytes(), "the offset counts every draw's blocks");
+    }
+    Ok(())
+}
+
+/// The Kolmogorov–Smirnov statistic of `xs` against the distribution function `cdf`.
+fn ks(mut xs: Vec<f64>, cdf: impl Fn(f64) -> f64) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len() as f64;
+    xs.iter().enumerate().fold(0.0, |d, (i, &x)| {
+        let f = cdf(x);
+        d.max((f - i as f64 / n).abs()).max(((i + 1) as f64 / n - f).abs())
+    })
+}
+
+fn moments(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    (mean, xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0))
+}
+
+/// At 2^21 draws the KS statistic exceeds 1.95 / √n with probability 0.001 (Kolmogorov's
+/// distribution); the means are within 5 standard errors.
+#[test]
+fn uniform_and_normal_draws_pass_kolmogorov_smirnov_and_moments() -> Result<()> {
+    let device = if testing::has_devices(1) { Device::cuda(0) } else { Device::Cpu };
+    let n = 1 << 21;
+    let limit = 1.95 / (n as f64).sqrt();
+    let g = generator(device, 2024)?;
+    let u = read(&Tensor::rand_gen([n], DType::F32, &g)?)?;
+    let (m, v) = moments(&u);
+    assert!((m - 0.5).abs() < 5.0 * (1.0 / 12.0 / n as f64).sqrt() && (v - 1.0 / 12.0).abs() < 1e-3, "{m} {v}");
+    let d = ks(u, |x| x.clamp(0.0, 1.0));
+    assert!(d < limit, "uniform KS statistic {d} ≥ {limit}");
+    let z = read(&Tensor::randn_gen([n], DType::F32, &g)?)?;
+    let (m, v) = moments(&z);
+    assert!(m.abs() < 5.0 / (n as f64).sqrt() && (v - 1.0).abs() < 0.01, "normal moments {m} {v}");
+    let d = ks(z, |x| 0.5 * libm::erfc(-x / std::f64::consts::SQRT_2));
+    assert!(d < limit, "normal KS statistic {d} ≥ {limit}");
+    let e = Tensor::empty([n], DType::F64, device)?;
+    e.exponential_gen_(4.0, &g)?;
+    let d = ks(read(&e)?, |x| 1.0 - (-4.0 * x.max(0.0)).exp());
+    assert!(d < limit, "exponential KS statistic {d} ≥ {limit}");
+    Ok(())
+}
+
+#[test]
+fn rates_of_bernoulli_dropout_and_randint() -> Result<()> {
+    let device = if testing::has_devices(1) { Device::cuda(0) } else { Device::Cpu };
+    let g = generator(device, 77)?;
+    let n = 1 << 20;
+    let sd = |p: f64| 5.0 * (p * (1.0 - p) / n as f64).sqrt();
+    let b = Tensor::empty([n], DType::Bool, device)?;
+    b.bernoulli_gen_(0.2, &g)?;
+    let rate = read(&b)?.iter().sum::<f64>() / n as f64;
+    assert!((rate - 0.2).abs() < sd(0.2), "bernoulli rate {rate}");
+    let ones = Tensor::ones([n], DType::BF16, device)?;
+    let y = read(&ones.dropout_gen(0.1, true, &g)?)?;
+    let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / n as f64;
+    assert!((kept - 0.9).abs() < sd(0.9), "dropout keep rate {kept}");
+    let scale = round(1.0 / 0.9, DType::BF16);
+    assert!(y.iter().all(|&v| v == 0.0 || v == scale), "kept elements are scaled by 1 / (1 - p)");
+    let r = read(&Tensor::randint_gen(3, 13, [n], DType::I32, &g)?)?;
+    let mut counts = [0usize; 10];
+    for v in &r {
+        assert!((3.0..13.0).contains(v), "randint out of bounds: {v}");
+        counts[*v as usize - 3] += 1;
+    }
+    for c in counts {
+        assert!((c as f64 / n as f64 - 0.1).abs() < sd(0.1), "randint frequencies {counts:?}");
+    }
+    assert_eq!(ones.dropout(0.5, false)?.data_ptr(), ones.data_ptr(), "eval mode returns the input");
+    assert!(read(&ones.dropout_gen(1.0, true, &g)?)?.iter().all(|&v| v == 0.0), "p = 1 zeroes everything");
+    Ok(())
+}
+
+#[test]
+fn seeding_and_state_round_trips() -> Result<()> {
+    let _l = defaults();
+    cudasem::manual_seed(1234);
+    assert_eq!(cudasem::initial_seed(), 1234);
+    let host = Tensor::rand([100], DType::F32, Device::Cpu)?;
+    assert_eq!(read(&host)?, uniform_ref(1234, 0, 100, DType::F32, 0.0, 1.0), "the host generator is seeded");
+    if testing::has_devices(1) {
+        let a = Tensor::rand([100], DType::F32, "cuda:0")?;
+        assert_eq!(read(&a)?, read(&host)?, "manual_seed seeds every device as the host: the same numbers");
+        assert_eq!(cuda::initial_seed()?, 1234);
+        let state = cuda::get_rng_state(0)?;
+        let x = read(&Tensor::randn([257], DType::F16, "cuda:0")?)?;
+        cuda::set_rng_state(&state, 0)?;
+        assert_eq!(read(&Tensor::randn([257], DType::F16, "cuda:0")?)?, x, "a restored state repeats the draw");
+        cuda::manual_seed(5)?;
+        let y = read(&Tensor::rand([10], DType::F64, "cuda")?)?;
+        assert_eq!(y, uniform_ref(5, 0, 10, DType::F64, 0.0, 1.0));
+        let all = cuda::get_rng_state_all()?;
+        assert_eq!(all.len(), cuda::device_count());
+        cuda::set_rng_state_all(&all)?;
+        assert_eq!(cuda::get_rng_state_all()?, all);
+        let s = cuda::seed()?;
+        assert_eq!(cuda::initial_seed()?, s);
+        let s_all = cuda::seed_all();
+        assert_eq!(cuda::initial_seed()?, s_all);
+        // Bad states: typed errors, the generator unchanged and usable.
+        let before = cuda::get_rng_state(0)?;
+        for bad in [vec![], vec![0u8; 24], before[..23].to_vec(), [before.clone(), vec![0]].concat()] {
+            let e = cuda::set_rng_state(&bad, 0).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        }
+        assert_eq!(cuda::get_rng_state(0)?, before);
+        assert!(cuda::set_rng_state_all(&[vec![1, 2, 3]]).is_err());
+        assert!(Tensor::rand([3], DType::F32, "cuda:0").is_ok());
+    }
+    // Generators: state round trips, clones share, clone_state copies.
+    let g = generator(Device::Cpu, 42)?;
+    let state = g.get_state();
+    assert_eq!(state.len(), cuda::RNG_STATE_BYTES);
+    let a = read(&Tensor::rand_gen([20], DType::F32, &g)?)?;
+    let copy = g.clone_state();
+    let shared = g.clone();
+    let b = read(&Tensor::rand_gen([20], DType::F32, &shared)?)?;
+    assert_ne!(a, b, "a clone shares the stream");
+    assert_eq!(read(&Tensor::rand_gen([20], DType::F32, &copy)?)?, b, "clone_state copies the state");
+    g.set_state(&state)?;
+    assert_eq!(read(&Tensor::rand_gen([20], DType::F32, &g)?)?, a);
+    assert_eq!(g.initial_seed(), 42);
+    assert!(matches!(g.set_state(b"not a state"), Err(Error::InvalidArgument { .. })));
+    Ok(())
+}
+
+#[test]
+fn devices_and_generators_are_independent() -> Result<()> {
+    if !testing::has_devices(2) {
+        return Ok(());
+    }
+    let _l = defaults();
+    cuda::manual_seed_all(9);
+    let before = cuda::get_rng_state(1)?;
+    let a = read(&Tensor::randn([64], DType::F32, "cuda:0")?)?;
+    assert_eq!(cuda::get_rng_state(1)?, before, "a draw on device 0 leaves device 1's generator alone");
+    let b = read(&Tensor::randn([64], DType::F32, "cuda:1")?)?;
+    assert_eq!(a, b, "both start from seed 9");
+    let g = generator(Device::cuda(1), 9)?;
+    let err = Tensor::empty([4], DType::F32, "cuda:0")?.uniform_gen_(0.0, 1.0, &g).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "a generator of another device: {err}");
+    Ok(())
+}
+
+#[test]
+fn two_threads_drawing_from_one_generator_get_disjoint_blocks() -> Result<()> {
+    let device = if testing::has_devices(1) { Device::cuda(0) } else { Device::Cpu };
+    let g = generator(device, 31337)?;
+    let n = 4096;
+    let draws: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let hs: Vec<_> =
+            (0..2).map(|_| s.spawn(|| read(&Tensor::rand_gen([n], DType::F32, &g).unwrap()).unwrap())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let first = uniform_ref(31337, 0, n, DType::F32, 0.0, 1.0);
+    let second = uniform_ref(31337, (n / 4) as u64, n, DType::F32, 0.0, 1.0);
+    assert!(
+        (draws[0] == first && draws[1] == second) || (draws[0] == second && draws[1] == first),
+        "each thread's draw is one of the two consecutive ranges"
+    );
+    Ok(())
+}
+
+#[test]
+fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
+    if !testing::has_devices(1) {
+        return Ok(());
+    }
+    let g = generator(Device::cuda(0), 777)?;
+    let state = g.get_state();
+    let mut graph = CUDAGraph::new();
+    let (a, b) = cuda::graph(&mut graph, GraphOptions::default(), || {
+        let a = Tensor::rand_gen([1000], DType::F32, &g)?;
+        let b = Tensor::empty([333], DType::BF16, "cuda:0")?;
+        b.normal_gen_(1.0, 2.0, &g)?;
+        Ok((a, b))
+    })?;
+    assert_eq!(g.get_state(), state, "a capture does not advance the generator");
+    let eager = generator(Device::cuda(0), 777)?;
+    for replay in 0..3 {
+        graph.replay()?;
+        let want_a = read(&Tensor::rand_gen([1000], DType::F32, &eager)?)?;
+        let want_b = Tensor::empty([333], DType::BF16, "cuda:0")?;
+        want_b.normal_gen_(1.0, 2.0, &eager)?;
+        assert_eq!(read(&a)?, want_a, "replay {replay} draws what eager run {replay} draws");
+        assert_eq!(read(&b)?, read(&want_b)?, "replay {replay}'s normals");
+        assert_eq!(g.get_state(), eager.get_state(), "the state after {} replays", replay + 1);
+    }
+    let first = uniform_ref(777, 0, 1000, DType::F32, 0.0, 1.0);
+    assert_ne!(read(&a)?, first, "later replays differ from the first");
+    // Seeding between replays takes effect at the next replay.
+    g.manual_seed(777);
+    graph.replay()?;
+    assert_eq!(read(&a)?, first);
+    // One's own kernel's pair: by value eagerly, through the slot in a capture.
+    let p = g.philox_state(10)?;
+    assert_eq!((p.slot, p.offset, p.seed), (None, 417, 777));
+    assert_eq!(g.philox_state(1)?.offset, 427);
+    let mut graph2 = CUDAGraph::new();
+    let (t, inside) = cuda::graph(&mut graph2, GraphOptions::default(), || {
+        let t = Tensor::rand_gen([4], DType::F32, &g)?;
+        Ok((t, g.philox_state(4)?))
+    })?;
+    assert!(inside.slot.is_some() && inside.offset == 1, "after the captured draw's one block: {inside:?}");
+    drop(t);
+    // Resetting the graphs gives their slots back; draws go on as before.
+    graph.reset()?;
+    graph2.reset()?;
+    assert_eq!(read(&Tensor::rand_gen([4], DType::F32, &g)?)?.len(), 4);
+    Ok(())
+}
+
+#[test]
+fn default_generators_work_in_a_graph() -> Result<()> {
+    if !testing::has_devices(1) {
+        return Ok(());
+    }
+    let _l = defaults();
+    cuda::manual_seed(11)?;
+    let mut graph = CUDAGraph::new();
+    let a = cuda::graph(&mut graph, GraphOptions::default(), || Tensor::randn([100], DType::F32, "cuda:0"))?;
+    graph.replay()?;
+    let r1 = read(&a)?;
+    graph.replay()?;
+    let r2 = read(&a)?;
+    assert_ne!(r1, r2, "two replays differ");
+    cuda::manual_seed(11)?;
+    assert_eq!(read(&Tensor::randn([100], DType::F32, "cuda:0")?)?, r1);
+    assert_eq!(read(&Tensor::randn([100], DType::F32, "cuda:0")?)?, r2);
+    Ok(())
+}
+
+#[test]
+fn bad_arguments_are_typed_errors() -> Result<()> {
+    for device in devices() {
+        let t = Tensor::zeros([8], DType::F32, device)?;
+        let invalid = |r: Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+        assert!(invalid(t.bernoulli_(1.5)) && invalid(t.bernoulli_(-0.1)) && invalid(t.bernoulli_(f64::NAN)));
+        assert!(invalid(t.uniform_(2.0, 1.0)));
+        assert!(invalid(t.normal_(0.0, -1.0)));
+        assert!(invalid(t.exponential_(0.0)) && invalid(t.exponential_(-2.0)));
+        assert!(matches!(t.dropout(1.5, true), Err(Error::InvalidArgument { .. })));
+        let e = Tensor::randint(5, 5, [3], DType::I64, device).unwrap_err();
+        assert!(e.to_string().contains("from=5 >= to=5"), "{e}");
+        assert!(Tensor::randint(0, 300, [3], DType::U8, device).is_err(), "uint8 holds 0..=255");
+        assert!(matches!(Tensor::rand([2], DType::I64, device), Err(Error::UnsupportedDType { .. })));
+        let ints = Tensor::zeros([4], DType::I32, device)?;
+        assert!(matches!(ints.normal_(0.0, 1.0), Err(Error::UnsupportedDType { .. })));
+        assert_eq!(read(&t)?, vec![0.0; 8], "a refused draw writes nothing");
+        // The runtime is usable afterwards.
+        ints.random_()?;
+        assert!(read(&ints)?.iter().all(|&v| v >= 0.0));
+        let x = Tensor::rand([4], DType::F32, device)?;
+        assert_eq!(read(&x)?.len(), 4);
+    }
+    Ok(())
+}
+
+#[test]
+fn like_forms_random_and_strided_outputs() -> Result<()> {
+    for device in devices() {
+        let base = Tensor::zeros([6, 4], DType::F16, device)?;
+        let r = base.rand_like()?;
+        assert_eq!((r.shape(), r.dtype(), r.device()), (base.shape(), DType::F16, base.device()));
+        assert!(read(&r)?.iter().all(|&v| (0.0..1.0).contains(&v)));
+        assert_eq!(base.randn_like()?.shape(), &[6, 4][..]);
+        // A transposed (non-contiguous) tensor is filled through a contiguous one, in its order.
+        let g = generator(device, 3)?;
+        let t = Tensor::zeros([4, 6], DType::F32, device)?.t()?;
+        t.uniform_gen_(0.0, 1.0, &g)?;
+        assert_eq!(read(&t)?, uniform_ref(3, 0, 24, DType::F32, 0.0, 1.0));
+        let f = Tensor::zeros([100], DType::F32, device)?;
+        f.random_()?;
+        assert!(read(&f)?.iter().all(|&v| (0.0..=16_777_216.0).contains(&v) && v.fract() == 0.0));
+        let b = Tensor::zeros([100], DType::Bool, device)?;
+        b.random_range_(0, 2)?;
+        assert!(read(&b)?.contains(&1.0));
+    }
+    Ok(())
+}
+
+/// The documented multinomial mapping for one row (sample `k` from block `base + k`).
+fn multinomial_ref(p: &[f64], samples: usize, replacement: bool, seed: u64, base: u64) -> Vec<f64> {
+    let mut chosen: Vec<usize> = Vec::new();
+    for k in 0..samples {
+        let w = philox_block(seed, base + k as u64);
+        let free: Vec<usize> = (0..p.len()).filter(|c| replacement || !chosen.contains(c)).collect();
+        let total = free.iter().fold(0.0, |t, &c| t + p[c]);
+        let t = u53(w[0], w[1]) as f64 * p2(53) * total;
+        let mut run = 0.0;
+        let mut pick = None;
+        for &c in &free {
+            run += p[c];
+            if run > t {
+                pick = Some(c);
+                break;
+            }
+        }
+        chosen.push(pick.unwrap_or_else(|| *free.iter().rev().find(|&&c| p[c] > 0.0).unwrap()));
+    }
+    chosen.into_iter().map(|c| c as f64).collect()
+}
+
+#[test]
+fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
+    for device in devices() {
+        let g = generator(device, 4242)?;
+        // A batch of vocab-like rows, one sample each (a decode step's sampler).
+        let (rows, cats) = (8, 1000);
+        let logits = Tensor::randn_gen([rows, cats], DType::F32, &g)?;
+        let probs = logits.softmax(1)?;
+        let p = read(&probs)?;
+        let got = read(&probs.multinomial_gen(1, true, &g)?)?;
+        let start = rows * cats / 2;
+        for r in 0..rows {
+            let want = multinomial_ref(&p[r * cats..(r + 1) * cats], 1, true, 4242, (start + r) as u64);
+            assert_eq!(got[r..r + 1], want[..], "row {r} on {device}");
+        }
+        // Without replacement: distinct, never a zero weight, the reference's order.
+        let w = Tensor::from_slice(&[0.0f64, 3.0, 1.0, 0.0, 2.0, 5.0, 0.5], [7], device)?;
+        let s = read(&w.multinomial_gen(5, false, &g)?)?;
+        let want = multinomial_ref(&read(&w)?, 5, false, 4242, (start + rows) as u64);
+        assert_eq!(s, want, "without replacement on {device}");
+        let mut sorted = s.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted.dedup();
+        assert_eq!(sorted.len(), 5);
+        assert!(s.iter().all(|&c| c != 0.0 && c != 3.0));
+        // Frequencies: 2^18 samples of [0.1, 0.2, 0.3, 0.4] (unnormalized weights), within 5 σ.
+        let n = 1 << 18;
+        let f = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], device)?;
+        let draws = read(&f.multinomial_gen(n, true, &g)?)?;
+        for (c, prob) in [0.1, 0.2, 0.3, 0.4].into_iter().enumerate() {
+            let freq = draws.iter().filter(|&&x| x == c as f64).count() as f64 / n as f64;
+            assert!((freq - prob).abs() < 5.0 * (prob * (1.0 - prob) / n as f64).sqrt(), "category {c}: {freq}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn randperm_is_the_reference_permutation() -> Result<()> {
+    for device in devices() {
+        let g = generator(device, 8)?;
+        let n = 1000;
+        let got = read(&Tensor::randperm_gen(n, DType::I64, &g)?)?;
+        let mut want: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        for s in 0..n - 1 {
+            let i = n - 1 - s;
+            let w = philox_block(8, s as u64);
+            want.swap(i, ((((w[0] as u64) << 32) | w[1] as u64) % (i as u64 + 1)) as usize);
+        }
+        assert_eq!(got, want, "randperm on {device}");
+        let mut sorted = got.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(sorted, (0..n).map(|i| i as f64).collect::<Vec<_>>(), "a permutation");
+        assert_eq!(read(&Tensor::randperm(0, DType::I64, device)?)?, Vec::<f64>::new());
+        assert_eq!(read(&Tensor::randperm(1, DType::F32, device)?)?, vec![0.0]);
+        assert!(Tensor::randperm(300, DType::U8, device).is_err(), "uint8 cannot hold 299");
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_multinomial_weights_are_typed_errors() -> Result<()> {
+    for device in devices() {
+        let bad = |w: &[f32], shape: &[usize], n: usize, repl: bool| -> Result<Error> {
+            let t = Tensor::from_slice(w, shape.to_vec(), device)?;
+            Ok(t.multinomial(n, repl).unwrap_err())
+        };
+        let msg = |e: Error| e.to_string();
+        assert!(msg(bad(&[0.5, -0.1], &[2], 1, true)?).contains("element < 0"));
+        assert!(msg(bad(&[0.5, f32::NAN], &[2], 1, true)?).contains("`nan`"));
+        assert!(msg(bad(&[0.5, f32::INFINITY], &[2], 1, true)?).contains("`inf`"));
+        assert!(msg(bad(&[1.0, 2.0, 0.0, 0.0], &[2, 2], 1, true)?).contains("sum of probabilities <= 0"));
+        assert!(msg(bad(&[1.0, 2.0], &[2], 3, false)?).contains("without replacement"));
+        assert!(msg(bad(&[1.0, 0.0, 0.0], &[3], 2, false)?).contains("not enough"));
+        assert!(msg(bad(&[1.0, 2.0], &[2], 0, true)?).contains("n_sample <= 0"));
+        assert!(msg(bad(&[1.0; 8], &[2, 2, 2], 1, true)?).contains("1 or 2 dim"));
+        let ints = Tensor::from_slice(&[1i64, 2], [2], device)?;
+        assert!(matches!(ints.multinomial(1, true), Err(Error::UnsupportedDType { .. })));
+        // Usable afterwards.
+        let ok = Tensor::from_slice(&[0.0f32, 1.0], [2], device)?.multinomial(4, true)?;
+        assert_eq!(read(&ok)?, vec![1.0; 4]);
+    }
+    Ok(())
+}
+
+/// FNV-1a of bytes.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Fixed draws whose values are integer or correctly rounded math, frozen as one hash: the
+/// stream mapping never changes silently, and a GPU run (`CUDASEM_DRIVER=cuda`) must give the
+/// simulated machine's bits. (The normals' values are checked against the reference above.)
+#[test]
+fn fixed_draws_hash_to_the_recorded_value() -> Result<()> {
+    for device in devices() {
+        let g = generator(device, 0xC0FFEE)?;
+        let mut bytes = Vec::new();
+        for dtype in FLOATS {
+            bytes.extend(read(&Tensor::rand_gen([999], dtype, &g)?)?.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        bytes.extend(
+            read(&Tensor::randint_gen(-1000, 1000, [777], DType::I32, &g)?)?.iter().flat_map(|v| v.to_le_bytes()),
+        );
+        bytes.extend(read(&Tensor::randperm_gen(500, DType::I64, &g)?)?.iter().flat_map(|v| v.to_le_bytes()));
+        let w = Tensor::arange(1, 65, 1, DType::F32, device)?.reshape([4, 16])?;
+        bytes.extend(read(&w.multinomial_gen(8, false, &g)?)?.iter().flat_map(|v| v.to_le_bytes()));
+        bytes.extend(read(&w.dropout_gen(0.5, true, &g)?)?.iter().flat_map(|v| v.to_le_bytes()));
+        assert_eq!(fnv(&bytes), 0xd974_ad98_cd84_3164, "the fixed draws on {device}: {:#018x}", fnv(&bytes));
+    }
+    Ok(())
+}

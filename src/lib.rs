@@ -81,6 +81,9 @@
 //! | views: `view`, `reshape`, `transpose`, `permute`, `narrow`, `expand`, `squeeze`, … | same names on [`Tensor`] |
 //! | `t.amax(dim)` / `t.max(dim)` (values and indices) / `t.max()` | [`Tensor::amax`] / [`Tensor::max`] / [`Tensor::max_all`] (and the `min` forms) |
 //! | `t[:, 2:5]` | [`Tensor::slice`]`(1, 2..5)` (Rust ranges), [`Tensor::slice_step`] |
+//! | `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)` | [`nn::functional::scaled_dot_product_attention`] (flash attention on a GPU; `dropout_p > 0` not yet) |
+//! | `F.layer_norm(x, shape, w, b, eps)` / `F.rms_norm(x, shape, w, eps)` | [`nn::functional::layer_norm`] / [`nn::functional::rms_norm`] |
+//! | `F.gelu(x, approximate=…)` / `F.linear(x, w, b)` | [`nn::functional::gelu`] / [`nn::functional::linear`] |
 //! | **Memory** | |
 //! | `torch.cuda.memory_allocated(d)` / `max_memory_allocated(d)` | [`cuda::memory_allocated`] / [`cuda::max_memory_allocated`] |
 //! | `torch.cuda.memory_reserved(d)` / `max_memory_reserved(d)` | [`cuda::memory_reserved`] / [`cuda::max_memory_reserved`] |
@@ -206,6 +209,7 @@ mod kernels;
 mod loom_pinned;
 #[cfg(feature = "memviz")]
 pub mod memviz;
+pub mod nn;
 mod race;
 mod runtime;
 mod scalar;

@@ -16,6 +16,7 @@
 //!   kernels use `f64`); results are rounded once into the output dtype.
 
 pub mod dims;
+mod fused;
 mod jit;
 mod ptr;
 pub mod random;
@@ -412,6 +413,54 @@ pub enum KernelOp {
     },
     /// Fills `dst` with random draws from the Philox stream (`random.rs`).
     Random(Box<RandomOp>),
+    /// Layer norm (`rms`: RMS norm) of each row of `src` over its last `dims` dimensions
+    /// (PyTorch's `F.layer_norm` / `F.rms_norm`): `(x - mean) / sqrt(var + eps) * weight + bias`
+    /// with the biased variance, or `x / sqrt(mean(x²) + eps) * weight`; statistics accumulate in
+    /// `float` (`double` for `f64`) on a device and in `f64` on the CPU.
+    Norm {
+        /// Input (floating point).
+        src: BufferView,
+        /// Scale of the normalized shape (`src`'s last `dims` sizes), `src`'s dtype.
+        weight: Option<BufferView>,
+        /// Shift of the normalized shape, `src`'s dtype (never with `rms`).
+        bias: Option<BufferView>,
+        /// Output (`src`'s shape and dtype).
+        dst: BufferView,
+        /// Trailing dimensions normalized over (at least 1).
+        dims: usize,
+        /// Added to the variance (mean square) before the square root.
+        eps: f64,
+        /// RMS norm instead of layer norm.
+        rms: bool,
+    },
+    /// Scaled dot-product attention (PyTorch's math backend): `dst[b, h, i] = Σ_j softmax_j(s) ·
+    /// v[b, h / g, j]` with scores `s_j = scale · q[b, h, i] · k[b, h / g, j]` (+ an additive mask,
+    /// −∞ where a bool mask is false or, when `causal`, where `j > i`), `g = Hq / Hkv`; a row with
+    /// every score −∞ gives zeros (PyTorch's safe softmax).
+    Attention {
+        /// `[B, Hq, L, E]`, floating point.
+        q: BufferView,
+        /// `[B, Hkv, S, E]`, `q`'s dtype; `Hq` a multiple of `Hkv`.
+        k: BufferView,
+        /// `[B, Hkv, S, Ev]`, `q`'s dtype.
+        v: BufferView,
+        /// `[B, Hq, L, S]` (broadcast views have stride 0): bool (keep where true) or `q`'s dtype
+        /// (added to the scores).
+        mask: Option<BufferView>,
+        /// `[B, Hq, L, Ev]`, `q`'s dtype.
+        dst: BufferView,
+        /// Factor of the scores.
+        scale: f64,
+        /// Keys past the query's index (`j > i`) are masked out.
+        causal: bool,
+    },
+}
+
+pub use fused::ATTENTION_MAX_HEAD_DIM;
+
+/// A view as the fused ops' checks read it.
+fn arg(v: &BufferView) -> fused::Arg<'_> {
+    fused::Arg { shape: &v.shape, dtype: v.dtype }
 }
 
 /// Bytes of the cuBLASLt workspace of a matrix product (what PyTorch gives Hopper): the CUDA
@@ -488,6 +537,9 @@ impl KernelOp {
             KernelOp::Softmax { log: false, .. } => "softmax".into(),
             KernelOp::Softmax { log: true, .. } => "log_softmax".into(),
             KernelOp::Gemm { .. } => "gemm".into(),
+            KernelOp::Norm { rms: false, .. } => "layer_norm".into(),
+            KernelOp::Norm { rms: true, .. } => "rms_norm".into(),
+            KernelOp::Attention { .. } => "scaled_dot_product_attention".into(),
             KernelOp::Random(r) => format!("random {}", r.dist.name()),
         }
     }
@@ -505,26 +557,36 @@ impl KernelOp {
             | KernelOp::BinaryScalar { lhs: src, .. } => vec![src],
             KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => vec![lhs, rhs],
             KernelOp::Where { cond, a, b, .. } => vec![cond, a, b],
+            KernelOp::Norm { src, weight, bias, .. } => {
+                [Some(src), weight.as_ref(), bias.as_ref()].into_iter().flatten().collect()
+            }
+            KernelOp::Attention { q, k, v, mask, .. } => {
+                [Some(q), Some(k), Some(v), mask.as_ref()].into_iter().flatten().collect()
+            }
             KernelOp::Random(r) => r.src.iter().chain(r.slot()).collect(),
         }
     }
 
     /// Every view of the op, inputs then the output (`None` past the op's operands), without
     /// allocating: what [`KernelOp::validate`] walks on each launch.
-    fn views(&self) -> [Option<&BufferView>; 4] {
+    fn views(&self) -> [Option<&BufferView>; 5] {
         let dst = Some(self.output());
         match self {
-            KernelOp::Fill { .. } => [dst, None, None, None],
-            KernelOp::Extreme { src, indices, .. } => [Some(src), dst, Some(indices), None],
+            KernelOp::Fill { .. } => [dst, None, None, None, None],
+            KernelOp::Extreme { src, indices, .. } => [Some(src), dst, Some(indices), None, None],
             KernelOp::Cast { src, .. }
             | KernelOp::CopyStrided { src, .. }
             | KernelOp::Unary { src, .. }
             | KernelOp::Reduce { src, .. }
             | KernelOp::Softmax { src, .. }
-            | KernelOp::BinaryScalar { lhs: src, .. } => [Some(src), dst, None, None],
-            KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => [Some(lhs), Some(rhs), dst, None],
-            KernelOp::Where { cond, a, b, .. } => [Some(cond), Some(a), Some(b), dst],
-            KernelOp::Random(r) => [r.src.as_ref(), r.slot(), dst, None],
+            | KernelOp::BinaryScalar { lhs: src, .. } => [Some(src), dst, None, None, None],
+            KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => {
+                [Some(lhs), Some(rhs), dst, None, None]
+            }
+            KernelOp::Where { cond, a, b, .. } => [Some(cond), Some(a), Some(b), dst, None],
+            KernelOp::Norm { src, weight, bias, .. } => [Some(src), weight.as_ref(), bias.as_ref(), dst, None],
+            KernelOp::Attention { q, k, v, mask, .. } => [Some(q), Some(k), Some(v), mask.as_ref(), dst],
+            KernelOp::Random(r) => [r.src.as_ref(), r.slot(), dst, None, None],
         }
     }
 
@@ -554,6 +616,8 @@ impl KernelOp {
             | KernelOp::Reduce { dst, .. }
             | KernelOp::Extreme { values: dst, .. }
             | KernelOp::Softmax { dst, .. }
+            | KernelOp::Norm { dst, .. }
+            | KernelOp::Attention { dst, .. }
             | KernelOp::Gemm { dst, .. } => dst,
             KernelOp::Random(r) => &r.dst,
         }
@@ -653,6 +717,13 @@ impl KernelOp {
                     )));
                 }
                 Ok(())
+            }
+            KernelOp::Norm { src, weight, bias, dims, rms, .. } => {
+                fused::check_norm(arg(src), weight.as_ref().map(arg), bias.as_ref().map(arg), arg(dst), *dims, *rms)
+                    .map_err(bad)
+            }
+            KernelOp::Attention { q, k, v, mask, .. } => {
+                fused::check_attention(arg(q), arg(k), arg(v), mask.as_ref().map(arg), arg(dst)).map_err(bad)
             }
         }
     }

@@ -45,6 +45,7 @@ mod graphed;
 pub mod jiterator;
 mod layout;
 mod ops;
+pub(crate) use ops::fused::SdpaOptions;
 mod pinned;
 mod random;
 mod range;

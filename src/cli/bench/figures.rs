@@ -62,6 +62,8 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
         "allreduce" => super::collectives::rows(s),
         "user_kernel_launch_host" => super::user_kernel::launch_host(s),
         "user_kernel_launch_raw_cudarc" => super::user_kernel::launch_host_raw(s),
+        "sdpa" => super::transformer::sdpa(s),
+        "norms" => super::transformer::norms(s),
         "random" => super::random::rows(s),
         "jit_swiglu" | "jit_small_call" | "jit_first_call" => super::jit::measure(step, s),
         "small_op_sanitized" => super::sanitized::rows(s),

@@ -29,6 +29,7 @@ mod random;
 mod report;
 mod rows;
 mod sanitized;
+mod transformer;
 mod user_kernel;
 
 pub use options::Options;

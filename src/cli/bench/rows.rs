@@ -62,6 +62,11 @@ pub const ROWS: &[RowSpec] = &[
     row("jit_small_call_host", "jit_small_call", "ns", true, 2.0),
     row("jit_first_call_cold", "jit_first_call", "ms", true, 0.0),
     row("jit_first_call_warm", "jit_first_call", "ms", true, 0.0),
+    row("sdpa_bf16_causal_b8_h16_t1024_e64", "sdpa", "ms", true, 0.8),
+    row("sdpa_bf16_causal_b1_h32_t4096_e128", "sdpa", "ms", true, 0.8),
+    row("sdpa_decode_bf16_b8_h32_s8192_e128", "sdpa", "ms", true, 0.8),
+    row("layer_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
+    row("rms_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
     // Last: PyTorch's CUDA Sanitizer cannot be switched off once on.
     row("small_op_sanitized", "small_op_sanitized", "ns", true, 20.0),
     row("small_op_sanitized_no_stacks", "small_op_sanitized", "ns", true, 0.0),
@@ -144,8 +149,12 @@ mod tests {
         assert!(parse_only(Some(",")).is_err());
         assert_eq!(parse_only(Some("graph_capture_100,graph_replay_10")).unwrap(), ["graph_replay"]);
         assert_eq!(parse_only(Some("allreduce_8kib_latency")).unwrap(), ["allreduce"]);
+        assert_eq!(
+            parse_only(Some("rms_norm_bf16_8192x4096,sdpa_decode_bf16_b8_h32_s8192_e128")).unwrap(),
+            ["sdpa", "norms"]
+        );
         assert_eq!(parse_only(Some("small_op_sanitized_no_stacks")).unwrap(), ["small_op_sanitized"]);
-        assert_eq!(parse_only(None).unwrap().len(), 25);
+        assert_eq!(parse_only(None).unwrap().len(), 27);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! over host bytes, and writes back only the output's elements.
 
 use super::elem::{for_each_offset, scalar_bytes, Operand};
-use super::{elementwise, gemm, random, reduce};
+use super::{elementwise, fused, gemm, random, reduce};
 use crate::error::Result;
 use crate::kernel::DevicePtr;
 use crate::kernel::{BufferView, KernelOp, ReduceOp};
@@ -95,6 +95,18 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
         }
         KernelOp::Softmax { dim, log, .. } => reduce::softmax(arg(0), *dim, *log, &mut out, &dst),
         KernelOp::Gemm { .. } => gemm::gemm(arg(0), arg(1), &mut out, &dst)?,
+        KernelOp::Norm { src, weight, bias, dims, eps, rms, .. } => {
+            // Inputs in order: src, then the weight and bias that are given.
+            let w = weight.as_ref().map(|_| arg(1));
+            let b = bias.as_ref().map(|_| arg(1 + weight.is_some() as usize));
+            let n = src.shape[src.shape.len() - dims..].iter().product();
+            fused::norm(arg(0), w, b, fused::NormRows { n, eps: *eps, rms: *rms }, &mut out, &dst)
+        }
+        KernelOp::Attention { mask, scale, causal, .. } => {
+            let mask = mask.as_ref().map(|_| arg(3));
+            let a = fused::Attn { q: arg(0), k: arg(1), v: arg(2), mask, scale: *scale, causal: *causal };
+            fused::attention(a, &mut out, &dst)
+        }
         KernelOp::Random(r) => {
             let src = r.src.as_ref().map(|_| (&inputs[0].bytes[..], &inputs[0].view));
             let slot = r.slot().map(|_| &inputs[inputs.len() - 1].bytes[..]);

@@ -10,6 +10,7 @@
 mod elem;
 mod elementwise;
 mod execute;
+mod fused;
 mod gemm;
 mod math;
 mod random;

@@ -2,6 +2,7 @@
 //! ([`super::exec::Exec`]) and lowers itself to one [`crate::kernel::KernelOp`].
 
 mod elementwise;
+pub(crate) mod fused;
 mod matmul;
 pub(crate) mod operand;
 mod operators;

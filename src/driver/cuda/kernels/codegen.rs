@@ -26,8 +26,8 @@ use super::softmax_layouts::{
     SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
 };
 use super::sources::{
-    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, GEMV, GEMV_HEAD, RANDOM, RANDOM_HEAD, REDUCE, REDUCE_ACC, REDUCE_ARG,
-    REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
+    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, FUSED_HEAD, GEMV, GEMV_HEAD, RANDOM, RANDOM_HEAD, REDUCE, REDUCE_ACC,
+    REDUCE_ARG, REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
 };
 use super::vocab::{fast_masks, EwOp, JitKey, ModuleKey, RandKind};
 use crate::dtype::DType;
@@ -44,6 +44,14 @@ impl ModuleKey {
             ModuleKey::Reduce { op, src, dst, values } => reduce(&mut s, op, src, dst, values),
             ModuleKey::Softmax { src, dst, log } => softmax(&mut s, src, dst, log),
             ModuleKey::Gemv { dtype } => gemv(&mut s, dtype),
+            ModuleKey::Norm { dtype } => {
+                fused_head(&mut s, dtype);
+                super::fused_codegen::norm(&mut s);
+            }
+            ModuleKey::Attention { dtype } => {
+                fused_head(&mut s, dtype);
+                super::fused_codegen::attention(&mut s, dtype);
+            }
             ModuleKey::Random { dist, dtype, e } => random(&mut s, dist, dtype, e),
         }
         s
@@ -503,6 +511,19 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
             break;
         }
     }
+}
+
+/// A fused module's head: element and accumulation types, conversions, exponential.
+fn fused_head(s: &mut String, dtype: DType) {
+    let c = super::fused_codegen::acc_dtype(dtype);
+    let values = [
+        ("ts", ctype(dtype).to_owned()),
+        ("tc", ctype(c).to_owned()),
+        ("to_c", conv(dtype, c, "x")),
+        ("from_c", conv(c, dtype, "v")),
+        ("ex", if c == DType::F64 { "exp" } else { "expf" }.to_owned()),
+    ];
+    fill(s, FUSED_HEAD, &pairs_of(&values));
 }
 
 /// `(name, value)` pairs as [`fill`] takes them.

@@ -111,6 +111,14 @@ pub(in crate::driver::cuda) fn launch(
         KernelOp::Gemm { lhs, rhs, dst, workspace } => {
             super::gemm::gemm(&c, &ops.blas, lhs, rhs, dst, workspace.as_ref())
         }
+        KernelOp::Norm { src, weight, bias, dst, dims, eps, rms } => {
+            let (weight, bias, dims, eps, rms) = (weight.as_ref(), bias.as_ref(), *dims, *eps, *rms);
+            super::fused::norm(&c, super::fused::NormArgs { src, weight, bias, dst, dims, eps, rms })
+        }
+        KernelOp::Attention { q, k, v, mask, dst, scale, causal } => {
+            let (mask, scale, causal) = (mask.as_ref(), *scale, *causal);
+            super::fused::attention(&c, super::fused::AttnArgs { q, k, v, mask, dst, scale, causal })
+        }
         KernelOp::Random(r) => super::random::random(&c, r),
     }
 }

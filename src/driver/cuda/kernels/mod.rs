@@ -15,6 +15,8 @@ pub(super) mod codegen;
 pub(super) mod ctx;
 pub(super) mod elementwise;
 pub(super) mod elementwise_policy;
+pub(super) mod fused;
+pub(super) mod fused_codegen;
 pub(super) mod gemm;
 pub(super) mod gemv;
 pub(super) mod jit;
@@ -31,6 +33,8 @@ pub(super) mod vocab;
 
 #[cfg(test)]
 mod codegen_tests;
+#[cfg(test)]
+mod fused_tests;
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! * `elementwise_head.cu`, `elementwise.cu`: an elementwise module ([`ELEMENTWISE_HEAD`], [`ELEMENTWISE`]);
 //! * `reduce_head.cu`, `reduce_acc.cu` / `reduce_arg.cu`, `reduce.cu`: a reduction module;
 //! * `softmax_head.cu`, `softmax.cu`: a softmax module; `gemv_head.cu`, `gemv.cu`: a vector-matrix module;
+//! * `fused_head.cu`, `norm.cu`, `attention.cu`: a norm or attention module;
 //! * `spin.cu`: the delay kernel ([`SPIN`], `spin.rs`).
 
 /// `text` without its leading `//` lines (the file's header).
@@ -52,6 +53,12 @@ pub(in crate::driver::cuda) const SOFTMAX: &str = body(include_str!("cu/softmax.
 pub(in crate::driver::cuda) const GEMV_HEAD: &str = body(include_str!("cu/gemv_head.cu"));
 /// The kernels `gv_rows` and `gv_dots`, after [`GEMV_HEAD`].
 pub(in crate::driver::cuda) const GEMV: &str = body(include_str!("cu/gemv.cu"));
+/// A fused module's types, conversions and exponential (placeholders: `ts`, `tc`, `to_c`, `from_c`, `ex`).
+pub(in crate::driver::cuda) const FUSED_HEAD: &str = body(include_str!("cu/fused_head.cu"));
+/// The norm kernel, after [`FUSED_HEAD`].
+pub(in crate::driver::cuda) const NORM: &str = body(include_str!("cu/norm.cu"));
+/// The attention kernels, after [`FUSED_HEAD`].
+pub(in crate::driver::cuda) const ATTENTION: &str = body(include_str!("cu/attention.cu"));
 /// The delay kernel `cudasem_spin(unsigned long long ns)`.
 pub(in crate::driver::cuda) const SPIN: &str = body(include_str!("cu/spin.cu"));
 

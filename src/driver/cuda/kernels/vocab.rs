@@ -17,6 +17,25 @@ pub(in crate::driver::cuda) const THREADS: u32 = 256;
 /// the largest whose blocks run `cs_enter`'s instructions (`CS_PDL_MAX_GRID` in cu/common.cu).
 pub(in crate::driver::cuda) const PDL_MAX_GRID: u32 = 1024;
 
+/// Values per thread of the register-held norm rows (rows of up to 256 times as many elements).
+pub(in crate::driver::cuda) const NORM_VALUES_PER_THREAD: [u8; 2] = [16, 32];
+
+/// The padded head dims an attention module has a kernel for (the smallest holding `E` and `Ev`).
+pub(in crate::driver::cuda) const ATTN_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// Keys per shared-memory tile of attention's kernel for head dims padded to `ep`, with
+/// accumulators of `acc_bytes` bytes (the tiles of keys and values fit the 48 KiB of static
+/// shared memory).
+pub(in crate::driver::cuda) fn attn_keys_per_tile(ep: usize, acc_bytes: usize) -> usize {
+    match (ep, acc_bytes) {
+        (64, _) => 32,
+        (128, 4) => 32,
+        (128, _) => 16,
+        (_, 4) => 16,
+        _ => 4,
+    }
+}
+
 /// The elementwise functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(in crate::driver::cuda) enum EwOp {
@@ -77,6 +96,10 @@ pub(in crate::driver::cuda) enum ModuleKey {
     Softmax { src: DType, dst: DType, log: bool },
     /// A row vector times a matrix of `dtype`, row-major or column-major (`gemv.rs`).
     Gemv { dtype: DType },
+    /// Layer / RMS norm rows of `dtype` (`norm.rs`).
+    Norm { dtype: DType },
+    /// Scaled dot-product attention of `dtype` (`attention.rs`).
+    Attention { dtype: DType },
     /// Random draws of a distribution into `dtype`, `e` elements per Philox block (`random.rs`).
     Random { dist: RandKind, dtype: DType, e: u8 },
 }
@@ -137,6 +160,14 @@ pub(in crate::driver::cuda) enum Entry {
     Gemv,
     /// A row vector times a column-major matrix: a warp per output.
     GemvDots,
+    /// Norm rows: a block per row, read three times.
+    NormRows,
+    /// Norm rows of at most 256 · `vpt` elements: a block per row, held in registers.
+    NormRegs(u8),
+    /// Attention tiles with head dims padded to `32 · ep32` (`attention.rs`).
+    Attn(u8),
+    /// The merge of attention's split partials: a warp per query row.
+    AttnMerge,
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
 }
@@ -156,6 +187,8 @@ impl Entry {
             ModuleKey::Reduce { .. } => "red",
             ModuleKey::Softmax { .. } => "sm",
             ModuleKey::Gemv { .. } => "gv",
+            ModuleKey::Norm { .. } => "nm",
+            ModuleKey::Attention { .. } => "at",
             ModuleKey::Random { .. } => "rnd",
         };
         match self {
@@ -177,6 +210,10 @@ impl Entry {
             Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
             Entry::Gemv => "gv_rows".into(),
             Entry::GemvDots => "gv_dots".into(),
+            Entry::NormRows => format!("{prefix}_rows"),
+            Entry::NormRegs(vpt) => format!("{prefix}_r{vpt}"),
+            Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
+            Entry::AttnMerge => format!("{prefix}_merge"),
             Entry::Random => prefix.into(),
         }
     }
@@ -211,6 +248,16 @@ impl ModuleKey {
                 e
             }
             ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::GemvDots],
+            ModuleKey::Norm { .. } => {
+                let mut e = vec![Entry::NormRows];
+                e.extend(NORM_VALUES_PER_THREAD.iter().map(|&v| Entry::NormRegs(v)));
+                e
+            }
+            ModuleKey::Attention { .. } => {
+                let mut e: Vec<Entry> = ATTN_HEAD_DIMS.iter().map(|&d| Entry::Attn((d / 32) as u8)).collect();
+                e.push(Entry::AttnMerge);
+                e
+            }
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::Reduce { src, .. } => {
                 vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]

@@ -1,0 +1,91 @@
+// Layer norm and RMS norm rows (PyTorch's F.layer_norm / F.rms_norm), after fused_head.cu: a block
+// of 256 threads per row (grid-stride over rows) sums the row in TC, then the centred squares,
+// then writes (x - mean) * rstd * w + b; rows of up to 256 * VPT elements are read once into
+// registers (nm_r{VPT}), longer ones three times (nm_rows, the later reads from cache). The entry
+// points are appended by kernels/fused_codegen.rs.
+
+struct NormP {
+    const TS* src; const TS* w; const TS* b; TS* dst;
+    i64 rows, n;
+    double eps;
+    int rms, pad;
+};
+
+/* The block's sum of `v`, in every thread (sh: 32 slots). */
+__device__ __forceinline__ TC nm_block_sum(TC v, TC* sh) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (TC)0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    __syncthreads();
+    return v;
+}
+
+__device__ void nm_row_blocks(const NormP& p) {
+    __shared__ TC sh[32];
+    const TC n = (TC)p.n;
+    for (i64 r = blockIdx.x; r < p.rows; r += gridDim.x) {
+        const TS* x = p.src + r * p.n;
+        TS* y = p.dst + r * p.n;
+        TC mean = (TC)0;
+        if (!p.rms) {
+            TC s = (TC)0;
+            for (i64 i = threadIdx.x; i < p.n; i += blockDim.x) s += to_c(x[i]);
+            mean = nm_block_sum(s, sh) / n;
+        }
+        TC q = (TC)0;
+        for (i64 i = threadIdx.x; i < p.n; i += blockDim.x) {
+            const TC d = to_c(x[i]) - mean;
+            q += d * d;
+        }
+        const TC rstd = (TC)1 / sqrt(nm_block_sum(q, sh) / n + (TC)p.eps);
+        for (i64 i = threadIdx.x; i < p.n; i += blockDim.x) {
+            TC v = (to_c(x[i]) - mean) * rstd;
+            if (p.w) v *= to_c(p.w[i]);
+            if (p.b) v += to_c(p.b[i]);
+            y[i] = from_c(v);
+        }
+    }
+}
+
+/* Rows of at most 256 * VPT elements: one read of the row into registers (VPT values a thread,
+   coalesced across the block), the statistics and the output from there. */
+template <int VPT> __device__ void nm_reg_rows(const NormP& p) {
+    __shared__ TC sh[32];
+    const TC n = (TC)p.n;
+    for (i64 r = blockIdx.x; r < p.rows; r += gridDim.x) {
+        const TS* x = p.src + r * p.n;
+        TS* y = p.dst + r * p.n;
+        TC v[VPT];
+        TC s = (TC)0;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const i64 i = threadIdx.x + (i64)k * blockDim.x;
+            v[k] = i < p.n ? to_c(x[i]) : (TC)0;
+            s += v[k];
+        }
+        const TC mean = p.rms ? (TC)0 : nm_block_sum(s, sh) / n;
+        TC q = (TC)0;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const i64 i = threadIdx.x + (i64)k * blockDim.x;
+            const TC d = v[k] - mean;
+            if (i < p.n) q += d * d;
+        }
+        const TC rstd = (TC)1 / sqrt(nm_block_sum(q, sh) / n + (TC)p.eps);
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const i64 i = threadIdx.x + (i64)k * blockDim.x;
+            if (i < p.n) {
+                TC o = (v[k] - mean) * rstd;
+                if (p.w) o *= to_c(p.w[i]);
+                if (p.b) o += to_c(p.b[i]);
+                y[i] = from_c(o);
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Norm rows and scaled dot-product attention on the CUDA driver: the kernel and its parameters
+//! (`cu/norm.cu`, `cu/attention.cu`).
+
+use super::ctx::{addr, unsupported, Ctx, PARTIALS};
+use super::fused_codegen::acc_dtype;
+use super::reduce_layouts::PARTIAL_BYTES;
+use super::vocab::{attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, NORM_VALUES_PER_THREAD};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::kernel::BufferView;
+
+/// `NormP` of `cu/norm.cu`.
+#[repr(C)]
+struct NormP {
+    src: u64,
+    w: u64,
+    b: u64,
+    dst: u64,
+    rows: i64,
+    n: i64,
+    eps: f64,
+    rms: i32,
+    pad: i32,
+}
+
+/// `AttnP` of `cu/attention.cu`.
+#[repr(C)]
+struct AttnP {
+    q: u64,
+    k: u64,
+    v: u64,
+    mask: u64,
+    dst: u64,
+    part: u64,
+    b: i64,
+    hq: i64,
+    hkv: i64,
+    l: i64,
+    s: i64,
+    e: i64,
+    ev: i64,
+    qst: [i64; 4],
+    kst: [i64; 4],
+    vst: [i64; 4],
+    mst: [i64; 4],
+    chunk: i64,
+    scale: f64,
+    splits: i32,
+    mask_kind: i32,
+    causal: i32,
+    pad: i32,
+}
+
+/// The norm's operands (validated): `src`, `dst` and the parameters must be contiguous.
+pub(in crate::driver::cuda) struct NormArgs<'a> {
+    pub src: &'a BufferView,
+    pub weight: Option<&'a BufferView>,
+    pub bias: Option<&'a BufferView>,
+    pub dst: &'a BufferView,
+    pub dims: usize,
+    pub eps: f64,
+    pub rms: bool,
+}
+
+/// Queues a layer / RMS norm: a block of 256 threads per row (`cu/norm.cu`), the row held in
+/// registers when it fits.
+pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
+    let views = [Some(a.src), a.weight, a.bias, Some(a.dst)];
+    if views.iter().flatten().any(|v| !v.is_contiguous()) {
+        return Err(unsupported("a norm of non-contiguous views (the tensor layer passes contiguous ones)"));
+    }
+    let r = a.src.shape.len();
+    let n: usize = a.src.shape[r - a.dims..].iter().product();
+    let rows = (a.src.numel() / n.max(1)) as i64;
+    // The fewest registers that hold the row, else three reads of it.
+    let entry = NORM_VALUES_PER_THREAD
+        .iter()
+        .find(|&&v| n <= 256 * v as usize)
+        .map_or(Entry::NormRows, |&v| Entry::NormRegs(v));
+    let f = c.kernel(KernelId { module: ModuleKey::Norm { dtype: a.src.dtype }, entry })?;
+    let mut p = NormP {
+        src: addr(a.src),
+        w: a.weight.map_or(0, addr),
+        b: a.bias.map_or(0, addr),
+        dst: addr(a.dst),
+        rows,
+        n: n as i64,
+        eps: a.eps,
+        rms: a.rms as i32,
+        pad: 0,
+    };
+    let grid = (rows as u64).clamp(1, c.info.sms as u64 * 8) as u32;
+    c.run(f, grid, &mut p)
+}
+
+/// The attention's operands (validated).
+pub(in crate::driver::cuda) struct AttnArgs<'a> {
+    pub q: &'a BufferView,
+    pub k: &'a BufferView,
+    pub v: &'a BufferView,
+    pub mask: Option<&'a BufferView>,
+    pub dst: &'a BufferView,
+    pub scale: f64,
+    pub causal: bool,
+}
+
+fn strides4(v: &BufferView) -> [i64; 4] {
+    [v.strides[0] as i64, v.strides[1] as i64, v.strides[2] as i64, v.strides[3] as i64]
+}
+
+/// Queries per block of the attention kernel (`AW` in `cu/attention.cu`).
+const QUERIES_PER_BLOCK: u64 = 8;
+/// Threads per block of the attention kernels.
+const ATTN_THREADS: u32 = 256;
+
+/// Splits of the keys for `tasks` blocks over `s` keys of tiles of `kt`, with `rows` query rows of
+/// `ev` values of `acc` bytes in the partials: enough blocks for about four per SM, each split at
+/// least four tiles, and the partials within the stream's scratch.
+fn key_splits(c: &Ctx, tasks: u64, s: u64, kt: u64, rows: u64, ev: u64, acc: u64) -> u64 {
+    let want = (4 * c.info.sms as u64).div_ceil(tasks.max(1));
+    let by_len = s / (4 * kt);
+    let room = (PARTIALS * PARTIAL_BYTES) as u64 / (rows * (ev + 2) * acc).max(1);
+    want.min(by_len).min(room).max(1)
+}
+
+/// Queues attention: the flash kernel over (query tile, head, batch, key split), and with
+/// several splits the merge of their partials (flash-decoding).
+pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()> {
+    if !a.dst.is_contiguous() {
+        return Err(unsupported("attention into a non-contiguous output (the tensor layer passes a new one)"));
+    }
+    let (b, hq, l, e) = (a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3]);
+    let (hkv, s, ev) = (a.k.shape[1], a.k.shape[2], a.v.shape[3]);
+    let Some(&ep) = ATTN_HEAD_DIMS.iter().find(|&&d| d >= e.max(ev)) else {
+        return Err(unsupported(format!("attention head dims {e} and {ev}")));
+    };
+    let dtype = a.q.dtype;
+    let acc = acc_dtype(dtype).size();
+    let kt = attn_keys_per_tile(ep, acc) as u64;
+    let rows = (b * hq * l) as u64;
+    let tasks = (l as u64).div_ceil(QUERIES_PER_BLOCK) * (b * hq) as u64;
+    let splits = key_splits(c, tasks, s as u64, kt, rows, ev as u64, acc as u64);
+    let chunk = (s as u64).div_ceil(splits).div_ceil(kt).max(1) * kt;
+    let splits = (s as u64).div_ceil(chunk).max(1);
+    let part = if splits > 1 { c.reduce_scratch()?.0 } else { 0 };
+    let mask_kind = match a.mask {
+        None => 0,
+        Some(m) if m.dtype == DType::Bool => 1,
+        Some(_) => 2,
+    };
+    let mut p = AttnP {
+        q: addr(a.q),
+        k: addr(a.k),
+        v: addr(a.v),
+        mask: a.mask.map_or(0, addr),
+        dst: addr(a.dst),
+        part,
+        b: b as i64,
+        hq: hq as i64,
+        hkv: hkv as i64,
+        l: l as i64,
+        s: s as i64,
+        e: e as i64,
+        ev: ev as i64,
+        qst: strides4(a.q),
+        kst: strides4(a.k),
+        vst: strides4(a.v),
+        mst: a.mask.map_or([0; 4], strides4),
+        chunk: chunk as i64,
+        scale: a.scale,
+        splits: splits as i32,
+        mask_kind,
+        causal: a.causal as i32,
+        pad: 0,
+    };
+    let module = ModuleKey::Attention { dtype };
+    let f = c.kernel(KernelId { module, entry: Entry::Attn((ep / 32) as u8) })?;
+    let grid = (tasks * splits).clamp(1, i32::MAX as u64) as u32;
+    c.run_threads(f, grid, ATTN_THREADS, &mut p)?;
+    if splits > 1 {
+        let merge = c.kernel(KernelId { module, entry: Entry::AttnMerge })?;
+        let blocks = rows.div_ceil((ATTN_THREADS / 32) as u64).clamp(1, c.info.sms as u64 * 16) as u32;
+        c.run_threads(merge, blocks, ATTN_THREADS, &mut p)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! CUDA C of the fused modules (norm rows, attention), after the head `codegen.rs` fills
+//! (`cu/fused_head.cu`): the family's kernels, and one `extern "C"` entry point per kernel.
+
+use super::sources::{ATTENTION, NORM};
+use super::vocab::{attn_keys_per_tile, ATTN_HEAD_DIMS, NORM_VALUES_PER_THREAD};
+use crate::dtype::DType;
+use std::fmt::Write;
+
+/// The accumulation type of a fused module of `dtype`: `double` for `f64`, else `float`.
+pub(in crate::driver::cuda) fn acc_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// A norm module's kernels and entry points `nm_rows` and `nm_r{VPT}`, after its head.
+pub(in crate::driver::cuda) fn norm(s: &mut String) {
+    s.push_str(NORM);
+    let b = "extern \"C\" __global__ void __launch_bounds__(256)";
+    let _ = writeln!(s, "{b} nm_rows(const __grid_constant__ NormP p) {{ cs_enter(); nm_row_blocks(p); }}");
+    for vpt in NORM_VALUES_PER_THREAD {
+        let _ = writeln!(s, "{b} nm_r{vpt}(const __grid_constant__ NormP p) {{ cs_enter(); nm_reg_rows<{vpt}>(p); }}");
+    }
+}
+
+/// An attention module's kernels and entry points `at_{EP}` per padded head dim and `at_merge`,
+/// after its head.
+pub(in crate::driver::cuda) fn attention(s: &mut String, dtype: DType) {
+    s.push_str(ATTENTION);
+    let acc = acc_dtype(dtype).size();
+    let b = "extern \"C\" __global__ void __launch_bounds__(256)";
+    for ep in ATTN_HEAD_DIMS {
+        let kt = attn_keys_per_tile(ep, acc);
+        let _ = writeln!(s, "{b} at_{ep}(const __grid_constant__ AttnP p) {{ cs_enter(); at_tile<{ep}, {kt}>(p); }}");
+    }
+    let _ = writeln!(s, "{b} at_merge(const __grid_constant__ AttnP p) {{ cs_enter(); at_merge_rows(p); }}");
+}

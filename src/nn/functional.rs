@@ -1,0 +1,136 @@
+//! PyTorch's `torch.nn.functional` ops a transformer block uses: [`layer_norm`], [`rms_norm`],
+//! [`gelu`], [`linear`] and [`scaled_dot_product_attention`], with PyTorch's signatures and
+//! semantics. Norms and attention are one fused kernel each on a CUDA device (flash attention:
+//! the scores never reach memory; a split of long key sequences across blocks for decoding) and
+//! `f64`-accumulated on the CPU and the simulator.
+//!
+//! ```
+//! use cudasem::nn::functional as F;
+//! use cudasem::{Device, Tensor};
+//! # fn main() -> cudasem::Result<()> {
+//! let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [2, 2], Device::Cpu)?;
+//! let y = F::layer_norm(&x, &[2], None, None, 1e-5)?;
+//! let v = y.to_vec::<f32>()?;
+//! assert!((v[0] + 1.0).abs() < 1e-3 && (v[1] - 1.0).abs() < 1e-3);
+//! # Ok(()) }
+//! ```
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::{SdpaOptions, Tensor};
+
+/// `F.layer_norm(input, normalized_shape, weight, bias, eps)`: each slice of `input` over its
+/// last `normalized_shape` sizes becomes `(x - mean) / sqrt(var + eps) * weight + bias` (the
+/// biased variance); `weight` and `bias` (optional) have `normalized_shape` and `input`'s dtype.
+/// Statistics accumulate in `float` for half types (as PyTorch's).
+pub fn layer_norm(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    input.norm_op("layer_norm", normalized_shape, weight, bias, eps, false)
+}
+
+/// `F.rms_norm(input, normalized_shape, weight, eps)`: `x / sqrt(mean(x²) + eps) * weight` over
+/// the last `normalized_shape` sizes; `eps = None` is the dtype's machine epsilon (PyTorch's
+/// `torch.finfo(dtype).eps`).
+pub fn rms_norm(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    eps: Option<f64>,
+) -> Result<Tensor> {
+    let eps = eps.unwrap_or(match input.dtype() {
+        DType::F16 => 0.0009765625,
+        DType::BF16 => 0.0078125,
+        DType::F64 => f64::EPSILON,
+        _ => f32::EPSILON as f64,
+    });
+    input.norm_op("rms_norm", normalized_shape, weight, None, eps, true)
+}
+
+/// `F.gelu(input, approximate)`: `approximate = "none"` uses the exact normal CDF,
+/// `"tanh"` the form `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))` (computed in `f32` for
+/// half types, as PyTorch's); any other string is an error.
+pub fn gelu(input: &Tensor, approximate: &str) -> Result<Tensor> {
+    match approximate {
+        "none" => input.gelu(),
+        "tanh" => {
+            if !input.dtype().is_float() {
+                return Err(Error::UnsupportedDType { op: "gelu", dtype: input.dtype() });
+            }
+            let half = matches!(input.dtype(), DType::F16 | DType::BF16);
+            let x = if half { input.to_dtype(DType::F32)? } else { input.clone() };
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            let inner = x.mul(&x)?.mul(&x)?.mul(0.044715)?.add(&x)?.mul(k)?;
+            let y = inner.tanh()?.add(1.0)?.mul(&x)?.mul(0.5)?;
+            if half {
+                y.to_dtype(input.dtype())
+            } else {
+                Ok(y)
+            }
+        }
+        other => Err(Error::InvalidArgument {
+            op: "gelu",
+            reason: format!("approximate must be \"none\" or \"tanh\", got {other:?}"),
+        }),
+    }
+}
+
+/// `F.linear(input, weight, bias)`: `input @ weight^T + bias`, with `weight` of `[out, in]` (or
+/// `[in]`) and `bias` of `[out]` (broadcast), one floating-point dtype. The bias is added after
+/// the product.
+pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let w = match weight.dim() {
+        1 => weight.clone(),
+        2 => weight.t()?,
+        d => {
+            return Err(Error::InvalidShape {
+                op: "linear",
+                shape: weight.shape().iter().map(|&n| n as i64).collect(),
+                reason: format!("weight must be 1-D or 2-D [out, in], got {d}-D"),
+            })
+        }
+    };
+    let y = input.matmul(&w)?;
+    match bias {
+        Some(b) => {
+            if b.dtype() != y.dtype() {
+                return Err(Error::DTypeMismatch { op: "linear", expected: y.dtype(), found: b.dtype() });
+            }
+            y.add(b)
+        }
+        None => Ok(y),
+    }
+}
+
+/// `F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
+/// enable_gqa)`, PyTorch's math-backend semantics: `softmax(q kᵀ · scale + mask) v` with
+/// `query [B, H, L, E]` (or `[B, L, E]`), `key [B, Hkv, S, E]`, `value [B, Hkv, S, Ev]`, the
+/// result `[B, H, L, Ev]`.
+///
+/// * `attn_mask`: broadcastable to `[B, H, L, S]`; bool keeps where true, a mask of the query's
+///   dtype is added to the scores. Not with `is_causal`.
+/// * `is_causal`: key `j` is masked for query `i` where `j > i` (the lower-left-aligned
+///   triangle, as PyTorch's `tril(ones(L, S))`).
+/// * `scale`: defaults to `1 / sqrt(E)`.
+/// * `enable_gqa`: `H` may be a multiple of `Hkv` (query head `h` reads key/value head
+///   `h / (H / Hkv)`); without it the heads must agree.
+/// * `dropout_p > 0` is an [`Error::Unsupported`] until the device random generator lands.
+/// * Head dims up to [`ATTENTION_MAX_HEAD_DIM`](crate::kernel::ATTENTION_MAX_HEAD_DIM); a query
+///   whose every key is masked gets zeros (PyTorch's safe softmax).
+#[allow(clippy::too_many_arguments)] // PyTorch's signature, argument for argument
+pub fn scaled_dot_product_attention(
+    query: &Tensor,
+    key: &Tensor,
+    value: &Tensor,
+    attn_mask: Option<&Tensor>,
+    dropout_p: f64,
+    is_causal: bool,
+    scale: Option<f64>,
+    enable_gqa: bool,
+) -> Result<Tensor> {
+    query.sdpa_op(key, value, attn_mask, SdpaOptions { dropout_p, is_causal, scale, enable_gqa })
+}

@@ -1,0 +1,476 @@
+//! `nn::functional`'s `layer_norm`, `rms_norm`, `gelu(approximate = "tanh")`, `linear` and
+//! `scaled_dot_product_attention` against float64 references written from PyTorch's documented
+//! (math-backend) semantics, on random data, on the CPU and the current driver's device (the
+//! CUDA kernels on a GPU: flash attention, its split-key decode path, the norm rows), in every
+//! float dtype; bad arguments give typed errors and leave the runtime usable.
+
+mod tensor_util;
+
+use cudasem::nn::functional as F;
+use cudasem::{DType, Device, Error, Result, Tensor};
+use tensor_util::{devices, expect_ok, round_to, sample, tensor, values, Domain, Rng};
+
+const FLOATS: [DType; 4] = [DType::F32, DType::BF16, DType::F16, DType::F64];
+
+/// `(rtol, atol)` of a fused op's result in `dtype` (accumulated in `float`, rounded once).
+fn tol(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::BF16 => (1.6e-2, 1.6e-2),
+        DType::F16 => (2e-3, 2e-3),
+        DType::F32 => (1e-4, 1e-4),
+        _ => (1e-10, 1e-10),
+    }
+}
+
+#[track_caller]
+fn assert_near(got: &[f64], want: &[f64], dtype: DType, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let (rtol, atol) = tol(dtype);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= atol + rtol * w.abs() || (g.is_nan() && w.is_nan());
+        assert!(ok, "{what}: element {i}: got {g}, want {w} ({dtype})");
+    }
+}
+
+fn rand_tensor(rng: &mut Rng, shape: &[usize], dtype: DType, device: Device) -> Result<(Vec<f64>, Tensor)> {
+    let n = shape.iter().product();
+    let v = sample(rng, dtype, n, Domain::Any);
+    let t = tensor(&v, shape, dtype, device)?;
+    Ok((v, t))
+}
+
+/// Layer norm (`rms`) of rows of `n`, float64.
+fn norm_reference(x: &[f64], n: usize, w: Option<&[f64]>, b: Option<&[f64]>, eps: f64, rms: bool) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(n) {
+        let mean = if rms { 0.0 } else { row.iter().sum::<f64>() / n as f64 };
+        let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+        for (i, v) in row.iter().enumerate() {
+            let y = (v - mean) / (var + eps).sqrt() * w.map_or(1.0, |w| w[i]);
+            out.push(y + b.map_or(0.0, |b| b[i]));
+        }
+    }
+    out
+}
+
+/// Layer norm and RMS norm over one and two trailing dims, rows of odd lengths (one past a
+/// block's 256 threads, 4097, 9000), with weight and bias each present or absent.
+#[test]
+fn layer_norm_and_rms_norm_match_float64() -> Result<()> {
+    let mut rng = Rng::new(4001);
+    // Rows held in registers of 16 values a thread (up to 4096), of 32 (4097), and read three
+    // times (9000).
+    let cases: [(&[usize], usize); 7] = [
+        (&[3, 7], 1),
+        (&[2, 3, 129], 1),
+        (&[5, 2, 50], 2),
+        (&[2, 4097], 1),
+        (&[1, 1], 1),
+        (&[33, 256], 1),
+        (&[2, 9000], 1),
+    ];
+    for device in devices() {
+        for dtype in FLOATS {
+            for (k, &(shape, dims)) in cases.iter().enumerate() {
+                let ns = &shape[shape.len() - dims..];
+                let n: usize = ns.iter().product();
+                let (xv, x) = rand_tensor(&mut rng, shape, dtype, device)?;
+                let (wv, w) = rand_tensor(&mut rng, ns, dtype, device)?;
+                let (bv, b) = rand_tensor(&mut rng, ns, dtype, device)?;
+                let (with_w, with_b) = (k % 2 == 0 || k == 3, k % 3 != 1);
+                let (wo, bo) = (with_w.then_some(&w), with_b.then_some(&b));
+                let what = format!("{shape:?} over {ns:?} {dtype} on {device}, weight {with_w}, bias {with_b}");
+                let y = expect_ok(F::layer_norm(&x, ns, wo, bo, 1e-5), &what);
+                assert_eq!((y.shape(), y.dtype(), y.device()), (x.shape(), dtype, device), "{what}");
+                let want = norm_reference(&xv, n, with_w.then_some(&wv[..]), with_b.then_some(&bv[..]), 1e-5, false);
+                let want: Vec<f64> = want.iter().map(|&v| round_to(dtype, v)).collect();
+                assert_near(&values(&y)?, &want, dtype, &format!("layer_norm {what}"));
+                let y = expect_ok(F::rms_norm(&x, ns, wo, Some(1e-6)), &what);
+                let want = norm_reference(&xv, n, with_w.then_some(&wv[..]), None, 1e-6, true);
+                let want: Vec<f64> = want.iter().map(|&v| round_to(dtype, v)).collect();
+                assert_near(&values(&y)?, &want, dtype, &format!("rms_norm {what}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A transposed (non-contiguous) input normalizes its logical rows.
+#[test]
+fn norms_of_a_transposed_input() -> Result<()> {
+    let mut rng = Rng::new(4002);
+    for device in devices() {
+        let (xv, x) = rand_tensor(&mut rng, &[9, 4], DType::F32, device)?;
+        let xt = x.t()?; // [4, 9]: row r is column r of x
+        let rows: Vec<f64> = (0..4).flat_map(|r| (0..9).map(move |c| (r, c))).map(|(r, c)| xv[c * 4 + r]).collect();
+        let y = F::layer_norm(&xt, &[9], None, None, 1e-5)?;
+        assert_near(&values(&y)?, &norm_reference(&rows, 9, None, None, 1e-5, false), DType::F32, "transposed");
+    }
+    Ok(())
+}
+
+/// `rms_norm`'s `eps = None` is the dtype's epsilon (it matters where the mean square is tiny).
+#[test]
+fn rms_norm_default_eps_is_the_dtypes_epsilon() -> Result<()> {
+    for device in devices() {
+        for (dtype, eps) in [(DType::F32, f32::EPSILON as f64), (DType::F64, f64::EPSILON), (DType::BF16, 0.0078125)] {
+            let scale = if dtype == DType::F64 {
+                1e-8
+            } else if dtype == DType::BF16 {
+                0.05
+            } else {
+                2e-4
+            };
+            let xv: Vec<f64> = [1.0, -2.0, 3.0, 0.5, -1.5].iter().map(|v| round_to(dtype, v * scale)).collect();
+            let x = tensor(&xv, &[1, 5], dtype, device)?;
+            let y = F::rms_norm(&x, &[5], None, None)?;
+            let want: Vec<f64> =
+                norm_reference(&xv, 5, None, None, eps, true).iter().map(|&v| round_to(dtype, v)).collect();
+            assert_near(&values(&y)?, &want, dtype, &format!("rms_norm default eps {dtype} on {device}"));
+            let without: Vec<f64> = norm_reference(&xv, 5, None, None, 0.0, true);
+            assert!((without[0] - want[0]).abs() > 1e-2 * without[0].abs(), "the case must tell eps apart");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn norm_arguments_are_checked() -> Result<()> {
+    for device in devices() {
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3], device)?;
+        let w2 = Tensor::from_slice(&[1.0f32, 2.0], [2], device)?;
+        let w16 = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], device)?.to_dtype(DType::F16)?;
+        assert!(matches!(F::layer_norm(&x, &[2], None, None, 1e-5), Err(Error::InvalidShape { .. })));
+        assert!(matches!(F::layer_norm(&x, &[], None, None, 1e-5), Err(Error::InvalidShape { .. })));
+        assert!(matches!(F::layer_norm(&x, &[1, 2, 3], None, None, 1e-5), Err(Error::InvalidShape { .. })));
+        assert!(matches!(F::layer_norm(&x, &[3], Some(&w2), None, 1e-5), Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(F::rms_norm(&x, &[3], Some(&w16), None), Err(Error::DTypeMismatch { .. })));
+        assert!(matches!(F::layer_norm(&x, &[3], None, None, -1.0), Err(Error::InvalidArgument { .. })));
+        let xi = Tensor::from_slice(&[1i64, 2, 3], [3], device)?;
+        assert!(matches!(F::rms_norm(&xi, &[3], None, None), Err(Error::UnsupportedDType { .. })));
+        let y = F::layer_norm(&x, &[3], None, None, 0.0)?;
+        let want = norm_reference(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3, None, None, 0.0, false);
+        assert_near(&values(&y)?, &want, DType::F32, "after the errors");
+    }
+    Ok(())
+}
+
+/// GELU's tanh form and `linear` against float64.
+#[test]
+fn gelu_tanh_and_linear_match_float64() -> Result<()> {
+    let mut rng = Rng::new(4003);
+    for device in devices() {
+        for dtype in FLOATS {
+            let (xv, x) = rand_tensor(&mut rng, &[3, 37], dtype, device)?;
+            let y = F::gelu(&x, "tanh")?;
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            let want: Vec<f64> = xv
+                .iter()
+                .map(|&v| round_to(dtype, 0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh())))
+                .collect();
+            assert_near(&values(&y)?, &want, dtype, &format!("gelu tanh {dtype} on {device}"));
+            let exact = F::gelu(&x, "none")?;
+            assert_eq!(values(&exact)?, values(&x.gelu()?)?, "approximate = none is the exact gelu");
+            assert!(matches!(F::gelu(&x, "fast"), Err(Error::InvalidArgument { .. })));
+
+            let (wv, w) = rand_tensor(&mut rng, &[5, 37], dtype, device)?;
+            let (bv, b) = rand_tensor(&mut rng, &[5], dtype, device)?;
+            for with_b in [true, false] {
+                let y = F::linear(&x, &w, with_b.then_some(&b))?;
+                assert_eq!(y.shape(), &[3, 5]);
+                let mut want = Vec::new();
+                for r in 0..3 {
+                    for o in 0..5 {
+                        let dot: f64 = (0..37).map(|i| xv[r * 37 + i] * wv[o * 37 + i]).sum();
+                        // The product is rounded to the dtype before the bias is added.
+                        let p = round_to(dtype, dot);
+                        want.push(round_to(dtype, if with_b { p + bv[o] } else { p }));
+                    }
+                }
+                let (rtol, atol) = tol(dtype);
+                let got = values(&y)?;
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 4.0 * (atol + rtol * w.abs()), "linear {dtype} on {device}: {g} vs {w}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One attention case: shapes, mask and flags.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    b: usize,
+    hq: usize,
+    hkv: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    mask: Mask,
+    causal: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mask {
+    None,
+    /// Bool `[B, 1, L, S]` (broadcast over heads), some rows with every key masked.
+    Bool,
+    /// Additive `[1, Hq, L, S]` in the query's dtype, some −inf.
+    Add,
+    /// Bool `[S]` keeping only the first 10 keys (broadcast over everything).
+    Prefix,
+}
+
+/// PyTorch's math backend in float64: `softmax(q kᵀ · scale + mask) v`, causal = `tril(ones(L,
+/// S))`, a row whose every key is masked gives zeros.
+#[allow(clippy::too_many_arguments)]
+fn sdpa_reference(c: &Case, q: &[f64], k: &[f64], v: &[f64], mask: &[f64], bool_mask: bool, scale: f64) -> Vec<f64> {
+    let g = c.hq / c.hkv;
+    let mut out = vec![0.0; c.b * c.hq * c.l * c.ev];
+    for b in 0..c.b {
+        for h in 0..c.hq {
+            let kvh = b * c.hkv + h / g;
+            for i in 0..c.l {
+                let row = (b * c.hq + h) * c.l + i;
+                let mut sc: Vec<f64> = (0..c.s)
+                    .map(|j| {
+                        let dot: f64 = (0..c.e).map(|d| q[row * c.e + d] * k[(kvh * c.s + j) * c.e + d]).sum();
+                        let mut x = dot * scale;
+                        if c.mask != Mask::None {
+                            let m = mask[row * c.s + j];
+                            if bool_mask {
+                                if m == 0.0 {
+                                    x = f64::NEG_INFINITY;
+                                }
+                            } else {
+                                x += m;
+                            }
+                        }
+                        if c.causal && j > i {
+                            x = f64::NEG_INFINITY;
+                        }
+                        x
+                    })
+                    .collect();
+                let mx = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                if mx == f64::NEG_INFINITY {
+                    continue;
+                }
+                sc.iter_mut().for_each(|x| *x = (*x - mx).exp());
+                let total: f64 = sc.iter().sum();
+                for d in 0..c.ev {
+                    out[row * c.ev + d] = (0..c.s).map(|j| sc[j] * v[(kvh * c.s + j) * c.ev + d]).sum::<f64>() / total;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The mask of a case, and its values broadcast to `[B, Hq, L, S]`.
+fn make_mask(rng: &mut Rng, c: &Case, dtype: DType, device: Device) -> Result<Option<(Tensor, Vec<f64>)>> {
+    let full = c.b * c.hq * c.l * c.s;
+    Ok(match c.mask {
+        Mask::None => None,
+        Mask::Bool => {
+            // [B, 1, L, S]: random keep, row 1 of each batch masked entirely.
+            let mut m: Vec<f64> =
+                (0..c.b * c.l * c.s).map(|_| (!rng.next_u64().is_multiple_of(3)) as u8 as f64).collect();
+            for b in 0..c.b {
+                if c.l > 1 {
+                    m[(b * c.l + 1) * c.s..(b * c.l + 2) * c.s].fill(0.0);
+                }
+            }
+            let t = tensor(&m, &[c.b, 1, c.l, c.s], DType::Bool, device)?;
+            let wide = (0..full).map(|x| {
+                let (b, rest) = (x / (c.hq * c.l * c.s), x % (c.l * c.s));
+                m[b * c.l * c.s + rest]
+            });
+            Some((t, wide.collect()))
+        }
+        Mask::Add => {
+            let mut m: Vec<f64> = (0..c.hq * c.l * c.s).map(|_| round_to(dtype, rng.uniform(-3.0, 3.0))).collect();
+            for x in m.iter_mut().step_by(5) {
+                *x = f64::NEG_INFINITY;
+            }
+            let t = tensor(&m, &[1, c.hq, c.l, c.s], dtype, device)?;
+            let per = c.hq * c.l * c.s;
+            Some((t, (0..full).map(|x| m[x % per]).collect()))
+        }
+        Mask::Prefix => {
+            let m: Vec<f64> = (0..c.s).map(|j| (j < 10) as u8 as f64).collect();
+            let t = tensor(&m, &[c.s], DType::Bool, device)?;
+            Some((t, (0..full).map(|x| m[x % c.s]).collect()))
+        }
+    })
+}
+
+fn run_case(rng: &mut Rng, c: Case, dtypes: &[DType]) -> Result<()> {
+    for device in devices() {
+        for &dtype in dtypes {
+            let (qv, q) = rand_tensor(rng, &[c.b, c.hq, c.l, c.e], dtype, device)?;
+            let (kv, k) = rand_tensor(rng, &[c.b, c.hkv, c.s, c.e], dtype, device)?;
+            let (vv, v) = rand_tensor(rng, &[c.b, c.hkv, c.s, c.ev], dtype, device)?;
+            let mask = make_mask(rng, &c, dtype, device)?;
+            let what = format!("{c:?} {dtype} on {device}");
+            let y = expect_ok(
+                F::scaled_dot_product_attention(
+                    &q,
+                    &k,
+                    &v,
+                    mask.as_ref().map(|m| &m.0),
+                    0.0,
+                    c.causal,
+                    None,
+                    c.hq != c.hkv,
+                ),
+                &what,
+            );
+            assert_eq!((y.shape(), y.dtype(), y.device()), (&[c.b, c.hq, c.l, c.ev][..], dtype, device), "{what}");
+            let (mv, bool_mask) = match &mask {
+                Some((t, v)) => (v.clone(), t.dtype() == DType::Bool),
+                None => (vec![], false),
+            };
+            let want = sdpa_reference(&c, &qv, &kv, &vv, &mv, bool_mask, 1.0 / (c.e as f64).sqrt());
+            let want: Vec<f64> = want.iter().map(|&x| round_to(dtype, x)).collect();
+            assert_near(&values(&y)?, &want, dtype, &what);
+        }
+    }
+    Ok(())
+}
+
+const fn case(b: usize, hq: usize, hkv: usize, l: usize, s: usize, e: usize, ev: usize) -> Case {
+    Case { b, hq, hkv, l, s, e, ev, mask: Mask::None, causal: false }
+}
+
+/// Plain and causal attention (L = S, L < S, L > S), lengths not multiples of a tile, head dims
+/// 64, 80, 128 and 256 (Ev differing from E), every float dtype.
+#[test]
+fn sdpa_plain_and_causal_match_float64() -> Result<()> {
+    let mut rng = Rng::new(4004);
+    let all = &FLOATS[..];
+    run_case(&mut rng, case(2, 2, 2, 5, 7, 64, 64), all)?;
+    run_case(&mut rng, Case { causal: true, ..case(1, 2, 2, 37, 37, 80, 80) }, all)?;
+    run_case(&mut rng, Case { causal: true, ..case(1, 2, 2, 20, 45, 128, 128) }, all)?;
+    run_case(&mut rng, Case { causal: true, ..case(1, 1, 1, 45, 20, 64, 96) }, all)?;
+    run_case(&mut rng, case(1, 2, 2, 3, 130, 256, 256), all)?;
+    run_case(&mut rng, case(1, 1, 1, 70, 33, 24, 200), all)
+}
+
+/// Bool masks (broadcast over heads, rows with every key masked give zeros), additive masks with
+/// −inf (broadcast over the batch), and grouped key/value heads.
+#[test]
+fn sdpa_masks_and_gqa_match_float64() -> Result<()> {
+    let mut rng = Rng::new(4005);
+    let all = &FLOATS[..];
+    run_case(&mut rng, Case { mask: Mask::Bool, ..case(2, 4, 2, 9, 33, 64, 32) }, all)?;
+    run_case(&mut rng, Case { mask: Mask::Add, ..case(2, 3, 3, 17, 40, 128, 128) }, all)?;
+    run_case(&mut rng, Case { mask: Mask::Add, ..case(1, 8, 2, 6, 65, 64, 64) }, all)
+}
+
+/// Decoding shapes (one or a few queries, long keys): on a GPU the keys are split across blocks
+/// and the partials merged, including splits whose every key is masked (the prefix mask keeps
+/// the first 10 keys only) and causal splits past the queries.
+#[test]
+fn sdpa_decode_shapes_match_float64() -> Result<()> {
+    let mut rng = Rng::new(4006);
+    let all = &FLOATS[..];
+    run_case(&mut rng, case(2, 8, 2, 1, 1000, 128, 128), all)?;
+    run_case(&mut rng, Case { mask: Mask::Prefix, ..case(1, 4, 4, 1, 777, 64, 64) }, all)?;
+    run_case(&mut rng, Case { causal: true, ..case(1, 1, 1, 2, 3000, 64, 64) }, all)?;
+    run_case(&mut rng, case(1, 2, 2, 2, 8192, 128, 128), &[DType::BF16, DType::F32])
+}
+
+/// 3-D `[B, L, E]` inputs, a transposed `[B, L, H, E]` query (strided), and an explicit scale.
+#[test]
+fn sdpa_three_d_strided_and_scaled() -> Result<()> {
+    let mut rng = Rng::new(4007);
+    for device in devices() {
+        for dtype in FLOATS {
+            let what = format!("{dtype} on {device}");
+            let (qv, q) = rand_tensor(&mut rng, &[3, 6, 40], dtype, device)?;
+            let (kv, k) = rand_tensor(&mut rng, &[3, 11, 40], dtype, device)?;
+            let (vv, v) = rand_tensor(&mut rng, &[3, 11, 16], dtype, device)?;
+            let mv: Vec<f64> = (0..6 * 11).map(|_| (!rng.next_u64().is_multiple_of(4)) as u8 as f64).collect();
+            let m = tensor(&mv, &[6, 11], DType::Bool, device)?;
+            let y = F::scaled_dot_product_attention(&q, &k, &v, Some(&m), 0.0, false, Some(0.3), false)?;
+            assert_eq!(y.shape(), &[3, 6, 16], "{what}");
+            let c = Case { mask: Mask::Bool, ..case(3, 1, 1, 6, 11, 40, 16) };
+            let wide: Vec<f64> = (0..3 * 6 * 11).map(|x| mv[x % 66]).collect();
+            let want: Vec<f64> =
+                sdpa_reference(&c, &qv, &kv, &vv, &wide, true, 0.3).iter().map(|&x| round_to(dtype, x)).collect();
+            assert_near(&values(&y)?, &want, dtype, &format!("3-D {what}"));
+
+            // A query laid out [B, L, H, E] and viewed as [B, H, L, E].
+            let (qv, q) = rand_tensor(&mut rng, &[2, 5, 3, 64], dtype, device)?;
+            let q = q.transpose(1, 2)?;
+            let (kv, k) = rand_tensor(&mut rng, &[2, 3, 9, 64], dtype, device)?;
+            let (vv, v) = rand_tensor(&mut rng, &[2, 3, 9, 64], dtype, device)?;
+            let y = F::scaled_dot_product_attention(&q, &k, &v, None, 0.0, true, None, false)?;
+            let mut qd = vec![0.0; qv.len()];
+            for b in 0..2 {
+                for l in 0..5 {
+                    for h in 0..3 {
+                        for e in 0..64 {
+                            qd[((b * 3 + h) * 5 + l) * 64 + e] = qv[((b * 5 + l) * 3 + h) * 64 + e];
+                        }
+                    }
+                }
+            }
+            let c = Case { causal: true, ..case(2, 3, 3, 5, 9, 64, 64) };
+            let want: Vec<f64> =
+                sdpa_reference(&c, &qd, &kv, &vv, &[], false, 0.125).iter().map(|&x| round_to(dtype, x)).collect();
+            assert_near(&values(&y)?, &want, dtype, &format!("strided query {what}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn sdpa_arguments_are_checked() -> Result<()> {
+    let mut rng = Rng::new(4008);
+    for device in devices() {
+        let t = |rng: &mut Rng, shape: &[usize]| rand_tensor(rng, shape, DType::F32, device).map(|p| p.1);
+        let q = t(&mut rng, &[1, 4, 3, 8])?;
+        let k = t(&mut rng, &[1, 2, 5, 8])?;
+        let v = t(&mut rng, &[1, 2, 5, 8])?;
+        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor, m: Option<&Tensor>, p: f64, causal: bool, gqa: bool| {
+            F::scaled_dot_product_attention(q, k, v, m, p, causal, None, gqa)
+        };
+        assert!(matches!(sdpa(&q, &k, &v, None, 0.0, false, false), Err(Error::InvalidArgument { .. })), "heads");
+        let k3 = t(&mut rng, &[1, 3, 5, 8])?;
+        assert!(matches!(sdpa(&q, &k3, &k3, None, 0.0, false, true), Err(Error::InvalidArgument { .. })), "gqa");
+        assert!(matches!(sdpa(&q, &k, &v, None, 0.1, false, true), Err(Error::Unsupported { .. })), "dropout");
+        assert!(matches!(sdpa(&q, &k, &v, None, 1.5, false, true), Err(Error::InvalidArgument { .. })));
+        let v6 = t(&mut rng, &[1, 2, 6, 8])?;
+        assert!(matches!(sdpa(&q, &k, &v6, None, 0.0, false, true), Err(Error::ShapeMismatch { .. })), "S");
+        let k7 = t(&mut rng, &[1, 2, 5, 7])?;
+        assert!(matches!(sdpa(&q, &k7, &v, None, 0.0, false, true), Err(Error::ShapeMismatch { .. })), "E");
+        let big = t(&mut rng, &[1, 1, 2, 257])?;
+        assert!(matches!(sdpa(&big, &big, &big, None, 0.0, false, false), Err(Error::InvalidShape { .. })), "E>256");
+        let flat = t(&mut rng, &[3, 8])?;
+        assert!(matches!(sdpa(&flat, &flat, &flat, None, 0.0, false, false), Err(Error::InvalidShape { .. })));
+        let bad_mask = Tensor::from_slice(&[true, false, true, false], [4], device)?;
+        assert!(sdpa(&q, &k, &v, Some(&bad_mask), 0.0, false, true).is_err(), "mask not broadcastable");
+        let mask = Tensor::from_slice(&[true, false, true, true, true], [5], device)?;
+        assert!(matches!(sdpa(&q, &k, &v, Some(&mask), 0.0, true, true), Err(Error::InvalidArgument { .. })));
+        let int_mask = Tensor::from_slice(&[1i64, 0, 1, 1, 1], [5], device)?;
+        assert!(matches!(sdpa(&q, &k, &v, Some(&int_mask), 0.0, false, true), Err(Error::DTypeMismatch { .. })));
+        let k16 = k.to_dtype(DType::F16)?;
+        assert!(matches!(sdpa(&q, &k16, &v, None, 0.0, false, true), Err(Error::DTypeMismatch { .. })));
+        // No keys (PyTorch: an empty softmax, then zeros) and no queries.
+        let none = Tensor::zeros([1, 2, 0, 8], DType::F32, device)?;
+        let y = sdpa(&q, &none, &none, None, 0.0, false, true)?;
+        assert_eq!((y.shape(), values(&y)?), (&[1, 4, 3, 8][..], vec![0.0; 96]));
+        assert_eq!(sdpa(&none, &k, &v, None, 0.0, false, false)?.shape(), &[1, 2, 0, 8]);
+        let y = sdpa(&Tensor::zeros([1, 4, 0, 8], DType::F32, device)?, &k, &v, None, 0.0, true, true)?;
+        assert_eq!(y.shape(), &[1, 4, 0, 8]);
+        // Still usable: a valid call after the errors.
+        let y = sdpa(&q, &k, &v, Some(&mask), 0.0, false, true)?;
+        assert_eq!(y.shape(), &[1, 4, 3, 8]);
+        assert!(values(&y)?.iter().all(|x| x.is_finite()));
+    }
+    Ok(())
+}

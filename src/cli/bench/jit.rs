@@ -12,7 +12,7 @@
 //!
 //! Every result is checked against a float64 reference before it is timed.
 
-use super::measure::{check, event_ms, median, Sizes, StepResult};
+use super::measure::{check, event_ms, host_ns, median, Sizes, StepResult};
 use cudasem::cuda::{self, jiterator};
 use cudasem::{DType, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,24 +21,6 @@ use std::time::Instant;
 /// PyTorch's code string, the same in `bench/pytorch_jit.py`.
 pub const SWIGLU: &str = "template <typename T> T swiglu(T x, T y) { return x / (T(1) + exp(-x)) * y; }";
 const AXPY: &str = "template <typename T> T axpy(T x, T y, T alpha) { return -x + alpha * y; }";
-
-/// Median host ns per call of `f` over `runs` timed runs of `n` calls, each after a synchronize,
-/// after two untimed runs (as `figures.rs` times the small op).
-fn host_ns(runs: usize, n: usize, mut f: impl FnMut() -> cudasem::Result<()>) -> cudasem::Result<f64> {
-    let mut times = Vec::with_capacity(runs);
-    for run in 0..runs + 2 {
-        cuda::synchronize(None)?;
-        let t = Instant::now();
-        for _ in 0..n {
-            f()?;
-        }
-        if run >= 2 {
-            times.push(t.elapsed().as_nanos() as f64 / n as f64);
-        }
-    }
-    cuda::synchronize(None)?;
-    Ok(median(times))
-}
 
 /// The rows of `step`.
 pub fn measure(step: &str, s: &Sizes) -> StepResult {

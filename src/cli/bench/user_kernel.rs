@@ -13,7 +13,7 @@
 //!
 //! Each launch path's result is checked against the host sum before it is timed.
 
-use super::measure::{check, median, Sizes, StepResult, Stop};
+use super::measure::{check, host_ns, Sizes, StepResult, Stop};
 use cudasem::cuda::{self, compile_kernel, CompileOptions, HostLaunch, KernelArg};
 use cudasem::{DType, Tensor};
 
@@ -43,24 +43,6 @@ fn operands() -> cudasem::Result<(Tensor, Tensor, Vec<f32>)> {
     let b = Tensor::randn([N], DType::F32, "cuda")?;
     let want = a.to_vec::<f32>()?.iter().zip(b.to_vec::<f32>()?).map(|(x, y)| x + y).collect();
     Ok((a, b, want))
-}
-
-/// Median host ns per call of `f` over `runs` timed runs of `n` calls, each run starting after a
-/// synchronize of the current device, after two untimed runs (as the other host-cost rows).
-fn host_ns(runs: usize, n: usize, mut f: impl FnMut() -> cudasem::Result<()>) -> cudasem::Result<f64> {
-    let mut times = Vec::with_capacity(runs);
-    for run in 0..runs + 2 {
-        cuda::synchronize(None)?;
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            f()?;
-        }
-        if run >= 2 {
-            times.push(t.elapsed().as_nanos() as f64 / n as f64);
-        }
-    }
-    cuda::synchronize(None)?;
-    Ok(median(times))
 }
 
 /// `user_kernel_launch_host`.

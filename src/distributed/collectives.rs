@@ -303,6 +303,14 @@ impl ProcessGroup {
     fn issue(&self, call: Call<'_>, async_op: bool) -> Result<Work> {
         let inner = &self.inner;
         inner.watch.refuse_if_aborted(call.name)?;
+        let current = current_stream(inner.device)?;
+        let start = Event::new(EventFlags::default());
+        start.record(Some(&current))?;
+        start.wait(Some(&inner.stream))?;
+        // The stream sanitizer (while on) checks the collective on the group's stream, now
+        // ordered after the current stream, before anything of it is queued or
+        // numbered (a refused call leaves the group as it was).
+        inner.stream.check_collective(call.name, &call.op, inner.world, &call.tensors)?;
         // Collectives are numbered in the group; messages per pair and direction.
         let seq = match call.message {
             None => inner.seq.fetch_add(1, Ordering::Relaxed) + 1,
@@ -316,10 +324,6 @@ impl ProcessGroup {
         if call.message.is_none() && inner.check_collectives && inner.world > 1 {
             self.check_fingerprint(seq, &call.fingerprint)?;
         }
-        let current = current_stream(inner.device)?;
-        let start = Event::new(EventFlags::default());
-        start.record(Some(&current))?;
-        start.wait(Some(&inner.stream))?;
         for t in &call.tensors {
             t.record_stream(&inner.stream)?;
         }

@@ -303,14 +303,6 @@ impl ProcessGroup {
     fn issue(&self, call: Call<'_>, async_op: bool) -> Result<Work> {
         let inner = &self.inner;
         inner.watch.refuse_if_aborted(call.name)?;
-        let current = current_stream(inner.device)?;
-        let start = Event::new(EventFlags::default());
-        start.record(Some(&current))?;
-        start.wait(Some(&inner.stream))?;
-        // The stream sanitizer (while on) checks the collective on the group's stream, now
-        // ordered after the current stream, before anything of it is queued or
-        // numbered (a refused call leaves the group as it was).
-        inner.stream.check_collective(call.name, &call.op, inner.world, &call.tensors)?;
         // Collectives are numbered in the group; messages per pair and direction.
         let seq = match call.message {
             None => inner.seq.fetch_add(1, Ordering::Relaxed) + 1,
@@ -324,6 +316,16 @@ impl ProcessGroup {
         if call.message.is_none() && inner.check_collectives && inner.world > 1 {
             self.check_fingerprint(seq, &call.fingerprint)?;
         }
+        let current = current_stream(inner.device)?;
+        let start = Event::new(EventFlags::default());
+        start.record(Some(&current))?;
+        start.wait(Some(&inner.stream))?;
+        // The stream sanitizer (while on) checks the collective on the group's stream, now
+        // ordered after the current stream, once every other check has passed (an access it
+        // accepts is kept as done). A refusal on one rank of several leaves the others' matching
+        // collective waiting for this rank: the watchdog's timeout ends it, as for any rank
+        // that does not arrive.
+        inner.stream.check_collective(call.name, &call.op, inner.world, &call.tensors)?;
         for t in &call.tensors {
             t.record_stream(&inner.stream)?;
         }

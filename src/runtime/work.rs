@@ -611,4 +611,34 @@ mod tests {
         assert_eq!(counts(), (1, 1), "a refused peer copy keeps nothing");
         Ok(())
     }
+
+    /// A collective reads its input and writes its output, sized by the group (a gather's
+    /// output and a reduce-scatter's input hold `world` parts); a send only reads, a receive
+    /// only writes; an empty buffer is no access; the report names the reduction or the peer.
+    #[test]
+    fn a_collective_reads_its_input_and_writes_its_output() {
+        use crate::driver::comm::ReduceOp;
+        let (a, b, d) = (DevicePtr(0x1000), DevicePtr(0x8000), DType::F32);
+        let span = |p: DevicePtr, n: u64, w| (Span { device: 2, start: p.0, end: p.0 + n * 4 }, w);
+        let gather = Collective::AllGather { send: a, recv: b, count: 10, dtype: d };
+        assert_eq!(collective_accesses(2, &gather, 3), vec![span(a, 10, false), span(b, 30, true)]);
+        let scatter = Collective::ReduceScatter { send: a, recv: b, count: 10, dtype: d, op: ReduceOp::Max };
+        assert_eq!(collective_accesses(2, &scatter, 3), vec![span(a, 30, false), span(b, 10, true)]);
+        let reduce = Collective::AllReduce { send: a, recv: a, count: 7, dtype: d, op: ReduceOp::Sum };
+        assert_eq!(collective_accesses(2, &reduce, 4), vec![span(a, 7, false), span(a, 7, true)]);
+        let split =
+            Collective::AllToAll { send: a, recv: b, dtype: d, send_counts: vec![1, 2], recv_counts: vec![3, 0] };
+        assert_eq!(collective_accesses(2, &split, 2), vec![span(a, 3, false), span(b, 3, true)]);
+        let send = Collective::Send { buf: a, count: 5, dtype: d, peer: 1 };
+        assert_eq!(collective_accesses(2, &send, 2), vec![span(a, 5, false)]);
+        let recv = Collective::Recv { buf: b, count: 5, dtype: d, peer: 0 };
+        assert_eq!(collective_accesses(2, &recv, 2), vec![span(b, 5, true)]);
+        let empty = Collective::Broadcast { send: a, recv: b, count: 0, dtype: d, root: 0 };
+        assert!(collective_accesses(2, &empty, 2).is_empty());
+        assert_eq!(collective_name("all_reduce", &reduce), "all_reduce sum");
+        assert_eq!(collective_name("reduce_scatter_tensor", &scatter), "reduce_scatter_tensor max");
+        assert_eq!(collective_name("send", &send), "send to rank 1");
+        assert_eq!(collective_name("recv", &recv), "recv from rank 0");
+        assert_eq!(collective_name("all_gather_into_tensor", &gather), "all_gather_into_tensor");
+    }
 }

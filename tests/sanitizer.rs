@@ -2,12 +2,14 @@
 //! PyTorch's `test/test_cuda_sanitizer.py` written against cudasem's streams, events and tensors.
 //! Each race is refused before it is queued with `Error::UnsynchronizedAccess` naming the tensor,
 //! both streams, both operations and read/write; the refused work never runs; correct code runs
-//! clean. The sanitizer is process-wide and host synchronizations order every stream, so the
+//! clean. Collectives of a process group are checked as any other op: their inputs read, their
+//! outputs written on the group's stream. The sanitizer is process-wide and host synchronizations order every stream, so the
 //! tests take turns and each ends with the device synchronized.
 
 mod common;
 
 use cudasem::cuda::{self, sanitizer, Event, Stream, StreamGuard};
+use cudasem::distributed::{ProcessGroup, ReduceOp};
 use cudasem::{DType, Device, Error, Result, Tensor};
 use std::sync::{Mutex, MutexGuard};
 
@@ -565,6 +567,103 @@ fn disabled_it_checks_nothing() -> Result<()> {
     done();
     sanitizer::enable();
     assert!(sanitizer::is_enabled());
+    done();
+    Ok(())
+}
+
+/// A group of one rank on device 0 (the simulated backend, or NCCL on a GPU).
+fn group_of_one() -> Result<ProcessGroup> {
+    Ok(ProcessGroup::from_devices(&[0])?.remove(0))
+}
+
+/// `got` is `want` (host values) mapped by `f`, within f32 rounding.
+#[track_caller]
+fn assert_values(got: &[f32], want: &[f32], f: impl Fn(f64) -> f64) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let w = f(f64::from(*w));
+        assert!((f64::from(*g) - w).abs() <= 1e-5 * w.abs().max(1.0), "element {i}: {g} vs {w}");
+    }
+}
+
+#[test]
+fn a_collective_reading_a_tensor_written_on_another_stream_needs_a_wait() -> Result<()> {
+    let Some(_t) = turn() else { return Ok(()) };
+    let s = streams(2);
+    let g = group_of_one()?;
+    let x = written_on(&s[0], 4096)?;
+    let before = {
+        s[1].wait_stream(&s[0])?; // only for reading the reference: then make s1 race again
+        let _g = StreamGuard::new(&s[1])?;
+        x.to_vec::<f32>()?
+    };
+    {
+        let _g = StreamGuard::new(&s[0])?;
+        x.add_(1.0)?;
+    }
+    // The collective waits for the current stream s1 only, not for s0's write: refused, not queued.
+    let r = {
+        let _g = StreamGuard::new(&s[1])?;
+        race(g.all_reduce(&x, ReduceOp::Sum, false))
+    };
+    assert_eq!(r.current.operation, "all_reduce sum", "{r}");
+    assert_eq!((r.current.stream, r.previous.stream), (g.comm_stream().id(), s[0].id()), "{r}");
+    assert!(r.previous.write && r.previous.operation.contains("add"), "{r}");
+    let t = r.tensor.as_ref().expect("the tensor is named");
+    assert_eq!((t.shape.as_slice(), t.data_ptr), (&[4096usize][..], x.data_ptr()));
+    let msg = r.to_string();
+    for needle in [format!("{:#x}", s[0].id()), format!("{:#x}", g.comm_stream().id()), "all_reduce sum".into()] {
+        assert!(msg.contains(&needle), "{needle} missing from {msg}");
+    }
+    // After the wait it runs, as does a gather of x into a tensor of s1; a group of one reduces
+    // to x itself and gathers a copy of it.
+    s[1].wait_stream(&s[0])?;
+    let _g = StreamGuard::new(&s[1])?;
+    g.all_reduce(&x, ReduceOp::Sum, false)?;
+    let out = Tensor::zeros([4096], DType::F32, Device::cuda(0))?;
+    g.all_gather_into_tensor(&out, &x, false)?;
+    assert_values(&x.to_vec::<f32>()?, &before, |v| v + 1.0);
+    assert_values(&out.to_vec::<f32>()?, &before, |v| v + 1.0);
+    done();
+    Ok(())
+}
+
+#[test]
+fn a_collectives_output_is_a_write_of_the_group_stream() -> Result<()> {
+    let Some(_t) = turn() else { return Ok(()) };
+    let s = streams(2);
+    let g = group_of_one()?;
+    let x = written_on(&s[1], 1000)?;
+    let want = {
+        let _g = StreamGuard::new(&s[1])?;
+        x.to_vec::<f32>()?
+    };
+    let out = {
+        let _g = StreamGuard::new(&s[1])?;
+        let out = Tensor::zeros([1000], DType::F32, Device::cuda(0))?;
+        g.all_gather_into_tensor(&out, &x, false)?;
+        out
+    };
+    // s1 waited for the gather (async_op = false); s0 did not: its read of the output is refused.
+    let r = race(read_on(&s[0], &out));
+    assert!(!r.current.write && r.previous.write, "{r}");
+    assert_eq!(r.previous.operation, "all_gather_into_tensor", "{r}");
+    assert_eq!((r.current.stream, r.previous.stream), (s[0].id(), g.comm_stream().id()), "{r}");
+    s[0].wait_stream(&s[1])?;
+    let doubled = read_on(&s[0], &out)?;
+    // An asynchronous collective orders nothing until Work::wait: s1 may not read its result before.
+    let sum = {
+        let _g = StreamGuard::new(&s[1])?;
+        let work = g.all_reduce(&x, ReduceOp::Sum, true)?;
+        let r = race(x.mul(2.0));
+        assert_eq!((r.previous.operation.as_str(), r.previous.stream), ("all_reduce sum", g.comm_stream().id()), "{r}");
+        work.wait()?;
+        x.mul(2.0)?
+    };
+    s[0].wait_stream(&s[1])?;
+    let _g = StreamGuard::new(&s[0])?;
+    assert_values(&doubled.to_vec::<f32>()?, &want, |v| 2.0 * v);
+    assert_values(&sum.to_vec::<f32>()?, &want, |v| 2.0 * v);
     done();
     Ok(())
 }

@@ -320,6 +320,12 @@ impl ProcessGroup {
         let start = Event::new(EventFlags::default());
         start.record(Some(&current))?;
         start.wait(Some(&inner.stream))?;
+        // The stream sanitizer (while on) checks the collective on the group's stream, now
+        // ordered after the current stream, once every other check has passed (an access it
+        // accepts is kept as done). A refusal on one rank of several leaves the others' matching
+        // collective waiting for this rank: the watchdog's timeout ends it, as for any rank
+        // that does not arrive.
+        inner.stream.check_collective(call.name, &call.op, inner.world, &call.tensors)?;
         for t in &call.tensors {
             t.record_stream(&inner.stream)?;
         }

@@ -84,6 +84,47 @@ fn operand_accesses<T: Operand + ?Sized>(uses: &[&T]) -> Vec<(Span, bool)> {
     uses.iter().filter_map(|u| u.describe().map(|(s, _)| (s, u.writes()))).collect()
 }
 
+/// The spans collective `op` of a group of `world` ranks reads (`false`) and writes (`true`) on
+/// `device`: its input and its output (the same span for an in-place all-reduce); a send only
+/// reads, a receive only writes.
+fn collective_accesses(device: usize, op: &Collective, world: usize) -> Vec<(Span, bool)> {
+    let span = |p: DevicePtr, count: usize, dtype: crate::DType, write| {
+        let bytes = count.saturating_mul(dtype.size()) as u64;
+        (count > 0 && p.0 != 0).then(|| (Span { device, start: p.0, end: p.0.saturating_add(bytes) }, write))
+    };
+    let sum = |counts: &[usize]| counts.iter().sum::<usize>();
+    let all = match op {
+        Collective::AllReduce { send, recv, count, dtype, .. }
+        | Collective::Broadcast { send, recv, count, dtype, .. } => {
+            [span(*send, *count, *dtype, false), span(*recv, *count, *dtype, true)]
+        }
+        Collective::AllGather { send, recv, count, dtype } => {
+            [span(*send, *count, *dtype, false), span(*recv, count.saturating_mul(world), *dtype, true)]
+        }
+        Collective::ReduceScatter { send, recv, count, dtype, .. } => {
+            [span(*send, count.saturating_mul(world), *dtype, false), span(*recv, *count, *dtype, true)]
+        }
+        Collective::AllToAll { send, recv, dtype, send_counts, recv_counts } => {
+            [span(*send, sum(send_counts), *dtype, false), span(*recv, sum(recv_counts), *dtype, true)]
+        }
+        Collective::Send { buf, count, dtype, .. } => [span(*buf, *count, *dtype, false), None],
+        Collective::Recv { buf, count, dtype, .. } => [span(*buf, *count, *dtype, true), None],
+    };
+    all.into_iter().flatten().collect()
+}
+
+/// The name a sanitizer report gives collective `name` (`"all_reduce"`) doing `op`: with its
+/// reduction (`"all_reduce sum"`) or its peer (`"send to rank 1"`).
+fn collective_name(name: &str, op: &Collective) -> String {
+    match op {
+        Collective::AllReduce { op, .. } | Collective::ReduceScatter { op, .. } => format!("{name} {}", op.name()),
+        Collective::Broadcast { root, .. } => format!("{name} from rank {root}"),
+        Collective::Send { peer, .. } => format!("{name} to rank {peer}"),
+        Collective::Recv { peer, .. } => format!("{name} from rank {peer}"),
+        Collective::AllGather { .. } | Collective::AllToAll { .. } => name.to_string(),
+    }
+}
+
 /// No operands: work that touches no memory (a delay), or raw memory its caller keeps alive
 /// (`testing::RawBuffer`, as a raw `cudaMalloc` buffer in a CUDA graph).
 pub(crate) const NO_OPERANDS: &[&dyn Operand] = &[];
@@ -370,7 +411,28 @@ impl Stream {
         rt()?.driver.delay(self.driver_id(), duration)
     }
 
-    /// Queues `op` of the communicator `comm` (made for this stream's device).
+    /// The stream sanitizer's check of collective `op` (PyTorch's name `name`, of a group of
+    /// `world` ranks) about to be queued on this stream over `uses`' memory: its input read, its
+    /// output written, refused where that races with work of another stream. Called by the
+    /// process group before it queues the collective by either backend ([`Stream::collective`],
+    /// [`Stream::host_job`]); one relaxed load while the sanitizer is off.
+    #[inline]
+    pub(crate) fn check_collective<T: Operand + ?Sized>(
+        &self,
+        name: &str,
+        op: &Collective,
+        world: usize,
+        uses: &[&T],
+    ) -> Result<()> {
+        if sanitizer::enabled() {
+            let accesses = collective_accesses(self.device(), op, world);
+            return self.sanitize(&|| collective_name(name, op), &accesses, uses);
+        }
+        Ok(())
+    }
+
+    /// Queues `op` of the communicator `comm` (made for this stream's device), checked first by
+    /// [`Stream::check_collective`].
     #[inline]
     pub(crate) fn collective(&self, comm: &dyn Comm, op: &Collective) -> Result<()> {
         comm.run(op, rt()?.driver.raw_stream(self.driver_id())?)
@@ -417,7 +479,8 @@ impl Stream {
         rt()?.driver.jit_launch(self.driver_id(), op)
     }
 
-    /// Queues a host job over device memory (the simulated machine's collectives).
+    /// Queues a host job over device memory (the simulated machine's collectives, checked first
+    /// by [`Stream::check_collective`]).
     pub(crate) fn host_job(&self, job: HostJob) -> Result<()> {
         rt()?.driver.host_job(self.driver_id(), job)
     }
@@ -547,5 +610,35 @@ mod tests {
         assert!(matches!(refused.1, Err(crate::Error::CaptureInvalidated { .. })), "{:?}", refused.1);
         assert_eq!(counts(), (1, 1), "a refused peer copy keeps nothing");
         Ok(())
+    }
+
+    /// A collective reads its input and writes its output, sized by the group (a gather's
+    /// output and a reduce-scatter's input hold `world` parts); a send only reads, a receive
+    /// only writes; an empty buffer is no access; the report names the reduction or the peer.
+    #[test]
+    fn a_collective_reads_its_input_and_writes_its_output() {
+        use crate::driver::comm::ReduceOp;
+        let (a, b, d) = (DevicePtr(0x1000), DevicePtr(0x8000), DType::F32);
+        let span = |p: DevicePtr, n: u64, w| (Span { device: 2, start: p.0, end: p.0 + n * 4 }, w);
+        let gather = Collective::AllGather { send: a, recv: b, count: 10, dtype: d };
+        assert_eq!(collective_accesses(2, &gather, 3), vec![span(a, 10, false), span(b, 30, true)]);
+        let scatter = Collective::ReduceScatter { send: a, recv: b, count: 10, dtype: d, op: ReduceOp::Max };
+        assert_eq!(collective_accesses(2, &scatter, 3), vec![span(a, 30, false), span(b, 10, true)]);
+        let reduce = Collective::AllReduce { send: a, recv: a, count: 7, dtype: d, op: ReduceOp::Sum };
+        assert_eq!(collective_accesses(2, &reduce, 4), vec![span(a, 7, false), span(a, 7, true)]);
+        let split =
+            Collective::AllToAll { send: a, recv: b, dtype: d, send_counts: vec![1, 2], recv_counts: vec![3, 0] };
+        assert_eq!(collective_accesses(2, &split, 2), vec![span(a, 3, false), span(b, 3, true)]);
+        let send = Collective::Send { buf: a, count: 5, dtype: d, peer: 1 };
+        assert_eq!(collective_accesses(2, &send, 2), vec![span(a, 5, false)]);
+        let recv = Collective::Recv { buf: b, count: 5, dtype: d, peer: 0 };
+        assert_eq!(collective_accesses(2, &recv, 2), vec![span(b, 5, true)]);
+        let empty = Collective::Broadcast { send: a, recv: b, count: 0, dtype: d, root: 0 };
+        assert!(collective_accesses(2, &empty, 2).is_empty());
+        assert_eq!(collective_name("all_reduce", &reduce), "all_reduce sum");
+        assert_eq!(collective_name("reduce_scatter_tensor", &scatter), "reduce_scatter_tensor max");
+        assert_eq!(collective_name("send", &send), "send to rank 1");
+        assert_eq!(collective_name("recv", &recv), "recv from rank 0");
+        assert_eq!(collective_name("all_gather_into_tensor", &gather), "all_gather_into_tensor");
     }
 }

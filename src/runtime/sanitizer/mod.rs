@@ -1,5 +1,5 @@
 //! The CUDA stream sanitizer (PyTorch's `torch.cuda._sanitizer`, CSAN): every operation that
-//! passes the door (`work.rs`) tells it which byte ranges of device memory it reads and writes,
+//! passes the door (`work.rs`; a collective too, before its process group queues it) tells it which byte ranges of device memory it reads and writes,
 //! on which stream; event records and waits, synchronizations, host reads that wait, graph
 //! replays and frees update the streams' vector clocks (`tracker.rs`). An access that is not
 //! ordered after a conflicting access on another stream is refused before it is queued.

@@ -52,12 +52,10 @@ fn run() -> Result<Outcome, Failure> {
     );
     println!("   refused before it was queued: Error::UnsynchronizedAccess");
     for (which, a) in [("the read", &report.current), ("the earlier write", &report.previous)] {
-        let stack = a.backtrace.as_ref().ok_or("a stack is missing")?.to_string();
+        let captured = a.backtrace.as_ref().ok_or("a stack is missing")?;
+        let stack = captured.to_string();
         let own = own_frames(&stack);
-        println!(
-            "   stack of {which} ({} frames), this program's own:",
-            stack.lines().filter(|l| !l.trim_start().starts_with("at ")).count()
-        );
+        println!("   stack of {which} ({} frames), this program's own:", captured.ips().len());
         for f in own.iter().take(3) {
             println!("     {f}");
         }

@@ -14,8 +14,7 @@ mod tracker;
 use super::capture;
 use super::stream_handle::Stream;
 use crate::driver::{EventId, GraphId, StreamId};
-pub use crate::race::{AccessRace, RaceTensor, RacingAccess};
-use std::backtrace::Backtrace;
+pub use crate::race::{AccessRace, RaceTensor, RacingAccess, Stack};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -45,9 +44,9 @@ pub fn is_enabled() -> bool {
     enabled()
 }
 
-/// Whether the sanitizer captures a Rust backtrace of each access and allocation (on by
-/// default; unwinding the stack is most of the sanitizer's cost per operation, and frames are
-/// resolved only when a race is reported). Off, a report names streams, operations and memory
+/// Whether the sanitizer captures the stack ([`Stack`]: the innermost frames' addresses) of each
+/// access and allocation (on by default; unwinding the stack is most of the sanitizer's cost per
+/// operation, and frames are resolved to names only when a race is reported). Off, a report names streams, operations and memory
 /// without stacks.
 pub fn set_stack_traces(on: bool) {
     STACKS.store(on, Ordering::Relaxed);
@@ -64,7 +63,7 @@ struct Alloc {
     end: u64,
     stream: StreamId,
     recorded: Vec<StreamId>,
-    backtrace: Option<Arc<Backtrace>>,
+    backtrace: Option<Stack>,
 }
 
 #[derive(Default)]
@@ -84,8 +83,8 @@ fn state() -> MutexGuard<'static, State> {
     STATE.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn backtrace() -> Option<Arc<Backtrace>> {
-    STACKS.load(Ordering::Relaxed).then(|| Arc::new(Backtrace::force_capture()))
+fn backtrace() -> Option<Stack> {
+    STACKS.load(Ordering::Relaxed).then(Stack::capture)
 }
 
 impl State {

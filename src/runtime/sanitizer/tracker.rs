@@ -7,7 +7,7 @@
 //! queues later), holds `X ≥ s`. Waits merge clocks (pointwise maximum), records copy them.
 
 use crate::driver::{EventId, StreamId};
-use std::backtrace::Backtrace;
+use crate::race::Stack;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -30,7 +30,7 @@ pub(super) struct Access {
     pub seq: u64,
     pub op: Arc<str>,
     pub write: bool,
-    pub backtrace: Option<Arc<Backtrace>>,
+    pub backtrace: Option<Stack>,
     /// The memory was freed since, without `record_stream` for this access's stream.
     pub freed: bool,
 }

@@ -16,215 +16,22 @@
 //!   kernels use `f64`); results are rounded once into the output dtype.
 
 pub mod dims;
+mod functions;
 mod fused;
 mod jit;
 mod ptr;
 pub mod random;
+mod view;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::scalar::Scalar;
 pub use dims::Dims;
+pub use functions::{BinaryOp, ReduceOp, UnaryOp};
 pub use jit::{jit_compute, jit_ctype, JitCode, JitOp, JitParam};
 pub use ptr::{DevicePtr, HostPtr};
 pub use random::{Distribution, PhiloxSource, RandomOp};
-
-/// A strided view of a buffer: `shape` and `strides` in elements, from element `offset` of `ptr`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BufferView {
-    /// Address of element 0 of the buffer (the view starts `offset` elements further on).
-    pub ptr: DevicePtr,
-    /// Element type.
-    pub dtype: DType,
-    /// Size of each dimension.
-    pub shape: Dims,
-    /// Step of each dimension, in elements (0 for a broadcast dimension).
-    pub strides: Dims,
-    /// Elements from `ptr` to the view's first element.
-    pub offset: usize,
-}
-
-impl BufferView {
-    /// The view a number operand stands for: one element of `dtype` broadcast to `shape` (every
-    /// stride 0) at address 0 — its bytes are not in memory but come with the op
-    /// ([`KernelOp::BinaryScalar`]).
-    pub(crate) fn number(dtype: DType, shape: &Dims) -> BufferView {
-        BufferView {
-            ptr: DevicePtr(0),
-            dtype,
-            shape: shape.clone(),
-            strides: Dims::from_elem(0, shape.len()),
-            offset: 0,
-        }
-    }
-
-    /// Number of elements (saturating at `usize::MAX`; [`KernelOp::validate`] refuses such views).
-    pub fn numel(&self) -> usize {
-        self.shape.iter().fold(1usize, |a, &n| a.saturating_mul(n))
-    }
-
-    /// Whether the view is dense and row-major (C-contiguous).
-    pub fn is_contiguous(&self) -> bool {
-        dims::is_row_major(&self.shape, &self.strides)
-    }
-
-    /// `(first element, element count)` of the smallest range of the buffer holding every element
-    /// of the view; `None` for an empty view or one whose extent overflows.
-    pub fn span(&self) -> Option<(usize, usize)> {
-        if self.numel() == 0 {
-            return None;
-        }
-        let mut last = self.offset;
-        for (&n, &s) in self.shape.iter().zip(&self.strides) {
-            last = last.checked_add((n - 1).checked_mul(s)?)?;
-        }
-        Some((self.offset, last - self.offset + 1))
-    }
-
-    /// `(address, bytes)` of [`BufferView::span`].
-    pub fn byte_span(&self) -> Option<(DevicePtr, usize)> {
-        let (first, len) = self.span()?;
-        let size = self.dtype.size();
-        Some((self.ptr.offset(first.checked_mul(size)?), len.checked_mul(size)?))
-    }
-}
-
-/// Elementwise functions of one operand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    /// `-x` (integers wrap).
-    Neg,
-    /// `|x|`.
-    Abs,
-    /// `e^x`.
-    Exp,
-    /// Natural logarithm.
-    Log,
-    /// Square root.
-    Sqrt,
-    /// `1 / sqrt(x)`.
-    Rsqrt,
-    /// Sine.
-    Sin,
-    /// Cosine.
-    Cos,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// `1 / (1 + e^-x)`.
-    Sigmoid,
-    /// `max(x, 0)` (NaN stays NaN).
-    Relu,
-    /// `x · Φ(x)` with the exact normal CDF (erf form, PyTorch's default `approximate='none'`).
-    Gelu,
-}
-
-impl UnaryOp {
-    /// The op's PyTorch name.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-        }
-    }
-}
-
-/// Elementwise functions of two operands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    /// `a + b` (logical or on bool).
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b` (logical and on bool).
-    Mul,
-    /// True division `a / b` (computed in a floating-point type).
-    Div,
-    /// Elementwise maximum (NaN propagates).
-    Maximum,
-    /// Elementwise minimum (NaN propagates).
-    Minimum,
-    /// `a ^ b` (integers: wrapping; a negative exponent gives 0 unless `|a| = 1`).
-    Pow,
-    /// `a == b` → bool.
-    Eq,
-    /// `a != b` → bool.
-    Ne,
-    /// `a < b` → bool.
-    Lt,
-    /// `a <= b` → bool.
-    Le,
-    /// `a > b` → bool.
-    Gt,
-    /// `a >= b` → bool.
-    Ge,
-}
-
-impl BinaryOp {
-    /// The op's PyTorch name.
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Maximum => "maximum",
-            BinaryOp::Minimum => "minimum",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Eq => "eq",
-            BinaryOp::Ne => "ne",
-            BinaryOp::Lt => "lt",
-            BinaryOp::Le => "le",
-            BinaryOp::Gt => "gt",
-            BinaryOp::Ge => "ge",
-        }
-    }
-
-    /// Whether the op is a comparison (its output is bool).
-    pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
-    }
-}
-
-/// Reductions over some dimensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    /// Sum (0 for no elements).
-    Sum,
-    /// Arithmetic mean (NaN for no elements).
-    Mean,
-    /// Maximum (NaN propagates).
-    Max,
-    /// Minimum (NaN propagates).
-    Min,
-    /// Index of the first maximum within the reduced dimensions, row-major (output `I64`).
-    ArgMax,
-    /// Index of the first minimum within the reduced dimensions, row-major (output `I64`).
-    ArgMin,
-}
-
-impl ReduceOp {
-    /// The op's PyTorch name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Mean => "mean",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-            ReduceOp::ArgMax => "argmax",
-            ReduceOp::ArgMin => "argmin",
-        }
-    }
-}
+pub use view::BufferView;
 
 /// A binary elementwise op over dense operands: `n` contiguous elements at each address (or a
 /// number as the right operand). The short form of the [`KernelOp::Binary`] (or

@@ -103,14 +103,7 @@ impl Tracker {
         self.max_len = self.max_len.max(span.end - span.start);
         if a.write {
             // Every earlier access inside the span is ordered before this write: forget them.
-            let inside: Vec<Span> = self
-                .overlapping(span)
-                .filter(|(s, _)| s.start >= span.start && s.end <= span.end)
-                .map(|(s, _)| *s)
-                .collect();
-            for s in inside {
-                self.segments.remove(&s);
-            }
+            self.forget(span);
             self.segments.insert(span, Segment { write: Some(a), reads: Vec::new() });
         } else {
             let seg = self.segments.entry(span).or_default();

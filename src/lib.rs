@@ -218,7 +218,7 @@ mod tensor;
 pub mod testing;
 
 pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
-pub use config::{DriverKind, PeerSpec, SimConfig};
+pub use config::{DriverKind, PeerSpec, SimConfig, SimGpu};
 pub use device::{Device, IntoCudaDevice, IntoDevice};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

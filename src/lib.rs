@@ -156,6 +156,7 @@
 //! with `default-features = false` (the command itself uses only the public API).
 //! `memviz` (default, and with `cli`): [`memviz`], pictures of allocator snapshots (the renderer of
 //! `cudasem memviz`; no dependencies of its own).
+//! `top` (with `cli`): [`top`], the live per-device view of `cudasem top` (ratatui).
 //! `unstable-internals`: the allocator, driver and kernel layers as hidden modules for this
 //! crate's own tests and benches; not public API.
 //!
@@ -209,6 +210,8 @@ mod kernels;
 mod loom_pinned;
 #[cfg(feature = "memviz")]
 pub mod memviz;
+#[cfg(feature = "top")]
+pub mod top;
 pub mod nn;
 mod race;
 mod runtime;

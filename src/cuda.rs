@@ -24,10 +24,10 @@ pub use crate::runtime::{
     reset_peak_host_memory_stats, reset_peak_memory_stats, set_device, set_per_process_memory_fraction, set_stream,
     synchronize, with_device, with_stream, DeviceGuard, Event, EventFlags, Stream, StreamGuard,
 };
-pub use crate::runtime::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub use crate::runtime::{
     clock_rate, device_memory_used, list_gpu_processes, memory_usage, power_draw, temperature, utilization,
 };
+pub use crate::runtime::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
 pub use crate::tensor::jiterator;

@@ -212,8 +212,6 @@ mod kernels;
 mod loom_pinned;
 #[cfg(feature = "memviz")]
 pub mod memviz;
-#[cfg(feature = "top")]
-pub mod top;
 pub mod nn;
 mod race;
 mod runtime;
@@ -221,6 +219,8 @@ mod scalar;
 mod sync;
 mod tensor;
 pub mod testing;
+#[cfg(feature = "top")]
+pub mod top;
 
 pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
 pub use config::{DriverKind, PeerSpec, SimConfig, SimGpu};

@@ -187,7 +187,13 @@ fn main() -> ExitCode {
             frames,
             interval: std::time::Duration::from_millis(interval),
             width,
-            demo: if demo { Some(true) } else if no_demo { Some(false) } else { None },
+            demo: if demo {
+                Some(true)
+            } else if no_demo {
+                Some(false)
+            } else {
+                None
+            },
         }),
         Command::Replay { trace, compare, all, json, plot } => {
             cli::replay::run(cli::replay::Options { trace, compare, all, json, plot })

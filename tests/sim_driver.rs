@@ -26,7 +26,10 @@ fn sim_driver_reports_its_configured_shape() -> Result<()> {
     let empty = machine(0, 1 << 20);
     assert_eq!(empty.device_count(), 0);
     assert!(empty.unavailable_reason().is_some());
-    assert_eq!(SimConfig::default(), SimConfig { devices: 2, memory: 16 << 30, peer: PeerSpec::All, ..SimConfig::default() });
+    assert_eq!(
+        SimConfig::default(),
+        SimConfig { devices: 2, memory: 16 << 30, peer: PeerSpec::All, ..SimConfig::default() }
+    );
     Ok(())
 }
 

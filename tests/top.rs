@@ -87,7 +87,8 @@ fn the_demo_moves_the_allocators_figures_and_stops_when_dropped() -> cudasem::Re
         return Ok(());
     }
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let total = |f: fn(usize) -> cudasem::Result<usize>| -> usize { (0..cuda::device_count()).map(|d| f(d).unwrap()).sum() };
+    let total =
+        |f: fn(usize) -> cudasem::Result<usize>| -> usize { (0..cuda::device_count()).map(|d| f(d).unwrap()).sum() };
     let (reserved_before, allocated_before) = (total(cuda::memory_reserved), total(cuda::memory_allocated));
     for d in 0..cuda::device_count() {
         cuda::reset_peak_memory_stats(d)?;

@@ -66,7 +66,11 @@ fn print_device(i: usize) -> cudasem::Result<()> {
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     println!(
         "          threads {}/block {}/SM, warp {}; registers {}/block {}/SM",
-        p.max_threads_per_block, p.max_threads_per_multi_processor, p.warp_size, p.regs_per_block, p.regs_per_multiprocessor
+        p.max_threads_per_block,
+        p.max_threads_per_multi_processor,
+        p.warp_size,
+        p.regs_per_block,
+        p.regs_per_multiprocessor
     );
     println!(
         "          shared memory {}/block ({} opt-in) {}/SM; L2 cache {}",

@@ -78,7 +78,9 @@ fn usage(reason: &str) -> Error {
 fn print_frames(n: u32, args: &TopArgs, demo: bool) -> cudasem::Result<()> {
     let width = args
         .width
-        .or_else(|| std::io::stdout().is_terminal().then(|| ratatui::crossterm::terminal::size().ok()).flatten().map(|s| s.0))
+        .or_else(|| {
+            std::io::stdout().is_terminal().then(|| ratatui::crossterm::terminal::size().ok()).flatten().map(|s| s.0)
+        })
         .unwrap_or(120);
     for i in 0..n {
         if i > 0 || demo {
@@ -107,7 +109,8 @@ fn live(interval: Duration) -> cudasem::Result<()> {
                 }
                 if let Event::Key(k) = event::read().map_err(io)? {
                     let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
-                    if k.kind == KeyEventKind::Press && (ctrl_c || matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)) {
+                    if k.kind == KeyEventKind::Press && (ctrl_c || matches!(k.code, KeyCode::Char('q') | KeyCode::Esc))
+                    {
                         return Ok(());
                     }
                 }

@@ -384,7 +384,12 @@ mod tests {
 
     #[test]
     fn visible_devices_renumber_the_peer_pairs() {
-        let machine = SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]), ..SimConfig::default() };
+        let machine = SimConfig {
+            devices: 4,
+            memory: 1 << 30,
+            peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]),
+            ..SimConfig::default()
+        };
         let v = machine.visible(Some("3,1,2"));
         assert_eq!((v.devices, v.memory), (3, 1 << 30));
         assert!(v.peer.allows(0, 2) && !v.peer.allows(0, 1) && !v.peer.allows(1, 2));

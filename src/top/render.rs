@@ -112,11 +112,8 @@ pub fn draw(frame: &mut Frame<'_>, sample: &Sample) {
     rows.extend(sample.devices.iter().map(|d| Constraint::Length(device_height(d))));
     rows.push(Constraint::Min(0));
     let chunks = Layout::vertical(rows).split(area);
-    let header = format!(
-        "cudasem top: {} driver, {} device(s); q or Ctrl-C quits",
-        sample.driver,
-        sample.devices.len()
-    );
+    let header =
+        format!("cudasem top: {} driver, {} device(s); q or Ctrl-C quits", sample.driver, sample.devices.len());
     frame.render_widget(Paragraph::new(header), chunks[0]);
     for (i, d) in sample.devices.iter().enumerate() {
         let block = Block::default().borders(Borders::ALL).title(format!(" cuda:{}  {} ", d.index, d.name));

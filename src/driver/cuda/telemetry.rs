@@ -65,7 +65,8 @@ pub(super) fn properties(driver: &CudaDriver, device: usize) -> Result<DevicePro
     let uuid = cu::device::get_uuid(dev).map_err(|e| driver_error("cuDeviceGetUuid", e))?;
     let attr = |attr: sys::CUdevice_attribute| -> Result<u32> {
         // SAFETY: `dev` was returned by `cuDeviceGet`; `attr` is a valid attribute.
-        let value = unsafe { cu::device::get_attribute(dev, attr) }.map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
+        let value =
+            unsafe { cu::device::get_attribute(dev, attr) }.map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
         u32::try_from(value).map_err(|_| Error::Driver {
             op: "cuDeviceGetAttribute",
             code: value,
@@ -141,7 +142,8 @@ impl Telemetry for CudaDriver {
         const WHAT: &str = "list_gpu_processes";
         let d = self.nvml_device(device, WHAT)?;
         let gpu = d.index().map_err(|e| nvml_error(WHAT, "nvmlDeviceGetIndex", e))?;
-        let procs = d.running_compute_processes().map_err(|e| nvml_error(WHAT, "nvmlDeviceGetComputeRunningProcesses", e))?;
+        let procs =
+            d.running_compute_processes().map_err(|e| nvml_error(WHAT, "nvmlDeviceGetComputeRunningProcesses", e))?;
         let processes = procs
             .into_iter()
             .map(|p| GpuProcess {

@@ -124,12 +124,13 @@ impl SimDriver {
     }
 
     pub(super) fn register_stream(&self, id: StreamId, device: usize) -> Result<Arc<SimStream>> {
-        let s = Arc::new(SimStream::spawn(device, id.0, self.dev(device)?.clocks.clone()).map_err(|e| Error::Driver {
-            op: "create_stream",
-            code: e.raw_os_error().unwrap_or(-1),
-            name: "SIM_THREAD_SPAWN".into(),
-            message: format!("the simulated stream's worker thread could not start: {e}"),
-        })?);
+        let s =
+            Arc::new(SimStream::spawn(device, id.0, self.dev(device)?.clocks.clone()).map_err(|e| Error::Driver {
+                op: "create_stream",
+                code: e.raw_os_error().unwrap_or(-1),
+                name: "SIM_THREAD_SPAWN".into(),
+                message: format!("the simulated stream's worker thread could not start: {e}"),
+            })?);
         lock(&self.dev(device)?.streams).push(s.clone());
         self.streams.write().unwrap_or_else(|e| e.into_inner()).insert(id.0, s.clone());
         Ok(s)

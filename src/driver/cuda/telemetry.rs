@@ -157,3 +157,34 @@ impl Telemetry for CudaDriver {
         Ok(GpuProcesses { gpu, processes })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvml_missing_is_a_reason_not_a_panic() {
+        // Where the driver's NVML is installed it starts and counts the GPUs; elsewhere (a
+        // machine without the NVIDIA driver) the reason names the library to install.
+        match nvml() {
+            Ok(n) => assert!(n.device_count().is_ok()),
+            Err(why) => assert!(why.contains("libnvidia-ml.so.1") && why.contains("LD_LIBRARY_PATH"), "{why}"),
+        }
+    }
+
+    #[test]
+    fn nvml_errors_map_to_not_supported_or_a_device_error() {
+        for e in [NvmlError::NotSupported, NvmlError::NoPermission, NvmlError::DriverNotLoaded, NvmlError::NotFound] {
+            let what = "temperature";
+            match nvml_error(what, "nvmlDeviceGetTemperature", e) {
+                Error::NotSupported { what: w, why } => {
+                    assert_eq!(w, what);
+                    assert!(why.starts_with("NVML's nvmlDeviceGetTemperature answered: "), "{why}");
+                }
+                other => panic!("expected NotSupported, got {other:?}"),
+            }
+        }
+        let lost = nvml_error("power_draw", "nvmlDeviceGetPowerUsage", NvmlError::GpuLost);
+        assert!(matches!(lost, Error::Driver { op: "nvmlDeviceGetPowerUsage", .. }), "{lost:?}");
+    }
+}

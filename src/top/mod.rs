@@ -6,7 +6,7 @@
 //!
 //! [`Sample::take`] reads every device once through the public API ([`crate::cuda`]);
 //! [`draw`] draws a sample into a [`ratatui`] frame and [`render_text`] into plain text of a
-//! given size (the `--once` output of `cudasem top`, and what its tests read). [`Demo`] is the
+//! given width (the `--once` output of `cudasem top`, and what its tests read). [`Demo`] is the
 //! demo workload `cudasem top` runs on the simulated machine so that the numbers move.
 //! Like [`crate::memviz`], this module sits above the public API and uses nothing else.
 //!
@@ -15,7 +15,7 @@
 //! let x = cudasem::Tensor::randn([1024, 256], cudasem::DType::F32, "cuda:0")?;
 //! let sample = cudasem::top::Sample::take()?;
 //! assert_eq!(sample.devices[0].allocated, cudasem::cuda::memory_allocated(0)?);
-//! let text = cudasem::top::render_text(&sample, 120, 40);
+//! let text = cudasem::top::render_text(&sample, 120);
 //! assert!(text.contains("cuda:0"));
 //! # drop(x); Ok(()) }
 //! ```

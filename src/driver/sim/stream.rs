@@ -122,6 +122,8 @@ impl SimStream {
                 drop(p);
                 worker.done.notify_all();
             }
+            // The stream is gone: it no longer keeps its device busy.
+            busy.idle(&clocks);
         })?;
         Ok(SimStream { device, queue: Mutex::new(tx), shared, capture: Mutex::new(None) })
     }

@@ -11,7 +11,7 @@ pub use crate::alloc::{
     AllocatorSettings, BlockInfo, BlockState, DurationStat, HostMemoryStats, MemoryStats, PoolKind, SegmentInfo,
     Snapshot, Stat, StatPool, TraceAction, TraceEntry,
 };
-pub use crate::driver::{DeviceProperties, StreamId};
+pub use crate::driver::{DeviceProperties, DeviceUuid, GpuProcess, GpuProcesses, StreamId};
 pub use crate::kernel::random::{philox4x32_10, philox_block, u53, TRANSCENDENTAL_ULP_F64};
 pub use crate::runtime::sanitizer;
 pub use crate::runtime::{
@@ -23,6 +23,9 @@ pub use crate::runtime::{
     memory_summary, peek_at_last_error, primary_context, record_memory_history, reset_accumulated_host_memory_stats,
     reset_peak_host_memory_stats, reset_peak_memory_stats, set_device, set_per_process_memory_fraction, set_stream,
     synchronize, with_device, with_stream, DeviceGuard, Event, EventFlags, Stream, StreamGuard,
+};
+pub use crate::runtime::{
+    clock_rate, device_memory_used, list_gpu_processes, memory_usage, power_draw, temperature, utilization,
 };
 pub use crate::runtime::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};

@@ -173,6 +173,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A reading or facility that this machine cannot give: NVML missing or not answering, a
+    /// sensor the device lacks, or something a simulated GPU cannot know (its temperature). Never
+    /// replaced by a made-up value such as zero.
+    #[error("{what} is not available: {why}")]
+    NotSupported {
+        /// What was asked for (`"temperature"`, `"power_draw"`, …).
+        what: &'static str,
+        /// Why it cannot be had here, and what would make it available.
+        why: String,
+    },
     /// An error injected by a test hook (see `cudasem::testing`).
     #[error("injected failure on cuda:{device}: {op}")]
     Injected {
@@ -506,6 +516,7 @@ impl Error {
             Error::InvalidConfig { .. } => "InvalidConfig",
             Error::InvalidArgument { .. } => "InvalidArgument",
             Error::Unsupported { .. } => "Unsupported",
+            Error::NotSupported { .. } => "NotSupported",
             Error::Injected { .. } => "Injected",
             Error::Driver { .. } => "Driver",
             Error::Internal { .. } => "Internal",

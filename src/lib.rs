@@ -40,7 +40,7 @@
 //! | `torch.cuda.set_device(i)` | [`cuda::set_device`] (index, [`Device`] or `"cuda:N"`) |
 //! | `with torch.cuda.device(i):` (`torch.cuda.device`) | `let _g = `[`cuda::DeviceGuard::new`]`(i)?;` or [`cuda::with_device`] |
 //! | `torch.cuda.get_device_name(i)` | [`cuda::get_device_name`] |
-//! | `torch.cuda.get_device_properties(i)` | [`cuda::get_device_properties`] |
+//! | `torch.cuda.get_device_properties(i)` | [`cuda::get_device_properties`] ([`cuda::DeviceProperties`]: every `_CudaDeviceProperties` field; `Display` is its repr) |
 //! | `torch.cuda.synchronize(d)` | [`cuda::synchronize`] |
 //! | `cudaGetLastError` / `cudaPeekAtLastError` (asynchronous errors, sticky per device) | [`cuda::get_last_error`], [`cuda::peek_at_last_error`] |
 //! | `torch.cuda.can_device_access_peer(a, b)` | [`cuda::can_device_access_peer`] |
@@ -109,6 +109,8 @@
 //! | **Stream safety and diagnostics** | |
 //! | `TORCH_CUDA_SANITIZER=1` / `torch.cuda._sanitizer.enable_cuda_sanitizer()` | `CUDASEM_SANITIZER=1` / [`cuda::sanitizer`]`::enable()`, `disable()`, `is_enabled()`, `set_stack_traces(on)`; a race is [`Error::UnsynchronizedAccess`] ([`cuda::sanitizer::AccessRace`]) |
 //! | `torch.cuda.set_sync_debug_mode("default"/"warn"/"error")` / `get_sync_debug_mode()` | [`cuda::set_sync_debug_mode`]`(`[`cuda::SyncDebugMode`]`::…)` / [`cuda::get_sync_debug_mode`]; `Error` mode: [`Error::SynchronizingOperation`] |
+//! | `torch.cuda.utilization(d)` / `memory_usage(d)` / `temperature(d)` / `power_draw(d)` / `clock_rate(d)` / `device_memory_used(d)` | [`cuda::utilization`], [`cuda::memory_usage`], [`cuda::temperature`], [`cuda::power_draw`] (mW), [`cuda::clock_rate`] (MHz), [`cuda::device_memory_used`]: NVML on GPUs, the simulation's own readings on the sim; [`Error::NotSupported`] where a reading cannot be had |
+//! | `torch.cuda.list_gpu_processes(d)` | [`cuda::list_gpu_processes`] ([`cuda::GpuProcesses`]; `Display` is PyTorch's text) |
 //! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
 //! | `torch.backends.cuda.matmul.allow_tf32 = True` | [`cuda::backends`]`::matmul::set_allow_tf32(true)` |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |
@@ -156,6 +158,7 @@
 //! with `default-features = false` (the command itself uses only the public API).
 //! `memviz` (default, and with `cli`): [`memviz`], pictures of allocator snapshots (the renderer of
 //! `cudasem memviz`; no dependencies of its own).
+//! `top` (with `cli`): [`top`], the live per-device view of `cudasem top` (ratatui).
 //! `unstable-internals`: the allocator, driver and kernel layers as hidden modules for this
 //! crate's own tests and benches; not public API.
 //!
@@ -216,9 +219,11 @@ mod scalar;
 mod sync;
 mod tensor;
 pub mod testing;
+#[cfg(feature = "top")]
+pub mod top;
 
 pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
-pub use config::{DriverKind, PeerSpec, SimConfig};
+pub use config::{DriverKind, PeerSpec, SimConfig, SimGpu};
 pub use device::{Device, IntoCudaDevice, IntoDevice};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

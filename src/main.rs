@@ -1,4 +1,4 @@
-//! The `cudasem` command: `info` (the machine), `tour` (a self-checking walk through the CUDA
+//! The `cudasem` command: `info` (the machine), `top` (a live view per device), `tour` (a self-checking walk through the CUDA
 //! semantics on whatever machine it runs on), `replay` (an allocator trace), `memviz` (pictures of
 //! a memory snapshot), `bench` (cudasem's figures beside PyTorch's, BENCHMARKS.md) and `run`
 //! (torchrun's launcher for `cudasem::distributed` programs).
@@ -23,8 +23,33 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The driver, each device (name, memory, SMs, compute capability) and the peer matrix.
+    /// The driver, each device (PyTorch's device properties and NVML's readings: utilization,
+    /// memory, temperature, power, clock) and the peer matrix.
     Info,
+    /// A live view per device: utilization, memory traffic, device memory used, this process's
+    /// allocated / reserved / peak and largest segments, temperature, power and SM clock (n/a and
+    /// why where the machine cannot say). Refreshes until q, Esc or Ctrl-C. Where stdout is not a
+    /// terminal, pass --once or --frames N (frames as text); without either it exits with code 2.
+    Top {
+        /// Print one frame as text and exit.
+        #[arg(long, conflicts_with = "frames")]
+        once: bool,
+        /// Print N frames as text, --interval apart, and exit.
+        #[arg(long, value_name = "N")]
+        frames: Option<u32>,
+        /// Milliseconds between refreshes.
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        interval: u64,
+        /// Columns of a text frame (default: the terminal's width, else 120).
+        #[arg(long, value_name = "COLUMNS")]
+        width: Option<u16>,
+        /// Run the demo workload on background threads (the default on the simulated machine).
+        #[arg(long, conflicts_with = "no_demo")]
+        demo: bool,
+        /// Do not run the demo workload.
+        #[arg(long)]
+        no_demo: bool,
+    },
     /// A guided, self-checking walk through the CUDA semantics; exits non-zero if a section fails.
     Tour,
     /// Replays a PyTorch allocator trace (CSV: action,addr,size,stream; `.csv.gz` too) through
@@ -157,6 +182,19 @@ fn main() -> ExitCode {
     match args.command {
         Command::Info => cli::info::run(),
         Command::Tour => cli::tour::run(),
+        Command::Top { once, frames, interval, width, demo, no_demo } => cli::top::run(cli::top::TopArgs {
+            once,
+            frames,
+            interval: std::time::Duration::from_millis(interval),
+            width,
+            demo: if demo {
+                Some(true)
+            } else if no_demo {
+                Some(false)
+            } else {
+                None
+            },
+        }),
         Command::Replay { trace, compare, all, json, plot } => {
             cli::replay::run(cli::replay::Options { trace, compare, all, json, plot })
         }

@@ -71,7 +71,7 @@ fn peer_calls_with_invalid_devices_are_invalid_device() {
 // ---- The sim driver, driven directly (independent of CUDASEM_DRIVER and of the process runtime).
 
 fn sim(devices: usize, peer: PeerSpec) -> SimDriver {
-    SimDriver::new(SimConfig { devices, memory: 1 << 30, peer })
+    SimDriver::new(SimConfig { devices, memory: 1 << 30, peer, ..SimConfig::default() })
 }
 
 #[test]

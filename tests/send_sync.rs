@@ -22,6 +22,10 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<Device>();
     assert_send_sync::<Error>();
     assert_send_sync::<DeviceProperties>();
+    assert_send_sync::<cuda::DeviceUuid>();
+    assert_send_sync::<cuda::GpuProcesses>();
+    assert_send_sync::<cudasem::top::Sample>();
+    assert_send_sync::<cudasem::top::Demo>();
     assert_send_sync::<RawBuffer>();
     assert_send_sync::<SimDriver>();
     assert_send_sync::<SimConfig>();

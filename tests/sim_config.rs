@@ -27,9 +27,17 @@ fn sim_config_reads_the_environment_and_reports_bad_values() {
     assert_eq!(with_env("", "", ""), Ok(SimConfig::default()), "empty variables mean the defaults");
     assert_eq!(
         with_env("4", "512MiB", "0-1,2-3"),
-        Ok(SimConfig { devices: 4, memory: 512 << 20, peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]) })
+        Ok(SimConfig {
+            devices: 4,
+            memory: 512 << 20,
+            peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]),
+            ..SimConfig::default()
+        })
     );
-    assert_eq!(with_env(" 3 ", "1GiB", "none"), Ok(SimConfig { devices: 3, memory: 1 << 30, peer: PeerSpec::None }));
+    assert_eq!(
+        with_env(" 3 ", "1GiB", "none"),
+        Ok(SimConfig { devices: 3, memory: 1 << 30, peer: PeerSpec::None, ..SimConfig::default() })
+    );
 
     assert_bad(with_env("two", "", ""), "CUDASEM_SIM_DEVICES");
     assert_bad(with_env("-1", "", ""), "CUDASEM_SIM_DEVICES");

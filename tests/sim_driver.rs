@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn machine(devices: usize, memory: usize) -> SimDriver {
-    SimDriver::new(SimConfig { devices, memory, peer: PeerSpec::All })
+    SimDriver::new(SimConfig { devices, memory, peer: PeerSpec::All, ..SimConfig::default() })
 }
 
 #[test]
@@ -16,7 +16,7 @@ fn sim_driver_reports_its_configured_shape() -> Result<()> {
     let d = machine(3, 1 << 30);
     assert_eq!(d.device_count(), 3);
     assert_eq!(d.unavailable_reason(), None);
-    assert_eq!(d.config(), &SimConfig { devices: 3, memory: 1 << 30, peer: PeerSpec::All });
+    assert_eq!(d.config(), &SimConfig { devices: 3, memory: 1 << 30, peer: PeerSpec::All, ..SimConfig::default() });
     for i in 0..3 {
         let p = d.properties(i)?;
         assert_eq!(p.total_memory, 1 << 30);
@@ -26,7 +26,10 @@ fn sim_driver_reports_its_configured_shape() -> Result<()> {
     let empty = machine(0, 1 << 20);
     assert_eq!(empty.device_count(), 0);
     assert!(empty.unavailable_reason().is_some());
-    assert_eq!(SimConfig::default(), SimConfig { devices: 2, memory: 16 << 30, peer: PeerSpec::All });
+    assert_eq!(
+        SimConfig::default(),
+        SimConfig { devices: 2, memory: 16 << 30, peer: PeerSpec::All, ..SimConfig::default() }
+    );
     Ok(())
 }
 

@@ -119,7 +119,12 @@ mod tests {
     /// the segment owned, so a later free gives it back.
     #[test]
     fn only_segments_it_allocated_are_freed_and_a_refused_free_can_be_retried() -> Result<()> {
-        let sim = Arc::new(SimDriver::new(SimConfig { devices: 1, memory: 1 << 20, peer: PeerSpec::All }));
+        let sim = Arc::new(SimDriver::new(SimConfig {
+            devices: 1,
+            memory: 1 << 20,
+            peer: PeerSpec::All,
+            ..SimConfig::default()
+        }));
         let mem = DriverMemory::new(sim.clone(), 0);
         let free_bytes = || sim.mem_get_info(0).map(|(free, _)| free);
         let a = mem.malloc(4096)?;

@@ -167,7 +167,12 @@ impl fmt::Display for ReplayReport {
 pub fn replay_trace(trace: &Trace, options: &ReplayOptions) -> Result<ReplayReport> {
     let capacity = options.capacity;
     replay_with(trace, options, &|| {
-        let sim = Arc::new(SimDriver::new(SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None }));
+        let sim = Arc::new(SimDriver::new(SimConfig {
+            devices: 1,
+            memory: capacity,
+            peer: PeerSpec::None,
+            ..SimConfig::default()
+        }));
         Arc::new(DriverMemory::for_replay(sim, 0))
     })
 }

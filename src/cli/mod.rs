@@ -6,5 +6,6 @@ pub mod memviz;
 pub mod replay;
 pub mod replay_plot;
 pub mod run;
+pub mod top;
 pub mod tour;
 mod trace_file;

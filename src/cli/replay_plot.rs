@@ -128,7 +128,7 @@ pub fn write(path: &Path, out: &Path, compare: Option<&Path>) -> Result<String> 
     let outcome = compare.map(PytorchOutcome::from_file).transpose()?;
     let settings = AllocatorSettings::from_env()?;
     let capacity = ReplayOptions::default().capacity;
-    let sim = SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None };
+    let sim = SimConfig { devices: 1, memory: capacity, peer: PeerSpec::None, ..SimConfig::default() };
     cudasem::init(Config { driver: DriverKind::Sim, sim, allocator: settings.clone(), ..Config::default() })?;
     // Every event of cudasem's allocator, for the pictures below the chart.
     cuda::record_memory_history(true, 4 * trace.events.len() + 64)?;

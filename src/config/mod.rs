@@ -33,7 +33,7 @@ pub use allocator::AllocatorSettings;
 pub use cuda::{CudaSettings, KernelCache, LaunchTuning};
 pub use driver_kind::DriverKind;
 pub(crate) use env::{env_var, Lookup};
-pub use sim::{parse_bytes, PeerSpec, SimConfig};
+pub use sim::{parse_bytes, PeerSpec, SimConfig, SimGpu};
 
 use crate::error::Result;
 
@@ -53,7 +53,7 @@ pub(crate) const VISIBLE_DEVICES_ENV: &str = "CUDA_VISIBLE_DEVICES";
 /// # fn main() -> cudasem::Result<()> {
 /// cudasem::init(Config {
 ///     driver: DriverKind::Sim,
-///     sim: SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]) },
+///     sim: SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]), ..SimConfig::default() },
 ///     ..Config::default()
 /// }
 /// .with_alloc_conf("expandable_segments:True")?)?;

@@ -68,6 +68,78 @@ pub struct SimConfig {
     pub memory: usize,
     /// Which pairs of GPUs have peer access (default: all).
     pub peer: PeerSpec,
+    /// What each GPU reports as its properties (default: an H100 SXM's figures under the name
+    /// `cudasem simulated GPU`).
+    pub gpu: SimGpu,
+}
+
+/// The properties every simulated GPU reports through `get_device_properties` (its memory is
+/// [`SimConfig::memory`]; its UUID and PCI address are made from its index in the machine).
+/// The defaults are an H100 SXM's figures. Deserializes with every field optional.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimGpu {
+    /// The name (`cudasem simulated GPU`).
+    pub name: String,
+    /// Compute capability `(major, minor)` (9.0).
+    pub major: u32,
+    /// Compute capability, minor part.
+    pub minor: u32,
+    /// Streaming multiprocessors (132).
+    pub multi_processor_count: u32,
+    /// Integrated with the host's memory (no).
+    pub is_integrated: bool,
+    /// On a multi-GPU board (no).
+    pub is_multi_gpu_board: bool,
+    /// Most resident threads per multiprocessor (2048).
+    pub max_threads_per_multi_processor: u32,
+    /// Most threads per block (1024).
+    pub max_threads_per_block: u32,
+    /// Threads per warp (32).
+    pub warp_size: u32,
+    /// Registers per block (65536).
+    pub regs_per_block: u32,
+    /// Registers per multiprocessor (65536).
+    pub regs_per_multiprocessor: u32,
+    /// Shared memory per block in bytes (48 KiB).
+    pub shared_memory_per_block: usize,
+    /// Shared memory per block with opt-in, in bytes (227 KiB).
+    pub shared_memory_per_block_optin: usize,
+    /// Shared memory per multiprocessor in bytes (228 KiB).
+    pub shared_memory_per_multiprocessor: usize,
+    /// L2 cache in bytes (50 MiB).
+    pub l2_cache_size: usize,
+    /// Peak SM clock in kHz (1980000).
+    pub clock_rate: u32,
+    /// Peak memory clock in kHz (2619000).
+    pub memory_clock_rate: u32,
+    /// Memory bus width in bits (5120).
+    pub memory_bus_width: u32,
+}
+
+impl Default for SimGpu {
+    fn default() -> Self {
+        SimGpu {
+            name: "cudasem simulated GPU".into(),
+            major: 9,
+            minor: 0,
+            multi_processor_count: 132,
+            is_integrated: false,
+            is_multi_gpu_board: false,
+            max_threads_per_multi_processor: 2048,
+            max_threads_per_block: 1024,
+            warp_size: 32,
+            regs_per_block: 65536,
+            regs_per_multiprocessor: 65536,
+            shared_memory_per_block: 48 << 10,
+            shared_memory_per_block_optin: 227 << 10,
+            shared_memory_per_multiprocessor: 228 << 10,
+            l2_cache_size: 50 << 20,
+            clock_rate: 1_980_000,
+            memory_clock_rate: 2_619_000,
+            memory_bus_width: 5120,
+        }
+    }
 }
 
 impl TryFrom<String> for PeerSpec {
@@ -93,7 +165,7 @@ fn bytes_or_size<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { devices: 2, memory: 16 << 30, peer: PeerSpec::All }
+        SimConfig { devices: 2, memory: 16 << 30, peer: PeerSpec::All, gpu: SimGpu::default() }
     }
 }
 
@@ -182,7 +254,7 @@ impl SimConfig {
     ///
     /// ```
     /// use cudasem::{PeerSpec, SimConfig};
-    /// let machine = SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 3)]) };
+    /// let machine = SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 3)]), ..SimConfig::default() };
     /// let visible = machine.visible(Some("3,0,7,1"));
     /// assert_eq!(visible.devices, 2); // 7 is not a device: reading stops there
     /// assert_eq!(visible.peer, PeerSpec::Pairs(vec![(1, 0)]));
@@ -200,7 +272,7 @@ impl SimConfig {
             }
             other => other.clone(),
         };
-        SimConfig { devices: order.len(), memory: self.memory, peer }
+        SimConfig { devices: order.len(), memory: self.memory, peer, gpu: self.gpu.clone() }
     }
 }
 
@@ -312,7 +384,12 @@ mod tests {
 
     #[test]
     fn visible_devices_renumber_the_peer_pairs() {
-        let machine = SimConfig { devices: 4, memory: 1 << 30, peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]) };
+        let machine = SimConfig {
+            devices: 4,
+            memory: 1 << 30,
+            peer: PeerSpec::Pairs(vec![(0, 1), (2, 3)]),
+            ..SimConfig::default()
+        };
         let v = machine.visible(Some("3,1,2"));
         assert_eq!((v.devices, v.memory), (3, 1 << 30));
         assert!(v.peer.allows(0, 2) && !v.peer.allows(0, 1) && !v.peer.allows(1, 2));

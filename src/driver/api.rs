@@ -3,6 +3,8 @@
 //! [`CaptureMode`], [`DeviceProperties`]).
 
 use super::comm;
+pub use super::properties::DeviceProperties;
+use super::telemetry::Telemetry;
 use crate::error::{Error, Result};
 use crate::kernel::{DenseBinary, DevicePtr, HostPtr, KernelOp};
 use std::sync::Arc;
@@ -143,21 +145,6 @@ pub struct LaunchShape {
     pub shared_mem: u32,
 }
 
-/// What `torch.cuda.get_device_properties` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceProperties {
-    /// Marketing name, e.g. `NVIDIA H200`.
-    pub name: String,
-    /// Total device memory in bytes.
-    pub total_memory: usize,
-    /// Number of streaming multiprocessors.
-    pub multi_processor_count: u32,
-    /// Compute capability, major part.
-    pub major: u32,
-    /// Compute capability, minor part.
-    pub minor: u32,
-}
-
 /// The operations every backend provides. Object-safe: the runtime holds an `Arc<dyn Driver>`.
 ///
 /// Device indices passed in are always valid (`< device_count()`), and stream/event handles were
@@ -171,6 +158,9 @@ pub trait Driver: Send + Sync + 'static {
     fn unavailable_reason(&self) -> Option<String>;
     /// The device's properties.
     fn properties(&self, device: usize) -> Result<DeviceProperties>;
+    /// The device readings NVML gives (utilization, temperature, power, …), or what stands for
+    /// them on a simulated machine.
+    fn telemetry(&self) -> &dyn Telemetry;
     /// `(free, total)` bytes of device memory.
     fn mem_get_info(&self, device: usize) -> Result<(usize, usize)>;
     /// Whether `device` can map `peer`'s memory (`false` for `device == peer`, as CUDA says).

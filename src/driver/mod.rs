@@ -12,7 +12,8 @@
 //! reports only what callers cannot foresee (out of memory, device failures, unsupported
 //! operations). Handles are opaque numbers, unique within one driver instance.
 
-//! Files: the trait and its handles (`api.rs`), building the driver a
+//! Files: the trait and its handles (`api.rs`), device properties (`properties.rs`), NVML-like
+//! readings (`telemetry.rs`), building the driver a
 //! [`Config`](crate::Config) asks for (`select.rs`), collectives (`comm.rs`), and the two backends.
 
 mod api;
@@ -20,11 +21,15 @@ pub mod comm;
 pub mod cuda;
 pub(crate) mod dlpack;
 pub(crate) mod exit;
+mod properties;
 mod select;
 pub mod sim;
+pub mod telemetry;
 
 pub use crate::config::DriverKind;
 pub use crate::kernel::{DevicePtr, HostPtr};
 pub use api::{CaptureMode, DeviceAllocation, DeviceProperties, Driver, EventId, GraphId, StreamId};
 pub use api::{LaunchShape, ScalarBytes, UserArg, UserFunctionId, UserImage};
+pub use properties::DeviceUuid;
 pub use select::build;
+pub use telemetry::{GpuProcess, GpuProcesses, Telemetry};

@@ -22,6 +22,7 @@ pub mod sanitizer;
 mod stream;
 mod stream_handle;
 mod sync_debug;
+mod telemetry;
 mod work;
 
 pub(crate) use capture::active as capture_underway;
@@ -84,6 +85,9 @@ pub(crate) use registry::{resolve_device, resolved_config, rt, set_launch_tuning
 pub(crate) use sanitizer::Span as SanitizerSpan;
 pub use stream_handle::Stream;
 pub use sync_debug::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
+pub use telemetry::{
+    clock_rate, device_memory_used, list_gpu_processes, memory_usage, power_draw, temperature, utilization,
+};
 pub(crate) use work::{
     comm_init_all, comm_init_rank, comm_unique_id, user_module_load, user_param_sizes, Operand, NO_OPERANDS,
 };

@@ -7,7 +7,7 @@ use super::handles::RawStream;
 use super::kernels::launch;
 use super::status::{driver_error, lock, ready, write, DRIVER};
 use super::{capture, events, host, memory, nccl, vmm};
-use crate::driver::{CaptureMode, DeviceProperties, DevicePtr, Driver, EventId, GraphId, HostPtr, StreamId};
+use crate::driver::{CaptureMode, DeviceProperties, DevicePtr, Driver, EventId, GraphId, HostPtr, StreamId, Telemetry};
 use crate::error::{Error, Result};
 use crate::kernel::KernelOp;
 use cudarc::driver::result::{self as cu, DriverError};
@@ -30,24 +30,11 @@ impl Driver for CudaDriver {
     }
 
     fn properties(&self, device: usize) -> Result<DeviceProperties> {
-        let dev = self.enter(device)?;
-        let name = cu::device::get_name(dev.cu).map_err(|e| driver_error("cuDeviceGetName", e))?;
-        // SAFETY: `dev.cu` was returned by `cuDeviceGet`.
-        let total_memory = unsafe { cu::device::total_mem(dev.cu) }.map_err(|e| driver_error("cuDeviceTotalMem", e))?;
-        let attribute = |attr: sys::CUdevice_attribute| -> Result<u32> {
-            // SAFETY: `dev.cu` was returned by `cuDeviceGet`; `attr` is a valid attribute.
-            let value = unsafe { cu::device::get_attribute(dev.cu, attr) }
-                .map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
-            Ok(u32::try_from(value).unwrap_or(0))
-        };
-        use sys::CUdevice_attribute::*;
-        Ok(DeviceProperties {
-            name,
-            total_memory,
-            multi_processor_count: attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-            major: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            minor: attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        })
+        super::telemetry::properties(self, device)
+    }
+
+    fn telemetry(&self) -> &dyn Telemetry {
+        self
     }
 
     fn mem_get_info(&self, device: usize) -> Result<(usize, usize)> {

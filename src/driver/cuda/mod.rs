@@ -9,7 +9,8 @@
 //!
 //! The backend's files, by trade:
 //! * core: [`CudaDriver`] and its lookups (`driver.rs`), the [`Driver`](super::Driver) methods
-//!   (`driver_impl.rs`), raw handles (`handles.rs`), statuses and locks (`status.rs`), the
+//!   (`driver_impl.rs`), raw handles (`handles.rs`), statuses and locks (`status.rs`), device
+//!   properties and NVML readings (`telemetry.rs`), the
 //!   tables' hasher (`fxmap.rs`);
 //! * operations: events (`events.rs`), device memory and copies (`memory.rs`), pinned host
 //!   memory (`host.rs`), expandable segments (`vmm.rs`, state in `vmm_table.rs`), graphs
@@ -35,6 +36,7 @@ mod kernels;
 mod memory;
 mod nccl;
 mod status;
+mod telemetry;
 mod user;
 pub(crate) use user::{nvrtc_cubin, RawCudarcKernel};
 mod vmm;

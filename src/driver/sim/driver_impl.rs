@@ -5,7 +5,7 @@ use super::memory::{self, lock, VMM_GRANULARITY};
 use super::sim_driver::{SimDriver, PRIORITY_RANGE};
 use super::stream::{Job, SimEvent};
 use super::time;
-use crate::driver::{CaptureMode, DeviceProperties, DevicePtr, Driver, EventId, GraphId, HostPtr, StreamId};
+use crate::driver::{CaptureMode, DeviceProperties, DevicePtr, Driver, EventId, GraphId, HostPtr, StreamId, Telemetry};
 use crate::error::{Error, Result};
 use crate::kernel::KernelOp;
 use std::sync::atomic::Ordering;
@@ -32,13 +32,11 @@ impl Driver for SimDriver {
 
     fn properties(&self, device: usize) -> Result<DeviceProperties> {
         self.dev(device)?;
-        Ok(DeviceProperties {
-            name: "cudasem simulated GPU".into(),
-            total_memory: self.config.memory,
-            multi_processor_count: 132,
-            major: 9,
-            minor: 0,
-        })
+        Ok(super::telemetry::properties(&self.config, self.physical[device]))
+    }
+
+    fn telemetry(&self) -> &dyn Telemetry {
+        self
     }
 
     fn mem_get_info(&self, device: usize) -> Result<(usize, usize)> {

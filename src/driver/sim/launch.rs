@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_gemm_workspace_is_accepted_only_as_live_memory_of_the_streams_device() -> Result<()> {
-        let d = SimDriver::new(SimConfig { devices: 2, memory: 1 << 30, peer: PeerSpec::All });
+        let d = SimDriver::new(SimConfig { devices: 2, memory: 1 << 30, peer: PeerSpec::All, ..SimConfig::default() });
         let s = d.create_stream(0, 0)?;
         let view = |ptr, shape: [usize; 2]| BufferView {
             ptr,

@@ -11,9 +11,11 @@
 //! Files: the driver and its lookups (`sim_driver.rs`), the [`Driver`](crate::driver::Driver)
 //! methods (`driver_impl.rs`), device memory (`memory.rs`), streams, events and captured work
 //! (`stream.rs`), captures and graphs (`capture.rs`), kernels (`launch.rs`), pinned host memory
-//! (`host.rs`), the time model (`time.rs`) and the machine's description
+//! (`host.rs`), the time model (`time.rs`), busy time and NVML-like readings (`busy.rs`,
+//! `telemetry.rs`) and the machine's description
 //! (`crate::config::sim`, below the driver: it is a part of the process's configuration).
 
+mod busy;
 mod capture;
 mod driver_impl;
 mod host;
@@ -23,9 +25,10 @@ mod memory;
 pub(crate) mod schedule;
 mod sim_driver;
 mod stream;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 mod time;
 
-pub use crate::config::{parse_bytes, PeerSpec, SimConfig};
+pub use crate::config::{parse_bytes, PeerSpec, SimConfig, SimGpu};
 pub use sim_driver::SimDriver;

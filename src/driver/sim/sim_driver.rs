@@ -2,6 +2,7 @@
 //! memory and graphs) and the lookups its operations start with. The
 //! [`Driver`](crate::driver::Driver) methods are in `driver_impl.rs`.
 
+use super::busy::DeviceClocks;
 use super::host::SimPinnedTable;
 use super::memory::{self, lock, DeviceMemory};
 use super::stream::{Job, SimEvent, SimGraph, SimStream};
@@ -23,6 +24,8 @@ pub(super) struct SimDevice {
     pub peers_enabled: Mutex<Vec<bool>>,
     pub fail_next_malloc: AtomicBool,
     pub starting_default: Mutex<()>,
+    /// How busy the device's streams have been (its utilization readings).
+    pub clocks: Arc<DeviceClocks>,
 }
 
 /// The simulated machine's driver.
@@ -31,6 +34,8 @@ pub struct SimDriver {
     /// `CUDA_VISIBLE_DEVICES` when it hid every device of the machine (for the reason of
     /// [`Driver::unavailable_reason`](crate::driver::Driver::unavailable_reason)).
     pub(super) hidden_by: Option<String>,
+    /// Each visible device's index in the whole machine (its UUID and PCI address come from it).
+    pub(super) physical: Vec<usize>,
     pub(super) devices: Vec<SimDevice>,
     pub(super) streams: RwLock<HashMap<u64, Arc<SimStream>>>,
     pub(super) events: RwLock<HashMap<u64, Arc<SimEvent>>>,
@@ -64,6 +69,7 @@ impl SimDriver {
             host: SimPinnedTable::default(),
             graphs: Mutex::new(HashMap::new()),
             hidden_by: None,
+            physical: (0..config.devices).collect(),
             jit_cache: None,
             config,
         };
@@ -78,6 +84,7 @@ impl SimDriver {
                 peers_enabled: Mutex::new(vec![false; d.config.devices]),
                 fail_next_malloc: AtomicBool::new(false),
                 starting_default: Mutex::new(()),
+                clocks: Arc::new(DeviceClocks::new()),
             });
         }
         d
@@ -88,7 +95,11 @@ impl SimDriver {
     pub fn with_visible_devices(config: SimConfig, visible: Option<&str>) -> SimDriver {
         let seen = config.visible(visible);
         let hidden_by = (seen.devices == 0 && config.devices > 0).then(|| visible.unwrap_or_default().to_string());
-        SimDriver { hidden_by, ..SimDriver::new(seen) }
+        let physical = match visible {
+            Some(list) => crate::config::sim::visible_devices(list, config.devices),
+            None => (0..config.devices).collect(),
+        };
+        SimDriver { hidden_by, physical, ..SimDriver::new(seen) }
     }
 
     /// This driver, keeping compiled jiterator libraries in `dir` (the process's kernel cache
@@ -113,12 +124,13 @@ impl SimDriver {
     }
 
     pub(super) fn register_stream(&self, id: StreamId, device: usize) -> Result<Arc<SimStream>> {
-        let s = Arc::new(SimStream::spawn(device, id.0).map_err(|e| Error::Driver {
-            op: "create_stream",
-            code: e.raw_os_error().unwrap_or(-1),
-            name: "SIM_THREAD_SPAWN".into(),
-            message: format!("the simulated stream's worker thread could not start: {e}"),
-        })?);
+        let s =
+            Arc::new(SimStream::spawn(device, id.0, self.dev(device)?.clocks.clone()).map_err(|e| Error::Driver {
+                op: "create_stream",
+                code: e.raw_os_error().unwrap_or(-1),
+                name: "SIM_THREAD_SPAWN".into(),
+                message: format!("the simulated stream's worker thread could not start: {e}"),
+            })?);
         lock(&self.dev(device)?.streams).push(s.clone());
         self.streams.write().unwrap_or_else(|e| e.into_inner()).insert(id.0, s.clone());
         Ok(s)

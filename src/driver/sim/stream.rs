@@ -3,6 +3,7 @@
 //! worker reaches it, and keeps the simulated time of that moment for timing. A capturing stream
 //! ([`super::capture`]) keeps its jobs in the capture instead of running them.
 
+use super::busy::{DeviceClocks, WorkerBusy};
 use super::memory::lock;
 use super::time::SimTime;
 use crate::driver::StreamId;
@@ -76,16 +77,30 @@ pub(crate) struct SimStream {
 
 impl SimStream {
     /// Starts the stream's worker thread.
-    pub fn spawn(device: usize, id: u64) -> std::io::Result<SimStream> {
+    /// The worker tells `clocks` when it starts and stops running work (NVML's utilization).
+    pub fn spawn(device: usize, id: u64, clocks: Arc<DeviceClocks>) -> std::io::Result<SimStream> {
         let (tx, rx) = mpsc::channel::<Job>();
         let shared = Arc::new(Shared::default());
         let worker = shared.clone();
         std::thread::Builder::new().name(format!("cudasem-sim-d{device}-s{id}")).spawn(move || {
             let mut now: SimTime = 0;
             let mut count = super::schedule::JobCount::default();
-            while let Ok(job) = rx.recv() {
+            let mut busy = WorkerBusy::default();
+            loop {
+                let job = match rx.try_recv() {
+                    Ok(job) => job,
+                    Err(mpsc::TryRecvError::Disconnected) => break,
+                    Err(mpsc::TryRecvError::Empty) => {
+                        busy.idle(&clocks);
+                        match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        }
+                    }
+                };
                 match job.work {
                     Work::Run(f) => {
+                        busy.run(&clocks, job.label);
                         // An adversarial schedule holds the job back (not a wait or a record:
                         // those only order work).
                         let hold = super::schedule::hold_back(id, count.next());
@@ -94,7 +109,10 @@ impl SimStream {
                         }
                         f()
                     }
-                    Work::Wait(r) => now = now.max(r.wait()),
+                    Work::Wait(r) => {
+                        busy.idle(&clocks);
+                        now = now.max(r.wait())
+                    }
                     Work::Record(r) => r.complete(now),
                 }
                 now = now.saturating_add(job.cost);
@@ -104,6 +122,8 @@ impl SimStream {
                 drop(p);
                 worker.done.notify_all();
             }
+            // The stream is gone: it no longer keeps its device busy.
+            busy.idle(&clocks);
         })?;
         Ok(SimStream { device, queue: Mutex::new(tx), shared, capture: Mutex::new(None) })
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn machine(devices: usize) -> SimDriver {
-    SimDriver::new(SimConfig { devices, memory: 1 << 30, peer: PeerSpec::All })
+    SimDriver::new(SimConfig { devices, memory: 1 << 30, peer: PeerSpec::All, ..SimConfig::default() })
 }
 
 /// Keeps every core busy until dropped, so that worker threads are descheduled at random.

@@ -109,6 +109,9 @@
 //! | **Stream safety and diagnostics** | |
 //! | `TORCH_CUDA_SANITIZER=1` / `torch.cuda._sanitizer.enable_cuda_sanitizer()` | `CUDASEM_SANITIZER=1` / [`cuda::sanitizer`]`::enable()`, `disable()`, `is_enabled()`, `set_stack_traces(on)`; a race is [`Error::UnsynchronizedAccess`] ([`cuda::sanitizer::AccessRace`]) |
 //! | `torch.cuda.set_sync_debug_mode("default"/"warn"/"error")` / `get_sync_debug_mode()` | [`cuda::set_sync_debug_mode`]`(`[`cuda::SyncDebugMode`]`::…)` / [`cuda::get_sync_debug_mode`]; `Error` mode: [`Error::SynchronizingOperation`] |
+//! | `torch.cuda.nvtx.range_push/range_pop/range_start/range_end/mark/range` | [`cuda::nvtx`]`::range_push`, `range_pop` (depths; `-1` with none open), `range_start`, `range_end`, `mark`, `range` (a guard, [`cuda::nvtx::Range`]); to NVIDIA's NVTX library where it loads, and recorded per thread ([`testing::take_nvtx_records`]) |
+//! | `torch.autograd.profiler.emit_nvtx()` | [`cuda::nvtx::emit_nvtx`] (a guard) or `CUDASEM_NVTX=1` / [`Config::nvtx`]: an NVTX range per operation, copy, collective and graph replay (`"aten::add, seq = 3"`) |
+//! | `torch.cuda.profiler.start()` / `stop()` / `profile()` | [`cuda::profiler`]`::start`, `stop`, `profile` (a guard; `cuProfilerStart/Stop`) |
 //! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
 //! | `torch.backends.cuda.matmul.allow_tf32 = True` | [`cuda::backends`]`::matmul::set_allow_tf32(true)` |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |

@@ -37,7 +37,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .filter_map(|r| if let Record::Push { message, .. } = r { Some(message.as_str()) } else { None })
         .collect();
-    println!("NVTX library loaded: {} (a profiler attached to the process sees the ranges)", nvtx::library_loaded());
+    println!(
+        "NVTX library loaded: {} (where it is, a profiler attached to the process sees these ranges)",
+        nvtx::library_loaded()
+    );
     println!("operation ranges (CUDASEM_NVTX): {}", nvtx::is_emitting());
     for r in &records {
         println!("  {r:?}");

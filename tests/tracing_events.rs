@@ -6,7 +6,6 @@
 //! test installs a process-wide collector once.
 
 mod common;
-#[allow(dead_code)]
 mod dist_util;
 
 use cudasem::cuda::{self, CUDAGraph, GraphOptions};

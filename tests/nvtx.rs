@@ -4,8 +4,8 @@
 //! calls also reach NVIDIA's library), and `emit_nvtx`'s range around every operation, copy,
 //! collective and graph replay, named as PyTorch names them.
 //!
-//! Operation ranges are process-wide: the tests that turn them on or check they are off take
-//! turns (`SERIAL`); each reads only its own thread's log.
+//! Operation ranges are process-wide: the tests that turn them on or check they are off, or
+//! call the driver, take turns (`SERIAL`); each reads only its own thread's log.
 
 mod common;
 
@@ -263,6 +263,8 @@ fn a_capture_records_its_operations_and_each_replay_one_range() -> Result<()> {
 /// GPU, accepted on the simulated machine) and are recorded with the current device.
 #[test]
 fn profiler_start_stop_and_profile_are_recorded_with_the_device() -> Result<()> {
+    // Not while another test captures a graph (CUDA's global capture mode).
+    let _turn = serial();
     if !common::one_device() {
         return Ok(());
     }

@@ -3,7 +3,9 @@
 //! beginning and ending (`cudasem::alloc`, `cudasem::graph`), and the distributed watchdog's
 //! timeout and abort (`cudasem::distributed`, from the watchdog's own thread). Each test
 //! collects the events of its own thread with `tracing::subscriber::with_default`; the watchdog
-//! test installs a process-wide collector once.
+//! test installs a process-wide collector once. The tests take turns: an `empty_cache` (which
+//! `cuda::graph` and the last retry before out of memory also do) frees every cached segment,
+//! another test's too.
 
 mod common;
 mod dist_util;
@@ -15,10 +17,16 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn turn() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// One event as seen: its target, level and fields (the message under `message`).
 #[derive(Debug, Clone)]
@@ -90,13 +98,15 @@ fn find<'a>(events: &'a [Seen], target: &str, message: &str) -> Vec<&'a Seen> {
 /// address and size) and reports what it released.
 #[test]
 fn segments_allocated_and_freed_and_empty_cache_are_events() -> Result<()> {
+    let _turn = turn();
     if !common::one_device() {
         return Ok(());
     }
     let device = common::last_device();
     let mut rng = StdRng::seed_from_u64(42);
-    // Larger than any segment another test of this file leaves cached: a segment of its own.
-    let n = (40 << 20) / 4 + rng.random_range(1..4096usize);
+    // Past the 20 MiB large segments, and larger than any segment another test of this file
+    // leaves cached: a segment of its own.
+    let n = (21 << 20) / 4 + rng.random_range(1..4096usize);
     let data: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
     let (made, events) = collecting(|| Tensor::from_slice(&data, [n], Device::cuda(device)));
     let t = made?;
@@ -130,6 +140,7 @@ fn segments_allocated_and_freed_and_empty_cache_are_events() -> Result<()> {
 /// message and the sizes; the allocator goes on serving requests after it.
 #[test]
 fn out_of_memory_is_a_warning_with_the_errors_message() -> Result<()> {
+    let _turn = turn();
     if !common::one_device() {
         return Ok(());
     }
@@ -154,6 +165,7 @@ fn out_of_memory_is_a_warning_with_the_errors_message() -> Result<()> {
 /// pool, and the graph's nodes; the graph computes what eager work does.
 #[test]
 fn graph_captures_begin_and_end_as_events() -> Result<()> {
+    let _turn = turn();
     if !common::one_device() {
         return Ok(());
     }
@@ -188,6 +200,7 @@ fn global() -> &'static Collect {
 /// then the watchdog's abort with its cause, both from the watchdog's thread.
 #[test]
 fn the_watchdogs_timeout_and_abort_are_error_events() -> Result<()> {
+    let _turn = turn();
     if !common::one_device() {
         return Ok(());
     }

@@ -30,6 +30,7 @@ pub use crate::runtime::{
 pub use crate::runtime::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode};
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
+pub use crate::runtime::{nvtx, profiler};
 pub use crate::tensor::jiterator;
 pub use crate::tensor::rng_cuda::{
     default_generator, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,

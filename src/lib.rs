@@ -111,6 +111,9 @@
 //! | `torch.cuda.set_sync_debug_mode("default"/"warn"/"error")` / `get_sync_debug_mode()` | [`cuda::set_sync_debug_mode`]`(`[`cuda::SyncDebugMode`]`::…)` / [`cuda::get_sync_debug_mode`]; `Error` mode: [`Error::SynchronizingOperation`] |
 //! | `torch.cuda.utilization(d)` / `memory_usage(d)` / `temperature(d)` / `power_draw(d)` / `clock_rate(d)` / `device_memory_used(d)` | [`cuda::utilization`], [`cuda::memory_usage`], [`cuda::temperature`], [`cuda::power_draw`] (mW), [`cuda::clock_rate`] (MHz), [`cuda::device_memory_used`]: NVML on GPUs, the simulation's own readings on the sim; [`Error::NotSupported`] where a reading cannot be had |
 //! | `torch.cuda.list_gpu_processes(d)` | [`cuda::list_gpu_processes`] ([`cuda::GpuProcesses`]; `Display` is PyTorch's text) |
+//! | `torch.cuda.nvtx.range_push/range_pop/range_start/range_end/mark/range` | [`cuda::nvtx`]`::range_push`, `range_pop` (depths; `-1` with none open), `range_start`, `range_end`, `mark`, `range` (a guard, [`cuda::nvtx::Range`]); to NVIDIA's NVTX library where it loads, and recorded per thread ([`testing::take_nvtx_records`]) |
+//! | `torch.autograd.profiler.emit_nvtx()` | [`cuda::nvtx::emit_nvtx`] (a guard) or `CUDASEM_NVTX=1` / [`Config::nvtx`]: an NVTX range per operation, copy, collective and graph replay (`"aten::add, seq = 3"`) |
+//! | `torch.cuda.profiler.start()` / `stop()` / `profile()` | [`cuda::profiler`]`::start`, `stop`, `profile` (a guard; `cuProfilerStart/Stop`) |
 //! | `torch.cuda.make_graphed_callables(f, sample_args)` (forward) | [`cuda::make_graphed`] → [`cuda::GraphedCallable`] |
 //! | `torch.backends.cuda.matmul.allow_tf32 = True` | [`cuda::backends`]`::matmul::set_allow_tf32(true)` |
 //! | ops: `+ - * /`, `add`, `matmul`, `sum`, `softmax`, `where`, … | methods on [`Tensor`] ([`Tensor::where_cond`] for `torch.where`; see [`Tensor`] for the signatures) and `std::ops` operators with `Output = Result<Tensor>` |

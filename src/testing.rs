@@ -9,6 +9,7 @@
 //! * [`begin_allocate_to_pool`], [`end_allocate_to_pool`], [`release_pool`] route allocations to a
 //!   private pool as a CUDA graph's capture does, and [`block_pool`] says which pool a block came
 //!   from, for tests of private pools without a capture.
+//! * [`take_nvtx_records`] reads back the NVTX ranges and marks the calling thread emitted.
 //! * [`has_devices`] and [`skip`] decide whether a test case that the machine cannot run is
 //!   skipped (with a message) or fails: `CUDASEM_REQUIRE_GPU=n` says the run must cover every
 //!   case that needs at most `n` GPUs (NVRTC and the like count as needing one) on the CUDA driver.
@@ -22,6 +23,14 @@ use std::time::Duration;
 /// Queues work on `stream` that keeps it busy for `duration`; returns at once.
 pub fn delay(stream: &Stream, duration: Duration) -> Result<()> {
     stream.delay(duration)
+}
+
+/// The NVTX ranges, marks and profiler starts/stops the calling thread emitted since it last
+/// asked (oldest first; its last [`LOG_CAPACITY`](crate::cuda::nvtx::LOG_CAPACITY)), on every
+/// driver: `cuda::nvtx`'s calls and, with operation ranges on (`cuda::nvtx::emit_nvtx`,
+/// `CUDASEM_NVTX=1`), one push and pop around each operation. Its open ranges stay open.
+pub fn take_nvtx_records() -> Vec<crate::cuda::nvtx::Record> {
+    crate::runtime::nvtx::take_records()
 }
 
 /// Sets the simulated machine's schedule from now on (`CUDASEM_SIM_SCHEDULE`): `Some(seed)` an

@@ -29,7 +29,7 @@ fn turn() -> Option<Turn> {
     common::one_device().then_some(Turn(g))
 }
 
-/// A `tracing` subscriber that keeps each event's target and fields as text.
+/// A `tracing` subscriber that keeps each sync-debug event's target and fields as text.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<String>>>);
 
@@ -51,6 +51,10 @@ impl Subscriber for Captured {
     fn record(&self, _: &Id, _: &Record<'_>) {}
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, e: &TraceEvent<'_>) {
+        // The sync debug mode's warnings only (the allocator's events come through too).
+        if e.metadata().target() != "cudasem::sync_debug" {
+            return;
+        }
         let mut f = Fields(format!("{} ", e.metadata().target()));
         e.record(&mut f);
         self.0.lock().unwrap().push(f.0);

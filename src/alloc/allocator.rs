@@ -182,7 +182,19 @@ impl CachingAllocator {
     /// `empty_cache()`: waits for the device, then returns every fully free segment to the driver
     /// and unmaps every free page of expandable segments. Counts one `num_sync_all_streams`.
     pub fn empty_cache(&self) -> Result<()> {
-        self.lock().release_cached_blocks(&*self.memory)
+        let mut state = self.lock();
+        let before = state.reserved();
+        state.release_cached_blocks(&*self.memory)?;
+        let reserved = state.reserved();
+        tracing::debug!(
+            target: "cudasem::alloc",
+            device = state.device(),
+            released = before.saturating_sub(reserved),
+            reserved,
+            "empty_cache released {} bytes of cached memory",
+            before.saturating_sub(reserved)
+        );
+        Ok(())
     }
 
     /// With expandable segments: the free pages moved so far to where a segment had to grow

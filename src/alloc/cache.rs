@@ -18,6 +18,8 @@ use crate::error::Result;
 
 /// The blocks, their statistics and history, and the settings that govern them.
 pub(crate) struct Cache {
+    /// The device whose memory it caches (named in its `tracing` events).
+    device: usize,
     settings: AllocatorSettings,
     blocks: Blocks,
     stats: DeviceStats,
@@ -34,8 +36,9 @@ pub(crate) struct Cache {
 }
 
 impl Cache {
-    pub fn new(settings: AllocatorSettings) -> Cache {
+    pub fn new(device: usize, settings: AllocatorSettings) -> Cache {
         Cache {
+            device,
             stats: DeviceStats::new(settings.max_split_size()),
             settings,
             blocks: Blocks::default(),
@@ -173,6 +176,16 @@ impl Cache {
         }
         self.stats.count(Count::DeviceAlloc);
         self.history.record(TraceAction::SegmentAlloc, ptr.0, bytes, stream);
+        tracing::debug!(
+            target: "cudasem::alloc",
+            device = self.device,
+            stream = stream.0,
+            size = bytes,
+            address = ptr.0,
+            pool = ?pool,
+            private_pool = slot != DEFAULT_SLOT,
+            "segment allocated"
+        );
         if slot == DEFAULT_SLOT {
             self.departures.segment_made(ptr.0, bytes, stream, pool, size);
         }
@@ -194,6 +207,16 @@ impl Cache {
         }
         self.stats.count(Count::DeviceFree);
         self.history.record(TraceAction::SegmentFree, addr, size, stream);
+        tracing::debug!(
+            target: "cudasem::alloc",
+            device = self.device,
+            stream = stream.0,
+            size,
+            address = addr,
+            pool = ?pool,
+            private_pool = slot != DEFAULT_SLOT,
+            "segment freed"
+        );
         self.departures.segment_freed(addr);
         Ok(())
     }
@@ -299,6 +322,14 @@ impl Cache {
             }
             candidates = young;
         }
+        tracing::debug!(
+            target: "cudasem::alloc",
+            device = self.device,
+            reserved,
+            threshold,
+            reclaimed,
+            "garbage collection freed {reclaimed} bytes of cached segments"
+        );
         Ok(())
     }
 }

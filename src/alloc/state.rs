@@ -38,7 +38,7 @@ impl State {
     pub fn new(device: usize, settings: AllocatorSettings, granularity: Option<usize>) -> State {
         State {
             device,
-            cache: Cache::new(settings),
+            cache: Cache::new(device, settings),
             events: Vec::new(),
             pending_events: 0,
             capture_frees: Vec::new(),
@@ -406,14 +406,26 @@ impl State {
         let (free, total) = mem.mem_info().unwrap_or((0, 0));
         self.cache.history_mut().record(TraceAction::Oom, free as u64, alloc_size, stream);
         let allocated = self.cache.stats().get(Metric::AllocatedBytes).max(0) as usize;
-        Error::OutOfMemory {
+        let error = Error::OutOfMemory {
             device: self.device,
             requested: alloc_size,
             total,
             free,
             allocated,
             reserved_unallocated: self.cache.reserved().saturating_sub(allocated),
-        }
+        };
+        tracing::warn!(
+            target: "cudasem::alloc",
+            device = self.device,
+            stream = stream.0,
+            requested = alloc_size,
+            free,
+            total,
+            allocated,
+            reserved = self.cache.reserved(),
+            "out of memory: {error}"
+        );
+        error
     }
 
     // ---------------------------------------------------------------- free

@@ -8,7 +8,8 @@
 //! (`Config::from_env()?.with_…` changes a part and keeps the rest). The variables:
 //! `CUDASEM_DRIVER`, `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY`, `CUDASEM_SIM_PEER`,
 //! `CUDASEM_ALLOC_CONF` (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` when `CUDASEM_ALLOC_CONF` is unset),
-//! `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB`, `CUDASEM_BENCH_TUNING` and `CUDA_VISIBLE_DEVICES`.
+//! `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB`, `CUDASEM_BENCH_TUNING`, `CUDASEM_SANITIZER`, `CUDASEM_NVTX`
+//! and `CUDA_VISIBLE_DEVICES`.
 //!
 //! Every setting is checked when the runtime starts (the first cudasem call that needs a device):
 //! an invalid value fails that call and every later one with
@@ -20,7 +21,7 @@
 //! Files: [`Config`] (here), the driver's kind (`driver_kind.rs`), the simulated machine
 //! (`sim.rs`), the caching allocator's settings and size rules (`allocator.rs`), the CUDA
 //! driver's settings (`cuda.rs`) and the environment reader (`env.rs`). Settings still to come
-//! (the sanitizer, NVTX ranges, the random generator's seed) join `Config` as fields the same
+//! (the random generator's seed) join `Config` as fields the same
 //! way: a type here, a variable read in [`Config::from_env`], handed down at construction.
 
 pub(crate) mod allocator;
@@ -92,6 +93,11 @@ pub struct Config {
     /// `TORCH_CUDA_SANITIZER`). `CUDASEM_SANITIZER` in the environment (`1`/`true`/`on`; unset,
     /// empty, `0`, `false` or `off`: off).
     pub sanitizer: bool,
+    /// Whether every operation cudasem queues (kernel, fill, copy, collective, graph replay) is
+    /// wrapped in an NVTX range named as PyTorch's `emit_nvtx` names it (`cuda::nvtx`).
+    /// `CUDASEM_NVTX` in the environment (`1`/`true`/`on`; unset, empty, `0`, `false` or
+    /// `off`: off).
+    pub nvtx: bool,
     /// The simulated machine's schedule: `None` the default, `Some(seed)` an adversarial one
     /// (hostile but legal orders of its streams' work, reproducible per seed).
     /// `CUDASEM_SIM_SCHEDULE` in the environment: `default` or `adversarial:SEED`.
@@ -126,7 +132,8 @@ impl Config {
             visible_devices: lookup(VISIBLE_DEVICES_ENV)?,
             allocator: AllocatorSettings::from_lookup(lookup)?,
             cuda: CudaSettings::from_lookup(lookup)?,
-            sanitizer: sanitizer_from_lookup(lookup)?,
+            sanitizer: switch_from_lookup(lookup, "CUDASEM_SANITIZER")?,
+            nvtx: switch_from_lookup(lookup, "CUDASEM_NVTX")?,
             sim_schedule: schedule_from_lookup(lookup)?,
         })
     }
@@ -134,6 +141,12 @@ impl Config {
     /// The same with the stream sanitizer on or off from the start.
     pub fn with_sanitizer(mut self, on: bool) -> Config {
         self.sanitizer = on;
+        self
+    }
+
+    /// The same with operation ranges for NVTX on or off from the start.
+    pub fn with_nvtx(mut self, on: bool) -> Config {
+        self.nvtx = on;
         self
     }
 
@@ -221,14 +234,13 @@ fn schedule_from_lookup(lookup: Lookup) -> Result<Option<u64>> {
     }
 }
 
-/// `CUDASEM_SANITIZER`: on or off.
-fn sanitizer_from_lookup(lookup: Lookup) -> Result<bool> {
-    const KEY: &str = "CUDASEM_SANITIZER";
-    match lookup(KEY)?.as_deref().map(str::trim) {
+/// A switch (`CUDASEM_SANITIZER`, `CUDASEM_NVTX`): on or off.
+fn switch_from_lookup(lookup: Lookup, key: &str) -> Result<bool> {
+    match lookup(key)?.as_deref().map(str::trim) {
         None | Some("" | "0" | "false" | "off") => Ok(false),
         Some("1" | "true" | "on") => Ok(true),
         Some(other) => Err(crate::error::Error::InvalidConfig {
-            key: KEY.into(),
+            key: key.into(),
             value: other.into(),
             reason: "expected 1/true/on or 0/false/off".into(),
         }),
@@ -258,6 +270,12 @@ mod tests {
         }
         let e = from(&[("CUDASEM_SANITIZER", "yes please")]).unwrap_err();
         assert!(matches!(&e, crate::Error::InvalidConfig { key, .. } if key == "CUDASEM_SANITIZER"), "{e}");
+        assert!(!from(&[]).unwrap().nvtx);
+        for (v, on) in [("1", true), ("on", true), ("off", false), ("0", false)] {
+            assert_eq!(from(&[("CUDASEM_NVTX", v)]).unwrap().nvtx, on, "{v}");
+        }
+        let e = from(&[("CUDASEM_NVTX", "ranges")]).unwrap_err();
+        assert!(matches!(&e, crate::Error::InvalidConfig { key, .. } if key == "CUDASEM_NVTX"), "{e}");
         assert_eq!(from(&[]).unwrap().sim_schedule, None);
         for (v, want) in [("default", None), ("adversarial:7", Some(7)), (" adversarial:123 ", Some(123))] {
             assert_eq!(from(&[("CUDASEM_SIM_SCHEDULE", v)]).unwrap().sim_schedule, want, "{v}");

@@ -301,6 +301,8 @@ impl ProcessGroup {
 
     /// Steps 1–4 of the module docs for a checked call.
     fn issue(&self, call: Call<'_>, async_op: bool) -> Result<Work> {
+        // ProcessGroupNCCL's name for the collective's range (`emit_nvtx`, `CUDASEM_NVTX`).
+        let _range = crate::runtime::nvtx::op_range(|| format!("nccl:{}", call.name).into());
         let inner = &self.inner;
         inner.watch.refuse_if_aborted(call.name)?;
         // Collectives are numbered in the group; messages per pair and direction.

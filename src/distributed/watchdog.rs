@@ -187,6 +187,13 @@ impl Watch {
                 return;
             }
             if let Some(cause) = self.cause.get() {
+                tracing::error!(
+                    target: "cudasem::distributed",
+                    rank = self.rank,
+                    outstanding = st.pending.len(),
+                    cause = %cause,
+                    "the watchdog aborted the process group: {cause}"
+                );
                 for work in st.pending.drain(..) {
                     fail(&work.outcome, cause);
                 }
@@ -243,6 +250,14 @@ impl Watch {
             st.pending.retain(|w| !finished.contains(&w.id));
             if let Some(oldest) = st.pending.front() {
                 if failure.is_none() && now.saturating_duration_since(oldest.since) >= self.deadline {
+                    tracing::error!(
+                        target: "cudasem::distributed",
+                        rank = self.rank,
+                        collective = %oldest.what,
+                        timeout_ms = self.timeout.as_millis().min(u64::MAX as u128) as u64,
+                        "collective timed out: {} did not finish on the device in time",
+                        oldest.what
+                    );
                     failure = Some(Error::DistributedTimeout {
                         what: format!(
                             "{} to finish on the device (rank {}); the watchdog aborted the process group",

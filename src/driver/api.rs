@@ -428,6 +428,10 @@ pub trait Driver: Send + Sync + 'static {
     fn set_launch_tuning(&self, tuning: crate::config::LaunchTuning) {
         let _ = tuning;
     }
+    /// Starts (`start`) or stops the profiler's collection for `device`'s context
+    /// (`cuProfilerStart` / `cuProfilerStop`; `torch.cuda.profiler.start/stop`). A profiler not
+    /// attached ignores it.
+    fn profiler(&self, device: usize, start: bool) -> Result<()>;
 }
 
 /// The error of a driver without a collectives library.

@@ -14,13 +14,15 @@
 
 //! Files: the trait and its handles (`api.rs`), device properties (`properties.rs`), NVML-like
 //! readings (`telemetry.rs`), building the driver a
-//! [`Config`](crate::Config) asks for (`select.rs`), collectives (`comm.rs`), and the two backends.
+//! [`Config`](crate::Config) asks for (`select.rs`), collectives (`comm.rs`), NVIDIA's NVTX library
+//! loaded at run time (`nvtx_lib.rs`), and the two backends.
 
 mod api;
 pub mod comm;
 pub mod cuda;
 pub(crate) mod dlpack;
 pub(crate) mod exit;
+pub(crate) mod nvtx_lib;
 mod properties;
 mod select;
 pub mod sim;

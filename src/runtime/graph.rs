@@ -189,6 +189,15 @@ impl CUDAGraph {
             capture::end(&cap);
             return Err(e);
         }
+        tracing::debug!(
+            target: "cudasem::graph",
+            device,
+            stream = stream.driver_id().0,
+            capture = cap.id,
+            pool = ?pool,
+            mode = ?mode,
+            "graph capture began on cuda:{device}"
+        );
         self.pool = Some(pool);
         self.state = State::Capturing(Pending { capture: cap, stream, pool_use });
         Ok(())
@@ -223,10 +232,12 @@ impl CUDAGraph {
                 }
                 let _ = p.pool_use.release();
                 super::sanitizer::capture_ended(p.capture.id, None);
-                return Err(finished.err().or(ended.err()).unwrap_or_else(|| Error::Internal {
+                let e = finished.err().or(ended.err()).unwrap_or_else(|| Error::Internal {
                     op: "CUDAGraph::capture_end",
                     reason: "capture failed without an error".into(),
-                }));
+                });
+                tracing::warn!(target: "cudasem::graph", device, capture = p.capture.id, error = %e, "graph capture failed: {e}");
+                return Err(e);
             }
         };
         let (keep, graph) = graph;
@@ -234,6 +245,7 @@ impl CUDAGraph {
             super::sanitizer::capture_ended(p.capture.id, Some(graph));
         }
         let nodes = rt.driver.graph_node_count(graph).unwrap_or(0);
+        tracing::debug!(target: "cudasem::graph", device, capture = p.capture.id, nodes, "graph capture ended on cuda:{device}");
         self.state = State::Captured(Captured { device, graph, nodes, keep, pool_use: p.pool_use, rng });
         Ok(())
     }
@@ -258,6 +270,7 @@ impl CUDAGraph {
         let State::Captured(c) = &self.state else {
             return Err(state_error("CUDAGraph::replay", "nothing captured yet; capture first (cuda::graph)"));
         };
+        let _range = super::nvtx::op_range(|| "CUDAGraph::replay".into());
         let stream = current_stream(c.device)?;
         if let Some(cap) = capture::of_stream(stream.driver_id()) {
             return Err(state_error(

@@ -44,6 +44,9 @@ impl Runtime {
         if config.sanitizer {
             super::sanitizer::enable();
         }
+        if config.nvtx {
+            super::nvtx::enable_from_config();
+        }
         let n = driver.device_count();
         let devices = (0..n)
             .map(|d| DeviceState {

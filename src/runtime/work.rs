@@ -17,6 +17,7 @@
 
 use super::capture::{self, KeepAlive};
 use super::memory::DeviceBlock;
+use super::nvtx;
 use super::rt;
 use super::sanitizer::{self, Span};
 use super::stream_handle::Stream;
@@ -179,6 +180,7 @@ impl Stream {
     /// [`crate::Error::Unsupported`] where the driver has no kernel for it.
     #[inline]
     pub(crate) fn launch<T: Operand + ?Sized>(&self, op: &KernelOp, uses: &[&T]) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::kernel_name(op));
         if sanitizer::enabled() {
             self.sanitize(&|| op.name(), &op_accesses(self.device(), op), uses)?;
         }
@@ -219,6 +221,7 @@ impl Stream {
     /// fast lane.
     #[inline]
     pub(crate) fn launch_dense_binary<T: Operand + ?Sized>(&self, op: &DenseBinary, uses: &[&T]) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::aten(op.op.name()));
         if sanitizer::enabled() {
             let bytes = |(p, d): (DevicePtr, crate::dtype::DType)| self.span(p, op.n * d.size());
             let mut accesses = vec![(bytes(op.dst), true), (bytes(op.lhs), false)];
@@ -238,6 +241,7 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        let _range = nvtx::op_range(|| (if value == 0 { "aten::zero_" } else { "aten::fill_" }).into());
         if sanitizer::enabled() {
             self.sanitize(&|| "memset".into(), &[(self.span(dst, bytes), true)], uses)?;
         }
@@ -249,6 +253,7 @@ impl Stream {
     #[inline]
     #[track_caller]
     pub(crate) fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::COPY.into());
         if capture::active() {
             capture::check_blocking(HTOD, Some(self.driver_id()))?;
         }
@@ -270,6 +275,7 @@ impl Stream {
     #[inline]
     #[track_caller]
     pub(crate) fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::COPY.into());
         if capture::active() {
             capture::check_blocking(DTOH, Some(self.driver_id()))?;
         }
@@ -296,6 +302,7 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::COPY.into());
         if sanitizer::enabled() {
             let accesses = [(self.span(src, bytes), false), (self.span(dst, bytes), true)];
             self.sanitize(&|| "copy device to device".into(), &accesses, uses)?;
@@ -315,6 +322,7 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::COPY.into());
         if capture::active() {
             // CUDA refuses `cuMemcpyPeerAsync` on a capturing stream; refused here the same way on
             // every driver, as a typed error.
@@ -344,6 +352,7 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::COPY.into());
         let driver = &rt()?.driver;
         if sanitizer::enabled() {
             let op = || "non_blocking copy pinned host to device".to_string();
@@ -369,6 +378,7 @@ impl Stream {
         bytes: usize,
         uses: &[&T],
     ) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::COPY.into());
         let driver = &rt()?.driver;
         if sanitizer::enabled() {
             let op = || "non_blocking copy device to pinned host".to_string();
@@ -449,6 +459,7 @@ impl Stream {
         args: &[UserArg],
         uses: impl FnOnce() -> Vec<&'u T>,
     ) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::USER_KERNEL.into());
         if sanitizer::enabled() {
             let uses = uses();
             self.sanitize(&|| format!("user kernel {}", func.0), &operand_accesses(&uses), &uses)?;
@@ -462,6 +473,7 @@ impl Stream {
     /// Queues a kernel's host twin over `uses`' memory (the simulated machine); a capture keeps
     /// it, and each replay runs it again.
     pub(crate) fn host_kernel<T: Operand + ?Sized>(&self, kernel: HostKernel, uses: &[&T]) -> Result<()> {
+        let _range = nvtx::op_range(|| nvtx::USER_KERNEL.into());
         if sanitizer::enabled() {
             self.sanitize(&|| "user kernel (host twin)".into(), &operand_accesses(uses), uses)?;
         }
@@ -471,6 +483,7 @@ impl Stream {
 
     /// Queues a jiterator call, whose views point into `uses`' memory.
     pub(crate) fn jit_launch<T: Operand + ?Sized>(&self, op: &crate::kernel::JitOp, uses: &[&T]) -> Result<()> {
+        let _range = nvtx::op_range(|| format!("jiterator::{}", op.code.name).into());
         if sanitizer::enabled() {
             let accesses = view_accesses(self.device(), &op.ins, &op.outs);
             self.sanitize(&|| format!("jiterator {}", op.code.name), &accesses, uses)?;

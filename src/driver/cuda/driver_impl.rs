@@ -385,6 +385,17 @@ impl Driver for CudaDriver {
     fn set_launch_tuning(&self, tuning: crate::config::LaunchTuning) {
         self.retune(tuning);
     }
+
+    fn profiler(&self, device: usize, start: bool) -> Result<()> {
+        self.enter(device)?;
+        if start {
+            // SAFETY: no arguments; acts on the context `enter` made current on this thread.
+            unsafe { sys::cuProfilerStart() }.result().map_err(|e| driver_error("cuProfilerStart", e))
+        } else {
+            // SAFETY: as above.
+            unsafe { sys::cuProfilerStop() }.result().map_err(|e| driver_error("cuProfilerStop", e))
+        }
+    }
 }
 
 impl Drop for CudaDriver {

@@ -392,4 +392,11 @@ impl Driver for SimDriver {
     fn jit_launch(&self, stream: StreamId, op: &crate::kernel::JitOp) -> Result<()> {
         self.sim_jit_launch(stream, op)
     }
+
+    /// The simulated machine has no profiler to start or stop: the call is accepted (the
+    /// runtime records it in the calling thread's NVTX log).
+    fn profiler(&self, device: usize, start: bool) -> Result<()> {
+        let _ = (device, start);
+        Ok(())
+    }
 }

@@ -217,6 +217,8 @@ mod sync;
 mod tensor;
 pub mod testing;
 
+#[doc(hidden)]
+pub use config::AttentionKernel;
 pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
 pub use config::{DriverKind, PeerSpec, SimConfig};
 pub use device::{Device, IntoCudaDevice, IntoDevice};

@@ -23,6 +23,9 @@ pub(in crate::driver::cuda) const NORM_VALUES_PER_THREAD: [u8; 2] = [16, 32];
 /// The padded head dims an attention module has a kernel for (the smallest holding `E` and `Ev`).
 pub(in crate::driver::cuda) const ATTN_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
+/// The head dims (`E == Ev`) of the tensor-core attention kernels (`cu/attention_mma.cu`).
+pub(in crate::driver::cuda) const ATTN_MMA_HEAD_DIMS: [usize; 2] = [64, 128];
+
 /// Keys per shared-memory tile of attention's kernel for head dims padded to `ep`, with
 /// accumulators of `acc_bytes` bytes (the tiles of keys and values fit the 48 KiB of static
 /// shared memory).
@@ -100,6 +103,8 @@ pub(in crate::driver::cuda) enum ModuleKey {
     Norm { dtype: DType },
     /// Scaled dot-product attention of `dtype` (`attention.rs`).
     Attention { dtype: DType },
+    /// Tensor-core scaled dot-product attention of `dtype` (f16 or bf16; `cu/attention_mma.cu`).
+    AttentionMma { dtype: DType },
     /// Random draws of a distribution into `dtype`, `e` elements per Philox block (`random.rs`).
     Random { dist: RandKind, dtype: DType, e: u8 },
 }
@@ -168,6 +173,8 @@ pub(in crate::driver::cuda) enum Entry {
     Attn(u8),
     /// The merge of attention's split partials: a warp per query row.
     AttnMerge,
+    /// Tensor-core attention tiles of head dim `16 · e16` (`cu/attention_mma.cu`).
+    AttnMma(u8),
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
 }
@@ -189,6 +196,7 @@ impl Entry {
             ModuleKey::Gemv { .. } => "gv",
             ModuleKey::Norm { .. } => "nm",
             ModuleKey::Attention { .. } => "at",
+            ModuleKey::AttentionMma { .. } => "am",
             ModuleKey::Random { .. } => "rnd",
         };
         match self {
@@ -214,6 +222,7 @@ impl Entry {
             Entry::NormRegs(vpt) => format!("{prefix}_r{vpt}"),
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
+            Entry::AttnMma(e16) => format!("{prefix}_{}", 16 * e16 as u32),
             Entry::Random => prefix.into(),
         }
     }
@@ -257,6 +266,9 @@ impl ModuleKey {
                 let mut e: Vec<Entry> = ATTN_HEAD_DIMS.iter().map(|&d| Entry::Attn((d / 32) as u8)).collect();
                 e.push(Entry::AttnMerge);
                 e
+            }
+            ModuleKey::AttentionMma { .. } => {
+                ATTN_MMA_HEAD_DIMS.iter().map(|&d| Entry::AttnMma((d / 16) as u8)).collect()
             }
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::Reduce { src, .. } => {

@@ -6,6 +6,7 @@ use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::vocab::{
     attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD,
+    NORM_VECTORS_PER_THREAD,
 };
 use crate::config::AttentionKernel;
 use crate::dtype::DType;
@@ -65,8 +66,23 @@ pub(in crate::driver::cuda) struct NormArgs<'a> {
     pub rms: bool,
 }
 
+/// The norm kernel for rows of `n` elements of `size` bytes (`aligned`: every pointer 16-byte
+/// aligned): the fewest 16-byte vectors a thread that hold the row when it is a whole number of
+/// vectors and aligned, else the fewest registers that hold it, else three reads of it.
+pub(in crate::driver::cuda) fn norm_entry(n: usize, size: usize, aligned: bool) -> Entry {
+    let w = 16 / size;
+    let vec = NORM_VECTORS_PER_THREAD.iter().find(|&&v| n <= 256 * v as usize * w);
+    match vec {
+        Some(&v) if aligned && n % w == 0 => Entry::NormVec(v),
+        _ => NORM_VALUES_PER_THREAD
+            .iter()
+            .find(|&&v| n <= 256 * v as usize)
+            .map_or(Entry::NormRows, |&v| Entry::NormRegs(v)),
+    }
+}
+
 /// Queues a layer / RMS norm: a block of 256 threads per row (`cu/norm.cu`), the row held in
-/// registers when it fits.
+/// registers when it fits ([`norm_entry`]).
 pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let views = [Some(a.src), a.weight, a.bias, Some(a.dst)];
     if views.iter().flatten().any(|v| !v.is_contiguous()) {
@@ -75,11 +91,7 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let r = a.src.shape.len();
     let n: usize = a.src.shape[r - a.dims..].iter().product();
     let rows = (a.src.numel() / n.max(1)) as i64;
-    // The fewest registers that hold the row, else three reads of it.
-    let entry = NORM_VALUES_PER_THREAD
-        .iter()
-        .find(|&&v| n <= 256 * v as usize)
-        .map_or(Entry::NormRows, |&v| Entry::NormRegs(v));
+    let entry = norm_entry(n, a.src.dtype.size(), views.iter().flatten().all(|v| addr(v) % 16 == 0));
     let f = c.kernel(KernelId { module: ModuleKey::Norm { dtype: a.src.dtype }, entry })?;
     let mut p = NormP {
         src: addr(a.src),

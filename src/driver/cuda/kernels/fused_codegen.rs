@@ -2,7 +2,9 @@
 //! (`cu/fused_head.cu`): the family's kernels, and one `extern "C"` entry point per kernel.
 
 use super::sources::{ATTENTION, ATTENTION_MMA, ATTENTION_PARAMS, NORM};
-use super::vocab::{attn_keys_per_tile, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD};
+use super::vocab::{
+    attn_keys_per_tile, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD, NORM_VECTORS_PER_THREAD,
+};
 use crate::dtype::DType;
 use std::fmt::Write;
 
@@ -15,13 +17,16 @@ pub(in crate::driver::cuda) fn acc_dtype(dtype: DType) -> DType {
     }
 }
 
-/// A norm module's kernels and entry points `nm_rows` and `nm_r{VPT}`, after its head.
+/// A norm module's kernels and entry points `nm_rows`, `nm_r{VPT}` and `nm_v{VV}`, after its head.
 pub(in crate::driver::cuda) fn norm(s: &mut String) {
     s.push_str(NORM);
     let b = "extern \"C\" __global__ void __launch_bounds__(256)";
     let _ = writeln!(s, "{b} nm_rows(const __grid_constant__ NormP p) {{ cs_enter(); nm_row_blocks(p); }}");
     for vpt in NORM_VALUES_PER_THREAD {
         let _ = writeln!(s, "{b} nm_r{vpt}(const __grid_constant__ NormP p) {{ cs_enter(); nm_reg_rows<{vpt}>(p); }}");
+    }
+    for vv in NORM_VECTORS_PER_THREAD {
+        let _ = writeln!(s, "{b} nm_v{vv}(const __grid_constant__ NormP p) {{ cs_enter(); nm_vec_rows<{vv}>(p); }}");
     }
 }
 

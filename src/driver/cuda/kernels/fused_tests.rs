@@ -156,3 +156,22 @@ fn the_attention_kernel_is_chosen_explicitly() {
         assert_eq!(path(Mma, 9, &case(dtype, 100, 64, 64, None, 0)), AttnPath::Fma, "{dtype}");
     }
 }
+
+/// Norm rows take 16-byte vectors when the row is a whole number of them and every pointer is
+/// aligned (the fewest vectors a thread that hold it), else the scalar register or three-read
+/// kernels.
+#[test]
+fn the_norm_kernel_is_chosen_by_length_and_alignment() {
+    use super::fused::norm_entry;
+    use super::vocab::Entry;
+    assert_eq!(norm_entry(4096, 2, true), Entry::NormVec(2));
+    assert_eq!(norm_entry(8192, 2, true), Entry::NormVec(4));
+    assert_eq!(norm_entry(256, 2, true), Entry::NormVec(1));
+    assert_eq!(norm_entry(4096, 4, true), Entry::NormVec(4));
+    assert_eq!(norm_entry(100, 4, true), Entry::NormVec(1));
+    assert_eq!(norm_entry(4096, 8, true), Entry::NormRegs(16), "past 1024 vectors of two doubles");
+    assert_eq!(norm_entry(4096, 2, false), Entry::NormRegs(16), "misaligned");
+    assert_eq!(norm_entry(4097, 2, true), Entry::NormRegs(32), "not whole vectors");
+    assert_eq!(norm_entry(9000, 2, true), Entry::NormRows);
+    assert_eq!(norm_entry(16384, 2, true), Entry::NormRows, "past 4 vectors a thread");
+}

@@ -19,6 +19,9 @@ pub(in crate::driver::cuda) const PDL_MAX_GRID: u32 = 1024;
 
 /// Values per thread of the register-held norm rows (rows of up to 256 times as many elements).
 pub(in crate::driver::cuda) const NORM_VALUES_PER_THREAD: [u8; 2] = [16, 32];
+/// 16-byte vectors per thread of the vectorized norm rows (rows of up to 256 times as many
+/// vectors).
+pub(in crate::driver::cuda) const NORM_VECTORS_PER_THREAD: [u8; 3] = [1, 2, 4];
 
 /// The padded head dims an attention module has a kernel for (the smallest holding `E` and `Ev`).
 pub(in crate::driver::cuda) const ATTN_HEAD_DIMS: [usize; 3] = [64, 128, 256];
@@ -169,6 +172,9 @@ pub(in crate::driver::cuda) enum Entry {
     NormRows,
     /// Norm rows of at most 256 · `vpt` elements: a block per row, held in registers.
     NormRegs(u8),
+    /// Norm rows of at most 256 · `vv` 16-byte vectors: a block per row, read and written as
+    /// vectors, held in registers.
+    NormVec(u8),
     /// Attention tiles with head dims padded to `32 · ep32` (`attention.rs`).
     Attn(u8),
     /// The merge of attention's split partials: a warp per query row.
@@ -220,6 +226,7 @@ impl Entry {
             Entry::GemvDots => "gv_dots".into(),
             Entry::NormRows => format!("{prefix}_rows"),
             Entry::NormRegs(vpt) => format!("{prefix}_r{vpt}"),
+            Entry::NormVec(vv) => format!("{prefix}_v{vv}"),
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
             Entry::AttnMma(e16) => format!("{prefix}_{}", 16 * e16 as u32),
@@ -260,6 +267,7 @@ impl ModuleKey {
             ModuleKey::Norm { .. } => {
                 let mut e = vec![Entry::NormRows];
                 e.extend(NORM_VALUES_PER_THREAD.iter().map(|&v| Entry::NormRegs(v)));
+                e.extend(NORM_VECTORS_PER_THREAD.iter().map(|&v| Entry::NormVec(v)));
                 e
             }
             ModuleKey::Attention { .. } => {

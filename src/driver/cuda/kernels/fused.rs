@@ -73,7 +73,7 @@ pub(in crate::driver::cuda) fn norm_entry(n: usize, size: usize, aligned: bool) 
     let w = 16 / size;
     let vec = NORM_VECTORS_PER_THREAD.iter().find(|&&v| n <= 256 * v as usize * w);
     match vec {
-        Some(&v) if aligned && n % w == 0 => Entry::NormVec(v),
+        Some(&v) if aligned && n.is_multiple_of(w) => Entry::NormVec(v),
         _ => NORM_VALUES_PER_THREAD
             .iter()
             .find(|&&v| n <= 256 * v as usize)
@@ -91,7 +91,7 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let r = a.src.shape.len();
     let n: usize = a.src.shape[r - a.dims..].iter().product();
     let rows = (a.src.numel() / n.max(1)) as i64;
-    let entry = norm_entry(n, a.src.dtype.size(), views.iter().flatten().all(|v| addr(v) % 16 == 0));
+    let entry = norm_entry(n, a.src.dtype.size(), views.iter().flatten().all(|v| addr(v).is_multiple_of(16)));
     let f = c.kernel(KernelId { module: ModuleKey::Norm { dtype: a.src.dtype }, entry })?;
     let mut p = NormP {
         src: addr(a.src),
@@ -164,7 +164,9 @@ const MMA_THREADS: u32 = 128;
 pub(in crate::driver::cuda) fn attention_path(choice: AttentionKernel, major: u32, a: &AttnArgs<'_>) -> AttnPath {
     let (l, e, ev) = (a.q.shape[2], a.q.shape[3], a.v.shape[3]);
     let aligned = |v: &BufferView| {
-        v.strides[3] == 1 && (0..3).all(|d| v.shape[d] == 1 || v.strides[d] % 8 == 0) && addr(v) % 16 == 0
+        v.strides[3] == 1
+            && (0..3).all(|d| v.shape[d] == 1 || v.strides[d].is_multiple_of(8))
+            && addr(v).is_multiple_of(16)
     };
     let fits = matches!(a.q.dtype, DType::F16 | DType::BF16)
         && e == ev

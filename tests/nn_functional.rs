@@ -98,7 +98,8 @@ fn layer_norm_and_rms_norm_match_float64() -> Result<()> {
     Ok(())
 }
 
-/// A transposed (non-contiguous) input normalizes its logical rows.
+/// A transposed (non-contiguous) input normalizes its logical rows, and so do rows starting off
+/// 16 bytes.
 #[test]
 fn norms_of_a_transposed_input() -> Result<()> {
     let mut rng = Rng::new(4002);
@@ -108,6 +109,16 @@ fn norms_of_a_transposed_input() -> Result<()> {
         let rows: Vec<f64> = (0..4).flat_map(|r| (0..9).map(move |c| (r, c))).map(|(r, c)| xv[c * 4 + r]).collect();
         let y = F::layer_norm(&xt, &[9], None, None, 1e-5)?;
         assert_near(&values(&y)?, &norm_reference(&rows, 9, None, None, 1e-5, false), DType::F32, "transposed");
+        // Rows of whole 16-byte vectors starting one element into their buffer (not 16-byte
+        // aligned: the scalar kernel on a GPU).
+        for dtype in [DType::BF16, DType::F32] {
+            let (xv, x) = rand_tensor(&mut rng, &[1 + 3 * 512], dtype, device)?;
+            let x = x.narrow(0, 1, 3 * 512)?.reshape([3, 512])?;
+            let y = F::rms_norm(&x, &[512], None, Some(1e-6))?;
+            let want: Vec<f64> =
+                norm_reference(&xv[1..], 512, None, None, 1e-6, true).iter().map(|&v| round_to(dtype, v)).collect();
+            assert_near(&values(&y)?, &want, dtype, &format!("offset rows {dtype} on {device}"));
+        }
     }
     Ok(())
 }

@@ -68,7 +68,22 @@ pub use crate::driver::cuda::backends;
 /// the runtime's driver, the one place it is held (the simulated machine ignores it).
 #[doc(hidden)]
 pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
-    let tuning = crate::config::LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves };
+    let attention = crate::runtime::resolved_config().map(|c| c.cuda.launch_tuning.attention).unwrap_or_default();
+    let tuning = crate::config::LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, attention };
     // A runtime that cannot start has no driver to tune; its error comes with the next call.
     let _ = crate::runtime::set_launch_tuning(tuning);
+}
+
+/// Chooses the CUDA driver's scaled dot-product attention kernel for the launches that follow,
+/// for benchmark and test runs, not an API: [`AttentionKernel::Fma`](crate::AttentionKernel)
+/// always runs the FMA flash kernel, `Mma` the tensor-core kernel wherever it applies (f16 /
+/// bf16, head dims 64 or 128, compute capability 8.0 or later), `Auto` (the default) picks per
+/// case. The setting is [`Config::cuda`](crate::Config::cuda)'s `launch_tuning.attention`
+/// (`CUDASEM_SDPA_KERNEL` in the environment); this call starts the runtime and sets it, with
+/// the configuration's other launch shapes, in the runtime's driver (the simulated machine
+/// ignores it: it computes attention in `f64`).
+#[doc(hidden)]
+pub fn set_attention_kernel(attention: crate::config::AttentionKernel) -> crate::Result<()> {
+    let tuning = crate::runtime::resolved_config()?.cuda.launch_tuning;
+    crate::runtime::set_launch_tuning(crate::config::LaunchTuning { attention, ..tuning })
 }

@@ -225,6 +225,8 @@ pub mod testing;
 #[cfg(feature = "top")]
 pub mod top;
 
+#[doc(hidden)]
+pub use config::AttentionKernel;
 pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
 pub use config::{DriverKind, PeerSpec, SimConfig, SimGpu};
 pub use device::{Device, IntoCudaDevice, IntoDevice};

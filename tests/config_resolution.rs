@@ -70,7 +70,12 @@ impl Values {
             .unwrap()
             .with_kernel_cache(KernelCache::Dir(self.cache.clone().into()))
             .with_nccl_lib(&self.nccl)
-            .with_launch_tuning(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves })
+            .with_launch_tuning(LaunchTuning {
+                elementwise_waves,
+                vectors_per_thread,
+                reduce_waves,
+                ..Default::default()
+            })
     }
 
     /// The runtime holds exactly these values, and its machine and allocator are theirs.
@@ -182,7 +187,8 @@ fn every_setting_reads_from_its_variable() {
         let c = Config::from_env_with(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
         let [elementwise_waves, vectors_per_thread, reduce_waves] = v.tuning;
         assert_eq!(c, v.config(Config::default()), "{v:?}");
-        assert_eq!(c.cuda.launch_tuning, LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves });
+        let want = LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, ..Default::default() };
+        assert_eq!(c.cuda.launch_tuning, want);
     }
     let tuning = |v: &str| Config::from_env_with(|k| (k == "CUDASEM_BENCH_TUNING").then(|| v.to_string()));
     assert_eq!(tuning("").unwrap().cuda.launch_tuning, LaunchTuning::default());
@@ -199,7 +205,7 @@ fn every_setting_reads_from_its_variable() {
             "visible_devices": "1,0"}"#,
     )
     .unwrap();
-    let tuning = LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3 };
+    let tuning = LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3, ..Default::default() };
     let expected = Config::default()
         .with_kernel_cache(KernelCache::Dir("/k".into()))
         .with_nccl_lib("/n/libnccl.so.2")

@@ -59,8 +59,9 @@ fn norm_reference(x: &[f64], n: usize, w: Option<&[f64]>, b: Option<&[f64]>, eps
 fn layer_norm_and_rms_norm_match_float64() -> Result<()> {
     let mut rng = Rng::new(4001);
     // Rows held in registers of 16 values a thread (up to 4096), of 32 (4097), and read three
-    // times (9000).
-    let cases: [(&[usize], usize); 7] = [
+    // times (9000); on a GPU, rows of whole 16-byte vectors (256, 100 in f32 / f64, 4096, 8192)
+    // are read as vectors, one to four a thread.
+    let cases: [(&[usize], usize); 9] = [
         (&[3, 7], 1),
         (&[2, 3, 129], 1),
         (&[5, 2, 50], 2),
@@ -68,6 +69,8 @@ fn layer_norm_and_rms_norm_match_float64() -> Result<()> {
         (&[1, 1], 1),
         (&[33, 256], 1),
         (&[2, 9000], 1),
+        (&[3, 4096], 1),
+        (&[2, 2, 4096], 2),
     ];
     for device in devices() {
         for dtype in FLOATS {
@@ -95,7 +98,8 @@ fn layer_norm_and_rms_norm_match_float64() -> Result<()> {
     Ok(())
 }
 
-/// A transposed (non-contiguous) input normalizes its logical rows.
+/// A transposed (non-contiguous) input normalizes its logical rows, and so do rows starting off
+/// 16 bytes.
 #[test]
 fn norms_of_a_transposed_input() -> Result<()> {
     let mut rng = Rng::new(4002);
@@ -105,6 +109,16 @@ fn norms_of_a_transposed_input() -> Result<()> {
         let rows: Vec<f64> = (0..4).flat_map(|r| (0..9).map(move |c| (r, c))).map(|(r, c)| xv[c * 4 + r]).collect();
         let y = F::layer_norm(&xt, &[9], None, None, 1e-5)?;
         assert_near(&values(&y)?, &norm_reference(&rows, 9, None, None, 1e-5, false), DType::F32, "transposed");
+        // Rows of whole 16-byte vectors starting one element into their buffer (not 16-byte
+        // aligned: the scalar kernel on a GPU).
+        for dtype in [DType::BF16, DType::F32] {
+            let (xv, x) = rand_tensor(&mut rng, &[1 + 3 * 512], dtype, device)?;
+            let x = x.narrow(0, 1, 3 * 512)?.reshape([3, 512])?;
+            let y = F::rms_norm(&x, &[512], None, Some(1e-6))?;
+            let want: Vec<f64> =
+                norm_reference(&xv[1..], 512, None, None, 1e-6, true).iter().map(|&v| round_to(dtype, v)).collect();
+            assert_near(&values(&y)?, &want, dtype, &format!("offset rows {dtype} on {device}"));
+        }
     }
     Ok(())
 }
@@ -308,13 +322,18 @@ fn make_mask(rng: &mut Rng, c: &Case, dtype: DType, device: Device) -> Result<Op
 }
 
 fn run_case(rng: &mut Rng, c: Case, dtypes: &[DType]) -> Result<()> {
+    run_case_as(rng, c, dtypes, "")
+}
+
+/// [`run_case`], `label` (the attention kernel chosen) in the failure messages.
+fn run_case_as(rng: &mut Rng, c: Case, dtypes: &[DType], label: &str) -> Result<()> {
     for device in devices() {
         for &dtype in dtypes {
             let (qv, q) = rand_tensor(rng, &[c.b, c.hq, c.l, c.e], dtype, device)?;
             let (kv, k) = rand_tensor(rng, &[c.b, c.hkv, c.s, c.e], dtype, device)?;
             let (vv, v) = rand_tensor(rng, &[c.b, c.hkv, c.s, c.ev], dtype, device)?;
             let mask = make_mask(rng, &c, dtype, device)?;
-            let what = format!("{c:?} {dtype} on {device}");
+            let what = format!("{c:?} {dtype} on {device} {label}");
             let y = expect_ok(
                 F::scaled_dot_product_attention(
                     &q,
@@ -426,6 +445,76 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The CUDA driver's two attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s
+/// setting: the FMA flash kernel, the tensor-core kernel wherever it applies — f16 / bf16 with
+/// head dims 64 and 128, here also for a single query — and the default choice), against the
+/// float64 reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples
+/// of the 64-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
+/// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
+/// query starting off 16 bytes (the tensor-core kernel then falls back). A failure names the
+/// kernel. The simulator computes every case in float64 whatever the choice.
+#[test]
+fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
+    use cudasem::AttentionKernel;
+    let mut rng = Rng::new(4010);
+    let half = &[DType::BF16, DType::F16][..];
+    let cases = [
+        Case { causal: true, ..case(2, 4, 4, 200, 200, 64, 64) },
+        Case { causal: true, ..case(1, 2, 2, 130, 77, 128, 128) },
+        Case { causal: true, ..case(1, 2, 1, 20, 3, 64, 64) },
+        case(1, 3, 3, 65, 300, 128, 128),
+        Case { mask: Mask::Bool, ..case(2, 4, 2, 70, 129, 64, 64) },
+        Case { mask: Mask::Add, ..case(1, 4, 4, 64, 64, 128, 128) },
+        Case { mask: Mask::Prefix, ..case(1, 8, 2, 33, 500, 64, 64) },
+        case(2, 8, 2, 1, 1000, 128, 128),
+        Case { causal: true, ..case(1, 2, 2, 5, 9, 128, 128) },
+    ];
+    // The simulator ignores the choice: one pass there.
+    let kernels = if cudasem::cuda::driver_name() == "cuda" {
+        &[AttentionKernel::Fma, AttentionKernel::Mma, AttentionKernel::Auto][..]
+    } else {
+        &[AttentionKernel::Auto][..]
+    };
+    for &kernel in kernels {
+        cudasem::cuda::set_attention_kernel(kernel)?;
+        let label = format!("(attention kernel {kernel:?})");
+        for c in cases {
+            run_case_as(&mut rng, c, half, &label)?;
+        }
+        for device in devices() {
+            for dtype in half.iter().copied() {
+                let what = format!("{dtype} on {device} {label}");
+                // A query laid out [B, L, H, E], viewed as [B, H, L, E] (strides multiples of 8).
+                let (b, h, l, s, e) = (2, 3, 70, 90, 64);
+                let (qv, q) = rand_tensor(&mut rng, &[b, l, h, e], dtype, device)?;
+                let (kv, k) = rand_tensor(&mut rng, &[b, h, s, e], dtype, device)?;
+                let (vv, v) = rand_tensor(&mut rng, &[b, h, s, e], dtype, device)?;
+                let y = F::scaled_dot_product_attention(&q.transpose(1, 2)?, &k, &v, None, 0.0, true, None, false)?;
+                let mut qd = vec![0.0; qv.len()];
+                for (i, x) in qv.iter().enumerate() {
+                    let (bi, li, hi, ei) = (i / (l * h * e), i / (h * e) % l, i / e % h, i % e);
+                    qd[((bi * h + hi) * l + li) * e + ei] = *x;
+                }
+                let c = Case { causal: true, ..case(b, h, h, l, s, e, e) };
+                let want: Vec<f64> =
+                    sdpa_reference(&c, &qd, &kv, &vv, &[], false, 0.125).iter().map(|&x| round_to(dtype, x)).collect();
+                assert_near(&values(&y)?, &want, dtype, &format!("transposed query {what}"));
+                // A query starting one element into its buffer: not 16-byte aligned.
+                let (qv, q) = rand_tensor(&mut rng, &[1 + b * h * l * e], dtype, device)?;
+                let q = q.narrow(0, 1, b * h * l * e)?.reshape([b, h, l, e])?;
+                let y = F::scaled_dot_product_attention(&q, &k, &v, None, 0.0, false, None, false)?;
+                let c = case(b, h, h, l, s, e, e);
+                let want: Vec<f64> = sdpa_reference(&c, &qv[1..], &kv, &vv, &[], false, 0.125)
+                    .iter()
+                    .map(|&x| round_to(dtype, x))
+                    .collect();
+                assert_near(&values(&y)?, &want, dtype, &format!("offset query {what}"));
+            }
+        }
+    }
+    cudasem::cuda::set_attention_kernel(AttentionKernel::Auto)
 }
 
 #[test]

@@ -12,6 +12,8 @@ pub(crate) const KERNEL_CACHE_ENV: &str = "CUDASEM_KERNEL_CACHE";
 pub(crate) const NCCL_LIB_ENV: &str = "CUDASEM_NCCL_LIB";
 /// The variable giving the launch tuning, `EW_WAVES,VECTORS,REDUCE_WAVES` (for benchmark runs).
 pub(crate) const LAUNCH_TUNING_ENV: &str = "CUDASEM_BENCH_TUNING";
+/// The variable choosing the attention kernel, `auto`, `fma` or `mma` (for benchmark and test runs).
+pub(crate) const SDPA_KERNEL_ENV: &str = "CUDASEM_SDPA_KERNEL";
 
 /// The CUDA driver's settings (unused by the simulated machine). `Config::cuda`.
 ///
@@ -28,24 +30,27 @@ pub struct CudaSettings {
     /// environment.
     pub nccl_lib: Option<PathBuf>,
     /// The launch shapes of the tensor kernels (benchmark tuning, not an API).
-    /// `CUDASEM_BENCH_TUNING` in the environment.
+    /// `CUDASEM_BENCH_TUNING` in the environment, and `CUDASEM_SDPA_KERNEL` its attention kernel.
     #[doc(hidden)]
     pub launch_tuning: LaunchTuning,
 }
 
 impl CudaSettings {
-    /// `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB` and `CUDASEM_BENCH_TUNING` (unset ones take
-    /// their defaults).
+    /// `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB`, `CUDASEM_BENCH_TUNING` and
+    /// `CUDASEM_SDPA_KERNEL` (unset ones take their defaults).
     pub(crate) fn from_lookup(lookup: Lookup) -> Result<CudaSettings> {
         let kernel_cache = match lookup(KERNEL_CACHE_ENV)? {
             Some(v) => KernelCache::parse(&v),
             None => KernelCache::UserCache,
         };
         let nccl_lib = lookup(NCCL_LIB_ENV)?.filter(|v| !v.trim().is_empty()).map(PathBuf::from);
-        let launch_tuning = match lookup(LAUNCH_TUNING_ENV)? {
+        let mut launch_tuning = match lookup(LAUNCH_TUNING_ENV)? {
             Some(v) if !v.trim().is_empty() => LaunchTuning::parse(&v)?,
             _ => LaunchTuning::default(),
         };
+        if let Some(v) = lookup(SDPA_KERNEL_ENV)? {
+            launch_tuning.attention = AttentionKernel::parse(&v)?;
+        }
         Ok(CudaSettings { kernel_cache, nccl_lib, launch_tuning })
     }
 }
@@ -106,7 +111,8 @@ impl KernelCache {
 /// The CUDA driver's launch shapes, for benchmark runs (not an API): the most waves of blocks an
 /// elementwise grid holds (0: no cap), the vectors per thread of a fast elementwise pass (0: each
 /// op's own), and the waves of blocks a row split over blocks uses (at least 1). The defaults
-/// are `256,0,1`.
+/// are `256,0,1` (the string form, `CUDASEM_BENCH_TUNING`, gives these three), with the
+/// attention kernel chosen per case.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(try_from = "String")]
@@ -117,11 +123,49 @@ pub struct LaunchTuning {
     pub vectors_per_thread: u32,
     /// Waves of blocks a reduction split over blocks uses (0 counts as 1).
     pub reduce_waves: u32,
+    /// Which kernel scaled dot-product attention runs (`CUDASEM_SDPA_KERNEL`).
+    pub attention: AttentionKernel,
 }
 
 impl Default for LaunchTuning {
     fn default() -> LaunchTuning {
-        LaunchTuning { elementwise_waves: 256, vectors_per_thread: 0, reduce_waves: 1 }
+        LaunchTuning {
+            elementwise_waves: 256,
+            vectors_per_thread: 0,
+            reduce_waves: 1,
+            attention: AttentionKernel::Auto,
+        }
+    }
+}
+
+/// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
+/// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma` or `mma`.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttentionKernel {
+    /// The tensor-core kernel where it applies and pays (f16 / bf16, head dims 64 or 128, 16 or
+    /// more queries, compute capability 8.0 or later), else the FMA kernel.
+    #[default]
+    Auto,
+    /// Always the FMA flash kernel (with its key splits for decoding).
+    Fma,
+    /// The tensor-core kernel wherever it applies (any number of queries), else the FMA kernel.
+    Mma,
+}
+
+impl AttentionKernel {
+    /// Parses `auto`, `fma` or `mma` (empty: `auto`).
+    pub fn parse(value: &str) -> Result<AttentionKernel> {
+        match value.trim() {
+            "" | "auto" => Ok(AttentionKernel::Auto),
+            "fma" => Ok(AttentionKernel::Fma),
+            "mma" => Ok(AttentionKernel::Mma),
+            _ => Err(Error::InvalidConfig {
+                key: SDPA_KERNEL_ENV.into(),
+                value: crate::error::quote_prefix(value, 80),
+                reason: "expected `auto`, `fma` or `mma`".into(),
+            }),
+        }
     }
 }
 
@@ -146,7 +190,7 @@ impl LaunchTuning {
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| bad())?;
         let [elementwise_waves, vectors_per_thread, reduce_waves] = parsed[..] else { return Err(bad()) };
-        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves })
+        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, attention: AttentionKernel::Auto })
     }
 }
 
@@ -170,10 +214,20 @@ mod tests {
             with(&[(KERNEL_CACHE_ENV, "/tmp/k"), (NCCL_LIB_ENV, "/opt/nccl"), (LAUNCH_TUNING_ENV, "8, 2,3")]).unwrap();
         assert_eq!(s.kernel_cache, KernelCache::Dir("/tmp/k".into()));
         assert_eq!(s.nccl_lib, Some(PathBuf::from("/opt/nccl")));
-        assert_eq!(s.launch_tuning, LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3 });
+        let want = LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3, ..Default::default() };
+        assert_eq!(s.launch_tuning, want);
         for bad in ["1,2", "a,b,c", "1,2,3,4", "-1,0,1"] {
             let e = with(&[(LAUNCH_TUNING_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == LAUNCH_TUNING_ENV), "{bad}: {e}");
+        }
+        for (v, k) in [("", AttentionKernel::Auto), (" auto", AttentionKernel::Auto), ("fma", AttentionKernel::Fma)] {
+            assert_eq!(with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning.attention, k, "{v:?}");
+        }
+        let s = with(&[(LAUNCH_TUNING_ENV, "8,2,3"), (SDPA_KERNEL_ENV, "mma ")]).unwrap();
+        assert_eq!(s.launch_tuning, LaunchTuning { attention: AttentionKernel::Mma, ..want });
+        for bad in ["MMA", "wmma", "1"] {
+            let e = with(&[(SDPA_KERNEL_ENV, bad)]).unwrap_err();
+            assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == SDPA_KERNEL_ENV), "{bad}: {e}");
         }
     }
 

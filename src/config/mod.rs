@@ -8,8 +8,8 @@
 //! (`Config::from_env()?.with_…` changes a part and keeps the rest). The variables:
 //! `CUDASEM_DRIVER`, `CUDASEM_SIM_DEVICES`, `CUDASEM_SIM_MEMORY`, `CUDASEM_SIM_PEER`,
 //! `CUDASEM_ALLOC_CONF` (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` when `CUDASEM_ALLOC_CONF` is unset),
-//! `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB`, `CUDASEM_BENCH_TUNING`, `CUDASEM_SANITIZER`, `CUDASEM_NVTX`
-//! and `CUDA_VISIBLE_DEVICES`.
+//! `CUDASEM_KERNEL_CACHE`, `CUDASEM_NCCL_LIB`, `CUDASEM_BENCH_TUNING`, `CUDASEM_SANITIZER`, `CUDASEM_NVTX`,
+//! `CUDASEM_SDPA_KERNEL` and `CUDA_VISIBLE_DEVICES`.
 //!
 //! Every setting is checked when the runtime starts (the first cudasem call that needs a device):
 //! an invalid value fails that call and every later one with
@@ -31,7 +31,7 @@ mod env;
 pub(crate) mod sim;
 
 pub use allocator::AllocatorSettings;
-pub use cuda::{CudaSettings, KernelCache, LaunchTuning};
+pub use cuda::{AttentionKernel, CudaSettings, KernelCache, LaunchTuning};
 pub use driver_kind::DriverKind;
 pub(crate) use env::{env_var, Lookup};
 pub use sim::{parse_bytes, PeerSpec, SimConfig, SimGpu};

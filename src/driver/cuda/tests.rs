@@ -395,7 +395,7 @@ fn vmm_ranges_are_reachable_from_a_peer() {
 
 #[test]
 fn the_driver_holds_the_settings_it_was_built_with() {
-    use crate::config::{CudaSettings, KernelCache, LaunchTuning};
+    use crate::config::{AttentionKernel, CudaSettings, KernelCache, LaunchTuning};
     use std::sync::atomic::Ordering::Relaxed;
     let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ std::process::id() as u64;
     let mut next = |n: u64| {
@@ -405,7 +405,12 @@ fn the_driver_holds_the_settings_it_was_built_with() {
         (seed % n) as u32
     };
     for _ in 0..4 {
-        let tuning = LaunchTuning { elementwise_waves: next(512), vectors_per_thread: next(8), reduce_waves: next(4) };
+        let tuning = LaunchTuning {
+            elementwise_waves: next(512),
+            vectors_per_thread: next(8),
+            reduce_waves: next(4),
+            attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
+        };
         let settings = CudaSettings {
             kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
             nccl_lib: Some(format!("/opt/nccl-{}", next(1000)).into()),
@@ -416,14 +421,20 @@ fn the_driver_holds_the_settings_it_was_built_with() {
         assert_eq!(d.nccl_lib, settings.nccl_lib);
         let held = |d: &CudaDriver| {
             let t = &d.tuning;
-            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed))
+            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), t.attention())
         };
         let reduce = |w: u32| w.max(1);
-        assert_eq!(held(&d), (tuning.elementwise_waves, tuning.vectors_per_thread, reduce(tuning.reduce_waves)));
+        let want = |t: LaunchTuning| (t.elementwise_waves, t.vectors_per_thread, reduce(t.reduce_waves), t.attention);
+        assert_eq!(held(&d), want(tuning));
         // The hidden setter's path: every device's launcher shares the one tuning the driver holds.
-        let again = LaunchTuning { elementwise_waves: next(512), vectors_per_thread: next(8), reduce_waves: next(4) };
+        let again = LaunchTuning {
+            elementwise_waves: next(512),
+            vectors_per_thread: next(8),
+            reduce_waves: next(4),
+            attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
+        };
         d.set_launch_tuning(again);
-        assert_eq!(held(&d), (again.elementwise_waves, again.vectors_per_thread, reduce(again.reduce_waves)));
+        assert_eq!(held(&d), want(again));
         for dev in &d.devices {
             assert!(std::sync::Arc::ptr_eq(&dev.ops.launcher.tuning, &d.tuning));
         }

@@ -52,6 +52,10 @@ impl ModuleKey {
                 fused_head(&mut s, dtype);
                 super::fused_codegen::attention(&mut s, dtype);
             }
+            ModuleKey::AttentionMma { dtype } => {
+                fused_head(&mut s, dtype);
+                super::fused_codegen::attention_mma(&mut s, dtype);
+            }
             ModuleKey::Random { dist, dtype, e } => random(&mut s, dist, dtype, e),
         }
         s

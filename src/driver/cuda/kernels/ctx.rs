@@ -6,7 +6,7 @@
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::table::{Func, Kernels};
 use super::vocab::{KernelId, MAXD, PDL_MAX_GRID, THREADS};
-use crate::config::LaunchTuning;
+use crate::config::{AttentionKernel, LaunchTuning};
 use crate::driver::cuda::fxmap::FxMap;
 use crate::driver::cuda::status::{driver_error, lock, DRIVER};
 use crate::error::{Error, Result, Sticky};
@@ -28,18 +28,24 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// pass with 4 / 2 / 1 vectors per thread 4.32 / 4.34 / 4.36; so the default cap of 256 only
 /// bounds huge grids. `ew_vectors`: 16-byte vectors each thread of a fast elementwise kernel
 /// handles in a single pass (0: the op's own, `elementwise_policy::ew_per_thread`).
-/// `reduce_waves`: waves of blocks a reduction split over blocks uses.
+/// `reduce_waves`: waves of blocks a reduction split over blocks uses. `attention`: the
+/// attention kernel ([`AttentionKernel`] as its discriminant, `fused::attention_path`).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
     pub ew_vectors: AtomicU32,
     pub reduce_waves: AtomicU32,
+    pub attention: AtomicU32,
 }
 
 impl Tuning {
     pub(in crate::driver::cuda) fn new(t: LaunchTuning) -> Tuning {
-        let tuning =
-            Tuning { ew_waves: AtomicU32::new(0), ew_vectors: AtomicU32::new(0), reduce_waves: AtomicU32::new(1) };
+        let tuning = Tuning {
+            ew_waves: AtomicU32::new(0),
+            ew_vectors: AtomicU32::new(0),
+            reduce_waves: AtomicU32::new(1),
+            attention: AtomicU32::new(0),
+        };
         tuning.set(t);
         tuning
     }
@@ -49,6 +55,16 @@ impl Tuning {
         self.ew_waves.store(t.elementwise_waves, Ordering::Relaxed);
         self.ew_vectors.store(t.vectors_per_thread, Ordering::Relaxed);
         self.reduce_waves.store(t.reduce_waves.max(1), Ordering::Relaxed);
+        self.attention.store(t.attention as u32, Ordering::Relaxed);
+    }
+
+    /// The attention kernel chosen ([`LaunchTuning::attention`]).
+    pub(in crate::driver::cuda) fn attention(&self) -> AttentionKernel {
+        match self.attention.load(Ordering::Relaxed) {
+            x if x == AttentionKernel::Fma as u32 => AttentionKernel::Fma,
+            x if x == AttentionKernel::Mma as u32 => AttentionKernel::Mma,
+            _ => AttentionKernel::Auto,
+        }
     }
 }
 

@@ -1,10 +1,14 @@
 //! Norm rows and scaled dot-product attention on the CUDA driver: the kernel and its parameters
-//! (`cu/norm.cu`, `cu/attention.cu`).
+//! (`cu/norm.cu`, `cu/attention.cu`, `cu/attention_mma.cu`) and which attention kernel runs a case.
 
 use super::ctx::{addr, unsupported, Ctx, PARTIALS};
 use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
-use super::vocab::{attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, NORM_VALUES_PER_THREAD};
+use super::vocab::{
+    attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD,
+    NORM_VECTORS_PER_THREAD,
+};
+use crate::config::AttentionKernel;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::BufferView;
@@ -62,8 +66,23 @@ pub(in crate::driver::cuda) struct NormArgs<'a> {
     pub rms: bool,
 }
 
+/// The norm kernel for rows of `n` elements of `size` bytes (`aligned`: every pointer 16-byte
+/// aligned): the fewest 16-byte vectors a thread that hold the row when it is a whole number of
+/// vectors and aligned, else the fewest registers that hold it, else three reads of it.
+pub(in crate::driver::cuda) fn norm_entry(n: usize, size: usize, aligned: bool) -> Entry {
+    let w = 16 / size;
+    let vec = NORM_VECTORS_PER_THREAD.iter().find(|&&v| n <= 256 * v as usize * w);
+    match vec {
+        Some(&v) if aligned && n.is_multiple_of(w) => Entry::NormVec(v),
+        _ => NORM_VALUES_PER_THREAD
+            .iter()
+            .find(|&&v| n <= 256 * v as usize)
+            .map_or(Entry::NormRows, |&v| Entry::NormRegs(v)),
+    }
+}
+
 /// Queues a layer / RMS norm: a block of 256 threads per row (`cu/norm.cu`), the row held in
-/// registers when it fits.
+/// registers when it fits ([`norm_entry`]).
 pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let views = [Some(a.src), a.weight, a.bias, Some(a.dst)];
     if views.iter().flatten().any(|v| !v.is_contiguous()) {
@@ -72,11 +91,7 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let r = a.src.shape.len();
     let n: usize = a.src.shape[r - a.dims..].iter().product();
     let rows = (a.src.numel() / n.max(1)) as i64;
-    // The fewest registers that hold the row, else three reads of it.
-    let entry = NORM_VALUES_PER_THREAD
-        .iter()
-        .find(|&&v| n <= 256 * v as usize)
-        .map_or(Entry::NormRows, |&v| Entry::NormRegs(v));
+    let entry = norm_entry(n, a.src.dtype.size(), views.iter().flatten().all(|v| addr(v).is_multiple_of(16)));
     let f = c.kernel(KernelId { module: ModuleKey::Norm { dtype: a.src.dtype }, entry })?;
     let mut p = NormP {
         src: addr(a.src),
@@ -123,8 +138,53 @@ fn key_splits(c: &Ctx, tasks: u64, s: u64, kt: u64, rows: u64, ev: u64, acc: u64
     want.min(by_len).min(room).max(1)
 }
 
-/// Queues attention: the flash kernel over (query tile, head, batch, key split), and with
-/// several splits the merge of their partials (flash-decoding).
+/// Which attention kernel runs a case ([`attention_path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::driver::cuda) enum AttnPath {
+    /// The FMA flash kernel (`cu/attention.cu`), with its key splits for few queries.
+    Fma,
+    /// The tensor-core kernel of head dim `E` (`cu/attention_mma.cu`).
+    Mma(usize),
+}
+
+/// Queries from which [`AttentionKernel::Auto`] takes the tensor-core kernel (a block of it
+/// covers 64; fewer queries take the FMA kernel, whose key splits fill the device when decoding).
+const MMA_MIN_QUERIES: usize = 16;
+/// Query rows per block of the tensor-core kernel (`AM_ROWS` in `cu/attention_mma.cu`).
+const MMA_ROWS: u64 = 64;
+/// Threads per block of the tensor-core kernel (`AM_THREADS`).
+const MMA_THREADS: u32 = 128;
+
+/// The kernel for `a` on a device of compute capability `major.x` under `choice`: the
+/// tensor-core kernel where it applies — f16 / bf16, `E == Ev` of 64 or 128, compute capability
+/// 8.0 or later, and q, k, v each with a contiguous last dim, its other strides (of dims longer
+/// than 1) multiples of 8 elements and a 16-byte aligned start (its 16-byte copies and 4-byte
+/// loads) — unless `choice` is `Fma`, and under `Auto` only from [`MMA_MIN_QUERIES`] queries;
+/// every other case the FMA kernel.
+pub(in crate::driver::cuda) fn attention_path(choice: AttentionKernel, major: u32, a: &AttnArgs<'_>) -> AttnPath {
+    let (l, e, ev) = (a.q.shape[2], a.q.shape[3], a.v.shape[3]);
+    let aligned = |v: &BufferView| {
+        v.strides[3] == 1
+            && (0..3).all(|d| v.shape[d] == 1 || v.strides[d].is_multiple_of(8))
+            && addr(v).is_multiple_of(16)
+    };
+    let fits = matches!(a.q.dtype, DType::F16 | DType::BF16)
+        && e == ev
+        && ATTN_MMA_HEAD_DIMS.contains(&e)
+        && major >= 8
+        && [a.q, a.k, a.v].into_iter().all(aligned);
+    match choice {
+        _ if !fits => AttnPath::Fma,
+        AttentionKernel::Fma => AttnPath::Fma,
+        AttentionKernel::Mma => AttnPath::Mma(e),
+        AttentionKernel::Auto if l >= MMA_MIN_QUERIES => AttnPath::Mma(e),
+        AttentionKernel::Auto => AttnPath::Fma,
+    }
+}
+
+/// Queues attention: the tensor-core kernel where [`attention_path`] picks it, else the FMA
+/// flash kernel over (query tile, head, batch, key split), and with several splits the merge of
+/// their partials (flash-decoding).
 pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()> {
     if !a.dst.is_contiguous() {
         return Err(unsupported("attention into a non-contiguous output (the tensor layer passes a new one)"));
@@ -135,14 +195,6 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         return Err(unsupported(format!("attention head dims {e} and {ev}")));
     };
     let dtype = a.q.dtype;
-    let acc = acc_dtype(dtype).size();
-    let kt = attn_keys_per_tile(ep, acc) as u64;
-    let rows = (b * hq * l) as u64;
-    let tasks = (l as u64).div_ceil(QUERIES_PER_BLOCK) * (b * hq) as u64;
-    let splits = key_splits(c, tasks, s as u64, kt, rows, ev as u64, acc as u64);
-    let chunk = (s as u64).div_ceil(splits).div_ceil(kt).max(1) * kt;
-    let splits = (s as u64).div_ceil(chunk).max(1);
-    let part = if splits > 1 { c.reduce_scratch()?.0 } else { 0 };
     let mask_kind = match a.mask {
         None => 0,
         Some(m) if m.dtype == DType::Bool => 1,
@@ -154,7 +206,7 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         v: addr(a.v),
         mask: a.mask.map_or(0, addr),
         dst: addr(a.dst),
-        part,
+        part: 0,
         b: b as i64,
         hq: hq as i64,
         hkv: hkv as i64,
@@ -166,13 +218,29 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         kst: strides4(a.k),
         vst: strides4(a.v),
         mst: a.mask.map_or([0; 4], strides4),
-        chunk: chunk as i64,
+        chunk: 0,
         scale: a.scale,
-        splits: splits as i32,
+        splits: 1,
         mask_kind,
         causal: a.causal as i32,
         pad: 0,
     };
+    if let AttnPath::Mma(e) = attention_path(c.ops.tuning.attention(), c.info.major, &a) {
+        let module = ModuleKey::AttentionMma { dtype };
+        let f = c.kernel(KernelId { module, entry: Entry::AttnMma((e / 16) as u8) })?;
+        let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
+        return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
+    }
+    let acc = acc_dtype(dtype).size();
+    let kt = attn_keys_per_tile(ep, acc) as u64;
+    let rows = (b * hq * l) as u64;
+    let tasks = (l as u64).div_ceil(QUERIES_PER_BLOCK) * (b * hq) as u64;
+    let splits = key_splits(c, tasks, s as u64, kt, rows, ev as u64, acc as u64);
+    let chunk = (s as u64).div_ceil(splits).div_ceil(kt).max(1) * kt;
+    let splits = (s as u64).div_ceil(chunk).max(1);
+    p.part = if splits > 1 { c.reduce_scratch()?.0 } else { 0 };
+    p.chunk = chunk as i64;
+    p.splits = splits as i32;
     let module = ModuleKey::Attention { dtype };
     let f = c.kernel(KernelId { module, entry: Entry::Attn((ep / 32) as u8) })?;
     let grid = (tasks * splits).clamp(1, i32::MAX as u64) as u32;

@@ -2,8 +2,8 @@
 //! device code for compute capability 9.0: shared-memory tiles within the static limit, register
 //! arrays of every padded head dim), and each entry point the launcher asks for is defined.
 
-use super::nvrtc::{image, nvrtc_present, Program};
-use super::vocab::{attn_keys_per_tile, ModuleKey, ATTN_HEAD_DIMS};
+use super::nvrtc::{image, nvrtc_present, resource_report, Program};
+use super::vocab::{attn_keys_per_tile, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS};
 use crate::dtype::DType;
 
 const FLOATS: [DType; 4] = [DType::F32, DType::BF16, DType::F16, DType::F64];
@@ -15,7 +15,11 @@ fn norm_and_attention_modules_compile() {
         return;
     }
     for d in FLOATS {
-        for m in [ModuleKey::Norm { dtype: d }, ModuleKey::Attention { dtype: d }] {
+        let mut modules = vec![ModuleKey::Norm { dtype: d }, ModuleKey::Attention { dtype: d }];
+        if matches!(d, DType::BF16 | DType::F16) {
+            modules.push(ModuleKey::AttentionMma { dtype: d });
+        }
+        for m in modules {
             let src = m.source();
             for e in m.entries() {
                 let name = e.name(&m);
@@ -39,4 +43,135 @@ fn attention_tiles_fit_static_shared_memory() {
             assert!(bytes <= 48 * 1024, "head dim {ep}, {acc}-byte accumulators: {bytes} bytes");
         }
     }
+}
+
+/// The tensor-core attention kernels compile for compute capability 8.0 (the first with
+/// `mma.sync` m16n8k16 on bf16, `ldmatrix` and `cp.async`) and 9.0 with the tensor-core
+/// instructions in their PTX, and ptxas keeps their register arrays (Q fragments, score and
+/// output accumulators) in registers: no stack frame, no spills (a run-time index would move
+/// them to local memory).
+#[test]
+fn tensor_core_attention_compiles_without_spills() {
+    if !nvrtc_present() {
+        crate::testing::skip(1, "libnvrtc not found");
+        return;
+    }
+    for d in [DType::BF16, DType::F16] {
+        let m = ModuleKey::AttentionMma { dtype: d };
+        let src = m.source();
+        let ty = if d == DType::BF16 { "bf16" } else { "f16" };
+        assert!(src.contains(&format!("#define AM_MMA_T \"{ty}\"")), "{m:?} names its mma type");
+        for (major, minor) in [(8, 0), (9, 0)] {
+            let (_, log) =
+                resource_report(&src, major, minor).unwrap_or_else(|e| panic!("{m:?} sm_{major}{minor}: {e}"));
+            for e in ATTN_MMA_HEAD_DIMS {
+                let name = format!("am_{e}");
+                let at = log.find(&format!("'{name}'")).unwrap_or_else(|| panic!("{name} in the report:\n{log}"));
+                let tail = &log[at..];
+                let end = tail[1..].find("Compiling entry function").map_or(tail.len(), |i| i + 1);
+                let part = &tail[..end];
+                eprintln!("{m:?} sm_{major}{minor} {part}");
+                assert!(
+                    part.contains("0 bytes stack frame"),
+                    "{name} ({d}, sm_{major}{minor}) uses a stack frame:\n{part}"
+                );
+                assert!(part.contains("0 bytes spill stores"), "{name} ({d}, sm_{major}{minor}) spills:\n{part}");
+            }
+        }
+    }
+}
+
+/// The tensor-core kernel's shared tiles (keys and values, 64 rows of E + 8 halves each) fit
+/// the 48 KiB of static shared memory.
+#[test]
+fn tensor_core_attention_tiles_fit_static_shared_memory() {
+    for e in ATTN_MMA_HEAD_DIMS {
+        let bytes = 2 * 64 * (e + 8) * 2;
+        assert!(bytes <= 48 * 1024, "head dim {e}: {bytes} bytes");
+    }
+}
+
+/// A view of `shape` with `strides` from byte address `at` (nothing is read).
+fn view(dtype: DType, shape: &[usize], strides: &[usize], at: u64) -> crate::kernel::BufferView {
+    let ptr = crate::kernel::DevicePtr(at);
+    crate::kernel::BufferView { ptr, dtype, shape: shape.into(), strides: strides.into(), offset: 0 }
+}
+
+fn dense(shape: &[usize]) -> Vec<usize> {
+    let mut st = vec![1; shape.len()];
+    for d in (0..shape.len() - 1).rev() {
+        st[d] = st[d + 1] * shape[d + 1];
+    }
+    st
+}
+
+/// The dispatch between the two attention kernels is explicit: the tensor-core kernel only for
+/// f16 / bf16 with `E == Ev` of 64 or 128 on compute capability 8.0 or later, with each of q, k,
+/// v aligned for its 16-byte copies; `Fma` always the FMA kernel, `Mma` the tensor-core kernel
+/// wherever it applies, `Auto` from 16 queries.
+#[test]
+fn the_attention_kernel_is_chosen_explicitly() {
+    use super::fused::{attention_path, AttnArgs, AttnPath};
+    use crate::config::AttentionKernel::{Auto, Fma, Mma};
+    let case = |dtype: DType, l: usize, e: usize, ev: usize, q_strides: Option<Vec<usize>>, at: u64| {
+        let qs = [2, 4, l, e];
+        let q = view(dtype, &qs, &q_strides.unwrap_or_else(|| dense(&qs)), at);
+        let k = view(dtype, &[2, 2, 100, e], &dense(&[2, 2, 100, e]), 4096);
+        let v = view(dtype, &[2, 2, 100, ev], &dense(&[2, 2, 100, ev]), 1 << 20);
+        let dst = view(dtype, &[2, 4, l, ev], &dense(&[2, 4, l, ev]), 1 << 24);
+        (q, k, v, dst)
+    };
+    let path = |choice, major, c: &(_, _, _, _)| {
+        let (q, k, v, dst) = c;
+        attention_path(choice, major, &AttnArgs { q, k, v, mask: None, dst, scale: 0.1, causal: false })
+    };
+    for dtype in [DType::BF16, DType::F16] {
+        for e in ATTN_MMA_HEAD_DIMS {
+            let c = case(dtype, 100, e, e, None, 0);
+            assert_eq!(path(Auto, 9, &c), AttnPath::Mma(e), "{dtype} E {e}");
+            assert_eq!(path(Mma, 8, &c), AttnPath::Mma(e));
+            assert_eq!(path(Fma, 9, &c), AttnPath::Fma, "forced FMA");
+            assert_eq!(path(Auto, 7, &c), AttnPath::Fma, "before sm_80");
+            // Decoding: few queries take the FMA kernel's key splits unless forced.
+            let d = case(dtype, 1, e, e, None, 0);
+            assert_eq!((path(Auto, 9, &d), path(Mma, 9, &d)), (AttnPath::Fma, AttnPath::Mma(e)));
+            // A query viewed from [B, L, H, E] (strides multiples of 8): still tensor cores.
+            let t = case(dtype, 100, e, e, Some(vec![100 * 4 * e, e, 4 * e, 1]), 0);
+            assert_eq!(path(Auto, 9, &t), AttnPath::Mma(e), "transposed query");
+            // Misaligned: a start off 16 bytes, a row stride not a multiple of 8, a strided last dim.
+            for bad in [
+                case(dtype, 100, e, e, None, 8),
+                case(dtype, 100, e, e, Some(vec![4 * 100 * (e + 2), 100 * (e + 2), e + 2, 1]), 0),
+                case(dtype, 100, e, e, Some(vec![1, 2 * 100 * e, 2 * e, 2]), 0),
+            ] {
+                assert_eq!((path(Auto, 9, &bad), path(Mma, 9, &bad)), (AttnPath::Fma, AttnPath::Fma));
+            }
+        }
+        // Head dims without a tensor-core kernel, or E != Ev.
+        for (e, ev) in [(80, 80), (256, 256), (32, 32), (64, 128), (128, 64)] {
+            assert_eq!(path(Mma, 9, &case(dtype, 100, e, ev, None, 0)), AttnPath::Fma, "{e} {ev}");
+        }
+    }
+    for dtype in [DType::F32, DType::F64] {
+        assert_eq!(path(Mma, 9, &case(dtype, 100, 64, 64, None, 0)), AttnPath::Fma, "{dtype}");
+    }
+}
+
+/// Norm rows take 16-byte vectors when the row is a whole number of them and every pointer is
+/// aligned (the fewest vectors a thread that hold it), else the scalar register or three-read
+/// kernels.
+#[test]
+fn the_norm_kernel_is_chosen_by_length_and_alignment() {
+    use super::fused::norm_entry;
+    use super::vocab::Entry;
+    assert_eq!(norm_entry(4096, 2, true), Entry::NormVec(2));
+    assert_eq!(norm_entry(8192, 2, true), Entry::NormVec(4));
+    assert_eq!(norm_entry(256, 2, true), Entry::NormVec(1));
+    assert_eq!(norm_entry(4096, 4, true), Entry::NormVec(4));
+    assert_eq!(norm_entry(100, 4, true), Entry::NormVec(1));
+    assert_eq!(norm_entry(4096, 8, true), Entry::NormRegs(16), "past 1024 vectors of two doubles");
+    assert_eq!(norm_entry(4096, 2, false), Entry::NormRegs(16), "misaligned");
+    assert_eq!(norm_entry(4097, 2, true), Entry::NormRegs(32), "not whole vectors");
+    assert_eq!(norm_entry(9000, 2, true), Entry::NormRows);
+    assert_eq!(norm_entry(16384, 2, true), Entry::NormRows, "past 4 vectors a thread");
 }

@@ -86,6 +86,9 @@ pub(in crate::driver::cuda) fn all_modules() -> Vec<ModuleKey> {
             v.push(ModuleKey::Norm { dtype: d });
             v.push(ModuleKey::Attention { dtype: d });
         }
+        if matches!(d, BF16 | F16) {
+            v.push(ModuleKey::AttentionMma { dtype: d });
+        }
         if matches!(d, F32 | BF16 | F16) {
             v.push(ModuleKey::Gemv { dtype: d });
         }
@@ -120,7 +123,7 @@ fn sources_hash() -> (u64, usize) {
 }
 
 /// The hash of [`sources_hash`] as the generator makes the sources today.
-const EXPECTED: u64 = 0x4c94_5298_76a4_e6db;
+const EXPECTED: u64 = 0x4de6_f76f_99ff_bb85;
 
 #[test]
 fn generated_sources_are_unchanged() {

@@ -7,7 +7,8 @@
 //! * `elementwise_head.cu`, `elementwise.cu`: an elementwise module ([`ELEMENTWISE_HEAD`], [`ELEMENTWISE`]);
 //! * `reduce_head.cu`, `reduce_acc.cu` / `reduce_arg.cu`, `reduce.cu`: a reduction module;
 //! * `softmax_head.cu`, `softmax.cu`: a softmax module; `gemv_head.cu`, `gemv.cu`: a vector-matrix module;
-//! * `fused_head.cu`, `norm.cu`, `attention.cu`: a norm or attention module;
+//! * `fused_head.cu`, `norm.cu`, `attention_params.cu`, `attention.cu`, `attention_mma.cu`: a norm or
+//!   attention module (FMA or tensor-core);
 //! * `spin.cu`: the delay kernel ([`SPIN`], `spin.rs`).
 
 /// `text` without its leading `//` lines (the file's header).
@@ -57,8 +58,12 @@ pub(in crate::driver::cuda) const GEMV: &str = body(include_str!("cu/gemv.cu"));
 pub(in crate::driver::cuda) const FUSED_HEAD: &str = body(include_str!("cu/fused_head.cu"));
 /// The norm kernel, after [`FUSED_HEAD`].
 pub(in crate::driver::cuda) const NORM: &str = body(include_str!("cu/norm.cu"));
-/// The attention kernels, after [`FUSED_HEAD`].
+/// The attention kernels' parameters (`AttnP`), after [`FUSED_HEAD`].
+pub(in crate::driver::cuda) const ATTENTION_PARAMS: &str = body(include_str!("cu/attention_params.cu"));
+/// The attention kernels (FMA flash kernel, merge of key splits), after [`ATTENTION_PARAMS`].
 pub(in crate::driver::cuda) const ATTENTION: &str = body(include_str!("cu/attention.cu"));
+/// The tensor-core attention kernel, after [`ATTENTION_PARAMS`] and a define of `AM_MMA_T`.
+pub(in crate::driver::cuda) const ATTENTION_MMA: &str = body(include_str!("cu/attention_mma.cu"));
 /// The delay kernel `cudasem_spin(unsigned long long ns)`.
 pub(in crate::driver::cuda) const SPIN: &str = body(include_str!("cu/spin.cu"));
 

@@ -19,9 +19,15 @@ pub(in crate::driver::cuda) const PDL_MAX_GRID: u32 = 1024;
 
 /// Values per thread of the register-held norm rows (rows of up to 256 times as many elements).
 pub(in crate::driver::cuda) const NORM_VALUES_PER_THREAD: [u8; 2] = [16, 32];
+/// 16-byte vectors per thread of the vectorized norm rows (rows of up to 256 times as many
+/// vectors).
+pub(in crate::driver::cuda) const NORM_VECTORS_PER_THREAD: [u8; 3] = [1, 2, 4];
 
 /// The padded head dims an attention module has a kernel for (the smallest holding `E` and `Ev`).
 pub(in crate::driver::cuda) const ATTN_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// The head dims (`E == Ev`) of the tensor-core attention kernels (`cu/attention_mma.cu`).
+pub(in crate::driver::cuda) const ATTN_MMA_HEAD_DIMS: [usize; 2] = [64, 128];
 
 /// Keys per shared-memory tile of attention's kernel for head dims padded to `ep`, with
 /// accumulators of `acc_bytes` bytes (the tiles of keys and values fit the 48 KiB of static
@@ -100,6 +106,8 @@ pub(in crate::driver::cuda) enum ModuleKey {
     Norm { dtype: DType },
     /// Scaled dot-product attention of `dtype` (`attention.rs`).
     Attention { dtype: DType },
+    /// Tensor-core scaled dot-product attention of `dtype` (f16 or bf16; `cu/attention_mma.cu`).
+    AttentionMma { dtype: DType },
     /// Random draws of a distribution into `dtype`, `e` elements per Philox block (`random.rs`).
     Random { dist: RandKind, dtype: DType, e: u8 },
 }
@@ -164,10 +172,15 @@ pub(in crate::driver::cuda) enum Entry {
     NormRows,
     /// Norm rows of at most 256 · `vpt` elements: a block per row, held in registers.
     NormRegs(u8),
+    /// Norm rows of at most 256 · `vv` 16-byte vectors: a block per row, read and written as
+    /// vectors, held in registers.
+    NormVec(u8),
     /// Attention tiles with head dims padded to `32 · ep32` (`attention.rs`).
     Attn(u8),
     /// The merge of attention's split partials: a warp per query row.
     AttnMerge,
+    /// Tensor-core attention tiles of head dim `16 · e16` (`cu/attention_mma.cu`).
+    AttnMma(u8),
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
 }
@@ -189,6 +202,7 @@ impl Entry {
             ModuleKey::Gemv { .. } => "gv",
             ModuleKey::Norm { .. } => "nm",
             ModuleKey::Attention { .. } => "at",
+            ModuleKey::AttentionMma { .. } => "am",
             ModuleKey::Random { .. } => "rnd",
         };
         match self {
@@ -212,8 +226,10 @@ impl Entry {
             Entry::GemvDots => "gv_dots".into(),
             Entry::NormRows => format!("{prefix}_rows"),
             Entry::NormRegs(vpt) => format!("{prefix}_r{vpt}"),
+            Entry::NormVec(vv) => format!("{prefix}_v{vv}"),
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
+            Entry::AttnMma(e16) => format!("{prefix}_{}", 16 * e16 as u32),
             Entry::Random => prefix.into(),
         }
     }
@@ -251,12 +267,16 @@ impl ModuleKey {
             ModuleKey::Norm { .. } => {
                 let mut e = vec![Entry::NormRows];
                 e.extend(NORM_VALUES_PER_THREAD.iter().map(|&v| Entry::NormRegs(v)));
+                e.extend(NORM_VECTORS_PER_THREAD.iter().map(|&v| Entry::NormVec(v)));
                 e
             }
             ModuleKey::Attention { .. } => {
                 let mut e: Vec<Entry> = ATTN_HEAD_DIMS.iter().map(|&d| Entry::Attn((d / 32) as u8)).collect();
                 e.push(Entry::AttnMerge);
                 e
+            }
+            ModuleKey::AttentionMma { .. } => {
+                ATTN_MMA_HEAD_DIMS.iter().map(|&d| Entry::AttnMma((d / 16) as u8)).collect()
             }
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::Reduce { src, .. } => {

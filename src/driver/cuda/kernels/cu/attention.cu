@@ -1,5 +1,5 @@
-// Scaled dot-product attention (PyTorch's math backend semantics), after fused_head.cu: flash
-// attention with an online softmax. A block of AW (8) warps takes AW consecutive queries of one
+// Scaled dot-product attention (PyTorch's math backend semantics), after fused_head.cu and
+// attention_params.cu: flash attention with an online softmax. A block of AW (8) warps takes AW consecutive queries of one
 // (batch, head) and one split of the keys; tiles of KT keys and values are loaded into shared
 // memory (as TC) by the whole block; each warp scores its query against the tile (G = 32 / KT
 // lanes per key), keeps a running maximum m, sum l and output accumulator (EP / 32 head elements
@@ -9,15 +9,6 @@
 // kernels/codegen.rs.
 
 #define AW 8
-
-struct AttnP {
-    const TS* q; const TS* k; const TS* v; const u8* mask; TS* dst; TC* part;
-    i64 b, hq, hkv, l, s, e, ev;
-    i64 qst[4], kst[4], vst[4], mst[4];
-    i64 chunk;
-    double scale;
-    int splits, mask_kind, causal, pad;
-};
 
 template <int EP, int KT> __device__ void at_tile(const AttnP& p) {
     constexpr int G = 32 / KT;

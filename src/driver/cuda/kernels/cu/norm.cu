@@ -1,8 +1,9 @@
 // Layer norm and RMS norm rows (PyTorch's F.layer_norm / F.rms_norm), after fused_head.cu: a block
 // of 256 threads per row (grid-stride over rows) sums the row in TC, then the centred squares,
 // then writes (x - mean) * rstd * w + b; rows of up to 256 * VPT elements are read once into
-// registers (nm_r{VPT}), longer ones three times (nm_rows, the later reads from cache). The entry
-// points are appended by kernels/fused_codegen.rs.
+// registers (nm_r{VPT}), longer ones three times (nm_rows, the later reads from cache); rows of a
+// multiple of 16 bytes from 16-byte aligned pointers are read and written as 16-byte vectors
+// (nm_v{VV}). The entry points are appended by kernels/fused_codegen.rs.
 
 struct NormP {
     const TS* src; const TS* w; const TS* b; TS* dst;
@@ -85,6 +86,63 @@ template <int VPT> __device__ void nm_reg_rows(const NormP& p) {
                 if (p.w) o *= to_c(p.w[i]);
                 if (p.b) o += to_c(p.b[i]);
                 y[i] = from_c(o);
+            }
+        }
+    }
+}
+
+/* Rows of at most 256 * VV * W elements, W = 16 / sizeof(TS) (one 16-byte vector), whose length
+   is a multiple of W and whose pointers (source, destination, weight, bias) are 16-byte aligned:
+   one read of the row as vectors into registers (VV a thread, coalesced across the block), the
+   statistics, then the output written as vectors. */
+template <int VV> __device__ void nm_vec_rows(const NormP& p) {
+    constexpr int W = 16 / sizeof(TS);
+    __shared__ TC sh[32];
+    const TC n = (TC)p.n;
+    const i64 nv = p.n / W;
+    for (i64 r = blockIdx.x; r < p.rows; r += gridDim.x) {
+        const TS* x = p.src + r * p.n;
+        TS* y = p.dst + r * p.n;
+        TC v[VV][W];
+        TC s = (TC)0;
+#pragma unroll
+        for (int k = 0; k < VV; ++k) {
+            const i64 c = threadIdx.x + (i64)k * blockDim.x;
+            Pack<TS, W> a;
+            if (c < nv) a = ldv<TS, W>(x + c * W);
+#pragma unroll
+            for (int u = 0; u < W; ++u) {
+                v[k][u] = c < nv ? to_c(a.v[u]) : (TC)0;
+                s += v[k][u];
+            }
+        }
+        const TC mean = p.rms ? (TC)0 : nm_block_sum(s, sh) / n;
+        TC q = (TC)0;
+#pragma unroll
+        for (int k = 0; k < VV; ++k) {
+            const i64 c = threadIdx.x + (i64)k * blockDim.x;
+#pragma unroll
+            for (int u = 0; u < W; ++u) {
+                const TC d = v[k][u] - mean;
+                if (c < nv) q += d * d;
+            }
+        }
+        const TC rstd = (TC)1 / sqrt(nm_block_sum(q, sh) / n + (TC)p.eps);
+#pragma unroll
+        for (int k = 0; k < VV; ++k) {
+            const i64 c = threadIdx.x + (i64)k * blockDim.x;
+            if (c < nv) {
+                Pack<TS, W> wv, bv, o;
+                if (p.w) wv = ldv<TS, W>(p.w + c * W);
+                if (p.b) bv = ldv<TS, W>(p.b + c * W);
+#pragma unroll
+                for (int u = 0; u < W; ++u) {
+                    TC z = (v[k][u] - mean) * rstd;
+                    if (p.w) z *= to_c(wv.v[u]);
+                    if (p.b) z += to_c(bv.v[u]);
+                    o.v[u] = from_c(z);
+                }
+                stv<TS, W>(y + c * W, o);
             }
         }
     }

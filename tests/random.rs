@@ -496,6 +496,34 @@ fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
     Ok(())
 }
 
+/// Two graphs sharing a pool (`graph_pool_handle`) and a generator share its state: replays in
+/// any order draw what the same eager draws in that order draw, and each advances the one state.
+#[test]
+fn two_graphs_on_one_pool_share_a_generator() -> Result<()> {
+    let _serial = serial();
+    if !testing::has_devices(1) {
+        return Ok(());
+    }
+    let g = generator(Device::cuda(0), 2026)?;
+    let pool = cuda::graph_pool_handle();
+    let options = || GraphOptions { pool: Some(pool), ..GraphOptions::default() };
+    let (mut ga, mut gb) = (CUDAGraph::new(), CUDAGraph::new());
+    let a = cuda::graph(&mut ga, options(), || Tensor::randn_gen([100], DType::F32, &g))?;
+    let b = cuda::graph(&mut gb, options(), || Tensor::rand_gen([64], DType::BF16, &g))?;
+    let eager = generator(Device::cuda(0), 2026)?;
+    for (k, first_a) in [true, false, true, true].into_iter().enumerate() {
+        let (graph, out, want) = if first_a {
+            (&ga, &a, Tensor::randn_gen([100], DType::F32, &eager)?)
+        } else {
+            (&gb, &b, Tensor::rand_gen([64], DType::BF16, &eager)?)
+        };
+        graph.replay()?;
+        assert_eq!(read(out)?, read(&want)?, "replay {k} draws the eager draw {k}");
+        assert_eq!(g.get_state(), eager.get_state(), "one state after replay {k}");
+    }
+    Ok(())
+}
+
 #[test]
 fn default_generators_work_in_a_graph() -> Result<()> {
     let _serial = serial();

@@ -58,7 +58,7 @@ fn float_value(dist: &Distribution, dtype: DType, w: [u32; 4], j: usize, e: usiz
         }
         Distribution::Normal { mean, std } if e == 4 => {
             let (c, s) = box_muller_f32(w[j & 2], w[(j & 2) + 1]);
-            let z = if j % 2 == 0 { c } else { s };
+            let z = if j.is_multiple_of(2) { c } else { s };
             f64::from(z.mul_add(std as f32, mean as f32))
         }
         Distribution::Normal { mean, std } => {

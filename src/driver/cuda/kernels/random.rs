@@ -145,7 +145,25 @@ pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
 #[cfg(test)]
 mod tests {
     use super::all_random_modules;
-    use crate::driver::cuda::kernels::nvrtc::{image, nvrtc_present, Program};
+    use crate::driver::cuda::kernels::nvrtc::{image, nvrtc_present, resource_report, Program};
+
+    /// No random kernel spills (for sm_90): the multinomial's batches of loads and the f32
+    /// Box–Muller stay in registers.
+    #[test]
+    fn no_random_module_spills() {
+        if !nvrtc_present() {
+            crate::testing::skip(1, "libnvrtc not found");
+            return;
+        }
+        for m in all_random_modules() {
+            let (_, log) = resource_report(&m.source(), 9, 0).expect("compiles");
+            let spills: Vec<&str> = log.lines().filter(|l| l.contains("bytes spill stores")).collect();
+            assert!(!spills.is_empty(), "{m:?}: no resource report in {log}");
+            for l in spills {
+                assert!(l.contains(" 0 bytes spill stores"), "{m:?}: {l}");
+            }
+        }
+    }
 
     /// Every random module compiles (for sm_90), and its kernel is the one the launcher names.
     #[test]

@@ -231,12 +231,29 @@ __device__ __forceinline__ double rnd_weight(const TS* row, const i64* out, i64 
     return repl || !rnd_taken(out, k, c) ? to_d(row[c]) : 0.0;
 }
 
-/* One sample (k) of a row: the pick, written to out[k] by one thread. */
+/* Loads in flight per thread (MU, a batch) and the batches whose running sums a thread keeps
+   (MCP: a crossing within them is found by re-reading one batch). */
+#define MU 16
+#define MCP 20
+
+/* One sample (k) of a row: the pick, written to out[k] by one thread. Thread t's categories are
+   t, t + 256, ...; a batch is MU of them (past the row: weight 0, which changes no sum). */
 __device__ void rnd_sample(const TS* row, i64* out, i64 cats, i64 k, bool repl, const u32 wv[4], double* wt,
-                           int* hit, long long* last) {
+                           int* hit, long long* last, double (*cp)[256]) {
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     double part = 0.0;
-    for (i64 c = t; c < cats; c += 256) part = __dadd_rn(part, rnd_weight(row, out, k, repl, c));
+    int nb = 0;
+    for (i64 c0 = t; c0 < cats; c0 += 256 * MU, nb++) {
+        double v[MU];
+#pragma unroll
+        for (int u = 0; u < MU; u++) {
+            const i64 c = c0 + 256 * u;
+            v[u] = c < cats ? rnd_weight(row, out, k, repl, c) : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < MU; u++) part = __dadd_rn(part, v[u]);
+        if (nb < MCP) cp[nb][t] = part;
+    }
     double v = part;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -273,13 +290,25 @@ __device__ void rnd_sample(const TS* row, i64* out, i64 cats, i64 k, bool repl, 
     const double x = __dmul_rn(__dmul_rn((double)u53(wv[0], wv[1]), p2n(53)), total);
     i64 pick = -1;
     if (__dadd_rn(e, part) > x) {
-        double run = 0.0;
-        for (i64 c = t; c < cats; c += 256) {
-            const double pc = rnd_weight(row, out, k, repl, c);
-            run = __dadd_rn(run, pc);
-            if (pc > 0.0 && __dadd_rn(e, run) > x) {
-                pick = c;
-                break;
+        /* The running sums only grow: the first kept batch end above x holds the pick; past
+           the kept ones, the walk goes on from the last. */
+        const int kept = nb < MCP ? nb : MCP;
+        int bt = 0;
+        while (bt < kept && !(__dadd_rn(e, cp[bt][t]) > x)) bt++;
+        double run = bt == 0 ? 0.0 : cp[bt - 1][t];
+        for (i64 c0 = t + (i64)256 * MU * bt; pick < 0 && c0 < cats; c0 += 256 * MU) {
+            double v2[MU];
+#pragma unroll
+            for (int u = 0; u < MU; u++) {
+                const i64 c = c0 + 256 * u;
+                v2[u] = c < cats ? rnd_weight(row, out, k, repl, c) : 0.0;
+            }
+            for (int u = 0; u < MU && c0 + 256 * u < cats; u++) {
+                run = __dadd_rn(run, v2[u]);
+                if (v2[u] > 0.0 && __dadd_rn(e, run) > x) {
+                    pick = c0 + 256 * u;
+                    break;
+                }
             }
         }
     }
@@ -305,6 +334,7 @@ extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
     __shared__ double wt[8];
     __shared__ int hit;
     __shared__ long long last;
+    __shared__ double cp[MCP][256];
     u64 seed, base;
     rnd_stream(p, seed, base);
     const i64 rows = p.n, cats = p.low, samples = (i64)p.range;
@@ -315,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
         for (i64 k = 0; k < samples; k++) {
             u32 wv[4];
             philox(seed, base + (u64)(r * samples + k), wv);
-            rnd_sample(row, out, cats, k, repl, wv, wt, &hit, &last);
+            rnd_sample(row, out, cats, k, repl, wv, wt, &hit, &last, cp);
         }
     }
 }

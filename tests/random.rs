@@ -654,6 +654,24 @@ fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
         sorted.dedup();
         assert_eq!(sorted.len(), 5);
         assert!(s.iter().all(|&c| c != 0.0 && c != 3.0));
+        // Long rows (past the kernel's kept running sums: 20 batches of 4096 categories): one
+        // with all its weight past category 81920, one over every category, with and without
+        // replacement.
+        let cats = 100_000;
+        let mut wide: Vec<f32> = (0..2 * cats).map(|i| ((i * 7919 % 1000) as f32 + 0.5) / 1000.0).collect();
+        wide[..81_920].iter_mut().for_each(|v| *v = 0.0);
+        let wide_t = Tensor::from_slice(&wide, [2, cats], device)?;
+        let wp: Vec<f64> = wide.iter().map(|&v| f64::from(v)).collect();
+        let mut base = (start + rows) as u64 + 5;
+        for replacement in [true, false] {
+            let got = read(&wide_t.multinomial_gen(3, replacement, &g)?)?;
+            for r in 0..2 {
+                let want = multinomial_ref(&wp[r * cats..(r + 1) * cats], 3, replacement, 4242, base + 3 * r as u64);
+                assert_eq!(got[3 * r..3 * r + 3], want[..], "long row {r} (replacement {replacement}) on {device}");
+            }
+            assert!(got[..3].iter().all(|&c| c >= 81_920.0), "row 0's weight is past 81920: {got:?}");
+            base += 6;
+        }
         // Frequencies: 2^18 samples of [0.1, 0.2, 0.3, 0.4] (unnormalized weights), within 5 σ.
         let n = 1 << 18;
         let f = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], device)?;

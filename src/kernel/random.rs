@@ -11,7 +11,8 @@
 //! normals) and 2 for one that needs two words per element (words `2·(i % 2)` and
 //! `2·(i % 2) + 1`, read as the 53-bit number [`u53`]). A draw advances the offset by `⌈n / E⌉`
 //! blocks. The values (arithmetic in `f64`, rounded once into the output dtype, except the
-//! normals of `f32`, `f16` and `bf16`):
+//! normals and the dropout of `f32`, `f16` and `bf16`, in `f32`; multinomial and randperm: their
+//! variants' docs):
 //!
 //! * uniform on `[low, high)`: `u = (w >> (32 − b)) · 2^−b` with `b` the dtype's significand bits
 //!   (24 for `f32`, 11 for `f16`, 8 for `bf16`; `f64` takes two words, `u = u53 · 2^−53`), then
@@ -29,8 +30,8 @@
 //! * integers in `[low, low + range)`: `low + w mod range` (two words, `(w0 << 32 | w1) mod
 //!   range`, when `range > 2^32`).
 //!
-//! The uniform, bernoulli, dropout and integer values are integer math and correctly rounded
-//! `f64` operations, and the `f32` normals are correctly rounded `f32` operations in one fixed
+//! The uniform, bernoulli, dropout, integer, multinomial and permutation values are integer math
+//! and correctly rounded `f64` (and `f32`) operations in a fixed order, and the `f32` normals are correctly rounded `f32` operations in one fixed
 //! order (`box_muller.rs`), so the simulated machine and a GPU give the same bits. The `f64`
 //! normals and the exponentials go through `log`, `sin` and `cos`, which the host's libm and
 //! CUDA's libdevice compute with errors of at most a few `f64` ulp: the exponentials in `f32`,

@@ -12,6 +12,7 @@ pub use crate::alloc::{
     Snapshot, Stat, StatPool, TraceAction, TraceEntry,
 };
 pub use crate::driver::{DeviceProperties, DeviceUuid, GpuProcess, GpuProcesses, StreamId};
+pub use crate::kernel::box_muller::box_muller_f32;
 pub use crate::kernel::random::{philox4x32_10, philox_block, u53, TRANSCENDENTAL_ULP_F64};
 pub use crate::runtime::sanitizer;
 pub use crate::runtime::{

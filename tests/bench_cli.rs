@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 44] = [
+const ROWS: [&str; 46] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -42,6 +42,8 @@ const ROWS: [&str; 44] = [
     "randn_f32_256m",
     "rand_bf16_256m",
     "dropout_bf16_8192x8192",
+    "multinomial_32x50257",
+    "e2e_decode_sample_graphed",
     "jit_swiglu_bf16",
     "jit_swiglu_bf16_eager",
     "jit_small_call_host",
@@ -182,6 +184,8 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
         ("graph_replay_100", "ns", 1.25),
         ("graph_device_per_op_100", "ns", 1.0),
         ("graph_capture_100", "ms", 2.0),
+        ("multinomial_32x50257", "µs", 3.0),
+        ("e2e_decode_sample_graphed", "µs", 1.1),
     ] {
         let r = &rows[name];
         assert_eq!(r.key("unit").text(), Some(unit), "{name}");

@@ -112,7 +112,15 @@ fn uniform_ref(seed: u64, offset: u64, n: usize, dtype: DType, low: f64, high: f
     })
 }
 
+/// The normals: `f32`, `f16` and `bf16` from [`cuda::box_muller_f32`] (four a block, exact);
+/// `f64` from the `f64` formula (two a block).
 fn normal_ref(seed: u64, offset: u64, n: usize, dtype: DType) -> Vec<f64> {
+    if dtype != DType::F64 {
+        return reference(seed, offset, n, 4, |w, j| {
+            let (c, s) = cuda::box_muller_f32(w[j & 2], w[(j & 2) + 1]);
+            round(f64::from(if j % 2 == 0 { c } else { s }), dtype)
+        });
+    }
     reference(seed, offset, n, 2, |w, j| {
         let u1 = (u53(w[0], w[1]) + 1) as f64 * p2(53);
         let u2 = u53(w[2], w[3]) as f64 * p2(53);
@@ -121,13 +129,35 @@ fn normal_ref(seed: u64, offset: u64, n: usize, dtype: DType) -> Vec<f64> {
     })
 }
 
-/// The bound of docs: 1 ulp of a narrow dtype, `TRANSCENDENTAL_ULP_F64` of `f64`.
+/// The bound of docs: exact below `f64` (the `f32` Box–Muller's own operations),
+/// `TRANSCENDENTAL_ULP_F64` of `f64`.
 fn bound(dtype: DType) -> u64 {
     if dtype == DType::F64 {
         cuda::TRANSCENDENTAL_ULP_F64
     } else {
-        1
+        0
     }
+}
+
+/// The `f32` Box–Muller pairs are within a few `f32` ulp of the `f64` formula on the same words
+/// (the `f32` `u1` and angle, exactly as the kernel forms them).
+#[test]
+fn f32_box_muller_is_within_ulps_of_the_f64_formula() {
+    let mut worst = 0.0f64;
+    for b in 0..1u64 << 18 {
+        let w = philox_block(7, b);
+        let (c, s) = cuda::box_muller_f32(w[0], w[1]);
+        let u1 = f64::from((w[0] as f32).mul_add(2f32.powi(-32), 2f32.powi(-33)));
+        let th = std::f64::consts::TAU * f64::from(w[1] >> 8) * p2(24);
+        let r = (-2.0 * u1.ln()).sqrt();
+        for (got, exact) in [(c, r * th.cos()), (s, r * th.sin())] {
+            // Error in ulp of the result, or of ρ where the result is near a zero of cos / sin.
+            let scale = exact.abs().max(r * 2f64.powi(-4)).max(f64::from(f32::MIN_POSITIVE));
+            let ulp = f64::from(f32::EPSILON) * 2f64.powi(scale.log2().floor() as i32);
+            worst = worst.max((f64::from(got) - exact).abs() / ulp);
+        }
+    }
+    assert!(worst <= 4.0, "the f32 Box–Muller is {worst} ulp from the f64 formula");
 }
 
 fn generator(device: Device, seed: u64) -> Result<Generator> {
@@ -189,10 +219,17 @@ fn normal_draws_are_the_reference_stream_within_the_stated_ulps() -> Result<()> 
             // normal_(mean, std) is mean + std · z, from the next blocks.
             let t = Tensor::empty([100], DType::F64, device)?;
             t.normal_gen_(2.0, 0.5, &g)?;
-            let z = normal_ref(0xabcd, n.div_ceil(2) as u64, 100, DType::F64);
+            let z = normal_ref(0xabcd, n.div_ceil(if dtype == DType::F64 { 2 } else { 4 }) as u64, 100, DType::F64);
             for (x, z) in read(&t)?.iter().zip(&z) {
                 assert!((x - (2.0 + 0.5 * z)).abs() <= 1e-12, "normal_ on {device}: {x} vs {}", 2.0 + 0.5 * z);
             }
+            // In f32: fma(z, std, mean), exactly.
+            let t = Tensor::empty([100], DType::F32, device)?;
+            t.normal_gen_(2.0, 0.5, &g)?;
+            let first = n.div_ceil(if dtype == DType::F64 { 2 } else { 4 }) as u64 + 50;
+            let z = normal_ref(0xabcd, first, 100, DType::F32);
+            let want: Vec<f64> = z.iter().map(|&z| f64::from((z as f32).mul_add(0.5, 2.0))).collect();
+            assert_eq!(read(&t)?, want, "normal_ f32 on {device}");
         }
     }
     Ok(())
@@ -234,7 +271,9 @@ fn integer_bernoulli_exponential_and_dropout_follow_the_reference() -> Result<()
         let xs = read(&x)?;
         let want = reference(99, 308, 40, 4, |w, j| if f64::from(w[j]) * p2(32) < 0.75 { 1.0 } else { 0.0 });
         for (i, (got, keep)) in read(&y)?.iter().zip(&want).enumerate() {
-            assert_eq!(*got, round(xs[i] * keep * (1.0 / 0.75), DType::F32), "dropout element {i} on {device}");
+            // f32 math for f32: x · f32(1 / (1 - p)).
+            let kept = xs[i] as f32 * (*keep as f32 * (1.0f64 / 0.75) as f32);
+            assert_eq!(*got, f64::from(kept), "dropout element {i} on {device}");
         }
         assert_eq!(g.get_state()[16..], 318u64.to_le_bytes(), "the offset counts every draw's blocks");
     }
@@ -441,8 +480,8 @@ fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
     assert_eq!(read(&a)?, first);
     // One's own kernel's pair: by value eagerly, through the slot in a capture.
     let p = g.philox_state(10)?;
-    assert_eq!((p.slot, p.offset, p.seed), (None, 417, 777));
-    assert_eq!(g.philox_state(1)?.offset, 427);
+    assert_eq!((p.slot, p.offset, p.seed), (None, 334, 777));
+    assert_eq!(g.philox_state(1)?.offset, 344);
     let mut graph2 = CUDAGraph::new();
     let (t, inside) = cuda::graph(&mut graph2, GraphOptions::default(), || {
         let t = Tensor::rand_gen([4], DType::F32, &g)?;
@@ -454,6 +493,34 @@ fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
     graph.reset()?;
     graph2.reset()?;
     assert_eq!(read(&Tensor::rand_gen([4], DType::F32, &g)?)?.len(), 4);
+    Ok(())
+}
+
+/// Two graphs sharing a pool (`graph_pool_handle`) and a generator share its state: replays in
+/// any order draw what the same eager draws in that order draw, and each advances the one state.
+#[test]
+fn two_graphs_on_one_pool_share_a_generator() -> Result<()> {
+    let _serial = serial();
+    if !testing::has_devices(1) {
+        return Ok(());
+    }
+    let g = generator(Device::cuda(0), 2026)?;
+    let pool = cuda::graph_pool_handle();
+    let options = || GraphOptions { pool: Some(pool), ..GraphOptions::default() };
+    let (mut ga, mut gb) = (CUDAGraph::new(), CUDAGraph::new());
+    let a = cuda::graph(&mut ga, options(), || Tensor::randn_gen([100], DType::F32, &g))?;
+    let b = cuda::graph(&mut gb, options(), || Tensor::rand_gen([64], DType::BF16, &g))?;
+    let eager = generator(Device::cuda(0), 2026)?;
+    for (k, first_a) in [true, false, true, true].into_iter().enumerate() {
+        let (graph, out, want) = if first_a {
+            (&ga, &a, Tensor::randn_gen([100], DType::F32, &eager)?)
+        } else {
+            (&gb, &b, Tensor::rand_gen([64], DType::BF16, &eager)?)
+        };
+        graph.replay()?;
+        assert_eq!(read(out)?, read(&want)?, "replay {k} draws the eager draw {k}");
+        assert_eq!(g.get_state(), eager.get_state(), "one state after replay {k}");
+    }
     Ok(())
 }
 
@@ -529,24 +596,34 @@ fn like_forms_random_and_strided_outputs() -> Result<()> {
     Ok(())
 }
 
-/// The documented multinomial mapping for one row (sample `k` from block `base + k`).
+/// The documented multinomial mapping for one row (sample `k` from block `base + k`; the sums
+/// in the order of a block of 256 threads: `Distribution::Multinomial`'s docs).
 fn multinomial_ref(p: &[f64], samples: usize, replacement: bool, seed: u64, base: u64) -> Vec<f64> {
     let mut chosen: Vec<usize> = Vec::new();
     for k in 0..samples {
         let w = philox_block(seed, base + k as u64);
-        let free: Vec<usize> = (0..p.len()).filter(|c| replacement || !chosen.contains(c)).collect();
-        let total = free.iter().fold(0.0, |t, &c| t + p[c]);
-        let t = u53(w[0], w[1]) as f64 * p2(53) * total;
-        let mut run = 0.0;
-        let mut pick = None;
-        for &c in &free {
-            run += p[c];
-            if run > t {
-                pick = Some(c);
-                break;
+        let weight = |c: usize| if replacement || !chosen.contains(&c) { p[c] } else { 0.0 };
+        let sums: Vec<f64> = (0..256).map(|t| (t..p.len()).step_by(256).fold(0.0, |s, c| s + weight(c))).collect();
+        // Each warp's Kogge–Stone scan, the warps' totals added in turn.
+        let (mut starts, mut b) = (vec![0.0; 256], 0.0);
+        for warp in 0..8 {
+            let mut v = sums[32 * warp..32 * warp + 32].to_vec();
+            for d in [1, 2, 4, 8, 16] {
+                let old = v.clone();
+                (d..32).for_each(|l| v[l] = old[l - d] + old[l]);
             }
+            (0..32).for_each(|l| starts[32 * warp + l] = b + if l == 0 { 0.0 } else { v[l - 1] });
+            b += v[31];
         }
-        chosen.push(pick.unwrap_or_else(|| *free.iter().rev().find(|&&c| p[c] > 0.0).unwrap()));
+        let x = u53(w[0], w[1]) as f64 * p2(53) * b;
+        let pick = (0..256).find_map(|t| {
+            let mut run = 0.0;
+            (t..p.len()).step_by(256).find(|&c| {
+                run += weight(c);
+                weight(c) > 0.0 && starts[t] + run > x
+            })
+        });
+        chosen.push(pick.unwrap_or_else(|| (0..p.len()).rev().find(|&c| weight(c) > 0.0).unwrap()));
     }
     chosen.into_iter().map(|c| c as f64).collect()
 }
@@ -562,7 +639,7 @@ fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
         let probs = logits.softmax(1)?;
         let p = read(&probs)?;
         let got = read(&probs.multinomial_gen(1, true, &g)?)?;
-        let start = rows * cats / 2;
+        let start = rows * cats / 4;
         for r in 0..rows {
             let want = multinomial_ref(&p[r * cats..(r + 1) * cats], 1, true, 4242, (start + r) as u64);
             assert_eq!(got[r..r + 1], want[..], "row {r} on {device}");
@@ -577,6 +654,24 @@ fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
         sorted.dedup();
         assert_eq!(sorted.len(), 5);
         assert!(s.iter().all(|&c| c != 0.0 && c != 3.0));
+        // Long rows (past the kernel's kept running sums: 20 batches of 4096 categories): one
+        // with all its weight past category 81920, one over every category, with and without
+        // replacement.
+        let cats = 100_000;
+        let mut wide: Vec<f32> = (0..2 * cats).map(|i| ((i * 7919 % 1000) as f32 + 0.5) / 1000.0).collect();
+        wide[..81_920].iter_mut().for_each(|v| *v = 0.0);
+        let wide_t = Tensor::from_slice(&wide, [2, cats], device)?;
+        let wp: Vec<f64> = wide.iter().map(|&v| f64::from(v)).collect();
+        let mut base = (start + rows) as u64 + 5;
+        for replacement in [true, false] {
+            let got = read(&wide_t.multinomial_gen(3, replacement, &g)?)?;
+            for r in 0..2 {
+                let want = multinomial_ref(&wp[r * cats..(r + 1) * cats], 3, replacement, 4242, base + 3 * r as u64);
+                assert_eq!(got[3 * r..3 * r + 3], want[..], "long row {r} (replacement {replacement}) on {device}");
+            }
+            assert!(got[..3].iter().all(|&c| c >= 81_920.0), "row 0's weight is past 81920: {got:?}");
+            base += 6;
+        }
         // Frequencies: 2^18 samples of [0.1, 0.2, 0.3, 0.4] (unnormalized weights), within 5 σ.
         let n = 1 << 18;
         let f = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], device)?;
@@ -594,18 +689,25 @@ fn randperm_is_the_reference_permutation() -> Result<()> {
     let _serial = serial();
     for device in devices() {
         let g = generator(device, 8)?;
-        let n = 1000;
-        let got = read(&Tensor::randperm_gen(n, DType::I64, &g)?)?;
-        let mut want: Vec<f64> = (0..n).map(|i| i as f64).collect();
-        for s in 0..n - 1 {
-            let i = n - 1 - s;
-            let w = philox_block(8, s as u64);
-            want.swap(i, ((((w[0] as u64) << 32) | w[1] as u64) % (i as u64 + 1)) as usize);
+        // The indices sorted by their keys (two words of block i / 2), ties by index; sizes on
+        // and off a power of two.
+        let mut offset = 0u64;
+        for (n, dtype) in [(1000, DType::I64), (1024, DType::I32), (3001, DType::F32), (2, DType::I64)] {
+            let got = read(&Tensor::randperm_gen(n, dtype, &g)?)?;
+            let mut keyed: Vec<(u64, usize)> = (0..n)
+                .map(|i| {
+                    let w = philox_block(8, offset + (i / 2) as u64);
+                    (((w[2 * (i % 2)] as u64) << 32) | w[2 * (i % 2) + 1] as u64, i)
+                })
+                .collect();
+            keyed.sort();
+            let want: Vec<f64> = keyed.iter().map(|&(_, i)| i as f64).collect();
+            assert_eq!(got, want, "randperm({n}, {dtype}) on {device}");
+            let mut sorted = got.clone();
+            sorted.sort_by(f64::total_cmp);
+            assert_eq!(sorted, (0..n).map(|i| i as f64).collect::<Vec<_>>(), "a permutation");
+            offset += n.div_ceil(2) as u64;
         }
-        assert_eq!(got, want, "randperm on {device}");
-        let mut sorted = got.clone();
-        sorted.sort_by(f64::total_cmp);
-        assert_eq!(sorted, (0..n).map(|i| i as f64).collect::<Vec<_>>(), "a permutation");
         assert_eq!(read(&Tensor::randperm(0, DType::I64, device)?)?, Vec::<f64>::new());
         assert_eq!(read(&Tensor::randperm(1, DType::F32, device)?)?, vec![0.0]);
         assert!(Tensor::randperm(300, DType::U8, device).is_err(), "uint8 cannot hold 299");
@@ -644,9 +746,9 @@ fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// Fixed draws whose values are integer or correctly rounded math, frozen as one hash: the
-/// stream mapping never changes silently, and a GPU run (`CUDASEM_DRIVER=cuda`) must give the
-/// simulated machine's bits. (The normals' values are checked against the reference above.)
+/// Fixed draws whose values are integer or correctly rounded math (the `f32` normals
+/// included), frozen as one hash: the stream mapping never changes silently, and a GPU run
+/// (`CUDASEM_DRIVER=cuda`) must give the simulated machine's bits.
 #[test]
 fn fixed_draws_hash_to_the_recorded_value() -> Result<()> {
     let _serial = serial();
@@ -663,7 +765,8 @@ fn fixed_draws_hash_to_the_recorded_value() -> Result<()> {
         let w = Tensor::arange(1, 65, 1, DType::F32, device)?.reshape([4, 16])?;
         bytes.extend(read(&w.multinomial_gen(8, false, &g)?)?.iter().flat_map(|v| v.to_le_bytes()));
         bytes.extend(read(&w.dropout_gen(0.5, true, &g)?)?.iter().flat_map(|v| v.to_le_bytes()));
-        assert_eq!(fnv(&bytes), 0xd974_ad98_cd84_3164, "the fixed draws on {device}: {:#018x}", fnv(&bytes));
+        bytes.extend(read(&Tensor::randn_gen([999], DType::F32, &g)?)?.iter().flat_map(|v| v.to_le_bytes()));
+        assert_eq!(fnv(&bytes), 0x652a_4081_b7ea_8bf0, "the fixed draws on {device}: {:#018x}", fnv(&bytes));
     }
     Ok(())
 }

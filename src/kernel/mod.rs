@@ -15,6 +15,7 @@
 //! * Floating-point math may be carried out in a wider type than the compute dtype (the CPU
 //!   kernels use `f64`); results are rounded once into the output dtype.
 
+pub mod box_muller;
 pub mod dims;
 mod functions;
 mod fused;

@@ -7,34 +7,46 @@
 //! `offset, offset + 1, …` ([`philox_block`]: counter `(lo, hi, 0, 0)` of the 64-bit block
 //! number, key `(lo, hi)` of the seed; each block is four 32-bit words). Element `i` comes from
 //! block `offset + i / E`, where `E` ([`Distribution::per_block`]) is 4 for a distribution that
-//! needs one word per element (word `i % 4`) and 2 for one that needs two (words `2·(i % 2)`
-//! and `2·(i % 2) + 1`, read as the 53-bit number [`u53`]). A draw advances the offset by
-//! `⌈n / E⌉` blocks. The values (all arithmetic in `f64`, rounded once into the output dtype):
+//! needs one word per element (word `i % 4`) or a pair of elements per two words (the `f32`
+//! normals) and 2 for one that needs two words per element (words `2·(i % 2)` and
+//! `2·(i % 2) + 1`, read as the 53-bit number [`u53`]). A draw advances the offset by `⌈n / E⌉`
+//! blocks. The values (arithmetic in `f64`, rounded once into the output dtype, except the
+//! normals and the dropout of `f32`, `f16` and `bf16`, in `f32`; multinomial and randperm: their
+//! variants' docs):
 //!
 //! * uniform on `[low, high)`: `u = (w >> (32 − b)) · 2^−b` with `b` the dtype's significand bits
 //!   (24 for `f32`, 11 for `f16`, 8 for `bf16`; `f64` takes two words, `u = u53 · 2^−53`), then
 //!   `low + u · (high − low)`; a value that rounds to `high` becomes `low`;
-//! * normal: Box–Muller over pairs: block `j` makes elements `2j` and `2j + 1` from
+//! * normal of `f32`, `f16`, `bf16` (`f32` math, as PyTorch's `curand_normal4`): block `j` makes
+//!   elements `4j … 4j + 3`: the pairs `(z0, z1)` = [`box_muller_f32`]`(w0, w1)` and
+//!   `(z2, z3)` = [`box_muller_f32`]`(w2, w3)`, each `fma(z, std, mean)` in `f32` (mean and std
+//!   rounded to `f32`), rounded into the dtype;
+//! * normal of `f64`: Box–Muller over pairs: block `j` makes elements `2j` and `2j + 1` from
 //!   `u1 = (u53(w0, w1) + 1) · 2^−53` (in `(0, 1]`) and `u2 = u53(w2, w3) · 2^−53`:
 //!   `r = √(−2 ln u1)`, `θ = 2π u2`, `mean + std · r cos θ` and `mean + std · r sin θ`;
 //! * exponential: `−ln(u) / λ` with `u = (u53 + 1) · 2^−53`;
-//! * bernoulli: `w · 2^−32 < p` (1 or 0); dropout: `w · 2^−32 < 1 − p` keeps `x / (1 − p)`;
+//! * bernoulli: `w · 2^−32 < p` (1 or 0); dropout: `w · 2^−32 < 1 − p` keeps `x · s` with
+//!   `s = 1 / (1 − p)` (below `f64`, in `f32`: `x · f32(s)`, as PyTorch's `f32` accumulator);
 //! * integers in `[low, low + range)`: `low + w mod range` (two words, `(w0 << 32 | w1) mod
 //!   range`, when `range > 2^32`).
 //!
-//! The uniform, bernoulli, dropout and integer values are integer math and correctly rounded
-//! `f64` operations, so the simulated machine and a GPU give the same bits. The normal and
-//! exponential values go through `log`, `sin` and `cos`, which the host's libm and CUDA's
-//! libdevice compute with errors of at most a few `f64` ulp: the results in `f32`, `f16` and
-//! `bf16` then agree to at most 1 ulp of the output dtype (almost always exactly), and in `f64`
-//! to at most [`TRANSCENDENTAL_ULP_F64`] ulp (for `mean = 0`, `std = 1`).
+//! The uniform, bernoulli, dropout, integer, multinomial and permutation values are integer math
+//! and correctly rounded `f64` (and `f32`) operations in a fixed order, and the `f32` normals are correctly rounded `f32` operations in one fixed
+//! order (`box_muller.rs`), so the simulated machine and a GPU give the same bits. The `f64`
+//! normals and the exponentials go through `log`, `sin` and `cos`, which the host's libm and
+//! CUDA's libdevice compute with errors of at most a few `f64` ulp: the exponentials in `f32`,
+//! `f16` and `bf16` then agree to at most 1 ulp of the output dtype (almost always exactly), and
+//! the `f64` values to at most [`TRANSCENDENTAL_ULP_F64`] ulp (for `mean = 0`, `std = 1`).
 
+#[cfg(doc)]
+use super::box_muller::box_muller_f32;
 use super::{bad, BufferView};
 use crate::dtype::DType;
 use crate::error::Result;
 
 /// The largest difference, in `f64` ulp, between two drivers' `f64` normal or exponential draws
-/// (standard parameters); narrower dtypes differ by at most 1 ulp of their own.
+/// (standard parameters); narrower dtypes' exponentials differ by at most 1 ulp of their own
+/// (their normals not at all).
 pub const TRANSCENDENTAL_ULP_F64: u64 = 8;
 
 const M0: u32 = 0xD251_1F53;
@@ -113,20 +125,27 @@ pub enum Distribution {
     },
     /// `torch.multinomial`: for each row of the input `src` (`[rows, categories]`, floating
     /// point, non-negative weights), `samples` category indices into `dst` (`[rows, samples]`,
-    /// `I64`). Sample `k` of row `r` takes block `offset + r · samples + k`: `t = u53(w0, w1) ·
-    /// 2^−53 · total` (the row's weights summed in `f64` in index order, chosen ones left out
-    /// without replacement) picks the first category whose running sum exceeds `t` (the last
-    /// category with weight when rounding leaves none; the first not yet chosen when no weight
-    /// is left; 0 for a row whose total is not positive and finite).
+    /// `I64`). Sample `k` of row `r` takes block `offset + r · samples + k`. The weights (in
+    /// `f64`; the ones already chosen count as 0 without replacement) are summed in the order of
+    /// a block of 256 threads: thread `t` sums categories `t, t + 256, …` in turn (`sₜ`), a warp
+    /// of 32 scans its `sₜ` (Kogge–Stone: for `d = 1, 2, 4, 8, 16`, lane `l ≥ d` adds lane
+    /// `l − d`'s value before its own), the warps' totals are added in warp order from 0 (the
+    /// start `B_w` of warp `w`; the last is the row's `total`), and thread `t` starts at
+    /// `eₜ = B_w + (the scan of lane l − 1, or 0)`. With `x = u53(w0, w1) · 2^−53 · total`, the
+    /// pick is, for the lowest thread that has one, its first category `c` of positive weight
+    /// whose running sum `eₜ + (its sum through c)` exceeds `x`; else the last category with
+    /// weight; the first not yet chosen (0 with replacement) for a row whose total is not
+    /// positive and finite. (Any fixed order samples the weights exactly; this one is the
+    /// CUDA kernel's block per row, bit for bit.)
     Multinomial {
         /// Samples per row.
         samples: usize,
         /// With replacement (else each category at most once per row).
         replacement: bool,
     },
-    /// `torch.randperm`: a permutation of `0..n` into `dst` (`[n]`) by Fisher–Yates from the
-    /// identity: step `s` (`i = n − 1 − s` down to 1) takes block `offset + s` and swaps element
-    /// `i` with element `(w0 << 32 | w1) mod (i + 1)`.
+    /// `torch.randperm`: a permutation of `0..n` into `dst` (`[n]`): the indices sorted by random
+    /// keys (PyTorch's way), ties by index: element `i`'s key is the 64-bit number
+    /// `(w_{2(i mod 2)} << 32) | w_{2(i mod 2)+1}` of block `offset + i / 2`.
     Permutation,
 }
 
@@ -145,13 +164,15 @@ impl Distribution {
         }
     }
 
-    /// Elements one Philox block makes for an output of `dtype`: 4 (a word each), 2, or 1
-    /// (a multinomial sample, a permutation's step).
+    /// Elements one Philox block makes for an output of `dtype`: 4 (a word each), 2 (two words
+    /// each: also a permutation's keys), or 1 (a multinomial sample).
     pub fn per_block(&self, dtype: DType) -> usize {
         let two_words = match self {
-            Distribution::Multinomial { .. } | Distribution::Permutation => return 1,
+            Distribution::Multinomial { .. } => return 1,
+            Distribution::Permutation => true,
             Distribution::Uniform { .. } => dtype == DType::F64,
-            Distribution::Normal { .. } | Distribution::Exponential { .. } => true,
+            Distribution::Normal { .. } => dtype == DType::F64,
+            Distribution::Exponential { .. } => true,
             Distribution::Integers { range, .. } => *range > 1 << 32,
             Distribution::Bernoulli { .. } | Distribution::Dropout { .. } => false,
         };
@@ -302,7 +323,7 @@ mod tests {
     #[test]
     fn offsets_count_blocks_of_the_elements_per_block() {
         let normal = Distribution::Normal { mean: 0.0, std: 1.0 };
-        assert_eq!(normal.blocks(5, DType::F32), 3);
+        assert_eq!((normal.blocks(5, DType::F32), normal.blocks(5, DType::F64)), (2, 3));
         let uniform = Distribution::Uniform { low: 0.0, high: 1.0 };
         assert_eq!((uniform.blocks(5, DType::F32), uniform.blocks(5, DType::F64)), (2, 3));
         let wide = Distribution::Integers { low: 0, range: (1 << 32) + 1 };

@@ -28,6 +28,7 @@ mod pytorch;
 mod random;
 mod report;
 mod rows;
+mod sampling;
 mod sanitized;
 mod transformer;
 mod user_kernel;

@@ -3,7 +3,8 @@
 //! `torch.rand` on the device) and `dropout_bf16_8192x8192` (GB/s read and written by
 //! `dropout(0.1, true)` of an `mm × mm` bf16 tensor). Each first checks its draw against the host
 //! reference of the Philox stream (`cuda::philox_block`): the first elements of a seeded draw bit
-//! for bit (normals within an f32 ulp), dropout's kept elements scaled by `1 / (1 − p)`.
+//! for bit, dropout's kept elements scaled by `1 / (1 − p)`. The step's sampling rows are
+//! `sampling.rs`'s.
 
 use super::measure::{check, event_ms, Sizes, StepResult};
 use cudasem::cuda::{self, Generator};
@@ -16,9 +17,9 @@ fn gb_per_s(bytes: usize, ms: f64) -> f64 {
 /// Elements checked against the reference.
 const CHECKED: usize = 4096;
 
-/// The first [`CHECKED`] uniforms of seed `seed` as bf16 (8 random bits each), and the normals
-/// in f64 of the reference formula.
-fn reference(seed: u64) -> (Vec<f32>, Vec<f64>) {
+/// The first [`CHECKED`] uniforms of seed `seed` as bf16 (8 random bits each), and the f32
+/// normals (`cuda::box_muller_f32` of a block's word pairs, four a block).
+fn reference(seed: u64) -> (Vec<f32>, Vec<f32>) {
     let uniforms = (0..CHECKED)
         .map(|i| {
             let w = cuda::philox_block(seed, (i / 4) as u64)[i % 4];
@@ -27,29 +28,27 @@ fn reference(seed: u64) -> (Vec<f32>, Vec<f64>) {
         .collect();
     let normals = (0..CHECKED)
         .map(|i| {
-            let w = cuda::philox_block(seed, (i / 2) as u64);
-            let u1 = (cuda::u53(w[0], w[1]) + 1) as f64 * 2f64.powi(-53);
-            let u2 = cuda::u53(w[2], w[3]) as f64 * 2f64.powi(-53);
-            let (r, th) = ((-2.0 * u1.ln()).sqrt(), std::f64::consts::TAU * u2);
+            let w = cuda::philox_block(seed, (i / 4) as u64);
+            let (c, s) = cuda::box_muller_f32(w[i & 2], w[(i & 2) + 1]);
             if i % 2 == 0 {
-                r * th.cos()
+                c
             } else {
-                r * th.sin()
+                s
             }
         })
         .collect();
     (uniforms, normals)
 }
 
-/// The three rows.
+/// The three rows, then `sampling.rs`'s two.
 pub fn rows(s: &Sizes) -> StepResult {
     let n = s.elems;
     let g = Generator::new(Device::cuda(0))?;
     g.manual_seed(20261201);
     let (uniforms, normals) = reference(20261201);
     let z = Tensor::randn_gen([n.max(CHECKED)], DType::F32, &g)?.to_vec::<f32>()?;
-    let worst = z.iter().zip(&normals).map(|(&a, &b)| (f64::from(a) - b).abs() / b.abs().max(1.0)).fold(0.0, f64::max);
-    check(worst <= 2f64.powi(-23), || format!("randn is {worst} (relative) from the reference Philox stream"))?;
+    let bad = z.iter().zip(&normals).position(|(a, b)| a.to_bits() != b.to_bits());
+    check(bad.is_none(), || format!("randn element {bad:?} differs from the reference Philox stream"))?;
     g.manual_seed(20261201);
     let u = Tensor::rand_gen([n.max(CHECKED)], DType::BF16, &g)?.to_vec::<half::bf16>()?;
     let bad = u.iter().zip(&uniforms).position(|(a, b)| a.to_f32() != *b);
@@ -66,9 +65,11 @@ pub fn rows(s: &Sizes) -> StepResult {
         format!("dropout kept {kept} of the elements")
     })?;
     let dropout = event_ms(s.warmup, s.runs, s.reps, || x.dropout(0.1, true).map(drop))?;
-    Ok(vec![
+    let mut out = vec![
         ("randn_f32_256m", gb_per_s(4 * n, randn)),
         ("rand_bf16_256m", gb_per_s(2 * n, rand)),
         ("dropout_bf16_8192x8192", gb_per_s(2 * 2 * m * m, dropout)),
-    ])
+    ];
+    out.extend(super::sampling::rows(s)?);
+    Ok(out)
 }

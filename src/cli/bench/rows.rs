@@ -57,6 +57,8 @@ pub const ROWS: &[RowSpec] = &[
     row("randn_f32_256m", "random", "GB/s", false, 1.0),
     row("rand_bf16_256m", "random", "GB/s", false, 1.0),
     row("dropout_bf16_8192x8192", "random", "GB/s", false, 1.0),
+    row("multinomial_32x50257", "random", "µs", true, 3.0),
+    row("e2e_decode_sample_graphed", "random", "µs", true, 1.1),
     row("jit_swiglu_bf16", "jit_swiglu", "µs", true, 1.0),
     row("jit_swiglu_bf16_eager", "jit_swiglu", "µs", true, 1.6),
     row("jit_small_call_host", "jit_small_call", "ns", true, 2.0),

@@ -1,10 +1,11 @@
 //! The CPU kernel of [`RandomOp`]: the Philox stream mapping of `kernel/random.rs`, element by
 //! element, in parallel chunks of whole blocks (the numbers do not depend on the chunks). The
 //! CUDA kernel (`driver/cuda/kernels/cu/random.cu`) computes the same formulas with the same
-//! correctly rounded `f64` operations.
+//! correctly rounded `f64` operations (and the `f32` normals with `box_muller.rs`'s `f32` ones).
 
 use super::elem::{encode, gather, round_via};
 use crate::dtype::DType;
+use crate::kernel::box_muller::box_muller_f32;
 use crate::kernel::random::{philox_block, u53, uniform_bits, Distribution, PhiloxSource, RandomOp};
 use crate::kernel::BufferView;
 use rayon::prelude::*;
@@ -55,6 +56,11 @@ fn float_value(dist: &Distribution, dtype: DType, w: [u32; 4], j: usize, e: usiz
                 v
             }
         }
+        Distribution::Normal { mean, std } if e == 4 => {
+            let (c, s) = box_muller_f32(w[j & 2], w[(j & 2) + 1]);
+            let z = if j.is_multiple_of(2) { c } else { s };
+            f64::from(z.mul_add(std as f32, mean as f32))
+        }
         Distribution::Normal { mean, std } => {
             let u1 = (wide(0) + 1) as f64 * pow2_neg(53);
             let u2 = wide(1) as f64 * pow2_neg(53);
@@ -71,7 +77,13 @@ fn float_value(dist: &Distribution, dtype: DType, w: [u32; 4], j: usize, e: usiz
         Distribution::Dropout { p } => {
             let q = 1.0 - p;
             let scale = if q > 0.0 { 1.0 / q } else { 0.0 };
-            x * if f64::from(w[j]) * pow2_neg(32) < q { scale } else { 0.0 }
+            let keep = f64::from(w[j]) * pow2_neg(32) < q;
+            if dtype == DType::F64 {
+                x * if keep { scale } else { 0.0 }
+            } else {
+                // f32 math below f64 (the input is exact in f32), as the CUDA kernel.
+                f64::from(x as f32 * if keep { scale as f32 } else { 0.0 })
+            }
         }
         Distribution::Integers { .. } | Distribution::Multinomial { .. } | Distribution::Permutation => f64::NAN,
     }
@@ -105,7 +117,36 @@ fn blocks_of<T>(
     out
 }
 
-/// One row's samples of [`Distribution::Multinomial`] (`block(k)`: sample `k`'s words).
+/// Threads of the CUDA kernel's block per multinomial row, and of its warps.
+const ROW_THREADS: usize = 256;
+const LANES: usize = 32;
+
+/// The threads' exclusive starts and the row's total from their partial sums, in the kernel's
+/// order: a Kogge–Stone inclusive scan in each warp, warp totals summed in warp order. (Warps
+/// past the row's categories add zeros, which change no sum: `partial` may stop at the last warp
+/// with categories.)
+fn row_scan(partial: &[f64]) -> (Vec<f64>, f64) {
+    let mut excl = vec![0.0f64; partial.len()];
+    let mut base = 0.0f64;
+    for (warp, lanes) in partial.chunks_exact(LANES).enumerate() {
+        let mut v = [0.0f64; LANES];
+        v.copy_from_slice(lanes);
+        for d in [1, 2, 4, 8, 16] {
+            let old = v;
+            for l in d..LANES {
+                v[l] = old[l - d] + old[l];
+            }
+        }
+        for l in 0..LANES {
+            excl[warp * LANES + l] = base + if l == 0 { 0.0 } else { v[l - 1] };
+        }
+        base += v[LANES - 1];
+    }
+    (excl, base)
+}
+
+/// One row's samples of [`Distribution::Multinomial`] (`block(k)`: sample `k`'s words), in the
+/// order of `kernel/random.rs`'s docs (thread `t` of 256 owns categories `t, t + 256, …`).
 pub(crate) fn multinomial_row(
     p: &[f64],
     samples: usize,
@@ -114,45 +155,45 @@ pub(crate) fn multinomial_row(
 ) -> Vec<i64> {
     let mut chosen: Vec<usize> = Vec::with_capacity(samples);
     for k in 0..samples {
-        let w = block(k);
-        let free = |c: usize| replacement || !chosen.contains(&c);
-        let total = (0..p.len()).filter(|&c| free(c)).fold(0.0f64, |t, c| t + p[c]);
+        let weight = |c: usize| if !replacement && chosen.contains(&c) { 0.0 } else { p[c] };
+        let owned = |t: usize| (t..p.len()).step_by(ROW_THREADS);
+        let mut partial = vec![0.0f64; p.len().min(ROW_THREADS).div_ceil(LANES) * LANES];
+        for (t, s) in partial.iter_mut().enumerate() {
+            *s = owned(t).fold(0.0, |s, c| s + weight(c));
+        }
+        let (excl, total) = row_scan(&partial);
         let pick = if !(total > 0.0 && total.is_finite()) {
-            if replacement {
-                0
-            } else {
-                (0..p.len()).find(|&c| free(c)).unwrap_or(0)
-            }
+            (0..p.len()).find(|c| replacement || !chosen.contains(c)).unwrap_or(0)
         } else {
+            let w = block(k);
             let t = u53(w[0], w[1]) as f64 * pow2_neg(53) * total;
-            let (mut run, mut last, mut found) = (0.0f64, 0usize, None);
-            for c in (0..p.len()).filter(|&c| free(c)) {
-                run += p[c];
-                if p[c] > 0.0 {
-                    last = c;
-                }
-                if run > t {
-                    found = Some(c);
-                    break;
-                }
-            }
-            found.unwrap_or(last)
+            let hit = (0..partial.len()).filter(|&th| excl[th] + partial[th] > t).find_map(|th| {
+                let mut run = 0.0f64;
+                owned(th).find(|&c| {
+                    run += weight(c);
+                    weight(c) > 0.0 && excl[th] + run > t
+                })
+            });
+            hit.unwrap_or_else(|| (0..p.len()).rev().find(|&c| weight(c) > 0.0).unwrap_or(0))
         };
         chosen.push(pick);
     }
     chosen.into_iter().map(|c| c as i64).collect()
 }
 
-/// [`Distribution::Permutation`] of `0..n`.
-fn permutation(n: usize, block: impl Fn(usize) -> [u32; 4]) -> Vec<i64> {
-    let mut a: Vec<i64> = (0..n as i64).collect();
-    for s in 0..n.saturating_sub(1) {
-        let i = n - 1 - s;
-        let w = block(s);
-        let j = (((u64::from(w[0]) << 32) | u64::from(w[1])) % (i as u64 + 1)) as usize;
-        a.swap(i, j);
-    }
-    a
+/// [`Distribution::Permutation`] of `0..n`: the indices sorted by `(key, index)`, element `i`'s
+/// key the 64-bit number of words `2·(i % 2)` and `2·(i % 2) + 1` of block `first + i / 2`.
+fn permutation(n: usize, seed: u64, first: u64) -> Vec<i64> {
+    let mut keyed: Vec<(u64, i64)> = (0..n)
+        .into_par_iter()
+        .map(|i| {
+            let w = philox_block(seed, first.wrapping_add((i / 2) as u64));
+            let j = 2 * (i % 2);
+            ((u64::from(w[j]) << 32) | u64::from(w[j + 1]), i as i64)
+        })
+        .collect();
+    keyed.par_sort_unstable();
+    keyed.into_iter().map(|(_, i)| i).collect()
 }
 
 /// The ops that are not elementwise: multinomial rows (in parallel) and a permutation.
@@ -173,7 +214,7 @@ fn sequential(op: &RandomOp, seed: u64, first: u64, src: Option<(&[u8], &BufferV
                 .collect();
             rows.concat()
         }
-        _ => permutation(op.dst.numel(), |s| philox_block(seed, first.wrapping_add(s as u64))),
+        _ => permutation(op.dst.numel(), seed, first),
     };
     out.copy_from_slice(&encode(&values, dtype));
 }

@@ -544,7 +544,10 @@ fn random(s: &mut String, dist: RandKind, dtype: DType, e: u8) {
         ("ts", ctype(dtype).to_owned()),
         ("from_d", conv(DType::F64, dtype, "v")),
         ("from_i", conv(DType::I64, dtype, "v")),
+        ("from_f", conv(DType::F32, dtype, "v")),
         ("to_d", conv(dtype, DType::F64, "x")),
+        ("to_f", conv(dtype, DType::F32, "x")),
+        ("to_i", conv(dtype, DType::I64, "x")),
     ];
     fill(s, RANDOM_HEAD, &pairs_of(&values));
     s.push_str(RANDOM);

@@ -3,9 +3,11 @@
 //! kernel's stream mapping (`src/kernels/cpu/random.rs`) with the same correctly rounded `f64`
 //! operations. A thread makes a Philox block's elements and stores them at once (one 16-byte
 //! store for `f32`, `f64` and the integers when the output is aligned); the grid is capped at
-//! [`Ctx::grid`]'s waves and strides over the rest.
+//! [`Ctx::grid`]'s waves and strides over the rest. A multinomial takes a block of 256 threads per
+//! row, a permutation a launch per step of a bitonic sort of random keys.
 
 use super::ctx::{addr, Ctx};
+use super::table::Func;
 use super::vocab::{Entry, KernelId, ModuleKey, RandKind};
 use crate::error::Result;
 use crate::kernel::{Distribution, PhiloxSource, RandomOp};
@@ -54,7 +56,7 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         PhiloxSource::Slot { slot, offset } => (0, *offset, addr(slot)),
     };
     if let (RandKind::Multinomial, Some(src)) = (dist, &op.src) {
-        // A thread per row: the weights' dtype keys the module.
+        // A block per row: the weights' dtype keys the module.
         let (rows, cats) = (src.shape[0], src.shape[1]);
         let replacement = matches!(op.dist, Distribution::Multinomial { replacement: true, .. });
         let mut p = RndP {
@@ -72,7 +74,7 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         };
         let key = ModuleKey::Random { dist, dtype: src.dtype, e: 1 };
         let f = c.kernel(KernelId { module: key, entry: Entry::Random })?;
-        return c.run(f, c.grid(f, rows as u64), &mut p);
+        return c.run(f, c.grid(f, rows as u64 * 256), &mut p);
     }
     let n = op.dst.numel();
     let dst = addr(&op.dst);
@@ -90,8 +92,30 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         vec: dst.is_multiple_of((e * dtype.size()) as u64) as i64,
     };
     let f = c.kernel(KernelId { module: ModuleKey::Random { dist, dtype, e: e as u8 }, entry: Entry::Random })?;
-    let grid = if dist == RandKind::Permutation { 1 } else { c.grid(f, n.div_ceil(e) as u64) };
-    c.run(f, grid, &mut p)
+    if dist == RandKind::Permutation {
+        return permutation(c, f, n, &mut p);
+    }
+    c.run(f, c.grid(f, n.div_ceil(e) as u64), &mut p)
+}
+
+/// A permutation: the identity, then a launch per step of the bitonic network over the next
+/// power of two (`cu/random.cu`).
+fn permutation(c: &Ctx, f: Func, n: usize, p: &mut RndP) -> Result<()> {
+    let grid = c.grid(f, n as u64);
+    p.vec = 0;
+    c.run(f, grid, p)?;
+    p.vec = 1;
+    let mut k = 2;
+    while k <= n.next_power_of_two() {
+        let mut j = k / 2;
+        while j >= 1 {
+            (p.low, p.range) = (k as i64, j as u64);
+            c.run(f, grid, p)?;
+            j /= 2;
+        }
+        k *= 2;
+    }
+    Ok(())
 }
 
 /// Every random module the tensor layer can ask for.
@@ -103,14 +127,14 @@ pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
         let mut push = |dist, e| v.push(ModuleKey::Random { dist, dtype, e });
         if dtype.is_float() {
             push(RandKind::Uniform, if dtype == DType::F64 { 2 } else { 4 });
-            push(RandKind::Normal, 2);
+            push(RandKind::Normal, if dtype == DType::F64 { 2 } else { 4 });
             push(RandKind::Exponential, 2);
             push(RandKind::Dropout, 4);
         }
         if dtype.is_float() {
             push(RandKind::Multinomial, 1);
         }
-        push(RandKind::Permutation, 1);
+        push(RandKind::Permutation, 2);
         push(RandKind::Bernoulli, 4);
         push(RandKind::Integers, 4);
         push(RandKind::Integers, 2);
@@ -121,7 +145,25 @@ pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
 #[cfg(test)]
 mod tests {
     use super::all_random_modules;
-    use crate::driver::cuda::kernels::nvrtc::{image, nvrtc_present, Program};
+    use crate::driver::cuda::kernels::nvrtc::{image, nvrtc_present, resource_report, Program};
+
+    /// No random kernel spills (for sm_90): the multinomial's batches of loads and the f32
+    /// Box–Muller stay in registers.
+    #[test]
+    fn no_random_module_spills() {
+        if !nvrtc_present() {
+            crate::testing::skip(1, "libnvrtc not found");
+            return;
+        }
+        for m in all_random_modules() {
+            let (_, log) = resource_report(&m.source(), 9, 0).expect("compiles");
+            let spills: Vec<&str> = log.lines().filter(|l| l.contains("bytes spill stores")).collect();
+            assert!(!spills.is_empty(), "{m:?}: no resource report in {log}");
+            for l in spills {
+                assert!(l.contains(" 0 bytes spill stores"), "{m:?}: {l}");
+            }
+        }
+    }
 
     /// Every random module compiles (for sm_90), and its kernel is the one the launcher names.
     #[test]

@@ -2,7 +2,8 @@
 // src/kernel/random.rs (element i from block offset + i / E), each thread a block of E elements
 // written once. All float math is explicit correctly rounded double operations (no contraction
 // into FMA), so the values are the CPU kernel's bit for bit, except where log / sin / cos enter
-// (libdevice's double functions: a few ulp of double; see TRANSCENDENTAL_ULP_F64).
+// (libdevice's double functions: a few ulp of double; see TRANSCENDENTAL_ULP_F64); the normals
+// of f32, f16 and bf16 are f32 math with their own log / sin / cos (bm_*), bit for bit.
 
 struct RndP {
     u64 dst;
@@ -56,10 +57,107 @@ __device__ __forceinline__ void rnd_stream(const RndP& p, u64& seed, u64& base) 
     }
 }
 
+#if DIST == 1 && E == 4
+/* Box-Muller in f32 (src/kernel/box_muller.rs, operation for operation: each an explicitly
+   rounded intrinsic, so nothing is contracted and the host's bits come out). */
+#define BMF(h) __uint_as_float(h##u)
+__device__ __forceinline__ float bm_ln(float x) {
+    const u32 bits = __float_as_uint(x);
+    int e = (int)(bits >> 23) - 127;
+    const u32 mant = bits & 0x007fffffu;
+    float m;
+    if (mant > 0x003504f3u) {
+        e += 1;
+        m = __uint_as_float(mant | 0x3f000000u);
+    } else {
+        m = __uint_as_float(mant | 0x3f800000u);
+    }
+    const float f = __fsub_rn(m, 1.0f);
+    const float s = __fdiv_rn(f, __fadd_rn(2.0f, f));
+    const float z = __fmul_rn(s, s);
+    const float q = __fmaf_rn(z, __fmaf_rn(z, __fmaf_rn(z, BMF(0x3e638e39), BMF(0x3e924925)), BMF(0x3ecccccd)),
+                              BMF(0x3f2aaaab));
+    const float hfsq = __fmul_rn(__fmul_rn(0.5f, f), f);
+    const float g = __fmaf_rn(s, __fmaf_rn(z, q, hfsq), -hfsq);
+    const float l = __fadd_rn(f, g);
+    const float ef = __int2float_rn(e);
+    return __fmaf_rn(ef, BMF(0x3f317218), __fmaf_rn(ef, BMF(0xb102e308), l));
+}
+/* (sin, cos) of 2 pi k / 2^24, k < 2^24. */
+__device__ __forceinline__ void bm_sincos(u32 k, float& so, float& co) {
+    const u32 q = (k + (1u << 21)) >> 22;
+    const float r = __fmul_rn(__int2float_rn((int)k - (int)(q << 22)), BMF(0x34800000));
+    const float w = __fmul_rn(r, r);
+    const float ps = __fmaf_rn(
+        w, __fmaf_rn(w, __fmaf_rn(w, __fmaf_rn(w, __fmaf_rn(w, BMF(0xb67183a8), BMF(0x39283c1a)), BMF(0xbb996966)),
+                                      BMF(0x3da335e3)),
+                     BMF(0xbf255de7)),
+        BMF(0x3fc90fdb));
+    const float s = __fmul_rn(r, ps);
+    const float c = __fmaf_rn(
+        w, __fmaf_rn(w, __fmaf_rn(w, __fmaf_rn(w, __fmaf_rn(w, BMF(0xb7d368f9), BMF(0x3a70fa83)), BMF(0xbcaae9e4)),
+                                      BMF(0x3e81e0f8)),
+                     BMF(0xbf9de9e6)),
+        1.0f);
+    switch (q & 3u) {
+        case 0: so = s; co = c; break;
+        case 1: so = c; co = -s; break;
+        case 2: so = -s; co = -c; break;
+        default: so = -c; co = s; break;
+    }
+}
+/* The pair (rho cos, rho sin) of two words. */
+__device__ __forceinline__ void bm_pair(u32 w0, u32 w1, float& z0, float& z1) {
+    const float u1 = __fmaf_rn(__uint2float_rn(w0), BMF(0x2f800000), BMF(0x2f000000));
+    const float rho = __fsqrt_rn(__fmul_rn(-2.0f, bm_ln(u1)));
+    float s, c;
+    bm_sincos(w1 >> 8, s, c);
+    z0 = __fmul_rn(rho, c);
+    z1 = __fmul_rn(rho, s);
+}
+#endif
+
 #if DIST < 6
 /* The E elements of a block of words w, the first being element i0. */
 __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, RndPack& out) {
-#if DIST == 1
+#if DIST == 0 && E == 4
+    /* rand's [0, 1): u itself (low + u (high - low) is u exactly, and u < 1 in every dtype). */
+    if (p.a == 0.0 && p.b == 1.0) {
+#pragma unroll
+        for (int j = 0; j < E; j++) {
+            out.v[j] = from_f(__fmul_rn(__uint2float_rn(w[j] >> (32 - BITS)), __uint_as_float((u32)(127 - BITS) << 23)));
+        }
+        return;
+    }
+#endif
+#if DIST == 1 && E == 4
+    const float mean = __double2float_rn(p.a), sd = __double2float_rn(p.b);
+    float z[4];
+    bm_pair(w[0], w[1], z[0], z[1]);
+    bm_pair(w[2], w[3], z[2], z[3]);
+#pragma unroll
+    for (int j = 0; j < 4; j++) out.v[j] = from_f(__fmaf_rn(z[j], sd, mean));
+#elif DIST == 4
+    /* Dropout: the input's E elements in one load where aligned; f32 math below f64. */
+    const TS* src = (const TS*)p.src;
+    RndPack x;
+    if (p.vec && i0 + E <= p.n) {
+        x = *(const RndPack*)(src + i0);
+    } else {
+#pragma unroll
+        for (int j = 0; j < E; j++) x.v[j] = i0 + j < p.n ? src[i0 + j] : from_i(0);
+    }
+    const float scale = __double2float_rn(p.b);
+#pragma unroll
+    for (int j = 0; j < E; j++) {
+        const bool keep = __dmul_rn((double)w[j], p2n(32)) < p.a;
+        if constexpr (sizeof(TS) == 8) {
+            out.v[j] = from_d(__dmul_rn(to_d(x.v[j]), keep ? p.b : 0.0));
+        } else {
+            out.v[j] = from_f(__fmul_rn(to_f(x.v[j]), keep ? scale : 0.0f));
+        }
+    }
+#elif DIST == 1
     const double u1 = __dmul_rn((double)(u53(w[0], w[1]) + 1ull), p2n(53));
     const double u2 = __dmul_rn((double)u53(w[2], w[3]), p2n(53));
     const double r = __dsqrt_rn(__dmul_rn(-2.0, log(u1)));
@@ -82,10 +180,6 @@ __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, Rn
         out.v[j] = from_d(__ddiv_rn(__dsub_rn(0.0, log(u)), p.a));
 #elif DIST == 3
         out.v[j] = from_d(__dmul_rn((double)w[j], p2n(32)) < p.a ? 1.0 : 0.0);
-#elif DIST == 4
-        const TS* src = (const TS*)p.src;
-        const double x = i0 + j < p.n ? to_d(src[i0 + j]) : 0.0;
-        out.v[j] = from_d(__dmul_rn(x, __dmul_rn((double)w[j], p2n(32)) < p.a ? p.b : 0.0));
 #else
 #if E == 4
         const u64 r = (u64)w[j] % p.range;
@@ -124,7 +218,8 @@ extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
 
 #elif DIST == 6
 /* Multinomial rows (src: weights of TS, [n rows, low categories]; dst: int64 [n, range samples];
-   vec: with replacement), a thread per row, as the CPU kernel's multinomial_row. */
+   vec: with replacement), a block of 256 threads per row, in the summation order of the CPU
+   kernel's multinomial_row (kernel/random.rs: Distribution::Multinomial). */
 __device__ __forceinline__ bool rnd_taken(const i64* out, i64 k, i64 c) {
     for (i64 j = 0; j < k; j++) {
         if (out[j] == c) return true;
@@ -132,71 +227,162 @@ __device__ __forceinline__ bool rnd_taken(const i64* out, i64 k, i64 c) {
     return false;
 }
 
+__device__ __forceinline__ double rnd_weight(const TS* row, const i64* out, i64 k, bool repl, i64 c) {
+    return repl || !rnd_taken(out, k, c) ? to_d(row[c]) : 0.0;
+}
+
+/* Loads in flight per thread (MU, a batch) and the batches whose running sums a thread keeps
+   (MCP: a crossing within them is found by re-reading one batch). */
+#define MU 16
+#define MCP 20
+
+/* One sample (k) of a row: the pick, written to out[k] by one thread. Thread t's categories are
+   t, t + 256, ...; a batch is MU of them (past the row: weight 0, which changes no sum). */
+__device__ void rnd_sample(const TS* row, i64* out, i64 cats, i64 k, bool repl, const u32 wv[4], double* wt,
+                           int* hit, long long* last, double (*cp)[256]) {
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    double part = 0.0;
+    int nb = 0;
+    for (i64 c0 = t; c0 < cats; c0 += 256 * MU, nb++) {
+        double v[MU];
+#pragma unroll
+        for (int u = 0; u < MU; u++) {
+            const i64 c = c0 + 256 * u;
+            v[u] = c < cats ? rnd_weight(row, out, k, repl, c) : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < MU; u++) part = __dadd_rn(part, v[u]);
+        if (nb < MCP) cp[nb][t] = part;
+    }
+    double v = part;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const double o = __shfl_up_sync(0xffffffffu, v, d);
+        if (lane >= d) v = __dadd_rn(o, v);
+    }
+    double ex = __shfl_up_sync(0xffffffffu, v, 1);
+    if (lane == 0) ex = 0.0;
+    if (lane == 31) wt[warp] = v;
+    if (t == 0) {
+        *hit = 256;
+        *last = -1;
+    }
+    __syncthreads();
+    double b = 0.0;
+    for (int w = 0; w < warp; w++) b = __dadd_rn(b, wt[w]);
+    const double e = __dadd_rn(b, ex);
+    double total = b;
+    for (int w = warp; w < 8; w++) total = __dadd_rn(total, wt[w]);
+    if (!(total > 0.0 && isfinite(total))) {
+        if (t == 0) {
+            i64 pick = 0;
+            for (i64 c = 0; !repl && c < cats; c++) {
+                if (!rnd_taken(out, k, c)) {
+                    pick = c;
+                    break;
+                }
+            }
+            out[k] = pick;
+        }
+        __syncthreads();
+        return;
+    }
+    const double x = __dmul_rn(__dmul_rn((double)u53(wv[0], wv[1]), p2n(53)), total);
+    i64 pick = -1;
+    if (__dadd_rn(e, part) > x) {
+        /* The running sums only grow: the first kept batch end above x holds the pick; past
+           the kept ones, the walk goes on from the last. */
+        const int kept = nb < MCP ? nb : MCP;
+        int bt = 0;
+        while (bt < kept && !(__dadd_rn(e, cp[bt][t]) > x)) bt++;
+        double run = bt == 0 ? 0.0 : cp[bt - 1][t];
+        for (i64 c0 = t + (i64)256 * MU * bt; pick < 0 && c0 < cats; c0 += 256 * MU) {
+            double v2[MU];
+#pragma unroll
+            for (int u = 0; u < MU; u++) {
+                const i64 c = c0 + 256 * u;
+                v2[u] = c < cats ? rnd_weight(row, out, k, repl, c) : 0.0;
+            }
+            for (int u = 0; u < MU && c0 + 256 * u < cats; u++) {
+                run = __dadd_rn(run, v2[u]);
+                if (v2[u] > 0.0 && __dadd_rn(e, run) > x) {
+                    pick = c0 + 256 * u;
+                    break;
+                }
+            }
+        }
+    }
+    if (pick >= 0) atomicMin(hit, t);
+    __syncthreads();
+    if (*hit < 256) {
+        if (t == *hit) out[k] = pick;
+    } else {
+        /* Rounding left no running sum above x: the last category with weight. */
+        i64 mine = -1;
+        for (i64 c = t; c < cats; c += 256) {
+            if (rnd_weight(row, out, k, repl, c) > 0.0) mine = c;
+        }
+        if (mine >= 0) atomicMax(last, (long long)mine);
+        __syncthreads();
+        if (t == 0) out[k] = *last < 0 ? 0 : (i64)*last;
+    }
+    __syncthreads();
+}
+
 extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
     cs_enter();
+    __shared__ double wt[8];
+    __shared__ int hit;
+    __shared__ long long last;
+    __shared__ double cp[MCP][256];
     u64 seed, base;
     rnd_stream(p, seed, base);
     const i64 rows = p.n, cats = p.low, samples = (i64)p.range;
     const bool repl = p.vec != 0;
-    const i64 step = (i64)gridDim.x * blockDim.x;
-    for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += step) {
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const TS* row = (const TS*)p.src + r * cats;
         i64* out = (i64*)p.dst + r * samples;
         for (i64 k = 0; k < samples; k++) {
-            u32 w[4];
-            philox(seed, base + (u64)(r * samples + k), w);
-            double total = 0.0;
-            for (i64 c = 0; c < cats; c++) {
-                if (repl || !rnd_taken(out, k, c)) total = __dadd_rn(total, to_d(row[c]));
-            }
-            i64 pick = -1;
-            if (!(total > 0.0 && isfinite(total))) {
-                pick = 0;
-                if (!repl) {
-                    for (i64 c = 0; c < cats; c++) {
-                        if (!rnd_taken(out, k, c)) {
-                            pick = c;
-                            break;
-                        }
-                    }
-                }
-            } else {
-                const double t = __dmul_rn(__dmul_rn((double)u53(w[0], w[1]), p2n(53)), total);
-                double run = 0.0;
-                i64 last = 0;
-                for (i64 c = 0; c < cats; c++) {
-                    if (!repl && rnd_taken(out, k, c)) continue;
-                    const double pc = to_d(row[c]);
-                    run = __dadd_rn(run, pc);
-                    if (pc > 0.0) last = c;
-                    if (run > t) {
-                        pick = c;
-                        break;
-                    }
-                }
-                if (pick < 0) pick = last;
-            }
-            out[k] = pick;
+            u32 wv[4];
+            philox(seed, base + (u64)(r * samples + k), wv);
+            rnd_sample(row, out, cats, k, repl, wv, wt, &hit, &last, cp);
         }
     }
 }
 #else
-/* A permutation of 0..n into dst by Fisher-Yates from the identity, on one thread. */
+/* A permutation of 0..n: the indices sorted by (key, index) (kernel/random.rs), by a bitonic
+   network on dst whose blocks all sort ascending (each merge's first step compares mirrored
+   positions, i and i ^ (k - 1)), so the positions past n act as +infinity and never move.
+   Launch vec = 0 writes the identity; then a launch per step (low = k, range = j) compares and
+   exchanges its pairs, each key recomputed from Philox. */
+__device__ __forceinline__ u64 perm_key(u64 seed, u64 base, i64 v) {
+    u32 w[4];
+    philox(seed, base + (u64)(v >> 1), w);
+    const int j = (int)(v & 1) * 2;
+    return ((u64)w[j] << 32) | (u64)w[j + 1];
+}
+
 extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
     cs_enter();
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
     u64 seed, base;
     rnd_stream(p, seed, base);
     TS* a = (TS*)p.dst;
-    for (i64 i = 0; i < p.n; i++) a[i] = from_i(i);
-    for (i64 s = 0; s + 1 < p.n; s++) {
-        const i64 i = p.n - 1 - s;
-        u32 w[4];
-        philox(seed, base + (u64)s, w);
-        const u64 j = (((u64)w[0] << 32) | (u64)w[1]) % (u64)(i + 1);
-        const TS t = a[i];
-        a[i] = a[j];
-        a[j] = t;
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    const i64 first = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p.vec == 0) {
+        for (i64 i = first; i < p.n; i += step) a[i] = from_i(i);
+        return;
+    }
+    const i64 k = p.low, j = (i64)p.range;
+    for (i64 i = first; i < p.n; i += step) {
+        const i64 l = j == k / 2 ? (i ^ (k - 1)) : (i ^ j);
+        if (l <= i || l >= p.n) continue;
+        const i64 vi = to_i(a[i]), vl = to_i(a[l]);
+        const u64 ki = perm_key(seed, base, vi), kl = perm_key(seed, base, vl);
+        if (ki > kl || (ki == kl && vi > vl)) {
+            a[i] = from_i(vl);
+            a[l] = from_i(vi);
+        }
     }
 }
 #endif

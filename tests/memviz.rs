@@ -444,6 +444,7 @@ fn the_command_writes_a_page_and_an_svg() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<script>") && page.contains("id=\"memviz-data\""), "the interactive page");
     assert!(!page.contains("src=") && !page.contains("href="), "nothing to fetch");
+    assert!(page.contains("forward  train.py:41"), "the pickle's stack frames, shared as PyTorch shares them");
     let drawn = pixels(&std::fs::read_to_string(&svg).unwrap());
     assert!(drawn.height() > 600);
 

@@ -9,7 +9,8 @@ use super::svg::escape;
 const SCRIPT: &str = include_str!("interactive.js");
 
 /// The tooltip's and the zoom bar's style.
-const INTERACTIVE_STYLE: &str = "#memviz-tip{position:absolute;display:none;z-index:10;max-width:760px;padding:6px 9px;\
+const INTERACTIVE_STYLE: &str =
+    "#memviz-tip{position:absolute;display:none;z-index:10;max-width:760px;padding:6px 9px;\
 background:#fffff4;border:1px solid #888;border-radius:3px;box-shadow:2px 2px 6px rgba(0,0,0,.25);\
 font:12px/1.35 'DejaVu Sans Mono',Menlo,Consolas,monospace;white-space:pre;pointer-events:none;color:#222}\
 #memviz-tip .head{font-weight:bold}\

@@ -38,6 +38,7 @@ mod interactive;
 mod load;
 mod options;
 mod page_data;
+mod pickle_tree;
 mod picture;
 mod segment_view;
 mod segments;

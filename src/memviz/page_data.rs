@@ -96,7 +96,8 @@ pub(crate) fn build(
     };
     let t0 = h.events.first().map_or(0, |e| e.time_us);
     let event = |m: usize| if m == 0 || m >= h.moments() { -1 } else { m as i64 - 1 };
-    let time = |m: usize| if m == 0 || m >= h.moments() { -1 } else { h.events[m - 1].time_us.saturating_sub(t0) as i64 };
+    let time =
+        |m: usize| if m == 0 || m >= h.moments() { -1 } else { h.events[m - 1].time_us.saturating_sub(t0) as i64 };
     // A band's pool: that of the snapshot's segment holding its address, or by its size.
     let mut ends: Vec<(u64, u64, &SegmentInfo)> = snapshot
         .segments

@@ -3,18 +3,21 @@
 //! active block, read beside the snapshot so that the interactive page can say who allocated what.
 //!
 //! Frames are interned: a trace of millions of entries shares a few thousand stacks. In a pickle,
-//! PyTorch shares one list of frames between a block and its `alloc` entry; the loader's
-//! serde-pickle loses such a list's dicts after its first copy (see `load.rs`), so a stack that
-//! lost a frame is taken from its partner (the block at the same address, or the last `alloc` of
-//! that address).
+//! PyTorch shares one list of frames between a block and its `alloc` entry (and more); the
+//! loader's serde-pickle loses such a list's dicts after its first copy (see `load.rs`), so
+//! pickles are read here by `pickle_tree`, which keeps shared objects shared. Where that reader
+//! cannot (an opcode it does not know) serde-pickle reads the file, and a stack that lost a frame
+//! is taken from its partner (the block at the same address, or the last `alloc` of it).
 
 use super::bounds::{check_json_depth, check_pickle_depth, MAX_SNAPSHOT_BYTES};
 use super::load::known_action;
+use super::pickle_tree::{self, Node, Tree};
 use crate::cuda::TraceAction;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 
 /// One frame of a stack trace, as PyTorch's snapshots write it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
@@ -57,6 +60,9 @@ pub struct Stacks {
 enum RawFrames {
     List(Vec<RawFrame>),
     Lost,
+    /// One list of a pickle's tree, used by every reference to it (interned once).
+    #[serde(skip_deserializing)]
+    Shared(Rc<[StackFrame]>),
 }
 
 impl Default for RawFrames {
@@ -85,13 +91,18 @@ struct RawSegment {
     #[serde(default)]
     device: usize,
     #[serde(default)]
+    address: u64,
+    #[serde(default)]
     blocks: Vec<RawBlock>,
 }
 
 #[derive(Deserialize)]
 struct RawBlock {
+    /// Older PyTorch versions leave it out: the blocks tile the segment in order.
     #[serde(default)]
     address: Option<u64>,
+    #[serde(default)]
+    size: u64,
     #[serde(default)]
     frames: RawFrames,
 }
@@ -116,7 +127,83 @@ fn whole(frames: RawFrames) -> Option<Vec<StackFrame>> {
             })
             .collect(),
         RawFrames::Lost => None,
+        RawFrames::Shared(frames) => Some(frames.to_vec()),
     }
+}
+
+/// The parts of a pickle's tree that hold stacks, as the deserializers would read them; a shared
+/// list of frames is read once and copied.
+fn raw_of_tree(t: &Tree, root: usize) -> RawSnapshot {
+    let mut cache: HashMap<usize, RawFrames> = HashMap::new();
+    let int = |id: Option<usize>| match id.map(|i| t.node(i)) {
+        Some(&Node::Int(v)) => Some(v),
+        _ => None,
+    };
+    let mut frames = |id: Option<usize>| -> RawFrames {
+        let Some(id) = id else { return RawFrames::default() };
+        if !matches!(t.node(id), Node::List(_)) {
+            return RawFrames::Lost;
+        }
+        let list = cache.entry(id).or_insert_with(|| {
+            let frames: Option<Rc<[StackFrame]>> = t
+                .items(id)
+                .iter()
+                .map(|&f| {
+                    if !matches!(t.node(f), Node::Dict(_)) {
+                        return None;
+                    }
+                    let text = |key| match t.get(f, key).map(|i| t.node(i)) {
+                        Some(Node::Str(s)) => s.clone(),
+                        _ => String::new(),
+                    };
+                    let line = int(t.get(f, "line")).and_then(|l| i64::try_from(l).ok()).unwrap_or(0);
+                    Some(StackFrame { filename: text("filename"), line, name: text("name") })
+                })
+                .collect();
+            frames.map_or(RawFrames::Lost, RawFrames::Shared)
+        });
+        match list {
+            RawFrames::Shared(rc) => RawFrames::Shared(rc.clone()),
+            _ => RawFrames::Lost,
+        }
+    };
+    let field = |id: usize, key: &str| t.get(id, key);
+    let segments = field(root, "segments").map_or(&[][..], |l| t.items(l)).iter().map(|&seg| RawSegment {
+        device: int(field(seg, "device")).and_then(|d| usize::try_from(d).ok()).unwrap_or(0),
+        address: int(field(seg, "address")).and_then(|a| u64::try_from(a).ok()).unwrap_or(0),
+        blocks: Vec::new(),
+    });
+    let mut segments: Vec<RawSegment> = segments.collect();
+    let segment_ids = field(root, "segments").map_or(&[][..], |l| t.items(l));
+    for (raw, &seg) in segments.iter_mut().zip(segment_ids) {
+        raw.blocks = field(seg, "blocks")
+            .map_or(&[][..], |l| t.items(l))
+            .iter()
+            .map(|&b| RawBlock {
+                address: int(field(b, "address")).and_then(|a| u64::try_from(a).ok()),
+                size: int(field(b, "size")).and_then(|s| u64::try_from(s).ok()).unwrap_or(0),
+                frames: frames(field(b, "frames")),
+            })
+            .collect();
+    }
+    let device_traces = field(root, "device_traces")
+        .map_or(&[][..], |l| t.items(l))
+        .iter()
+        .map(|&trace| {
+            t.items(trace)
+                .iter()
+                .map(|&e| RawEntry {
+                    action: match field(e, "action").map(|i| t.node(i)) {
+                        Some(Node::Str(s)) => s.clone(),
+                        _ => String::new(),
+                    },
+                    addr: int(field(e, "addr")).and_then(|a| u64::try_from(a).ok()).unwrap_or(0),
+                    frames: frames(field(e, "frames")),
+                })
+                .collect()
+        })
+        .collect();
+    RawSnapshot { segments, device_traces }
 }
 
 impl Stacks {
@@ -131,8 +218,14 @@ impl Stacks {
             serde_json::from_slice(bytes).map_err(|e| invalid("JSON", &e))?
         } else {
             check_pickle_depth(bytes)?;
-            let options = serde_pickle::DeOptions::new().replace_recursive_structures();
-            serde_pickle::from_slice(bytes, options).map_err(|e| invalid("pickle", &e))?
+            match pickle_tree::parse(bytes) {
+                Ok((tree, root)) => raw_of_tree(&tree, root),
+                // Opcodes the tree reader does not know: serde-pickle (shared frames may be lost).
+                Err(_) => {
+                    let options = serde_pickle::DeOptions::new().replace_recursive_structures();
+                    serde_pickle::from_slice(bytes, options).map_err(|e| invalid("pickle", &e))?
+                }
+            }
         };
         Ok(Stacks::from_raw(raw))
     }
@@ -144,7 +237,10 @@ impl Stacks {
         let unreadable = |e: std::io::Error| invalid(format!("cannot read {}: {e}", path.display()));
         let len = std::fs::metadata(path).map_err(unreadable)?.len();
         if len > MAX_SNAPSHOT_BYTES {
-            return Err(invalid(format!("{} has {len} bytes, more than the cap of {MAX_SNAPSHOT_BYTES}", path.display())));
+            return Err(invalid(format!(
+                "{} has {len} bytes, more than the cap of {MAX_SNAPSHOT_BYTES}",
+                path.display()
+            )));
         }
         Stacks::load(&std::fs::read(path).map_err(unreadable)?).map_err(|e| match e {
             Error::InvalidSnapshot { reason } => invalid(format!("{}: {reason}", path.display())),
@@ -177,16 +273,33 @@ impl Stacks {
             interned.insert(frames, id);
             id
         };
+        // A shared list of a pickle's tree: its stack, by the list's address (one hash of it).
+        let mut shared: HashMap<*const StackFrame, u32> = HashMap::new();
+        let mut id_of = |s: &mut Stacks, frames: RawFrames| -> Option<u32> {
+            match frames {
+                RawFrames::Shared(rc) => Some(match shared.get(&rc.as_ptr()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = intern(s, rc.to_vec());
+                        shared.insert(rc.as_ptr(), id);
+                        id
+                    }
+                }),
+                other => whole(other).map(|frames| intern(s, frames)),
+            }
+        };
         let mut lost_blocks = Vec::new();
         for seg in raw.segments {
+            let mut at = seg.address;
             for b in seg.blocks {
-                let key = (seg.device, b.address.unwrap_or(0));
-                match whole(b.frames) {
-                    Some(frames) if !frames.is_empty() => {
-                        let id = intern(&mut s, frames);
+                let address = b.address.unwrap_or(at);
+                at = address.saturating_add(b.size);
+                let key = (seg.device, address);
+                match id_of(&mut s, b.frames) {
+                    Some(0) => {}
+                    Some(id) => {
                         s.blocks.insert(key, id);
                     }
-                    Some(_) => {}
                     None => lost_blocks.push(key),
                 }
             }
@@ -196,8 +309,8 @@ impl Stacks {
             let mut ids = Vec::with_capacity(entries.len());
             for e in entries {
                 let Some(action) = known_action(&e.action) else { continue };
-                let id = match whole(e.frames) {
-                    Some(frames) => intern(&mut s, frames),
+                let id = match id_of(&mut s, e.frames) {
+                    Some(id) => id,
                     None => s.blocks.get(&(device, e.addr)).copied().unwrap_or(0),
                 };
                 if action == TraceAction::Alloc {
@@ -287,9 +400,17 @@ mod tests {
         let names = |it: &mut dyn Iterator<Item = &StackFrame>| it.map(|f| f.name.clone()).collect::<Vec<_>>();
         assert_eq!(names(&mut s.of_entry(0, 0)), ["a"], "the alloc's lost frames are its block's");
         assert_eq!(names(&mut s.of_block(0, 512)), ["b", "main"], "the block's lost frames are its alloc's");
-        // PyTorch's fixture shares one list of frames everywhere, which serde-pickle keeps only for
-        // its first use (a segment's `frames`): it loads, without frames to show.
+        // PyTorch's fixture shares one list of frames everywhere (serde-pickle keeps it only for its
+        // first use): every entry and active block has it.
         let fixture = include_bytes!("../../tests/fixtures/pytorch_snapshot.pickle");
-        assert!(Stacks::load(fixture).is_ok());
+        let s = Stacks::load(fixture).unwrap();
+        let snapshot = super::super::load_snapshot(fixture).unwrap();
+        let want = ["forward  train.py:41", "_call_impl  torch/nn/modules/module.py:1751"];
+        for i in 0..snapshot.device_traces[0].len() {
+            assert_eq!(s.of_entry(0, i).map(|f| f.to_string()).collect::<Vec<_>>(), want, "entry {i}");
+        }
+        for b in snapshot.blocks_in(crate::cuda::BlockState::ActiveAllocated) {
+            assert_eq!(s.of_block(0, b.address).count(), 2, "block {:#x}", b.address);
+        }
     }
 }

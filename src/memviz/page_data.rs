@@ -163,3 +163,63 @@ pub(crate) fn build(
     // Inside <script>: no `<` may open a tag; JSON has it only in strings, where `\u003c` reads the same.
     blob.to_string().replace('<', "\\u003c")
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::memviz::{load_snapshot, render, Options, Stacks};
+    use serde_json::{json, Value};
+
+    #[test]
+    fn rows_name_their_allocation_its_events_and_its_stack() {
+        let f = |name: &str, line: u32| json!([{"filename": "m.rs", "line": line, "name": name}, {"filename": "main.rs", "line": 1, "name": "main"}]);
+        let e = |action: &str, addr: u64, size: u64, t: u64, frames: Value| json!({"action": action, "addr": addr, "size": size, "stream": 7, "time_us": t, "frames": frames});
+        let file = json!({
+        "segments": [{"device": 0, "address": 0, "total_size": 4 << 20, "stream": 7, "segment_type": "large", "blocks": [
+            {"address": 0, "size": 3 << 20, "requested_size": 3 << 20, "state": "active_allocated", "frames": f("keep", 5)},
+            {"address": 3 << 20, "size": 1 << 20, "requested_size": 0, "state": "inactive", "frames": []}]}],
+        "device_traces": [[
+            e("alloc", 0, 3 << 20, 100, f("keep", 5)),
+            e("alloc", 3 << 20, 1 << 19, 160, f("scratch", 9)),
+            e("free_requested", 3 << 20, 1 << 19, 170, json!([])),
+            e("free_completed", 3 << 20, 1 << 19, 180, json!([])),
+            e("alloc", 8 << 20, 1 << 18, 190, f("small", 2)),
+        ]]});
+        let bytes = file.to_string().into_bytes();
+        let stacks = Some(std::sync::Arc::new(Stacks::load(&bytes).unwrap()));
+        let picture = render(&load_snapshot(&bytes).unwrap(), &Options { stacks, ..Default::default() }).unwrap();
+        let page = picture.to_interactive_html();
+        let at = page.find("id=\"memviz-data\">").unwrap() + 17;
+        let data: Value = serde_json::from_str(&page[at..at + page[at..].find("</script>").unwrap()]).unwrap();
+        let stack = |row: &Value, column: usize| -> Vec<String> {
+            let s = row[column].as_i64().unwrap();
+            let ids = data["stacks"][s as usize].as_array().unwrap();
+            ids.iter().map(|i| data["frames"][i.as_u64().unwrap() as usize].as_str().unwrap().to_string()).collect()
+        };
+        let band = |addr: &str| {
+            data["bands"].as_array().unwrap().iter().find(|b| b[2] == addr).expect(&data.to_string()).clone()
+        };
+        let scratch = band("0x300000");
+        // size, stream, address, alloc and free events, their µs after the first event, pool, stack.
+        assert_eq!(
+            scratch.as_array().unwrap()[..7],
+            json!([1 << 19, "0x7", "0x300000", 1, 3, 60, 80]).as_array().unwrap()[..]
+        );
+        assert_eq!(data["pools"][scratch[7].as_u64().unwrap() as usize], "large pool", "its segment's pool");
+        assert_eq!(stack(&scratch, 8), ["scratch  m.rs:9", "main  main.rs:1"], "first frames first");
+        let small = band("0x800000");
+        assert_eq!((small[4].as_i64(), small[6].as_i64()), (Some(-1), Some(-1)), "still live");
+        assert_eq!(
+            data["pools"][small[7].as_u64().unwrap() as usize],
+            "small pool (by its size)",
+            "outside every segment"
+        );
+        let blocks = data["blocks"].as_array().unwrap();
+        let kept = blocks.iter().find(|b| b[0] == "0x0").unwrap();
+        assert_eq!((kept[3].as_str(), kept[6].as_i64()), (Some("active_allocated"), Some(0)));
+        assert_eq!(stack(kept, 8), ["keep  m.rs:5", "main  main.rs:1"]);
+        assert_eq!(data["stacks"].as_array().unwrap().len(), 3, "one row per stack shown, shared by band and block");
+        // Without stacks: the same rows, no stack.
+        let plain = render(&load_snapshot(&bytes).unwrap(), &Options::default()).unwrap().to_interactive_html();
+        assert!(plain.contains("\"stacks\":[]") && !plain.contains("m.rs"));
+    }
+}

@@ -196,7 +196,13 @@ mod tests {
             ids.iter().map(|i| data["frames"][i.as_u64().unwrap() as usize].as_str().unwrap().to_string()).collect()
         };
         let band = |addr: &str| {
-            data["bands"].as_array().unwrap().iter().find(|b| b[2] == addr).expect(&data.to_string()).clone()
+            data["bands"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b[2] == addr)
+                .unwrap_or_else(|| panic!("no band at {addr}: {data}"))
+                .clone()
         };
         let scratch = band("0x300000");
         // size, stream, address, alloc and free events, their µs after the first event, pool, stack.

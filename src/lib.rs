@@ -160,7 +160,8 @@
 //! `cli` (default): the `cudasem` command and its dependencies; a library user can turn it off
 //! with `default-features = false` (the command itself uses only the public API).
 //! `memviz` (default, and with `cli`): [`memviz`], pictures of allocator snapshots (the renderer of
-//! `cudasem memviz`; no dependencies of its own).
+//! `cudasem memviz`, PyTorch's `torch.cuda._memory_viz`; its interactive page shows each
+//! allocation's stack frames on hover; no dependencies of its own).
 //! `top` (with `cli`): [`top`], the live per-device view of `cudasem top` (ratatui).
 //! `unstable-internals`: the allocator, driver and kernel layers as hidden modules for this
 //! crate's own tests and benches; not public API.

@@ -79,8 +79,11 @@ enum Command {
     },
     /// Pictures of a memory snapshot (cudasem's JSON or pickle, or PyTorch's
     /// torch.cuda.memory._dump_snapshot pickle) as one self-contained HTML page or SVG: the active
-    /// memory timeline, the segments at the peak (or --at an event), and a summary. Exit code 2 on
-    /// a bad file or option.
+    /// memory timeline, the segments at the peak (or --at an event), and a summary. The page is
+    /// interactive (inline script, nothing fetched): hover a band of the timeline or a block of a
+    /// segment for its size, stream, pool, allocation and free events and the stack trace the
+    /// snapshot recorded (`frames`, first frames first); the wheel or the buttons zoom the
+    /// timeline, dragging pans it. Exit code 2 on a bad file or option.
     Memviz {
         /// The snapshot file.
         snapshot: std::path::PathBuf,
@@ -99,6 +102,9 @@ enum Command {
         /// Colour the timeline's allocations by stream instead of by size.
         #[arg(long)]
         by_stream: bool,
+        /// Write the page without its script: native tooltips only, no stack traces, no zoom.
+        #[arg(long = "static")]
+        static_page: bool,
     },
     /// cudasem's figures, then PyTorch's (bench/pytorch_bench.py) measured the same way, as one
     /// table and a JSON file (BENCHMARKS.md). Exit code 1 if a cudasem figure fails, 2 on bad options;
@@ -198,8 +204,8 @@ fn main() -> ExitCode {
         Command::Replay { trace, compare, all, json, plot } => {
             cli::replay::run(cli::replay::Options { trace, compare, all, json, plot })
         }
-        Command::Memviz { snapshot, html, svg, device, at, by_stream } => {
-            cli::memviz::run(cli::memviz::Args { snapshot, html, svg, device, at, by_stream })
+        Command::Memviz { snapshot, html, svg, device, at, by_stream, static_page } => {
+            cli::memviz::run(cli::memviz::Args { snapshot, html, svg, device, at, by_stream, static_page })
         }
         Command::Run { nproc_per_node, nnodes, node_rank, master_addr, master_port, timeout, command } => {
             cli::run::run(cli::run::Options {

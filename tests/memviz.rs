@@ -430,6 +430,7 @@ fn the_command_writes_a_page_and_an_svg() {
         "--svg",
         svg.to_str().unwrap(),
         "--by-stream",
+        "--static",
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
@@ -437,6 +438,13 @@ fn the_command_writes_a_page_and_an_svg() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>") && page.matches("<svg").count() == 2, "two views inline");
     assert!(!page.contains("src=") && !page.contains("href=") && !page.contains("<script"), "nothing to fetch");
+    // Without --static: the interactive page, its script inline, the fixture's frames in its data.
+    let o = cudasem(&["memviz", pickle.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<script>") && page.contains("id=\"memviz-data\""), "the interactive page");
+    assert!(!page.contains("src=") && !page.contains("href="), "nothing to fetch");
+    assert!(page.contains("forward  train.py:41"), "the pickle's stack frames, shared as PyTorch shares them");
     let drawn = pixels(&std::fs::read_to_string(&svg).unwrap());
     assert!(drawn.height() > 600);
 

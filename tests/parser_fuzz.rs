@@ -106,23 +106,28 @@ fn exercise_trace(bytes: Vec<u8>) -> Option<Trace> {
 /// Reads `bytes` as a snapshot; what reads is drawn, read back from its JSON, and its history
 /// replayed.
 fn exercise_snapshot(bytes: Vec<u8>) -> Option<Snapshot> {
-    bounded("snapshot", move || match memviz::load_snapshot(&bytes) {
-        Err(e) => {
-            assert_bounded_message(&e);
-            None
-        }
-        Ok(snapshot) => {
-            assert_eq!(memviz::load_snapshot(snapshot.to_json().as_bytes()).as_ref(), Ok(&snapshot));
-            match memviz::render(&snapshot, &memviz::Options::default()) {
-                Ok(picture) => assert!(picture.to_html().len() <= MAX_PAGE),
-                Err(e) => assert_bounded_message(&e),
+    bounded("snapshot", move || {
+        // The stacks of the interactive page are read apart (pickles as a tree): typed errors only.
+        let stacks = memviz::Stacks::load(&bytes).map_err(|e| assert_bounded_message(&e)).ok();
+        match memviz::load_snapshot(&bytes) {
+            Err(e) => {
+                assert_bounded_message(&e);
+                None
             }
-            for history in snapshot.device_traces.iter().filter(|t| !t.is_empty()) {
-                if let Err(e) = replay_trace(&Trace::from_entries(history), &replay_options()) {
-                    assert_bounded_message(&e);
+            Ok(snapshot) => {
+                assert_eq!(memviz::load_snapshot(snapshot.to_json().as_bytes()).as_ref(), Ok(&snapshot));
+                let options = memviz::Options { stacks: stacks.map(std::sync::Arc::new), ..Default::default() };
+                match memviz::render(&snapshot, &options) {
+                    Ok(picture) => assert!(picture.to_interactive_html().len() <= 2 * MAX_PAGE),
+                    Err(e) => assert_bounded_message(&e),
                 }
+                for history in snapshot.device_traces.iter().filter(|t| !t.is_empty()) {
+                    if let Err(e) = replay_trace(&Trace::from_entries(history), &replay_options()) {
+                        assert_bounded_message(&e);
+                    }
+                }
+                Some(snapshot)
             }
-            Some(snapshot)
         }
     })
 }

@@ -1,7 +1,9 @@
-//! `cudasem memviz SNAPSHOT -o OUT.html [--svg OUT.svg]`: the timeline and segment pictures of a
-//! snapshot (cudasem's JSON or pickle, or PyTorch's `_dump_snapshot` pickle).
+//! `cudasem memviz SNAPSHOT -o OUT.html [--svg OUT.svg] [--static]`: the timeline and segment
+//! pictures of a snapshot (cudasem's JSON or pickle, or PyTorch's `_dump_snapshot` pickle); the
+//! page is interactive (hover for who allocated what, with the file's stack frames; zoom and pan)
+//! unless `--static` asks for the script-free one.
 
-use cudasem::memviz::{read_snapshot, render, ColorBy, Options};
+use cudasem::memviz::{read_snapshot, render, ColorBy, Options, Stacks};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -19,6 +21,8 @@ pub struct Args {
     pub at: Option<usize>,
     /// Colour allocations by stream instead of size.
     pub by_stream: bool,
+    /// Write the page without its script (no tooltips from the data, no zoom).
+    pub static_page: bool,
 }
 
 /// Renders and writes the files, prints the summary; exit code 2 on a bad file or option.
@@ -51,10 +55,13 @@ fn write(args: &Args) -> cudasem::Result<String> {
     }
     let snapshot = read_snapshot(&args.snapshot)?;
     let color_by = if args.by_stream { ColorBy::Stream } else { ColorBy::Size };
-    let picture = render(&snapshot, &Options { device: args.device, at: args.at, color_by })?;
+    let interactive = args.html.is_some() && !args.static_page;
+    let stacks = if interactive { Some(std::sync::Arc::new(Stacks::read(&args.snapshot)?)) } else { None };
+    let picture = render(&snapshot, &Options { device: args.device, at: args.at, color_by, stacks })?;
     let mut wrote = Vec::new();
     if let Some(path) = &args.html {
-        write_file(path, &picture.to_html())?;
+        let page = if interactive { picture.to_interactive_html() } else { picture.to_html() };
+        write_file(path, &page)?;
         wrote.push(path.display().to_string());
     }
     if let Some(path) = &args.svg {

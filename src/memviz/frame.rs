@@ -44,11 +44,13 @@ impl Frame {
             svg.text(self.x - 6.0, y + 4.0, 11.0, "end", &label);
         }
         let last = self.moments.saturating_sub(1);
+        svg.raw("<g class=\"x-ticks\">");
         for t in count_ticks(last) {
             let x = self.left(t);
             svg.line((x, self.y + self.h), (x, self.y + self.h + 4.0), GRID, 1.0, "");
             svg.text(x, self.y + self.h + 16.0, 11.0, "middle", &t.to_string());
         }
+        svg.raw("</g>");
         svg.line((self.x, self.y + self.h), (self.x + self.w, self.y + self.h), GRID, 1.0, "");
         svg.text(self.x + self.w / 2.0, self.y + self.h + 32.0, 11.0, "middle", x_label);
     }

@@ -207,11 +207,17 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
     Ok(info)
 }
 
+/// The action of a trace entry's name, `None` for one cudasem does not know (such entries are
+/// left out); `free` (PyTorch's older name) is `free_requested`.
+pub(crate) fn known_action(name: &str) -> Option<TraceAction> {
+    match name {
+        "free" => Some(TraceAction::FreeRequested),
+        name => TraceAction::from_name(name),
+    }
+}
+
 fn entry(t: TraceDict) -> Option<TraceEntry> {
-    let action = match t.action.as_str() {
-        "free" => TraceAction::FreeRequested,
-        name => TraceAction::from_name(name)?,
-    };
+    let action = known_action(&t.action)?;
     Some(TraceEntry { action, addr: t.addr, size: t.size, stream: StreamId(t.stream), time_us: t.time_us })
 }
 

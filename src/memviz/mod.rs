@@ -9,7 +9,10 @@
 //! - A [`Summary`]: peaks, fragmentation, driver allocations, OOMs.
 //!
 //! [`Picture::to_html`] is one self-contained page (inline SVG, no script, nothing fetched);
-//! [`Picture::to_svg`] one SVG document. A trace of millions of events draws in seconds and stays
+//! [`Picture::to_interactive_html`] the same page with an inline script that answers "who
+//! allocated this": hover a band or a block for its size, stream, pool, events and stack trace
+//! ([`Stacks`], read from the snapshot's file), zoom and pan the timeline — still one file,
+//! nothing fetched; [`Picture::to_svg`] one SVG document. A trace of millions of events draws in seconds and stays
 //! small: many events share a pixel column (drawn at its highest moment), and allocations thinner
 //! than a pixel are summed into one band.
 //!
@@ -31,11 +34,15 @@ mod bounds;
 mod frame;
 mod history;
 mod html;
+mod interactive;
 mod load;
 mod options;
+mod page_data;
+mod pickle_tree;
 mod picture;
 mod segment_view;
 mod segments;
+mod stacks;
 mod summary;
 mod svg;
 mod timeline;
@@ -46,4 +53,5 @@ pub use html::html_page;
 pub use load::{load_snapshot, read_snapshot};
 pub use options::{ColorBy, Options};
 pub use picture::{render, Picture};
+pub use stacks::{StackFrame, Stacks};
 pub use summary::Summary;

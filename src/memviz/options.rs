@@ -1,4 +1,7 @@
-//! What a picture draws: the device, the moment of the segment view, the timeline's colours.
+//! What a picture draws: the device, the moment of the segment view, the timeline's colours, the
+//! stacks the interactive page shows.
+
+use super::stacks::Stacks;
 
 /// How allocations are coloured on the timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -11,6 +14,8 @@ pub enum ColorBy {
 }
 
 /// What to draw.
+///
+/// Build it with `..Default::default()`: fields may be added.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// The device (`None`: the first one with a trace or segments).
@@ -20,4 +25,8 @@ pub struct Options {
     pub at: Option<usize>,
     /// The timeline's colours.
     pub color_by: ColorBy,
+    /// The stack traces the interactive page shows on hover
+    /// ([`Picture::to_interactive_html`](super::Picture::to_interactive_html)): those of the
+    /// snapshot's file ([`Stacks::read`]); `None` shows none.
+    pub stacks: Option<std::sync::Arc<Stacks>>,
 }

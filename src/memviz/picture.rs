@@ -4,7 +4,7 @@
 use super::history::History;
 use super::options::Options;
 use super::summary::{self, moment_text, Summary};
-use super::{html, load, segment_view, segments, svg, timeline};
+use super::{html, interactive, load, page_data, segment_view, segments, svg, timeline};
 use crate::cuda::Snapshot;
 use crate::error::{Error, Result};
 
@@ -14,6 +14,8 @@ pub struct Picture {
     summary: Summary,
     timeline: Option<String>,
     segments: (String, f64),
+    /// What the interactive page shows on hover (`page_data`'s JSON).
+    data: String,
 }
 
 /// Height of the summary's lines at the top of [`Picture::to_svg`].
@@ -55,6 +57,16 @@ impl Picture {
     /// One self-contained HTML page (inline SVG, no script, nothing fetched).
     pub fn to_html(&self) -> String {
         html::html_page(&format!("Memory of cuda:{}", self.summary.device), &self.to_html_body())
+    }
+
+    /// One self-contained interactive HTML page (inline SVG, script and style, nothing fetched):
+    /// hovering a band of the timeline or a block of the segment view shows its size, stream,
+    /// pool, allocation and free events with their times, and its stack trace (the frames of
+    /// [`Options::stacks`](super::Options::stacks), first frames first); the wheel or the
+    /// buttons zoom the timeline, dragging pans it.
+    pub fn to_interactive_html(&self) -> String {
+        let body = html::body(&self.summary, self.timeline_svg(), &self.segments_svg());
+        interactive::page(&format!("Memory of cuda:{}", self.summary.device), &body, &self.data)
     }
 
     /// The page's content without the document around it (the summary table, the views), to put
@@ -114,6 +126,9 @@ pub fn render(snapshot: &Snapshot, options: &Options) -> Result<Picture> {
     let title = format!("Active memory timeline: cuda:{device}, {events} events");
     let timeline = (events > 0).then(|| timeline::draw(&h, options.color_by, moment, &title));
     let when = moment_text(event_of(moment), events);
-    let segments = segment_view::draw(&segs, &format!("of cuda:{device} {when}"));
-    Ok(Picture { summary, timeline, segments })
+    let (segments_svg, height, blocks) = segment_view::draw(&segs, &format!("of cuda:{device} {when}"));
+    let bands = timeline.as_ref().map_or(&[][..], |t| &t.1[..]);
+    let stacks = options.stacks.as_deref();
+    let data = page_data::build(snapshot, device, &h, bands, &segs, &blocks, moment, stacks);
+    Ok(Picture { summary, timeline: timeline.map(|t| t.0), segments: (segments_svg, height), data })
 }

@@ -156,8 +156,10 @@ fn block_title(s: &SegmentInfo, i: usize) -> String {
     format!("block {:#x}: {}, {what}", b.address, format_bytes(b.size))
 }
 
-/// Draws one bar at `(x, y)`, `w` wide.
-fn bar(svg: &mut Svg, s: &SegmentInfo, x: f64, y: f64, w: f64) {
+/// Draws one bar at `(x, y)`, `w` wide; each block with its own tooltip gets the next
+/// `data-k` attribute, its index in `keys` (which gets `(seg, block index)`).
+#[allow(clippy::too_many_arguments)]
+fn bar(svg: &mut Svg, s: &SegmentInfo, seg: usize, x: f64, y: f64, w: f64, keys: &mut Vec<(usize, usize)>) {
     svg.rect_titled(x - 1.0, y - 1.0, w + 2.0, BAR + 2.0, OUTLINE, &segment_title(s));
     svg.rect(x, y, w, BAR, FREE, "");
     let scale = w / s.total_size.max(1) as f64;
@@ -173,21 +175,25 @@ fn bar(svg: &mut Svg, s: &SegmentInfo, x: f64, y: f64, w: f64) {
             svg.rect(at, y, 1.0, BAR, BACKGROUND, ""); // where one block ends and the next begins
         }
         if bw >= TITLED {
-            svg.rect_titled(at, y, bw, BAR, "none", &block_title(s, i));
+            let key = format!("data-k=\"{}\" pointer-events=\"all\"", keys.len());
+            keys.push((seg, i));
+            svg.rect_titled_with(at, y, bw, BAR, "none", &block_title(s, i), &key);
         }
         at += bw;
     }
 }
 
-fn pool_name(p: PoolKind) -> &'static str {
+pub(crate) fn pool_name(p: PoolKind) -> &'static str {
     match p {
         PoolKind::Small => "small pool",
         PoolKind::Large => "large pool",
     }
 }
 
-/// The segment view's SVG (a group) and its height, for `segs` at the moment named `when`.
-pub(crate) fn draw(segs: &[SegmentInfo], when: &str) -> (String, f64) {
+/// The segment view's SVG (a group) and its height, for `segs` at the moment named `when`, and
+/// the `(segment, block)` indices of the blocks with their own tooltip, in `data-k` order.
+pub(crate) fn draw(segs: &[SegmentInfo], when: &str) -> (String, f64, Vec<(usize, usize)>) {
+    let mut keys = Vec::new();
     let mut svg = Svg::default();
     svg.text(MARGIN, 22.0, 15.0, "start", &format!("Segments {when}"));
     legend(&mut svg, 44.0);
@@ -202,9 +208,9 @@ pub(crate) fn draw(segs: &[SegmentInfo], when: &str) -> (String, f64) {
         y += ROW;
     }
     for (stream, pool) in groups {
-        let members: Vec<&SegmentInfo> =
-            segs.iter().filter(|s| s.stream.0 == stream && s.segment_type == pool).collect();
-        let t = totals(members.iter().copied());
+        let members: Vec<(usize, &SegmentInfo)> =
+            segs.iter().enumerate().filter(|(_, s)| s.stream.0 == stream && s.segment_type == pool).collect();
+        let t = totals(members.iter().map(|m| m.1));
         let head = format!(
             "stream {stream:#x}, {}: {} segments, {} reserved, {} allocated, {} pending free, {} free",
             pool_name(pool),
@@ -217,19 +223,19 @@ pub(crate) fn draw(segs: &[SegmentInfo], when: &str) -> (String, f64) {
         svg.text(MARGIN, y + 14.0, 12.0, "start", &head);
         y += HEADER;
         let mut x = MARGIN;
-        for s in members {
+        for (i, s) in members {
             let w = (s.total_size as f64 * scale).max(MIN_BAR);
             if x > MARGIN && x + w > WIDTH - MARGIN {
                 x = MARGIN;
                 y += ROW;
             }
-            bar(&mut svg, s, x, y + 1.0, w);
+            bar(&mut svg, s, i, x, y + 1.0, w, &mut keys);
             x += w + GAP;
         }
         y += ROW + 6.0;
     }
     let height = y + 10.0;
-    (svg.group(0.0, &format!("data-segments=\"{}\"", segs.len())), height)
+    (svg.group(0.0, &format!("data-segments=\"{}\"", segs.len())), height, keys)
 }
 
 fn legend(svg: &mut Svg, y: f64) {

@@ -78,7 +78,13 @@ impl Svg {
 
     /// A rectangle with a `<title>` (a tooltip in browsers).
     pub fn rect_titled(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str, title: &str) {
-        self.rect(x, y, w, h, fill, "");
+        self.rect_titled_with(x, y, w, h, fill, title, "");
+    }
+
+    /// A rectangle with a `<title>` and further attributes (`extra`, or empty).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rect_titled_with(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str, title: &str, extra: &str) {
+        self.rect(x, y, w, h, fill, extra);
         self.out.pop();
         self.out.pop();
         let _ = write!(self.out, "><title>{}</title></rect>", escape(title));
@@ -99,9 +105,17 @@ impl Svg {
 
     /// A filled polygon with an optional tooltip.
     pub fn polygon(&mut self, points: &[(f64, f64)], fill: &str, title: Option<&str>) {
+        self.polygon_with(points, fill, title, "");
+    }
+
+    /// A filled polygon with an optional tooltip and further attributes (`extra`, or empty).
+    pub fn polygon_with(&mut self, points: &[(f64, f64)], fill: &str, title: Option<&str>, extra: &str) {
         self.out.push_str("<polygon");
         self.points(points);
         let _ = write!(self.out, " fill=\"{fill}\"");
+        if !extra.is_empty() {
+            let _ = write!(self.out, " {extra}");
+        }
         match title {
             Some(t) => {
                 let _ = write!(self.out, "><title>{}</title></polygon>", escape(t));
@@ -134,6 +148,11 @@ impl Svg {
         num(&mut self.out, y);
         let _ =
             write!(self.out, "\" font-size=\"{size}\" text-anchor=\"{anchor}\" fill=\"{INK}\">{}</text>", escape(text));
+    }
+
+    /// Markup written as it is (the caller's, well-formed).
+    pub fn raw(&mut self, markup: &str) {
+        self.out.push_str(markup);
     }
 
     /// The markup written so far, as the inside of a `<g>` moved down by `dy`.

@@ -160,8 +160,12 @@ fn frame(h: &History) -> Frame {
     Frame { x: 90.0, y: 64.0, w: WIDTH - 120.0, h: HEIGHT - 124.0, moments: h.moments(), y_max }
 }
 
-/// The timeline's SVG (a group `HEIGHT` high), `shown` being the moment the segment view shows.
-pub(crate) fn draw(h: &History, by: ColorBy, shown: usize, title: &str) -> String {
+/// The timeline's SVG (a group `HEIGHT` high), `shown` being the moment the segment view shows,
+/// and the index in `h.lives` of each drawn band, in the order of their `data-b` attributes.
+///
+/// What lies over the plot area (the bands, the reserved line, the marks) is one group
+/// (`class="tl-zoom"`) clipped to it, which the interactive page stretches to zoom.
+pub(crate) fn draw(h: &History, by: ColorBy, shown: usize, title: &str) -> (String, Vec<usize>) {
     let (peak_at, peak) = h.peak();
     let frame = frame(h);
     let cols = columns(&h.live, frame.w as usize);
@@ -170,9 +174,14 @@ pub(crate) fn draw(h: &History, by: ColorBy, shown: usize, title: &str) -> Strin
     svg.text(frame.x, 22.0, 15.0, "start", title);
     legend(&mut svg, by, &b, frame.x, 44.0);
     frame.axes(&mut svg, "allocator events of the trace, in order");
-    for (band, color) in b.bands.iter().zip(colors(by, h, &b)) {
+    let (clip_y, clip_h) = (frame.y - 14.0, frame.h + 24.0);
+    svg.raw(&format!(
+        "<clipPath id=\"tl-clip\"><rect x=\"{}\" y=\"{clip_y}\" width=\"{}\" height=\"{clip_h}\"/></clipPath><g clip-path=\"url(#tl-clip)\"><g class=\"tl-zoom\">",
+        frame.x, frame.w
+    ));
+    for (i, (band, color)) in b.bands.iter().zip(colors(by, h, &b)).enumerate() {
         let tip = tooltip(h, band);
-        svg.polygon(&outline(&frame, &cols, h, band), &color, Some(&tip));
+        svg.polygon_with(&outline(&frame, &cols, h, band), &color, Some(&tip), &format!("data-b=\"{i}\""));
     }
     summarized(&mut svg, &frame, &cols, h, &b);
     let reserved = step_line(&frame, &cols, &column_max(&h.reserved, &cols));
@@ -180,17 +189,20 @@ pub(crate) fn draw(h: &History, by: ColorBy, shown: usize, title: &str) -> Strin
     let (x, y) = (frame.mid(peak_at), frame.y(peak));
     svg.line((x, frame.y), (x, y - 6.0), INK, 1.0, "4 3");
     svg.polygon(&[(x - 5.0, y - 10.0), (x + 5.0, y - 10.0), (x, y - 3.0)], INK, None);
-    let label =
-        format!("peak {} {}", format_bytes(peak), super::summary::moment_text(peak_at.checked_sub(1), h.events.len()));
-    let anchor = if x > frame.x + frame.w * 0.6 { "end" } else { "start" };
-    svg.text(if anchor == "end" { x - 8.0 } else { x + 8.0 }, frame.y + 12.0, 11.0, anchor, &label);
     if shown != peak_at {
         let x = frame.mid(shown);
         svg.line((x, frame.y), (x, frame.y + frame.h), super::svg::REQUESTED, 1.0, "2 2");
     }
     ooms(&mut svg, &frame, h);
+    svg.raw("</g></g>");
+    let label =
+        format!("peak {} {}", format_bytes(peak), super::summary::moment_text(peak_at.checked_sub(1), h.events.len()));
+    let anchor = if x > frame.x + frame.w * 0.6 { "end" } else { "start" };
+    svg.raw("<g class=\"tl-fixed\">");
+    svg.text(if anchor == "end" { x - 8.0 } else { x + 8.0 }, frame.y + 12.0, 11.0, anchor, &label);
+    svg.raw("</g>");
     let attributes = format!("{} data-peak=\"{peak_at} {peak}\" data-min-band=\"{}\"", frame.attributes(), b.min_size);
-    svg.group(0.0, &attributes)
+    (svg.group(0.0, &attributes), b.bands.iter().map(|band| band.life).collect())
 }
 
 /// A mark below the axis at each out-of-memory event (one per pixel column at most).
@@ -303,7 +315,8 @@ mod tests {
         assert!(stack(&h, &cols, f.bytes_per_pixel()).points > POINT_BUDGET, "the case needs the budget");
         let b = bands(&h, &cols, &f);
         assert!(b.points <= POINT_BUDGET && b.min_size > f.bytes_per_pixel(), "{} points", b.points);
-        let svg = draw(&h, ColorBy::Size, h.peak().0, "t");
+        let (svg, drawn) = draw(&h, ColorBy::Size, h.peak().0, "t");
+        assert_eq!(drawn.len(), b.bands.len(), "one data-b per band");
         assert!(svg.len() < 3 << 20, "{} bytes", svg.len());
         assert!(svg.contains(SUMMARIZED), "bands under the threshold are summed");
     }

@@ -47,6 +47,7 @@ const ROWS: [&str; 44] = [
     "jit_small_call_host",
     "jit_first_call_cold",
     "jit_first_call_warm",
+    "jit_first_call_warm_disk",
     "small_op_sanitized",
     "small_op_sanitized_no_stacks",
     "sdpa_bf16_causal_b8_h16_t1024_e64",

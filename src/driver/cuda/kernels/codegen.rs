@@ -53,6 +53,7 @@ impl ModuleKey {
                 super::fused_codegen::attention(&mut s, dtype);
             }
             ModuleKey::Random { dist, dtype, e } => random(&mut s, dist, dtype, e),
+            ModuleKey::JitMulti { code, out, ins } => super::jit::multi_source(&mut s, code, out, ins),
         }
         s
     }
@@ -262,9 +263,10 @@ fn binary_body(op: BinaryOp, lhs: DType, rhs: DType, c: DType, out: DType) -> St
     format!("{head}    const {mt} r = {r};\n    return {};\n", conv(c, out, &conv(m, c, "r")))
 }
 
-/// The user's code, its diagnostics naming `jiterator` and the code's own lines.
-fn jit_prefix(key: JitKey) -> String {
-    format!("#line 1 \"jiterator\"\n{}\n#line 1 \"cudasem_elementwise\"\n", code(key.code).source)
+/// The user's code of function `id`, its diagnostics naming `jiterator` and the code's own
+/// lines, then the generated part's lines named `after`.
+pub(in crate::driver::cuda) fn jit_prefix(id: u32, after: &str) -> String {
+    format!("#line 1 \"jiterator\"\n{}\n#line 1 \"{after}\"\n", code(id).source)
 }
 
 /// The body of `apply` for the function of `key`, whose inputs have dtypes `ins` and whose
@@ -303,7 +305,7 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
         EwOp::Binary(b, compute) => binary_body(b, ins[0], ins[1], compute, out),
         EwOp::Where => format!("    return a ? {} : {};\n", conv(ins[1], out, "b"), conv(ins[2], out, "c")),
         EwOp::Jit(key) => {
-            s.push_str(&jit_prefix(key));
+            s.push_str(&jit_prefix(key.code, "cudasem_elementwise"));
             jit_body(key, out, ins)
         }
     };

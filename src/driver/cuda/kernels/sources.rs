@@ -8,6 +8,7 @@
 //! * `reduce_head.cu`, `reduce_acc.cu` / `reduce_arg.cu`, `reduce.cu`: a reduction module;
 //! * `softmax_head.cu`, `softmax.cu`: a softmax module; `gemv_head.cu`, `gemv.cu`: a vector-matrix module;
 //! * `fused_head.cu`, `norm.cu`, `attention.cu`: a norm or attention module;
+//! * `jit_multi.cu`: a jiterator module of many inputs or several outputs ([`JIT_MULTI`]);
 //! * `spin.cu`: the delay kernel ([`SPIN`], `spin.rs`).
 
 /// `text` without its leading `//` lines (the file's header).
@@ -59,6 +60,9 @@ pub(in crate::driver::cuda) const FUSED_HEAD: &str = body(include_str!("cu/fused
 pub(in crate::driver::cuda) const NORM: &str = body(include_str!("cu/norm.cu"));
 /// The attention kernels, after [`FUSED_HEAD`].
 pub(in crate::driver::cuda) const ATTENTION: &str = body(include_str!("cu/attention.cu"));
+/// The kernel `jm` of a jiterator module of many inputs or several outputs, after its generated
+/// part (`jit.rs`: `NIN`, `CsJitP` and `cs_jit_apply`).
+pub(in crate::driver::cuda) const JIT_MULTI: &str = body(include_str!("cu/jit_multi.cu"));
 /// The delay kernel `cudasem_spin(unsigned long long ns)`.
 pub(in crate::driver::cuda) const SPIN: &str = body(include_str!("cu/spin.cu"));
 

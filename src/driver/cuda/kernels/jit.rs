@@ -4,19 +4,17 @@
 //! `codegen.rs` writes the user's code before the generated part, and an `apply` that converts
 //! the inputs to the promoted dtype and the compute type, calls the function and converts its
 //! result back), with its vectorized and broadcast paths. A function of more inputs (up to
-//! eight, PyTorch's limit) or of several outputs has a [`ModuleKey::JitMulti`] module here: one
-//! kernel (`cu/jit_multi.cu`) that reads each input through its own strides, calls the function
-//! once per element and writes every output, so a call is one launch whatever its outputs.
+//! eight, PyTorch's limit) or of several outputs has a [`ModuleKey::JitMulti`] module, launched
+//! here: one kernel (`cu/jit_multi.cu`, its generated part in `codegen.rs`) that reads each input
+//! through its own strides, calls the function once per element and writes every output, so a
+//! call is one launch whatever its outputs.
 
-use super::codegen::{conv, ctype, jit_prefix};
 use super::ctx::{addr, collapse, unsupported, Ctx};
-use super::sources::JIT_MULTI;
 use super::vocab::{Entry, KernelId, ModuleKey, JIT_INPUTS, MAXD};
 use crate::driver::cuda::status::{read, write};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::kernel::{jit_compute, jit_ctype, JitCode, JitOp, JitParam};
-use std::fmt::Write;
+use crate::kernel::{JitCode, JitOp};
 use std::sync::{Arc, RwLock};
 
 /// Every jiterator function of the process, by id (the index).
@@ -42,7 +40,7 @@ pub(in crate::driver::cuda) fn code(id: u32) -> Arc<JitCode> {
     })
 }
 
-/// Parameters of the kernel `jm` (`CsJitP` in the generated C): output and input addresses,
+/// Parameters of the kernel `jm` (`CsJitP` in the generated C: `codegen::JIT_P`): output and input addresses,
 /// elements, the scalars' address, and the inputs' layout (`ndim < 0`: dense, bit `k` of `mask`
 /// for input `k` one broadcast element; else the collapsed shape and each input's strides).
 #[repr(C)]
@@ -56,41 +54,6 @@ struct JitP {
     mask: i32,
     shape: [i64; MAXD],
     st: [[i64; MAXD]; JIT_INPUTS],
-}
-
-/// The C declaration of [`JitP`].
-const JIT_P: &str = "struct CsJitP { u64 out[8]; u64 in[8]; u64 n; u64 value; int ndim; int mask; \
-                     i64 shape[MAXD]; i64 st[8][MAXD]; };\n";
-
-/// Appends the source of a [`ModuleKey::JitMulti`] module (after the common helpers): the user's
-/// code, `CsJitP`, `cs_jit_apply` for the inputs' dtypes `ins` promoted to `out`, and `jm`.
-pub(in crate::driver::cuda) fn multi_source(s: &mut String, id: u32, out: DType, ins: [DType; JIT_INPUTS]) {
-    let code = code(id);
-    let nin = code.inputs();
-    let compute = jit_compute(out);
-    let ct = jit_ctype(compute);
-    s.push_str(&jit_prefix(id, "cudasem_jit_multi"));
-    let _ = writeln!(s, "#define NIN {nin}");
-    s.push_str(JIT_P);
-    let _ = writeln!(s, "__device__ __forceinline__ void cs_jit_apply(const CsJitP& p, u64 i, const i64* off) {{");
-    let _ = writeln!(s, "    typedef {ct} CT;\n    const CT* sc = (const CT*)p.value;\n    (void)sc;");
-    for (k, &d) in ins.iter().enumerate().take(nin) {
-        let load = format!("((const {}*)p.in[{k}])[off[{k}]]", ctype(d));
-        let _ = writeln!(s, "    const CT x{k} = (CT){};", conv(out, compute, &conv(d, out, &load)));
-    }
-    let by_ref = code.params.iter().any(|p| matches!(p, JitParam::Output(_)));
-    let call = code.call(ct, |k| format!("x{k}"), |k| format!("sc[{k}]"), |k| format!("r{k}"));
-    if by_ref {
-        let outs: Vec<String> = (0..code.outputs).map(|k| format!("r{k} = CT()")).collect();
-        let _ = writeln!(s, "    CT {};\n    {call};", outs.join(", "));
-    } else {
-        let _ = writeln!(s, "    const CT r0 = (CT)({call});");
-    }
-    for k in 0..code.outputs {
-        let _ = writeln!(s, "    (({}*)p.out[{k}])[i] = {};", ctype(out), conv(compute, out, &format!("r{k}")));
-    }
-    s.push_str("}\n");
-    s.push_str(JIT_MULTI);
 }
 
 /// Whether a call of `op` runs the [`ModuleKey::JitMulti`] kernel: more inputs than an

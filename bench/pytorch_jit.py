@@ -9,6 +9,9 @@ protocol lines (INFO / PROGRESS / RESULT ROW VALUE UNIT / SKIP / ERROR / FATAL).
   jit_small_call_host    host ns per jiterator call of `-x + alpha * y` on 16 f32 elements
   jit_first_call_cold    ms from `_create_jit_fn` of a never-compiled code string to its first result
   jit_first_call_warm    the same for a new function of a code string compiled before
+  jit_first_call_warm_disk  the same in a fresh Python process (torch imported and CUDA started
+                         first, untimed) after this one compiled the code: PyTorch's kernel disk
+                         cache (PYTORCH_KERNEL_CACHE_PATH, ~/.cache/torch/kernels) holds it
 
 Device times: CUDA events around `reps` calls, median of `runs` runs, after `warmup` calls (as
 pytorch_bench.py's device_ms). Host times: median of runs, each after a synchronize.
@@ -117,6 +120,33 @@ def jit_first_call(torch, s):
         warm.append(first(torch, code, x, want))
     say("RESULT", "jit_first_call_cold", f"{statistics.median_high(cold):.3f}", "ms")
     say("RESULT", "jit_first_call_warm", f"{statistics.median_high(warm):.4f}", "ms")
+    disk = [child_first_call(code) for _ in range(max(1, min(5, s["first_runs"])))]
+    say("RESULT", "jit_first_call_warm_disk", f"{statistics.median_high(disk):.3f}", "ms")
+
+
+# A fresh process: CUDA started untimed, then the first call of `code` timed and checked.
+CHILD = """
+import sys, time, torch
+code = sys.argv[1]
+x = torch.randn(16, device="cuda")
+want = -x.double() + 2.0 * x.double()
+torch.cuda.synchronize()
+t = time.perf_counter()
+f = torch.cuda.jiterator._create_jit_fn(code, alpha=2.0)
+out = f(x, x)
+torch.cuda.synchronize()
+ms = (time.perf_counter() - t) * 1e3
+assert bool(((out.double() - want).abs() <= 1e-6 * want.abs().clamp(min=1.0)).all()), "wrong result"
+print(ms)
+"""
+
+
+def child_first_call(code):
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", CHILD, code], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise Wrong(f"the child's first call failed: {r.stderr.strip()[-300:]}")
+    return float(r.stdout.strip().splitlines()[-1])
 
 
 def measure(torch, step, quick):

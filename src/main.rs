@@ -169,6 +169,13 @@ enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM ARGS")]
         command: Vec<String>,
     },
+    /// The jiterator bench's child: ms of the first call of a function of CODE in this fresh
+    /// process (the disk cache warm from the parent), printed on stdout.
+    #[command(name = "jit-first-call", hide = true)]
+    JitFirstCall {
+        /// The function's code (`template <typename T> T NAME(T x, T y, T alpha)`).
+        code: String,
+    },
     /// The launcher's helper: stops the ranks' process groups if `cudasem run` dies.
     #[command(name = "run-reaper", hide = true)]
     RunReaper,
@@ -219,6 +226,7 @@ fn main() -> ExitCode {
                 command,
             })
         }
+        Command::JitFirstCall { code } => cli::bench::jit_first_call_child(&code),
         Command::RunReaper => cli::run::reaper(),
         Command::RunRank { launcher, command } => cli::run::rank_trampoline(launcher, &command),
         Command::Bench { json, no_pytorch, python, script, only, quick, ops, write_spec } => {

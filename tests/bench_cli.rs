@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 46] = [
+const ROWS: [&str; 47] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -49,6 +49,7 @@ const ROWS: [&str; 46] = [
     "jit_small_call_host",
     "jit_first_call_cold",
     "jit_first_call_warm",
+    "jit_first_call_warm_disk",
     "small_op_sanitized",
     "small_op_sanitized_no_stacks",
     "sdpa_bf16_causal_b8_h16_t1024_e64",

@@ -316,3 +316,159 @@ fn a_call_runs_in_its_streams_order() -> Result<()> {
     assert_close(&values(&out)?, &want, 1e-6, "after the fill queued before it");
     Ok(())
 }
+
+/// A function of `k` inputs `a0..` and its float64 reference: `r = a0`, then for each next input
+/// `r = r * a_i` (odd `i`) or `r = r + a_i` (even `i`).
+fn chain(k: usize) -> (String, impl Fn(&[f64]) -> f64) {
+    let params: Vec<String> = (0..k).map(|i| format!("T a{i}")).collect();
+    let mut body = "a0".to_owned();
+    for i in 1..k {
+        body = format!("({body} {} a{i})", if i % 2 == 1 { '*' } else { '+' });
+    }
+    let code = format!("template <typename T> T chain{k}({}) {{ return {body}; }}", params.join(", "));
+    let reference =
+        |v: &[f64]| v.iter().enumerate().skip(1).fold(v[0], |r, (i, x)| if i % 2 == 1 { r * x } else { r + x });
+    (code, reference)
+}
+
+/// Four to eight inputs (PyTorch's limit): broadcast shapes, a transposed and a sliced input,
+/// promotion over mixed dtypes, half types computed in f32 and rounded once, integers exactly;
+/// nine are a typed error naming the limit.
+#[test]
+fn four_to_eight_inputs_broadcast_promote_and_read_strides() -> Result<()> {
+    let _s = serial();
+    let out_shape = [4usize, 3, 5];
+    // Each input's shape as stored, and how it is viewed: 0 as is, 1 transposed ([5, 3] -> [3, 5]),
+    // 2 narrowed along its last dim ([4, 3, 9] -> [4, 3, 5] from column 2).
+    let layouts: [(&[usize], u8); 8] = [
+        (&[4, 3, 5], 0),
+        (&[3, 1], 0),
+        (&[5, 3], 1),
+        (&[5], 0),
+        (&[4, 1, 5], 0),
+        (&[4, 3, 9], 2),
+        (&[1], 0),
+        (&[4, 3, 1], 0),
+    ];
+    use DType::*;
+    let mixed = [F16, BF16, I32, F32, I64, F16, Bool, BF16];
+    let cases: [([DType; 8], DType, f64); 6] = [
+        ([F32; 8], F32, 1e-5),
+        (mixed, F32, 1e-5),
+        ([F64, F32, F16, I32, F64, BF16, I64, F32], F64, 1e-12),
+        ([BF16; 8], BF16, 1.0 / 128.0),
+        ([F16; 8], F16, 1.0 / 1024.0),
+        ([I32, I64, I32, I64, I32, I32, I64, I32], I64, 0.0),
+    ];
+    for k in 4..=8 {
+        let (code, reference) = chain(k);
+        let f = jiterator::create_jit_fn(&code, &[])?;
+        assert_eq!(f.num_inputs(), k);
+        for (case, (dtypes, common, rel)) in cases.iter().enumerate() {
+            let mut ts = Vec::new();
+            let mut refs = Vec::new();
+            for (i, &(stored, how)) in layouts.iter().enumerate().take(k) {
+                let n: usize = stored.iter().product();
+                let seed = (100 * k + 10 * case + i) as u64;
+                let raw: Vec<f64> = match dtypes[i] {
+                    Bool => random(n, seed).iter().map(|v| (*v > 0.0) as u8 as f64).collect(),
+                    d if !d.is_float() => random(n, seed).iter().map(|v| (v * 2.0).round()).collect(),
+                    _ => random(n, seed),
+                };
+                let (t, v) = tensor(&raw, stored, dtypes[i])?;
+                // The view and its values in row-major order of the view's shape.
+                let (view, shape, vals): (Tensor, Vec<usize>, Vec<f64>) = match how {
+                    1 => (t.t()?, vec![3, 5], (0..15).map(|j| v[(j % 5) * 3 + j / 5]).collect()),
+                    2 => (t.narrow(2, 2, 5)?, vec![4, 3, 5], (0..60).map(|j| v[(j / 5) * 9 + 2 + j % 5]).collect()),
+                    _ => (t, stored.to_vec(), v),
+                };
+                ts.push(view);
+                refs.push((shape, vals));
+            }
+            let inputs: Vec<&Tensor> = ts.iter().collect();
+            let out = f.call(&inputs, &[])?;
+            let what = format!("{k} inputs of {:?}", &dtypes[..k]);
+            assert_eq!(out.dtype(), *common, "{what}: the promoted dtype");
+            assert_eq!(out.shape(), &out_shape[..], "{what}: the broadcast shape");
+            let want: Vec<f64> = (0..60)
+                .map(|j| {
+                    let args: Vec<f64> =
+                        refs.iter().map(|(shape, v)| v[broadcast_index(j, &out_shape, shape)]).collect();
+                    let r = reference(&args);
+                    match common {
+                        BF16 => bf16::from_f64(r).to_f64(),
+                        F16 => f16::from_f64(r).to_f64(),
+                        _ => r,
+                    }
+                })
+                .collect();
+            assert_close(&values(&out)?, &want, *rel, &what);
+        }
+    }
+    let (nine, _) = chain(9);
+    match jiterator::create_jit_fn(&nine, &[]) {
+        Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("1 to 8"), "{reason}"),
+        other => panic!("nine inputs: {other:?}"),
+    }
+    Ok(())
+}
+
+/// A function of several outputs is one kernel writing all of them (a captured call is one
+/// graph node, as a one-output call is), for few and many inputs, with a scalar, in f32 and bf16.
+#[test]
+fn a_multi_output_call_is_one_launch_writing_every_output() -> Result<()> {
+    let _s = serial();
+    let one = jiterator::create_jit_fn("template <typename T> T add2(T a, T b) { return a + b; }", &[])?;
+    let three = jiterator::create_multi_output_jit_fn(
+        "template <typename T> void stats(T a, T b, T& s, T& p, T& m) { s = a + b; p = a * b; m = a > b ? a : b; }",
+        3,
+        &[],
+    )?;
+    let five = jiterator::create_multi_output_jit_fn(
+        "template <typename T> void lin(T a, T b, T c, T d, T e, T w, T& u, T& v) \
+         { u = a * b + c; v = (d - e) * w; }",
+        2,
+        &[("w", 0.5)],
+    )?;
+    for dtype in [DType::F32, DType::BF16] {
+        let ulp = if dtype == DType::BF16 { 1.0 / 128.0 } else { 1e-6 };
+        let (a, av) = tensor(&random(8 * 33, 40), &[8, 33], dtype)?;
+        let (b, bv) = tensor(&random(33, 41), &[33], dtype)?;
+        let (c, cv) = tensor(&random(8, 42), &[8, 1], dtype)?;
+        let (d, dv) = tensor(&random(8 * 33, 43), &[8, 33], dtype)?;
+        let (e, ev) = tensor(&random(33 * 8, 44), &[33, 8], dtype)?;
+        let e = e.t()?;
+        let outs = three.call_multi(&[&a, &b], &[])?;
+        let g = |i: usize| (av[i], bv[i % 33]);
+        let s: Vec<f64> = (0..264).map(|i| g(i).0 + g(i).1).collect();
+        let p: Vec<f64> = (0..264).map(|i| g(i).0 * g(i).1).collect();
+        let m: Vec<f64> = (0..264).map(|i| g(i).0.max(g(i).1)).collect();
+        assert_close(&values(&outs[0])?, &s, ulp, "a + b");
+        assert_close(&values(&outs[1])?, &p, ulp, "a * b");
+        assert_close(&values(&outs[2])?, &m, ulp, "max(a, b)");
+        let outs = five.call_multi(&[&a, &b, &c, &d, &e], &[("w", 1.5)])?;
+        let u: Vec<f64> = (0..264).map(|i| av[i] * bv[i % 33] + cv[i / 33]).collect();
+        let v: Vec<f64> = (0..264).map(|i| (dv[i] - ev[(i % 33) * 8 + i / 33]) * 1.5).collect();
+        assert_close(&values(&outs[0])?, &u, ulp, "a * b + c");
+        assert_close(&values(&outs[1])?, &v, ulp, "(d - e) * w");
+    }
+    // Captured, each call is as many graph nodes as a one-output call: one kernel for all outputs.
+    let (a, _) = tensor(&random(1024, 45), &[1024], DType::F32)?;
+    let (b, _) = tensor(&random(1024, 46), &[1024], DType::F32)?;
+    one.call(&[&a, &b], &[])?;
+    let nodes = |f: &dyn Fn() -> Result<Vec<Tensor>>| -> Result<(usize, CUDAGraph, Vec<Tensor>)> {
+        f()?; // compiled before the capture
+        let mut g = CUDAGraph::new();
+        let outs = cuda::graph(&mut g, GraphOptions::default(), f)?;
+        Ok((g.node_count(), g, outs))
+    };
+    let (n1, _, _) = nodes(&|| Ok(vec![one.call(&[&a, &b], &[])?]))?;
+    let (n3, g, outs) = nodes(&|| three.call_multi(&[&a, &b], &[]))?;
+    assert!(n1 >= 1, "a captured call is at least one node");
+    assert_eq!(n3, n1, "three outputs in as many nodes as one output");
+    g.replay()?;
+    let (av, bv) = (values(&a)?, values(&b)?);
+    let p: Vec<f64> = av.iter().zip(&bv).map(|(x, y)| x * y).collect();
+    assert_close(&values(&outs[1])?, &p, 1e-6, "the captured call's second output");
+    Ok(())
+}

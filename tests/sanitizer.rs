@@ -667,3 +667,33 @@ fn a_collectives_output_is_a_write_of_the_group_stream() -> Result<()> {
     done();
     Ok(())
 }
+
+/// The allocation stack of an op's result is the op's own (the one unwinding of that op serves
+/// both), and a block from `Tensor::empty` has the stack of that call, not of its first use.
+#[test]
+fn allocation_stacks_name_the_allocating_call() -> Result<()> {
+    let Some(_t) = turn() else { return Ok(()) };
+    let s = streams(2);
+    let x = written_on(&s[0], 256)?;
+    let (y, e) = {
+        let _g = StreamGuard::new(&s[0])?;
+        let y = x.mul(2.0)?;
+        let e = Tensor::empty([256], DType::F32, Device::cuda(0))?;
+        e.copy_(&x, false)?;
+        (y, e)
+    };
+    let ry = race(write_on(&s[1], &y));
+    let re = race(write_on(&s[1], &e));
+    let (ay, ae) = (ry.allocation.expect("y's allocation stack"), re.allocation.expect("e's allocation stack"));
+    // Names resolve where this executable can name its own frames (a stripped one cannot).
+    let here = "allocation_stacks_name_the_allocating_call";
+    if std::backtrace::Backtrace::force_capture().to_string().contains(here) {
+        let (ay, ae) = (ay.to_string(), ae.to_string());
+        assert!(ay.contains(here) && ay.contains("mul"), "y's allocation stack: {ay}");
+        assert!(ae.contains(here) && ae.contains("empty") && !ae.contains("copy_"), "e's allocation stack: {ae}");
+    }
+    s[1].wait_stream(&s[0])?;
+    write_on(&s[1], &y)?;
+    done();
+    Ok(())
+}

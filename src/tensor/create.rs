@@ -72,7 +72,10 @@ impl Tensor {
     /// An uninitialized tensor (`torch.empty`); on the host its bytes are zero. `device` is a
     /// [`crate::Device`] or a string (`"cpu"`, `"cuda"`, `"cuda:1"`); `"cuda"` is the current device.
     pub fn empty(shape: impl IntoShape, dtype: DType, device: impl IntoDevice) -> Result<Tensor> {
-        Tensor::empty_at(shape.into_shape().sizes("empty")?, dtype, place_of(device)?)
+        let shape = shape.into_shape();
+        let (sizes, place) = (shape.sizes("empty")?, place_of(device)?);
+        // No access follows in this call: the sanitizer takes the allocation's stack now.
+        crate::runtime::sanitizer::eager_allocation_stacks(|| Tensor::empty_at(sizes, dtype, place))
     }
 
     /// A tensor of zeros (`torch.zeros`).

@@ -33,8 +33,8 @@ use crate::runtime::{capture_active, driver_name, Stream};
 use crate::scalar::Scalar;
 use std::sync::{Arc, Mutex};
 
-/// The most tensor inputs a jiterator function takes (the elementwise kernels' operands).
-pub const MAX_INPUTS: usize = 3;
+/// The most tensor inputs a jiterator function takes (PyTorch's limit).
+pub const MAX_INPUTS: usize = 8;
 /// The most outputs a multi-output jiterator function has.
 pub const MAX_OUTPUTS: usize = 8;
 /// Scalar arrays kept in device memory per function (per stream, dtype and values).
@@ -123,7 +123,8 @@ fn make(op: &'static str, code: &str, outputs: usize, by_ref: bool, defaults: &[
     }
     if inputs == 0 || inputs as usize > MAX_INPUTS {
         return Err(bad(format!(
-            "{} takes {inputs} tensor inputs; a jiterator function takes 1 to {MAX_INPUTS} in this version",
+            "{} takes {inputs} tensor inputs; a jiterator function takes 1 to {MAX_INPUTS} (PyTorch's limit): \
+             pass the others as scalars (with defaults) or split the function",
             sig.name
         )));
     }
@@ -248,33 +249,32 @@ impl JitFn {
                 reason: format!("{} takes {} tensor inputs, got {}", code.name, code.inputs(), inputs.len()),
             });
         }
-        let mut values: Vec<f64> = self.scalars.iter().map(|(_, v)| *v).collect();
-        for (name, v) in overrides {
-            let Some(k) = self.scalars.iter().position(|(n, _)| n == name) else {
+        // Each override names a declared scalar (checked before any work).
+        for (name, _) in overrides {
+            if !self.scalars.iter().any(|(n, _)| n == name) {
                 return Err(Error::InvalidArgument {
                     op,
                     reason: format!("`{name}` is not declared in function definition of {}", code.name),
                 });
-            };
-            values[k] = *v;
+            }
         }
         let exec = Exec::for_operands(op, inputs)?;
         let Device::Cuda(Some(device)) = exec.place.device() else {
             return Err(Error::InvalidArgument { op, reason: "a jiterator function runs on CUDA tensors".into() });
         };
-        let operands: Vec<Operand> = inputs.iter().map(|t| Operand::Tensor(t)).collect();
-        let common = result_type(&operands);
-        let mut shape = inputs[0].shape().to_vec();
-        for t in &inputs[1..] {
-            shape = broadcast_shapes(op, &shape, t.shape())?;
-        }
+        let common = promoted(inputs);
+        let shape = broadcast(op, inputs)?;
         let admitted = inputs.iter().map(|t| exec.admit(t)).collect::<Result<Vec<_>>>()?;
         let outs = (0..code.outputs).map(|_| exec.empty(&shape, common)).collect::<Result<Vec<Tensor>>>()?;
         if shape.contains(&0) {
             return Ok(outs);
         }
         let compute = jit_compute(common);
-        let scalars: Vec<u8> = values.iter().flat_map(|&v| scalar_bytes(Scalar::Float(v), compute)).collect();
+        let mut scalars = Vec::with_capacity(self.scalars.len() * compute.size());
+        for (name, default) in self.scalars.iter() {
+            let v = overrides.iter().rev().find(|(n, _)| n == name).map_or(*default, |(_, v)| *v);
+            scalars.extend_from_slice(&scalar_bytes(Scalar::Float(v), compute));
+        }
         let ins = admitted.iter().map(|t| t.broadcast_view(op, &shape)).collect::<Result<Vec<_>>>()?;
         exec.on_stream(op, |stream| {
             let on_device = (driver_name() == "cuda" && !scalars.is_empty())
@@ -319,6 +319,29 @@ impl JitFn {
     }
 }
 
+/// The dtype `inputs` promote to (PyTorch's `result_type`; inputs of one dtype: that dtype).
+fn promoted(inputs: &[&Tensor]) -> DType {
+    let first = inputs[0].dtype();
+    if inputs.iter().all(|t| t.dtype() == first) {
+        return first;
+    }
+    let operands: Vec<Operand> = inputs.iter().map(|t| Operand::Tensor(t)).collect();
+    result_type(&operands)
+}
+
+/// The shape `inputs` broadcast to (inputs of one shape: that shape).
+fn broadcast(op: &'static str, inputs: &[&Tensor]) -> Result<Vec<usize>> {
+    let first = inputs[0].shape();
+    if inputs.iter().all(|t| t.shape() == first) {
+        return Ok(first.to_vec());
+    }
+    let mut shape = first.to_vec();
+    for t in &inputs[1..] {
+        shape = broadcast_shapes(op, &shape, t.shape())?;
+    }
+    Ok(shape)
+}
+
 /// One element's bytes of `dtype` as a [`Scalar`] (exactly: the compute dtypes are `f32`,
 /// `f64`, integers and bool).
 fn element_scalar(b: &[u8], dtype: DType) -> Scalar {
@@ -348,8 +371,14 @@ mod tests {
         assert_eq!(g.code.params, [JitParam::Input(0), JitParam::Input(1), JitParam::Output(0), JitParam::Output(1)]);
         assert!(matches!(create_jit_fn("int f(int x) { return x; }", &[]), Err(Error::InvalidArgument { .. })));
         assert!(matches!(create_jit_fn(code, &[("beta", 1.0)]), Err(Error::InvalidArgument { .. })));
-        let four = "template <typename T> T f(T a, T b, T c, T d) { return a + b + c + d; }";
-        assert!(matches!(create_jit_fn(four, &[]), Err(Error::InvalidArgument { .. })));
+        let eight = "template <typename T> T f(T a, T b, T c, T d, T e, T g, T h, T k) { return a + b + c + d + e + g + h + k; }";
+        assert_eq!(create_jit_fn(eight, &[]).unwrap().num_inputs(), 8);
+        let nine = "template <typename T> T f(T a, T b, T c, T d, T e, T g, T h, T k, T m) { return a + m; }";
+        match create_jit_fn(nine, &[]) {
+            Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("1 to 8"), "{reason}"),
+            other => panic!("nine inputs: {other:?}"),
+        }
+        assert_eq!(create_jit_fn(nine, &[("m", 1.0)]).unwrap().num_inputs(), 8, "a scalar is not an input");
         assert!(matches!(create_multi_output_jit_fn(multi, 0, &[]), Err(Error::InvalidArgument { .. })));
     }
 }

@@ -8,7 +8,10 @@
 //! * `jit_small_call_host`: host ns per call of `-x + alpha * y` (one scalar) on 16 f32 elements.
 //! * `jit_first_call_cold`: ms from making a function whose code was never compiled to its first
 //!   result (compile, load, launch, synchronize); `jit_first_call_warm`: the same for a new
-//!   function of code compiled before (found in the process's caches).
+//!   function of code compiled before (found in the process's caches); `jit_first_call_warm_disk`:
+//!   the same in a fresh process whose disk cache holds the code (this binary run as a child,
+//!   `cudasem jit-first-call CODE`, timing from after its runtime started: the compile is found
+//!   on disk and only loaded).
 //!
 //! Every result is checked against a float64 reference before it is timed.
 
@@ -99,7 +102,7 @@ fn first(code: &str, x: &Tensor, want: &[f64]) -> Result<f64, super::measure::St
 fn first_call(s: &Sizes) -> StepResult {
     let x = Tensor::randn([16], DType::F32, "cuda")?;
     let want: Vec<f64> = to_f64(&x)?.iter().map(|a| -a + 2.0 * a).collect();
-    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    let (mut cold, mut warm, mut last) = (Vec::new(), Vec::new(), None);
     for _ in 0..s.runs {
         // A name never compiled (by this process or an earlier one): a cold compile.
         let nonce = format!(
@@ -111,6 +114,55 @@ fn first_call(s: &Sizes) -> StepResult {
         let code = AXPY.replace("axpy", &format!("axpy_{nonce}"));
         cold.push(first(&code, &x, &want)?);
         warm.push(first(&code, &x, &want)?);
+        last = Some(code);
     }
-    Ok(vec![("jit_first_call_cold", median(cold)), ("jit_first_call_warm", median(warm))])
+    // The last code string is in the disk cache now: fresh processes find it there.
+    let code = last.unwrap_or_else(|| AXPY.to_owned());
+    let disk = (0..s.runs.clamp(1, 5)).map(|_| child_ms(&code)).collect::<Result<Vec<f64>, _>>()?;
+    Ok(vec![
+        ("jit_first_call_cold", median(cold)),
+        ("jit_first_call_warm", median(warm)),
+        ("jit_first_call_warm_disk", median(disk)),
+    ])
+}
+
+/// Runs this binary as `jit-first-call CODE` (same environment: driver, kernel cache) and reads
+/// the ms it prints.
+fn child_ms(code: &str) -> Result<f64, super::measure::Stop> {
+    use super::measure::Stop;
+    let exe = std::env::current_exe().map_err(|e| Stop::Skip(format!("cannot find this binary: {e}")))?;
+    let out = std::process::Command::new(exe)
+        .args(["jit-first-call", code])
+        .output()
+        .map_err(|e| Stop::Skip(format!("cannot run this binary as a child: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match (out.status.success(), text.trim().parse::<f64>()) {
+        (true, Ok(ms)) => Ok(ms),
+        _ => Err(Stop::Fail(format!(
+            "the child `cudasem jit-first-call` failed ({}): {}{}",
+            out.status,
+            text.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+    }
+}
+
+/// The child of [`child_ms`]: starts the runtime (a tensor on the device, synchronized), then
+/// prints the ms of making a function of `code` and its first checked result.
+pub fn first_call_child(code: &str) -> std::process::ExitCode {
+    let run = || -> Result<f64, super::measure::Stop> {
+        let x = Tensor::randn([16], DType::F32, "cuda")?;
+        let want: Vec<f64> = to_f64(&x)?.iter().map(|a| -a + 2.0 * a).collect();
+        first(code, &x, &want)
+    };
+    match run() {
+        Ok(ms) => {
+            println!("{ms}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("jit-first-call: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -33,6 +33,7 @@ mod sanitized;
 mod transformer;
 mod user_kernel;
 
+pub use jit::first_call_child as jit_first_call_child;
 pub use options::Options;
 
 use options::{finish, json_path, sim_runs_quick, DEFAULT_JSON};

@@ -64,6 +64,7 @@ pub const ROWS: &[RowSpec] = &[
     row("jit_small_call_host", "jit_small_call", "ns", true, 2.0),
     row("jit_first_call_cold", "jit_first_call", "ms", true, 0.0),
     row("jit_first_call_warm", "jit_first_call", "ms", true, 0.0),
+    row("jit_first_call_warm_disk", "jit_first_call", "ms", true, 0.0),
     row("sdpa_bf16_causal_b8_h16_t1024_e64", "sdpa", "ms", true, 0.8),
     row("sdpa_bf16_causal_b1_h32_t4096_e128", "sdpa", "ms", true, 0.8),
     row("sdpa_decode_bf16_b8_h32_s8192_e128", "sdpa", "ms", true, 0.8),

@@ -15,6 +15,7 @@ use super::capture;
 use super::stream_handle::Stream;
 use crate::driver::{EventId, GraphId, StreamId};
 pub use crate::race::{AccessRace, RaceTensor, RacingAccess, Stack};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -46,7 +47,9 @@ pub fn is_enabled() -> bool {
 
 /// Whether the sanitizer captures the stack ([`Stack`]: the innermost frames' addresses) of each
 /// access and allocation (on by default; unwinding the stack is most of the sanitizer's cost per
-/// operation, and frames are resolved to names only when a race is reported). Off, a report names streams, operations and memory
+/// operation, so it is unwound once per operation: a block an operation allocates for its
+/// result takes that operation's stack, and only `Tensor::empty` unwinds as it allocates; frames
+/// are resolved to names only when a race is reported). Off, a report names streams, operations and memory
 /// without stacks.
 pub fn set_stack_traces(on: bool) {
     STACKS.store(on, Ordering::Relaxed);
@@ -87,6 +90,47 @@ fn backtrace() -> Option<Stack> {
     STACKS.load(Ordering::Relaxed).then(Stack::capture)
 }
 
+/// The most blocks [`PENDING`] holds per thread.
+const PENDING_MAX: usize = 64;
+
+thread_local! {
+    /// Blocks handed out on this thread since its last checked access, whose allocation stack
+    /// is still to come: the next access on the thread that touches one (the operation that
+    /// allocated it for its result writes it next) gives it its own stack, one capture for both.
+    static PENDING: RefCell<Vec<(usize, u64)>> = const { RefCell::new(Vec::new()) };
+    /// Set while a block is allocated for the user (`Tensor::empty`: no access follows in the
+    /// same call), whose stack is captured as it is handed out.
+    static EAGER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, an allocation for the user that no access of the same call follows: its stack is
+/// captured as the block is handed out (every other block takes the stack of the first access
+/// that follows on its thread and touches it).
+pub(crate) fn eager_allocation_stacks<R>(f: impl FnOnce() -> R) -> R {
+    if !enabled() {
+        return f();
+    }
+    let was = EAGER.with(|e| e.replace(true));
+    let r = f();
+    EAGER.with(|e| e.set(was));
+    r
+}
+
+/// The blocks of [`PENDING`] that `accesses` touch take `bt` as their allocation stack; the
+/// others wait for a later access (an operation may run another before it writes its result).
+fn adopt_pending(st: &mut State, accesses: &[(Span, bool)], bt: &Option<Stack>) {
+    PENDING.with(|p| {
+        p.borrow_mut().retain(|key| {
+            let Some(a) = st.allocs.get_mut(key) else { return false };
+            let touched = accesses.iter().any(|(s, _)| s.device == key.0 && s.start < a.end && s.end > key.1);
+            if touched && a.backtrace.is_none() {
+                a.backtrace = bt.clone();
+            }
+            !touched
+        })
+    });
+}
+
 impl State {
     /// The tracker whose order `stream`'s work follows: its capture's, or the eager one.
     fn tracker(&mut self, stream: StreamId) -> &mut Tracker {
@@ -115,6 +159,9 @@ pub(crate) fn access(
 ) -> Result<(), Box<AccessRace>> {
     let id = stream.driver_id();
     let mut st = state();
+    // One stack per operation: its accesses' and, for the blocks it allocated, theirs.
+    let bt = backtrace();
+    adopt_pending(&mut st, accesses, &bt);
     let found = {
         let tracker = st.tracker(id);
         accesses
@@ -124,7 +171,7 @@ pub(crate) fn access(
     };
     if let Some((prev, address, span, write)) = found {
         let current =
-            RacingAccess { stream: id.0, device: stream.device(), operation: op(), write, backtrace: backtrace() };
+            RacingAccess { stream: id.0, device: stream.device(), operation: op(), write, backtrace: bt.clone() };
         let allocation = st.alloc_of(span.device, address).and_then(|a| a.backtrace.clone());
         let previous = RacingAccess {
             stream: prev.stream.0,
@@ -146,7 +193,7 @@ pub(crate) fn access(
     }
     st.seq += 1;
     let seq = st.seq;
-    let (name, bt): (Arc<str>, _) = (op().into(), backtrace());
+    let name: Arc<str> = op().into();
     let tracker = st.tracker(id);
     tracker.tick(id, stream.device(), seq);
     for &(span, write) in accesses.iter().filter(|(s, _)| s.end > s.start) {
@@ -199,7 +246,19 @@ pub(crate) fn host_waits_device(device: usize) {
 
 /// The caching allocator handed out `[ptr, ptr + bytes)` of `device` for work on `stream`.
 pub(crate) fn allocated(device: usize, ptr: u64, bytes: usize, stream: StreamId) {
-    let backtrace = backtrace();
+    let stacks = STACKS.load(Ordering::Relaxed);
+    let backtrace = if stacks && !EAGER.with(Cell::get) {
+        PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() >= PENDING_MAX {
+                p.remove(0); // never touched: that block keeps no allocation stack
+            }
+            p.push((device, ptr));
+        });
+        None
+    } else {
+        backtrace()
+    };
     let a = Alloc { end: ptr + bytes.max(1) as u64, stream, recorded: Vec::new(), backtrace };
     state().allocs.insert((device, ptr), a);
 }

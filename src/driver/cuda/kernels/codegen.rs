@@ -19,17 +19,17 @@
 
 use super::elementwise_policy::{ew_vec, tile_edge, tile_pairs, unrolled};
 use super::gemv::gemv_vec;
-use super::jit::code;
+use super::jit::code as jit_code;
 use super::reduce_layouts::{cols_x, half_runs};
 use super::softmax_layouts::{
     softmax_big_layouts, softmax_layouts, softmax_mid_layouts, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
     SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
 };
 use super::sources::{
-    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, FUSED_HEAD, GEMV, GEMV_HEAD, RANDOM, RANDOM_HEAD, REDUCE, REDUCE_ACC,
-    REDUCE_ARG, REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
+    fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, FUSED_HEAD, GEMV, GEMV_HEAD, JIT_MULTI, RANDOM, RANDOM_HEAD, REDUCE,
+    REDUCE_ACC, REDUCE_ARG, REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
 };
-use super::vocab::{fast_masks, EwOp, JitKey, ModuleKey, RandKind};
+use super::vocab::{fast_masks, EwOp, JitKey, ModuleKey, RandKind, JIT_INPUTS};
 use crate::dtype::DType;
 use crate::kernel::{jit_compute, jit_ctype, JitParam};
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
@@ -57,6 +57,7 @@ impl ModuleKey {
                 super::fused_codegen::attention_mma(&mut s, dtype);
             }
             ModuleKey::Random { dist, dtype, e } => random(&mut s, dist, dtype, e),
+            ModuleKey::JitMulti { code, out, ins } => multi_source(&mut s, code, out, ins),
         }
         s
     }
@@ -266,15 +267,16 @@ fn binary_body(op: BinaryOp, lhs: DType, rhs: DType, c: DType, out: DType) -> St
     format!("{head}    const {mt} r = {r};\n    return {};\n", conv(c, out, &conv(m, c, "r")))
 }
 
-/// The user's code, its diagnostics naming `jiterator` and the code's own lines.
-fn jit_prefix(key: JitKey) -> String {
-    format!("#line 1 \"jiterator\"\n{}\n#line 1 \"cudasem_elementwise\"\n", code(key.code).source)
+/// The user's code of function `id`, its diagnostics naming `jiterator` and the code's own
+/// lines, then the generated part's lines named `after`.
+pub(in crate::driver::cuda) fn jit_prefix(id: u32, after: &str) -> String {
+    format!("#line 1 \"jiterator\"\n{}\n#line 1 \"{after}\"\n", jit_code(id).source)
 }
 
 /// The body of `apply` for the function of `key`, whose inputs have dtypes `ins` and whose
 /// output (of the promoted dtype) is `out`; the scalars are read from the address in `value`.
 fn jit_body(key: JitKey, out: DType, ins: [DType; 3]) -> String {
-    let code = code(key.code);
+    let code = jit_code(key.code);
     let compute = jit_compute(out);
     let ct = jit_ctype(compute);
     let names = ["a", "b", "c"];
@@ -294,6 +296,41 @@ fn jit_body(key: JitKey, out: DType, ins: [DType; 3]) -> String {
     s
 }
 
+/// The C declaration of the `jm` kernel's parameters (`JitP` in `jit.rs`).
+const JIT_P: &str = "struct CsJitP { u64 out[8]; u64 in[8]; u64 n; u64 value; int ndim; int mask; \
+                     i64 shape[MAXD]; i64 st[8][MAXD]; };\n";
+
+/// Appends the source of a [`ModuleKey::JitMulti`] module (after the common helpers): the user's
+/// code, `CsJitP`, `cs_jit_apply` for the inputs' dtypes `ins` promoted to `out`, and `jm`.
+pub(in crate::driver::cuda) fn multi_source(s: &mut String, id: u32, out: DType, ins: [DType; JIT_INPUTS]) {
+    let code = jit_code(id);
+    let nin = code.inputs();
+    let compute = jit_compute(out);
+    let ct = jit_ctype(compute);
+    s.push_str(&jit_prefix(id, "cudasem_jit_multi"));
+    let _ = writeln!(s, "#define NIN {nin}");
+    s.push_str(JIT_P);
+    let _ = writeln!(s, "__device__ __forceinline__ void cs_jit_apply(const CsJitP& p, u64 i, const i64* off) {{");
+    let _ = writeln!(s, "    typedef {ct} CT;\n    const CT* sc = (const CT*)p.value;\n    (void)sc;");
+    for (k, &d) in ins.iter().enumerate().take(nin) {
+        let load = format!("((const {}*)p.in[{k}])[off[{k}]]", ctype(d));
+        let _ = writeln!(s, "    const CT x{k} = (CT){};", conv(out, compute, &conv(d, out, &load)));
+    }
+    let by_ref = code.params.iter().any(|p| matches!(p, JitParam::Output(_)));
+    let call = code.call(ct, |k| format!("x{k}"), |k| format!("sc[{k}]"), |k| format!("r{k}"));
+    if by_ref {
+        let outs: Vec<String> = (0..code.outputs).map(|k| format!("r{k} = CT()")).collect();
+        let _ = writeln!(s, "    CT {};\n    {call};", outs.join(", "));
+    } else {
+        let _ = writeln!(s, "    const CT r0 = (CT)({call});");
+    }
+    for k in 0..code.outputs {
+        let _ = writeln!(s, "    (({}*)p.out[{k}])[i] = {};", ctype(out), conv(compute, out, &format!("r{k}")));
+    }
+    s.push_str("}\n");
+    s.push_str(JIT_MULTI);
+}
+
 fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     let n = op.inputs();
     let t = |i: usize| if i < n { ctype(ins[i]) } else { "u8" };
@@ -307,7 +344,7 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
         EwOp::Binary(b, compute) => binary_body(b, ins[0], ins[1], compute, out),
         EwOp::Where => format!("    return a ? {} : {};\n", conv(ins[1], out, "b"), conv(ins[2], out, "c")),
         EwOp::Jit(key) => {
-            s.push_str(&jit_prefix(key));
+            s.push_str(&jit_prefix(key.code, "cudasem_elementwise"));
             jit_body(key, out, ins)
         }
     };

@@ -124,7 +124,8 @@ pub(in crate::driver::cuda) fn launch(
 }
 
 /// Launches the jiterator call `op` (already validated) on `stream` (as [`launch`]): the
-/// elementwise kernels of the function's module, once per output.
+/// elementwise kernel of the function's module, or for more than three inputs or several
+/// outputs the one kernel of its [`JitMulti`](super::vocab::ModuleKey::JitMulti) module.
 pub(in crate::driver::cuda) fn jit(
     ops: &DeviceOps,
     cu: sys::CUdevice,
@@ -138,12 +139,12 @@ pub(in crate::driver::cuda) fn jit(
     }
     let c = ops.ctx(cu, dropped, stream, stream_id)?;
     let code = super::jit::intern(&op.code);
-    let ins: Vec<&BufferView> = op.ins.iter().collect();
-    for (k, dst) in op.outs.iter().enumerate() {
-        let key = JitKey { code, nin: ins.len() as u8, out: k as u8 };
-        elementwise(&c, EwOp::Jit(key), dst, &ins, op.scalars_at.0, 0)?;
+    if super::jit::is_multi(op) {
+        return super::jit::launch_multi(&c, code, op);
     }
-    Ok(())
+    let ins: Vec<&BufferView> = op.ins.iter().collect();
+    let key = JitKey { code, nin: ins.len() as u8, out: 0 };
+    elementwise(&c, EwOp::Jit(key), &op.outs[0], &ins, op.scalars_at.0, 0)
 }
 
 /// Runs a dense binary op (already validated) on the stream of `dev`, whose context is current:

@@ -9,6 +9,7 @@
 //! * `softmax_head.cu`, `softmax.cu`: a softmax module; `gemv_head.cu`, `gemv.cu`: a vector-matrix module;
 //! * `fused_head.cu`, `norm.cu`, `attention_params.cu`, `attention.cu`, `attention_mma.cu`: a norm or
 //!   attention module (FMA or tensor-core);
+//! * `jit_multi.cu`: a jiterator module of many inputs or several outputs ([`JIT_MULTI`]);
 //! * `spin.cu`: the delay kernel ([`SPIN`], `spin.rs`).
 
 /// `text` without its leading `//` lines (the file's header).
@@ -64,6 +65,9 @@ pub(in crate::driver::cuda) const ATTENTION_PARAMS: &str = body(include_str!("cu
 pub(in crate::driver::cuda) const ATTENTION: &str = body(include_str!("cu/attention.cu"));
 /// The tensor-core attention kernel, after [`ATTENTION_PARAMS`] and a define of `AM_MMA_T`.
 pub(in crate::driver::cuda) const ATTENTION_MMA: &str = body(include_str!("cu/attention_mma.cu"));
+/// The kernel `jm` of a jiterator module of many inputs or several outputs, after its generated
+/// part (`jit.rs`: `NIN`, `CsJitP` and `cs_jit_apply`).
+pub(in crate::driver::cuda) const JIT_MULTI: &str = body(include_str!("cu/jit_multi.cu"));
 /// The delay kernel `cudasem_spin(unsigned long long ns)`.
 pub(in crate::driver::cuda) const SPIN: &str = body(include_str!("cu/spin.cu"));
 

@@ -57,13 +57,13 @@ pub(in crate::driver::cuda) enum EwOp {
     Binary(BinaryOp, DType),
     /// `cond ? a : b`.
     Where,
-    /// A jiterator function (`jit.rs`), one output of it.
+    /// A jiterator function (`jit.rs`) of at most three inputs and one output.
     Jit(JitKey),
 }
 
-/// A jiterator function's module: the function's id in the process (`jit::intern`), its number
-/// of tensor inputs, and the output this module writes (a multi-output function has a module
-/// per output).
+/// A jiterator function's elementwise module: the function's id in the process (`jit::intern`),
+/// its number of tensor inputs, and the output this module writes (the only one: a function of
+/// several outputs, or of more inputs, has a [`ModuleKey::JitMulti`] module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(in crate::driver::cuda) struct JitKey {
     pub code: u32,
@@ -110,7 +110,15 @@ pub(in crate::driver::cuda) enum ModuleKey {
     AttentionMma { dtype: DType },
     /// Random draws of a distribution into `dtype`, `e` elements per Philox block (`random.rs`).
     Random { dist: RandKind, dtype: DType, e: u8 },
+    /// A jiterator function (its id, `jit::intern`) of up to [`JIT_INPUTS`] inputs of dtypes
+    /// `ins` (unused ones `Bool`) and any number of outputs of dtype `out`, all computed by one
+    /// kernel (`jit.rs`).
+    JitMulti { code: u32, out: DType, ins: [DType; JIT_INPUTS] },
 }
+
+/// The most inputs (and outputs) of a [`ModuleKey::JitMulti`] kernel (the jiterator's limit,
+/// PyTorch's).
+pub(in crate::driver::cuda) const JIT_INPUTS: usize = 8;
 
 /// The distributions of a random module (`DIST` in `cu/random_head.cu`: the discriminant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -183,6 +191,8 @@ pub(in crate::driver::cuda) enum Entry {
     AttnMma(u8),
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
+    /// A jiterator function's every output from its inputs: a thread per element (`jm`).
+    JitMulti,
 }
 
 /// One kernel: its module and entry point.
@@ -204,6 +214,7 @@ impl Entry {
             ModuleKey::Attention { .. } => "at",
             ModuleKey::AttentionMma { .. } => "am",
             ModuleKey::Random { .. } => "rnd",
+            ModuleKey::JitMulti { .. } => "jm",
         };
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
@@ -230,7 +241,7 @@ impl Entry {
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
             Entry::AttnMma(e16) => format!("{prefix}_{}", 16 * e16 as u32),
-            Entry::Random => prefix.into(),
+            Entry::Random | Entry::JitMulti => prefix.into(),
         }
     }
 }
@@ -279,6 +290,7 @@ impl ModuleKey {
                 ATTN_MMA_HEAD_DIMS.iter().map(|&d| Entry::AttnMma((d / 16) as u8)).collect()
             }
             ModuleKey::Random { .. } => vec![Entry::Random],
+            ModuleKey::JitMulti { .. } => vec![Entry::JitMulti],
             ModuleKey::Reduce { src, .. } => {
                 vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
             }

@@ -35,7 +35,7 @@ fn record(h: MemoryHistory) -> Recording {
 fn resolvable() -> bool {
     let mut named = false;
     // (`resolve` looks up the byte before the address it is given.)
-    let inside = (resolvable as usize + 1) as *mut std::ffi::c_void;
+    let inside = (resolvable as *const () as usize + 1) as *mut std::ffi::c_void;
     backtrace::resolve(inside, |s| {
         named |= s.name().is_some_and(|n| n.to_string().contains("resolvable")) && s.lineno().is_some();
     });

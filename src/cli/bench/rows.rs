@@ -156,7 +156,8 @@ mod tests {
             ["sdpa", "norms"]
         );
         assert_eq!(parse_only(Some("small_op_sanitized_no_stacks")).unwrap(), ["small_op_sanitized"]);
-        assert_eq!(parse_only(None).unwrap().len(), 27);
+        assert_eq!(parse_only(Some("alloc_free_pair_history")).unwrap(), ["alloc_free_pair_stacks"]);
+        assert_eq!(parse_only(None).unwrap().len(), 28);
     }
 
     #[test]

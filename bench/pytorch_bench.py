@@ -27,7 +27,7 @@ import tempfile
 import time
 
 STEPS = [
-    "alloc_free_pair", "empty_tensor", "small_op", "add_f32_256m", "sum_f32_1gib", "matmul_fp32_8192",
+    "alloc_free_pair", "alloc_free_pair_stacks", "empty_tensor", "small_op", "add_f32_256m", "sum_f32_1gib", "matmul_fp32_8192",
     "matmul_tf32_8192", "matmul_bf16_8192", "h2d_pinned_1gib", "d2h_pinned_1gib", "h2d_pageable_1gib",
     "p2p_copy_1gib", "replay_resnet50", "e2e_mlp_pipeline_bf16", "e2e_decode_step", "e2e_decode_step_graphed",
     "graph_replay", "allreduce", "random",
@@ -171,6 +171,24 @@ class Bench:
             ns = host_ns(torch, s["host_runs"], lambda: ext.pair_ns(size, s["pairs"]))
             after = torch.cuda.memory_stats().get("num_device_alloc")
             check(before == after, f"timed pairs of {size} B reached the driver")
+            say("RESULT", name, f"{ns:.6g}", "ns")
+
+    def alloc_free_pair_stacks(self):
+        """alloc_free_pair of 4096 B (1024 float32) with the memory history on: _stacks with
+        _record_memory_history(context="all", stacks="all") (Python and C++ stacks of each alloc and
+        free), _history with context=None (events, no stacks). The history is off again after."""
+        torch, s, ext = self.torch, self.s, self.ext()
+        size = 4096
+        for name, kw in [("alloc_free_pair_stacks", dict(context="all", stacks="all")),
+                         ("alloc_free_pair_history", dict(context=None))]:
+            torch.cuda.memory._record_memory_history(max_entries=100_000, **kw)
+            try:
+                before = torch.cuda.memory_stats().get("num_device_alloc")
+                ns = host_ns(torch, s["host_runs"], lambda: ext.pair_ns(size, s["pairs"]))
+                after = torch.cuda.memory_stats().get("num_device_alloc")
+            finally:
+                torch.cuda.memory._record_memory_history(enabled=None)
+            check(before == after, f"{name}: timed pairs of {size} B reached the driver")
             say("RESULT", name, f"{ns:.6g}", "ns")
 
     def empty_tensor(self):

@@ -13,6 +13,7 @@ pub use crate::alloc::{
 };
 pub use crate::driver::{DeviceProperties, DeviceUuid, GpuProcess, GpuProcesses, StreamId};
 pub use crate::kernel::box_muller::box_muller_f32;
+pub use crate::alloc::{Frame, Frames, HistoryContext, HistoryEnabled, MemoryHistory, Stacks};
 pub use crate::kernel::random::{philox4x32_10, philox_block, u53, TRANSCENDENTAL_ULP_F64};
 pub use crate::runtime::sanitizer;
 pub use crate::runtime::{
@@ -32,6 +33,7 @@ pub use crate::runtime::{get_sync_debug_mode, set_sync_debug_mode, SyncDebugMode
 pub use crate::runtime::{graph, is_current_stream_capturing, CUDAGraph, CaptureErrorMode, GraphOptions};
 pub use crate::runtime::{graph_pool_handle, use_mem_pool, MemPool};
 pub use crate::runtime::{nvtx, profiler};
+pub use crate::runtime::{record_memory_history_with, reset_accumulated_memory_stats};
 pub use crate::tensor::jiterator;
 pub use crate::tensor::rng_cuda::{
     default_generator, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
@@ -51,10 +53,12 @@ pub use crate::tensor::{Generator, PhiloxState, RNG_STATE_BYTES};
 /// settings and reports the peaks, driver allocations and host time per operation, as the
 /// `cudasem replay TRACE.csv` command does.
 pub mod memory {
+    pub use crate::alloc::OutOfMemoryInfo;
     pub use crate::alloc::{
         replay_trace, PageMoves, PytorchExpandable, PytorchOutcome, ReplayOptions, ReplayReport, Trace, TraceEvent,
     };
     pub use crate::error::fmt_bytes as format_bytes;
+    pub use crate::runtime::{attach_out_of_memory_observer, reset_accumulated_memory_stats, set_allocator_settings};
 }
 
 /// `torch.backends.cuda`: `backends::matmul::set_allow_tf32(true)` mirrors

@@ -91,6 +91,10 @@
 //! | `torch.cuda.memory_summary(d)` | [`cuda::memory_summary`] |
 //! | `torch.cuda.memory_snapshot()` / `torch.cuda.memory._snapshot()` | [`cuda::memory_snapshot`] ([`cuda::Snapshot`], [`cuda::SegmentInfo`], [`cuda::BlockInfo`]) |
 //! | `torch.cuda.memory._record_memory_history(…)` | [`cuda::record_memory_history`] ([`cuda::TraceEntry`], [`cuda::TraceAction`]) |
+//! | `torch.cuda.memory._record_memory_history(enabled, context, stacks="all", max_entries)` | [`cuda::record_memory_history_with`] ([`cuda::MemoryHistory`], [`cuda::Stacks`], [`cuda::HistoryContext`]); frames `{filename, line, name}` on events and blocks ([`cuda::Frames`], [`cuda::Frame`]) |
+//! | `torch._C._cuda_attach_out_of_memory_observer(f)` | [`cuda::memory::attach_out_of_memory_observer`] ([`cuda::memory::OutOfMemoryInfo`]) |
+//! | `torch.cuda.memory._set_allocator_settings(s)` | [`cuda::memory::set_allocator_settings`] ([`cuda::AllocatorSettings::apply`]) |
+//! | `torch.cuda.reset_accumulated_memory_stats(d)` | [`cuda::reset_accumulated_memory_stats`] |
 //! | `torch.cuda.reset_peak_memory_stats(d)` | [`cuda::reset_peak_memory_stats`] |
 //! | `torch.cuda.empty_cache()` | [`cuda::empty_cache`] |
 //! | `torch.cuda.set_per_process_memory_fraction(f, d)` / `get_per_process_memory_fraction(d)` | [`cuda::set_per_process_memory_fraction`] / [`cuda::get_per_process_memory_fraction`] |

@@ -199,7 +199,13 @@ print('ok', len(actions))
         let blocks = sizes
             .iter()
             .map(|&size| {
-                let b = BlockInfo { address: at, size, requested_size: size / 2, state: BlockState::Inactive };
+                let b = BlockInfo {
+                    address: at,
+                    size,
+                    requested_size: size / 2,
+                    state: BlockState::Inactive,
+                    frames: Default::default(),
+                };
                 at += size as u64;
                 b
             })
@@ -217,9 +223,16 @@ print('ok', len(actions))
             is_expandable: true,
             segment_pool_id: Default::default(),
             blocks,
+            frames: Default::default(),
         };
-        let oom =
-            TraceEntry { action: TraceAction::Oom, addr: 1 << 40, size: 3 << 30, stream: StreamId(7), time_us: 1 };
+        let oom = TraceEntry {
+            action: TraceAction::Oom,
+            addr: 1 << 40,
+            size: 3 << 30,
+            stream: StreamId(7),
+            time_us: 1,
+            frames: Default::default(),
+        };
         Snapshot { segments: vec![seg], device_traces: vec![vec![], vec![oom]] }
     }
 

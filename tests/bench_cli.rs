@@ -9,10 +9,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 47] = [
+const ROWS: [&str; 49] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
+    "alloc_free_pair_stacks",
+    "alloc_free_pair_history",
     "empty_tensor",
     "small_op",
     "small_op_cpp",
@@ -195,7 +197,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 28 && err.contains("bench 27/27 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 29 && err.contains("bench 28/28 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

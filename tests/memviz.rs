@@ -46,7 +46,7 @@ fn attribute(svg: &str, name: &str) -> Vec<f64> {
 }
 
 fn entry(action: TraceAction, addr: u64, size: usize) -> TraceEntry {
-    TraceEntry { action, addr, size, stream: StreamId(0), time_us: 0 }
+    TraceEntry { action, addr, size, stream: StreamId(0), time_us: 0, frames: Default::default() }
 }
 
 /// A segment tiled by `blocks` of `(size, requested, state)`.
@@ -63,9 +63,16 @@ fn segment(address: u64, stream: u64, pool: PoolKind, blocks: &[(usize, usize, B
         is_expandable: false,
         segment_pool_id: Default::default(),
         blocks: Vec::new(),
+        frames: Default::default(),
     };
     for &(size, requested_size, state) in blocks {
-        s.blocks.push(BlockInfo { address: address + s.total_size as u64, size, requested_size, state });
+        s.blocks.push(BlockInfo {
+            address: address + s.total_size as u64,
+            size,
+            requested_size,
+            state,
+            frames: Default::default(),
+        });
         s.total_size += size;
         if state == BlockState::ActiveAllocated {
             s.allocated_size += size;

@@ -342,6 +342,7 @@ fn entry() -> impl Strategy<Value = TraceEntry> {
         size,
         stream: StreamId(stream),
         time_us: 0,
+        frames: Default::default(),
     })
 }
 
@@ -356,7 +357,13 @@ fn segment() -> impl Strategy<Value = SegmentInfo> {
             let blocks: Vec<BlockInfo> = raw
                 .into_iter()
                 .map(|(size, requested_size, state, wild)| {
-                    let b = BlockInfo { address: wild.unwrap_or(at), size, requested_size, state };
+                    let b = BlockInfo {
+                        address: wild.unwrap_or(at),
+                        size,
+                        requested_size,
+                        state,
+                        frames: Default::default(),
+                    };
                     at = at.saturating_add(size as u64);
                     b
                 })
@@ -374,6 +381,7 @@ fn segment() -> impl Strategy<Value = SegmentInfo> {
                 is_expandable,
                 segment_pool_id: Default::default(),
                 blocks,
+                frames: Default::default(),
             }
         },
     )

@@ -201,7 +201,14 @@ fn a_snapshot_whose_ring_starts_mid_run_replays_the_part_it_holds_whole() {
     use cudasem::cuda::{Snapshot, StreamId, TraceAction, TraceEntry};
     use rand::{RngExt, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(36);
-    let e = |action, addr: u64, size| TraceEntry { action, addr, size, stream: StreamId(0), time_us: 0 };
+    let e = |action, addr: u64, size| TraceEntry {
+        action,
+        addr,
+        size,
+        stream: StreamId(0),
+        time_us: 0,
+        frames: Default::default(),
+    };
     // Blocks 0..n live before the ring starts (only their frees are in it), then random blocks.
     let (n, m) = (rng.random_range(1..20u64), rng.random_range(1..40u64));
     let mut entries: Vec<TraceEntry> = (0..n).map(|i| e(TraceAction::FreeCompleted, 4096 * (i + 1), 512)).collect();

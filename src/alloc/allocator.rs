@@ -1,7 +1,9 @@
 //! [`CachingAllocator`]: one device's caching allocator behind one mutex.
 
 use super::expandable::PageMoves;
+use super::history::{HistoryContext, MemoryHistory, Stacks};
 use super::mem_pools::{MemPoolId, Route, StreamFilter, DEFAULT_SLOT};
+use super::observers::{Observers, OutOfMemoryInfo, OutOfMemoryObserver};
 use super::settings::AllocatorSettings;
 use super::snapshot::Snapshot;
 use super::state::State;
@@ -10,7 +12,8 @@ use super::summary::memory_summary;
 use super::RawMemory;
 use crate::driver::{DevicePtr, StreamId};
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::race::Stack;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// PyTorch's CUDA caching allocator for one device, over any [`RawMemory`].
@@ -40,7 +43,16 @@ pub struct CachingAllocator {
     routes: RwLock<Vec<Route>>,
     /// `routes.len()`: the one relaxed load of a malloc when nothing is routed.
     routing: AtomicUsize,
+    /// Which calls capture their stack for the history ([`CAPTURE_ALLOC`], [`CAPTURE_FREE`]).
+    stacks: AtomicU8,
+    /// Called when a malloc fails for lack of memory.
+    observers: Observers,
 }
+
+/// Mallocs capture their stack (the history keeps stacks).
+const CAPTURE_ALLOC: u8 = 1;
+/// Frees capture theirs too (`context="all"`).
+const CAPTURE_FREE: u8 = 2;
 
 impl std::fmt::Debug for CachingAllocator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,6 +74,8 @@ impl CachingAllocator {
             memory,
             routes: RwLock::new(Vec::new()),
             routing: AtomicUsize::new(0),
+            stacks: AtomicU8::new(0),
+            observers: Observers::default(),
         }
     }
 
@@ -129,21 +143,59 @@ impl CachingAllocator {
         if size == 0 {
             return Ok(DevicePtr(0));
         }
-        if self.routing.load(Ordering::Relaxed) != 0 {
-            return self.malloc_routed(size, stream);
+        if self.routing.load(Ordering::Relaxed) != 0 || self.stacks.load(Ordering::Relaxed) != 0 {
+            return self.malloc_slow(size, stream);
         }
-        self.lock_raw().malloc(&*self.memory, size, stream, DEFAULT_SLOT)
+        // (The state's lock is released at the end of this statement, before any observer runs.)
+        let r = self.lock_raw().malloc(&*self.memory, size, stream, DEFAULT_SLOT);
+        r.map_err(|e| self.failed(e))
     }
 
+    /// A malloc while allocations are routed or stacks are recorded.
     #[cold]
     #[inline(never)]
-    fn malloc_routed(&self, size: usize, stream: StreamId) -> Result<DevicePtr> {
-        // The routes stay read-locked until the block is taken, so the pool chosen still exists.
-        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
-        let pool = routes.iter().rev().find(|r| (r.filter)(stream)).map(|r| r.pool);
-        let mut state = self.lock_raw();
-        let slot = pool.and_then(|p| state.routable_slot(p)).unwrap_or(DEFAULT_SLOT);
-        state.malloc(&*self.memory, size, stream, slot)
+    fn malloc_slow(&self, size: usize, stream: StreamId) -> Result<DevicePtr> {
+        // Captured before the lock is taken: other threads do not wait for the unwinding.
+        let stack = self.capture(CAPTURE_ALLOC);
+        let r = {
+            // The routes stay read-locked until the block is taken, so the pool chosen still exists.
+            let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+            let pool = routes.iter().rev().find(|r| (r.filter)(stream)).map(|r| r.pool);
+            let mut state = self.lock_raw();
+            let slot = pool.and_then(|p| state.routable_slot(p)).unwrap_or(DEFAULT_SLOT);
+            state.set_call_stack(stack);
+            let r = state.malloc(&*self.memory, size, stream, slot);
+            state.set_call_stack(None);
+            r
+        };
+        r.map_err(|e| self.failed(e))
+    }
+
+    /// The stack of the call, when the history keeps the stacks of calls of kind `what`.
+    #[inline]
+    fn capture(&self, what: u8) -> Option<Arc<Stack>> {
+        (self.stacks.load(Ordering::Relaxed) & what != 0).then(|| Arc::new(Stack::capture()))
+    }
+
+    /// A malloc failed with `e` (no lock held): out of memory, the observers are told first.
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, e: Error) -> Error {
+        if matches!(e, Error::OutOfMemory { .. }) {
+            self.observers.notify(|| {
+                let cap = self.lock().fraction_limit();
+                OutOfMemoryInfo::of(&e, cap).expect("an out-of-memory error")
+            });
+        }
+        e
+    }
+
+    /// `attachOutOfMemoryObserver(f)`: `f` is called (after those attached before) each time a
+    /// malloc fails for lack of memory, before the error is returned, with no lock of the
+    /// allocator held: it may take a snapshot, read statistics, free or allocate. An allocation
+    /// failing inside an observer does not call the observers again.
+    pub fn attach_out_of_memory_observer(&self, f: OutOfMemoryObserver) {
+        self.observers.attach(f);
     }
 
     /// Frees a block from [`malloc`](Self::malloc): it is cached for reuse on its stream (after
@@ -153,7 +205,21 @@ impl CachingAllocator {
         if ptr.0 == 0 {
             return Ok(());
         }
+        if self.stacks.load(Ordering::Relaxed) & CAPTURE_FREE != 0 {
+            return self.free_with_stack(ptr);
+        }
         self.lock_raw().free(&*self.memory, ptr)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn free_with_stack(&self, ptr: DevicePtr) -> Result<()> {
+        let stack = self.capture(CAPTURE_FREE);
+        let mut state = self.lock_raw();
+        state.set_call_stack(stack);
+        let r = state.free(&*self.memory, ptr);
+        state.set_call_stack(None);
+        r
     }
 
     /// `caching_allocator_alloc(size, device, stream)`: a raw block for the caller's own kernels
@@ -182,9 +248,13 @@ impl CachingAllocator {
     /// `empty_cache()`: waits for the device, then returns every fully free segment to the driver
     /// and unmaps every free page of expandable segments. Counts one `num_sync_all_streams`.
     pub fn empty_cache(&self) -> Result<()> {
+        let stack = self.capture(CAPTURE_FREE);
         let mut state = self.lock();
+        state.set_call_stack(stack);
         let before = state.reserved();
-        state.release_cached_blocks(&*self.memory)?;
+        let released = state.release_cached_blocks(&*self.memory);
+        state.set_call_stack(None);
+        released?;
         let reserved = state.reserved();
         tracing::debug!(
             target: "cudasem::alloc",
@@ -265,8 +335,25 @@ impl CachingAllocator {
 
     /// `memory._record_memory_history(enabled, max_entries)`: records alloc, free, segment and
     /// OOM events in a ring of at most `max_entries`; turning it off clears the ring.
+    /// Records no stack traces (see [`record_history_with`](Self::record_history_with)).
     pub fn record_history(&self, enabled: bool, max_entries: usize) {
-        self.lock().set_history(enabled, max_entries);
+        let h = if enabled { MemoryHistory::new().stacks(Stacks::None) } else { MemoryHistory::off() };
+        self.record_history_with(h.max_entries(max_entries));
+    }
+
+    /// `memory._record_memory_history(enabled, context, stacks, max_entries)`: records events
+    /// in the ring (`enabled` [`All`](super::HistoryEnabled::All)) and keeps the stacks
+    /// `context` asks for (with [`Stacks::All`]: each malloc, and with
+    /// [`HistoryContext::All`] each free, captures its backtrace).
+    pub fn record_history_with(&self, history: MemoryHistory) {
+        let mut state = self.lock();
+        state.set_history(history);
+        let flags = match state.history_context() {
+            None => 0,
+            Some(HistoryContext::All) => CAPTURE_ALLOC | CAPTURE_FREE,
+            Some(_) => CAPTURE_ALLOC,
+        };
+        self.stacks.store(flags, Ordering::Relaxed);
     }
 
     /// Whether history is being recorded.

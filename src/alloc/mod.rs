@@ -16,6 +16,8 @@
 //! | `empty_cache` | [`CachingAllocator::empty_cache`] |
 //! | `memory_stats` / `memory_summary` / `reset_peak_memory_stats` | [`MemoryStats`], [`CachingAllocator::memory_summary`] |
 //! | `memory_snapshot`, `_record_memory_history`, `_snapshot` pickles | [`Snapshot`], [`CachingAllocator::record_history`], [`Snapshot::to_pickle`] |
+//! | `_record_memory_history(context=…, stacks="all")`: frames on events and blocks | [`MemoryHistory`], [`CachingAllocator::record_history_with`], [`Frames`] |
+//! | `attachOutOfMemoryObserver`, `_set_allocator_settings` | [`CachingAllocator::attach_out_of_memory_observer`], [`CachingAllocator::set_settings`], [`AllocatorSettings::apply`] |
 //! | private pools (`PrivatePool`, `beginAllocateToPool`, `endAllocateToPool`, `releasePool`), `MemPool` | [`MemPoolId`], [`CachingAllocator::begin_allocate_to_pool`], [`CachingAllocator::release_pool`] |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | [`CachingAllocator::raw_alloc`] / [`CachingAllocator::raw_delete`] |
 //! | `PYTORCH_CUDA_ALLOC_CONF` | `CUDASEM_ALLOC_CONF`, [`AllocatorSettings::parse`] |
@@ -50,9 +52,11 @@ mod deferred;
 mod departures;
 mod driver_memory;
 mod expandable;
+mod frames;
 mod history;
 mod host;
 mod mem_pools;
+mod observers;
 mod outcome;
 mod raw_memory;
 mod replay;
@@ -71,9 +75,11 @@ pub use allocator::CachingAllocator;
 pub use block::PoolKind;
 pub use driver_memory::DriverMemory;
 pub use expandable::PageMoves;
-pub use history::{TraceAction, TraceEntry};
+pub use frames::{Frame, Frames};
+pub use history::{HistoryContext, HistoryEnabled, MemoryHistory, Stacks, TraceAction, TraceEntry};
 pub use host::{CachingHostAllocator, DurationStat, HostMemoryStats, HostUse, RawHostMemory};
 pub use mem_pools::{MemPoolId, StreamFilter};
+pub use observers::{OutOfMemoryInfo, OutOfMemoryObserver};
 pub use outcome::{PytorchExpandable, PytorchOutcome};
 pub use raw_memory::RawMemory;
 pub use replay::{replay, replay_trace, replay_with, ReplayOptions, ReplayReport};

@@ -6,6 +6,7 @@
 
 use super::block::{BlockId, PoolKind, NIL};
 use super::cache::Cache;
+use super::frames::Frames;
 use super::history::TraceEntry;
 use super::mem_pools::MemPoolId;
 use super::stats::{MemoryStats, StatPool};
@@ -51,6 +52,8 @@ pub struct BlockInfo {
     pub requested_size: usize,
     /// Its state.
     pub state: BlockState,
+    /// The stack of the call that allocated it (active blocks, while stacks are recorded).
+    pub frames: Frames,
 }
 
 /// One segment: memory from one driver allocation, or one contiguous mapped range of an
@@ -80,6 +83,8 @@ pub struct SegmentInfo {
     pub segment_pool_id: MemPoolId,
     /// Its blocks in address order; their sizes add up to `total_size`.
     pub blocks: Vec<BlockInfo>,
+    /// The stack of the call that made the segment (while stacks are recorded).
+    pub frames: Frames,
 }
 
 /// Every segment at one moment, and the recorded history (`device_traces`, one list per device).
@@ -189,9 +194,6 @@ impl Snapshot {
     }
 }
 
-/// Stack frames: cudasem records none, PyTorch's readers expect the key (an empty list).
-const NO_FRAMES: [u8; 0] = [];
-
 /// PyTorch's snapshot dict.
 #[derive(Serialize)]
 struct SnapshotDict<'a> {
@@ -212,18 +214,18 @@ struct SegmentDict<'a> {
     segment_type: &'static str,
     segment_pool_id: (u64, u64),
     is_expandable: bool,
-    frames: &'static [u8],
+    frames: &'a Frames,
     blocks: &'a [BlockInfo],
 }
 
 /// PyTorch's block dict.
 #[derive(Serialize)]
-struct BlockDict {
+struct BlockDict<'a> {
     address: u64,
     size: usize,
     requested_size: usize,
     state: BlockState,
-    frames: &'static [u8],
+    frames: &'a Frames,
 }
 
 impl Serialize for Snapshot {
@@ -247,7 +249,7 @@ impl Serialize for SegmentInfo {
             segment_type: self.segment_type.name(),
             segment_pool_id: self.segment_pool_id.pair(),
             is_expandable: self.is_expandable,
-            frames: &NO_FRAMES,
+            frames: &self.frames,
             blocks: &self.blocks,
         }
         .serialize(s)
@@ -263,7 +265,7 @@ impl Serialize for BlockInfo {
             size: b.size,
             requested_size: b.requested_size,
             state: b.state,
-            frames: &NO_FRAMES,
+            frames: &b.frames,
         }
         .serialize(s)
     }
@@ -296,6 +298,7 @@ impl Cache {
                     is_expandable: h.is_expandable(),
                     segment_pool_id: self.pools().id_of(h.slot).unwrap_or_default(),
                     blocks: Vec::new(),
+                    frames: self.history().segment_frames(address),
                 };
                 let mut id = head;
                 while id != NIL && self.blocks()[id].mapped {
@@ -316,7 +319,9 @@ impl Cache {
                         seg.active_size += b.size;
                         seg.requested_size += requested_size;
                     }
-                    seg.blocks.push(BlockInfo { address: b.addr, size: b.size, requested_size, state });
+                    let frames =
+                        if state.is_active() { self.history().block_frames(b.addr) } else { Frames::default() };
+                    seg.blocks.push(BlockInfo { address: b.addr, size: b.size, requested_size, state, frames });
                     id = b.next;
                 }
                 seg

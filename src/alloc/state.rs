@@ -9,7 +9,7 @@ use super::block::{Block, BlockId, PoolKind, NIL};
 use super::cache::Cache;
 use super::deferred::DeferredMerge;
 use super::expandable::{ExpandableSegments, PageMoves, Room};
-use super::history::TraceAction;
+use super::history::{HistoryContext, MemoryHistory, TraceAction};
 use super::mem_pools::{MemPoolId, Refusal, Slot, DEFAULT_SLOT};
 use super::settings::{allocation_size, AllocatorSettings, MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::snapshot::SegmentInfo;
@@ -92,8 +92,24 @@ impl State {
         self.cache.fraction().map(|(f, _)| f)
     }
 
-    pub fn set_history(&mut self, enabled: bool, max_entries: usize) {
-        self.cache.history_mut().set(enabled, max_entries);
+    pub fn set_history(&mut self, history: MemoryHistory) {
+        self.cache.history_mut().configure(history);
+    }
+
+    /// The stacks the history keeps.
+    pub fn history_context(&self) -> Option<HistoryContext> {
+        self.cache.history().context()
+    }
+
+    /// Sets (or clears) the stack of the allocator call underway, for the history.
+    #[inline]
+    pub fn set_call_stack(&mut self, stack: Option<std::sync::Arc<crate::race::Stack>>) {
+        self.cache.history_mut().set_current(stack);
+    }
+
+    /// The cap of `set_per_process_memory_fraction`, if one is set.
+    pub fn fraction_limit(&self) -> Option<usize> {
+        self.cache.fraction().map(|(_, limit)| limit)
     }
 
     pub fn is_recording_history(&self) -> bool {

@@ -126,7 +126,36 @@ impl AllocatorSettings {
     /// `pinned_num_register_threads`, `pinned_use_background_threads`. An empty string gives the
     /// defaults. Anything else is [`Error::InvalidConfig`] naming the key and what it expects.
     pub fn parse(conf: &str) -> Result<AllocatorSettings> {
-        let mut s = AllocatorSettings::default();
+        AllocatorSettings::default().parse_over(conf)
+    }
+
+    /// These settings changed by `conf` as PyTorch's `_set_allocator_settings(conf)` changes them
+    /// while running: `max_split_size_mb`, `roundup_power2_divisions` and
+    /// `garbage_collection_threshold` return to their defaults unless `conf` sets them; every
+    /// other key keeps its value unless `conf` sets it. The same syntax, keys and errors as
+    /// [`AllocatorSettings::parse`].
+    ///
+    /// ```
+    /// use cudasem::cuda::AllocatorSettings;
+    /// let s = AllocatorSettings::parse("max_split_size_mb:128,expandable_segments:True").unwrap();
+    /// let t = s.apply("garbage_collection_threshold:0.5").unwrap();
+    /// assert_eq!((t.max_split_size(), t.expandable_segments()), (None, true));
+    /// assert_eq!(t.garbage_collection_threshold(), Some(0.5));
+    /// ```
+    pub fn apply(&self, conf: &str) -> Result<AllocatorSettings> {
+        let defaults = AllocatorSettings::default();
+        let base = AllocatorSettings {
+            max_split_size: defaults.max_split_size,
+            divisions: defaults.divisions,
+            gc_threshold: defaults.gc_threshold,
+            ..self.clone()
+        };
+        base.parse_over(conf)
+    }
+
+    /// `self` with the keys of `conf` set.
+    fn parse_over(self, conf: &str) -> Result<AllocatorSettings> {
+        let mut s = self;
         for item in split_items(conf)? {
             let item = item.trim();
             if item.is_empty() {

@@ -144,13 +144,14 @@ mod tests {
     use crate::cuda::{BlockInfo, BlockState, PoolKind, SegmentInfo, StreamId};
 
     fn e(action: TraceAction, addr: u64, size: usize) -> TraceEntry {
-        TraceEntry { action, addr, size, stream: StreamId(0), time_us: 0 }
+        TraceEntry { action, addr, size, stream: StreamId(0), time_us: 0, frames: Default::default() }
     }
 
     #[test]
     fn lives_follow_memory_viz() {
         use TraceAction::*;
-        let block = |address, state| BlockInfo { address, size: 512, requested_size: 500, state };
+        let block =
+            |address, state| BlockInfo { address, size: 512, requested_size: 500, state, frames: Default::default() };
         let snapshot = crate::cuda::Snapshot {
             segments: vec![SegmentInfo {
                 device: 0,
@@ -166,8 +167,15 @@ mod tests {
                 blocks: vec![
                     block(0, BlockState::ActiveAllocated),   // allocated before the trace
                     block(512, BlockState::ActiveAllocated), // allocated in it
-                    BlockInfo { address: 1024, size: (2 << 20) - 1024, requested_size: 0, state: BlockState::Inactive },
+                    BlockInfo {
+                        address: 1024,
+                        size: (2 << 20) - 1024,
+                        requested_size: 0,
+                        state: BlockState::Inactive,
+                        frames: Default::default(),
+                    },
                 ],
+                frames: Default::default(),
             }],
             device_traces: vec![vec![
                 e(FreeCompleted, 4096, 100), // freed, never allocated in the trace

@@ -176,6 +176,7 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
         is_expandable: s.is_expandable,
         segment_pool_id: Default::default(),
         blocks: Vec::with_capacity(s.blocks.len()),
+        frames: Default::default(),
     };
     let mut at = s.address;
     for b in s.blocks {
@@ -202,7 +203,7 @@ fn segment(s: SegmentDict) -> Result<SegmentInfo> {
             info.active_size += b.size;
             info.requested_size += requested_size;
         }
-        info.blocks.push(BlockInfo { address, size: b.size, requested_size, state });
+        info.blocks.push(BlockInfo { address, size: b.size, requested_size, state, frames: Default::default() });
     }
     Ok(info)
 }
@@ -218,7 +219,14 @@ pub(crate) fn known_action(name: &str) -> Option<TraceAction> {
 
 fn entry(t: TraceDict) -> Option<TraceEntry> {
     let action = known_action(&t.action)?;
-    Some(TraceEntry { action, addr: t.addr, size: t.size, stream: StreamId(t.stream), time_us: t.time_us })
+    Some(TraceEntry {
+        action,
+        addr: t.addr,
+        size: t.size,
+        stream: StreamId(t.stream),
+        time_us: t.time_us,
+        frames: Default::default(),
+    })
 }
 
 #[cfg(test)]
@@ -238,22 +246,38 @@ mod tests {
             is_expandable: false,
             segment_pool_id: Default::default(),
             blocks: vec![
-                BlockInfo { address: 1 << 20, size: 1024, requested_size: 1000, state: BlockState::ActiveAllocated },
+                BlockInfo {
+                    address: 1 << 20,
+                    size: 1024,
+                    requested_size: 1000,
+                    state: BlockState::ActiveAllocated,
+                    frames: Default::default(),
+                },
                 BlockInfo {
                     address: (1 << 20) + 1024,
                     size: 512,
                     requested_size: 300,
                     state: BlockState::ActivePendingFree,
+                    frames: Default::default(),
                 },
                 BlockInfo {
                     address: (1 << 20) + 1536,
                     size: (2 << 20) - 1536,
                     requested_size: 0,
                     state: BlockState::Inactive,
+                    frames: Default::default(),
                 },
             ],
+            frames: Default::default(),
         };
-        let e = |action, addr, size| TraceEntry { action, addr, size, stream: StreamId(7), time_us: 5 };
+        let e = |action, addr, size| TraceEntry {
+            action,
+            addr,
+            size,
+            stream: StreamId(7),
+            time_us: 5,
+            frames: Default::default(),
+        };
         Snapshot {
             segments: vec![seg],
             device_traces: vec![vec![

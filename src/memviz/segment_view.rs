@@ -263,7 +263,7 @@ mod tests {
             .iter()
             .map(|&(size, requested_size, state)| {
                 at += size as u64;
-                BlockInfo { address: at - size as u64, size, requested_size, state }
+                BlockInfo { address: at - size as u64, size, requested_size, state, frames: Default::default() }
             })
             .collect();
         let total_size = blocks.iter().map(|b| b.size).sum();
@@ -279,6 +279,7 @@ mod tests {
             is_expandable: false,
             segment_pool_id: Default::default(),
             blocks,
+            frames: Default::default(),
         }
     }
 

@@ -165,6 +165,7 @@ fn info(device: usize, address: u64, s: Seg) -> SegmentInfo {
         is_expandable: s.expandable,
         segment_pool_id: Default::default(),
         blocks: Vec::with_capacity(2 * s.blocks.len() + 1),
+        frames: Default::default(),
     };
     let end = address + s.size as u64;
     let mut at = address;
@@ -173,6 +174,7 @@ fn info(device: usize, address: u64, s: Seg) -> SegmentInfo {
         size: (to - from) as usize,
         requested_size: 0,
         state: BlockState::Inactive,
+        frames: Default::default(),
     };
     for (a, b) in s.blocks {
         let b_end = (a + b.size as u64).min(end);
@@ -184,7 +186,13 @@ fn info(device: usize, address: u64, s: Seg) -> SegmentInfo {
         }
         let state = if b.pending { BlockState::ActivePendingFree } else { BlockState::ActiveAllocated };
         let size = (b_end - a) as usize;
-        out.blocks.push(BlockInfo { address: a, size, requested_size: b.requested.min(size), state });
+        out.blocks.push(BlockInfo {
+            address: a,
+            size,
+            requested_size: b.requested.min(size),
+            state,
+            frames: Default::default(),
+        });
         out.active_size += size;
         out.requested_size += b.requested.min(size);
         if !b.pending {
@@ -203,7 +211,7 @@ mod tests {
     use super::*;
 
     fn e(action: TraceAction, addr: u64, size: usize) -> TraceEntry {
-        TraceEntry { action, addr, size, stream: StreamId(3), time_us: 0 }
+        TraceEntry { action, addr, size, stream: StreamId(3), time_us: 0, frames: Default::default() }
     }
 
     /// A segment of the snapshot at the end, with these live blocks.
@@ -233,7 +241,13 @@ mod tests {
             e(SegmentFree, base << 1, 2 << 20),
         ];
         // The snapshot at the end: the large segment, its 1000-byte block live (rounded to 1024).
-        let live = BlockInfo { address: base + (3 << 20), size: 1024, requested_size: 1000, state: ActiveAllocated };
+        let live = BlockInfo {
+            address: base + (3 << 20),
+            size: 1024,
+            requested_size: 1000,
+            state: ActiveAllocated,
+            frames: Default::default(),
+        };
         let end_state = vec![segment(base, 20 << 20, vec![live], false)];
         let snapshot = crate::cuda::Snapshot { segments: end_state, device_traces: vec![events.clone()] };
         let at = |m| segments_at(&snapshot, 0, &events, m);

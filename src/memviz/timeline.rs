@@ -276,7 +276,14 @@ mod tests {
     fn trace(entries: &[(TraceAction, u64, usize)]) -> History {
         let events = entries
             .iter()
-            .map(|&(action, addr, size)| TraceEntry { action, addr, size, stream: StreamId(0), time_us: 0 })
+            .map(|&(action, addr, size)| TraceEntry {
+                action,
+                addr,
+                size,
+                stream: StreamId(0),
+                time_us: 0,
+                frames: Default::default(),
+            })
             .collect();
         History::of(&Snapshot { segments: vec![], device_traces: vec![events] }, 0)
     }

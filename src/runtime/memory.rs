@@ -1,7 +1,9 @@
 //! `torch.cuda`'s memory functions, backed by one [`CachingAllocator`] per device over the driver.
 
 use super::{rt, Runtime, Stream};
-use crate::alloc::{AllocatorSettings, CachingAllocator, DriverMemory, MemPoolId, MemoryStats, Snapshot};
+use crate::alloc::{
+    AllocatorSettings, CachingAllocator, DriverMemory, MemPoolId, MemoryHistory, MemoryStats, OutOfMemoryInfo, Snapshot,
+};
 use crate::device::IntoCudaDevice;
 use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
@@ -17,8 +19,22 @@ impl Runtime {
         let device = self.check(device)?;
         Ok(self.devices[device].allocator.get_or_init(|| {
             let memory = Arc::new(DriverMemory::new(self.driver.clone(), device));
-            CachingAllocator::new(device, memory, self.alloc_settings.clone())
+            let a = CachingAllocator::new(device, memory, self.settings());
+            for f in self.observers() {
+                a.attach_out_of_memory_observer(f);
+            }
+            a
         }))
+    }
+
+    /// The allocator settings in force.
+    fn settings(&self) -> AllocatorSettings {
+        self.alloc_settings.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The out-of-memory observers attached so far (given to allocators made later).
+    fn observers(&self) -> Vec<crate::alloc::OutOfMemoryObserver> {
+        OBSERVERS.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The allocators made so far (devices never allocated on hold nothing).
@@ -126,9 +142,56 @@ impl Drop for DeviceBlock {
     }
 }
 
-/// The allocator settings in force (`cudasem::init`'s, else `CUDASEM_ALLOC_CONF`'s).
+/// The out-of-memory observers of the process, in the order they were attached.
+static OBSERVERS: std::sync::RwLock<Vec<crate::alloc::OutOfMemoryObserver>> = std::sync::RwLock::new(Vec::new());
+
+/// The allocator settings in force (`cudasem::init`'s, else `CUDASEM_ALLOC_CONF`'s, as
+/// [`set_allocator_settings`] changed them since).
 pub fn allocator_settings() -> Result<AllocatorSettings> {
-    Ok(rt()?.alloc_settings.clone())
+    Ok(rt()?.settings())
+}
+
+/// `torch.cuda.memory._set_allocator_settings(conf)`: changes the caching allocator's settings
+/// of every device while running, for the allocations that follow (cached blocks stay where
+/// they are). `conf` has `CUDASEM_ALLOC_CONF`'s syntax; as in PyTorch, `max_split_size_mb`,
+/// `roundup_power2_divisions` and `garbage_collection_threshold` return to their defaults
+/// unless `conf` sets them, and the other keys keep their values unless set (see
+/// [`AllocatorSettings::apply`]). A bad key or value is [`Error::InvalidConfig`], and nothing
+/// changes.
+pub fn set_allocator_settings(conf: &str) -> Result<()> {
+    let rt = rt()?;
+    let mut settings = rt.alloc_settings.write().unwrap_or_else(|e| e.into_inner());
+    let new = settings.apply(conf)?;
+    for a in rt.allocators() {
+        a.set_settings(new.clone());
+    }
+    *settings = new;
+    Ok(())
+}
+
+/// `torch._C._cuda_attach_out_of_memory_observer(f)`: `f` is called, after the observers
+/// attached before it, each time an allocation on any device fails for lack of memory, before
+/// the [`Error::OutOfMemory`] is returned, with PyTorch's `(device, alloc, device_total,
+/// device_free)` and the allocator's figures in an [`OutOfMemoryInfo`]. No lock of the allocator
+/// is held while it runs: it may call [`memory_snapshot`], [`memory_stats`], free memory or
+/// allocate (an allocation failing inside an observer does not call the observers again).
+pub fn attach_out_of_memory_observer(f: impl Fn(&OutOfMemoryInfo) + Send + Sync + 'static) -> Result<()> {
+    let rt = rt()?;
+    let f: crate::alloc::OutOfMemoryObserver = Arc::new(f);
+    // Under the list's lock, so that an allocator made meanwhile gets `f` exactly once.
+    let mut list = OBSERVERS.write().unwrap_or_else(|e| e.into_inner());
+    list.push(f.clone());
+    for a in rt.allocators() {
+        a.attach_out_of_memory_observer(f.clone());
+    }
+    Ok(())
+}
+
+/// `reset_accumulated_memory_stats(device)`: the `allocated` and `freed` totals of every
+/// statistic and the counters (`num_alloc_retries`, `num_ooms`, `num_sync_all_streams`,
+/// `num_device_alloc`, `num_device_free`) go back to 0; `current` and `peak` stay.
+pub fn reset_accumulated_memory_stats(device: impl IntoCudaDevice) -> Result<()> {
+    with_allocator(device, |a| a.reset_accumulated_stats())
 }
 
 fn with_allocator<R>(device: impl IntoCudaDevice, f: impl FnOnce(&CachingAllocator) -> R) -> Result<R> {
@@ -251,11 +314,38 @@ pub fn memory_snapshot() -> Result<Snapshot> {
 
 /// Starts (or with `enabled = false` stops) recording allocator events on every device, keeping
 /// the last `max_entries` of each (`torch.cuda.memory._record_memory_history`).
+/// Records no stack traces: [`record_memory_history_with`] chooses them.
 #[doc(alias = "_record_memory_history")]
 pub fn record_memory_history(enabled: bool, max_entries: usize) -> Result<()> {
     let rt = rt()?;
     for d in 0..rt.devices.len() {
         rt.allocator(d)?.record_history(enabled, max_entries);
+    }
+    Ok(())
+}
+
+/// `torch.cuda.memory._record_memory_history(enabled, context, stacks, max_entries)` on every
+/// device: with [`Stacks::All`](crate::alloc::Stacks::All) each allocation (and with context
+/// `All` each free) captures its backtrace, resolved to `{filename, line, name}` frames only
+/// when the snapshot is serialized; the events of [`memory_snapshot`]'s `device_traces` and its
+/// active blocks carry them (`frames`, first the caller's own line), in the JSON and the
+/// pickle. [`MemoryHistory::off`] stops and clears.
+///
+/// ```
+/// use cudasem::cuda::{self, MemoryHistory};
+/// cuda::record_memory_history_with(MemoryHistory::new().max_entries(10_000))?;
+/// let t = cudasem::Tensor::zeros([256], cudasem::DType::F32, cudasem::Device::cuda(0))?;
+/// let snapshot = cuda::memory_snapshot()?;
+/// assert!(snapshot.device_traces[0].iter().any(|e| !e.frames.is_empty()));
+/// # drop(t);
+/// cuda::record_memory_history_with(MemoryHistory::off())?;
+/// # Ok::<(), cudasem::Error>(())
+/// ```
+#[doc(alias = "_record_memory_history")]
+pub fn record_memory_history_with(history: MemoryHistory) -> Result<()> {
+    let rt = rt()?;
+    for d in 0..rt.devices.len() {
+        rt.allocator(d)?.record_history_with(history);
     }
     Ok(())
 }

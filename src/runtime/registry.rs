@@ -31,8 +31,9 @@ pub(crate) struct DeviceState {
 pub(crate) struct Runtime {
     pub driver: Arc<dyn Driver>,
     pub devices: Vec<DeviceState>,
-    /// The allocator settings of the process's [`Config`].
-    pub alloc_settings: AllocatorSettings,
+    /// The allocator settings of the process's [`Config`], as `set_allocator_settings` changed
+    /// them since.
+    pub alloc_settings: std::sync::RwLock<AllocatorSettings>,
     /// Pinned host memory and its caching allocator, made on first use.
     pub(super) host: OnceLock<HostMemory>,
 }
@@ -59,7 +60,12 @@ impl Runtime {
             .collect();
         // Errors still pending at exit are written to stderr, not lost.
         driver::exit::at_exit(report_at_exit);
-        Ok(Runtime { driver, devices, alloc_settings: config.allocator.clone(), host: OnceLock::new() })
+        Ok(Runtime {
+            driver,
+            devices,
+            alloc_settings: std::sync::RwLock::new(config.allocator.clone()),
+            host: OnceLock::new(),
+        })
     }
 
     /// Checks a device index against the device count.

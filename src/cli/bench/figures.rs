@@ -55,6 +55,7 @@ fn measure(step: &str, s: &Sizes) -> StepResult {
     }
     match step {
         "alloc_free_pair" => alloc_free_pair(s),
+        "alloc_free_pair_stacks" => alloc_free_pair_stacks(s),
         "empty_tensor" => empty_tensor(s),
         "small_op" => small_op(s),
         "e2e_mlp_pipeline_bf16" | "e2e_decode_step" | "e2e_decode_step_graphed" => e2e::measure(step, s),
@@ -87,6 +88,30 @@ fn alloc_free_pair(s: &Sizes) -> StepResult {
         })?;
         let after = cuda::memory_stats(None)?.num_device_alloc();
         check(after == before, || format!("{} timed pairs of {size} B reached the driver", after - before))?;
+        out.push((name, ns));
+    }
+    Ok(out)
+}
+
+/// `alloc_free_pair` of 4096 bytes (1024 f32) with the memory history on: `_stacks` with a
+/// backtrace per alloc and per free (`stacks="all"`, `context="all"`), `_history` without stacks
+/// (`context=None`). The history is off again after, whatever happened.
+fn alloc_free_pair_stacks(s: &Sizes) -> StepResult {
+    use cudasem::cuda::{MemoryHistory, Stacks};
+    let size = 4096;
+    let mut out = Vec::new();
+    for (name, stacks) in [("alloc_free_pair_stacks", Stacks::All), ("alloc_free_pair_history", Stacks::None)] {
+        cuda::record_memory_history_with(MemoryHistory::new().stacks(stacks).max_entries(100_000))?;
+        let timed = host_ns(s.host_runs, s.pairs, || {
+            let p = cuda::caching_allocator_alloc(black_box(size), None, None)?;
+            cuda::caching_allocator_delete(black_box(p))
+        });
+        let snapshot = cuda::memory_snapshot();
+        cuda::record_memory_history_with(MemoryHistory::off())?;
+        let (ns, snapshot) = (timed?, snapshot?);
+        let last = snapshot.device_traces[cuda::current_device()?].last().map(|e| !e.frames.is_empty());
+        let want = Some(stacks == Stacks::All);
+        check(last == want, || format!("{name}: the last event has frames: {last:?}, expected {want:?}"))?;
         out.push((name, ns));
     }
     Ok(out)

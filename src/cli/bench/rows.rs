@@ -28,6 +28,8 @@ pub const ROWS: &[RowSpec] = &[
     row("alloc_free_pair", "alloc_free_pair", "ns", true, 2.0),
     row("alloc_free_pair_512b", "alloc_free_pair", "ns", true, 0.0),
     row("alloc_free_pair_64mib", "alloc_free_pair", "ns", true, 0.0),
+    row("alloc_free_pair_stacks", "alloc_free_pair_stacks", "ns", true, 0.0),
+    row("alloc_free_pair_history", "alloc_free_pair_stacks", "ns", true, 0.0),
     row("empty_tensor", "empty_tensor", "ns", true, 2.0),
     row("small_op", "small_op", "ns", true, 1.6),
     row("small_op_cpp", "small_op", "ns", true, 0.0),
@@ -157,7 +159,8 @@ mod tests {
             ["sdpa", "norms"]
         );
         assert_eq!(parse_only(Some("small_op_sanitized_no_stacks")).unwrap(), ["small_op_sanitized"]);
-        assert_eq!(parse_only(None).unwrap().len(), 27);
+        assert_eq!(parse_only(Some("alloc_free_pair_history")).unwrap(), ["alloc_free_pair_stacks"]);
+        assert_eq!(parse_only(None).unwrap().len(), 28);
     }
 
     #[test]

@@ -148,8 +148,14 @@ pub(in crate::driver::cuda) enum AttnPath {
 }
 
 /// Queries from which [`AttentionKernel::Auto`] takes the tensor-core kernel (a block of it
-/// covers 64; fewer queries take the FMA kernel, whose key splits fill the device when decoding).
+/// covers 64; fewer queries take the FMA kernel, whose key splits fill the device when decoding)
+/// unless the blocks fill the device anyway ([`MMA_MIN_BLOCKS`]).
 const MMA_MIN_QUERIES: usize = 16;
+/// Blocks (batch × query heads × query tiles) from which [`AttentionKernel::Auto`] takes the
+/// tensor-core kernel even for fewer than [`MMA_MIN_QUERIES`] queries: about one per SM of a
+/// large card, where the FMA kernel's key splits no longer buy parallelism (measured on an H100,
+/// BENCHMARKS.md: a decode of B 8 × H 32 ran 4.2 × faster on tensor cores).
+const MMA_MIN_BLOCKS: usize = 128;
 /// Query rows per block of the tensor-core kernel (`AM_ROWS` in `cu/attention_mma.cu`).
 const MMA_ROWS: u64 = 64;
 /// Threads per block of the tensor-core kernel (`AM_THREADS`).
@@ -159,7 +165,8 @@ const MMA_THREADS: u32 = 128;
 /// tensor-core kernel where it applies — f16 / bf16, `E == Ev` of 64 or 128, compute capability
 /// 8.0 or later, and q, k, v each with a contiguous last dim, its other strides (of dims longer
 /// than 1) multiples of 8 elements and a 16-byte aligned start (its 16-byte copies and 4-byte
-/// loads) — unless `choice` is `Fma`, and under `Auto` only from [`MMA_MIN_QUERIES`] queries;
+/// loads) — unless `choice` is `Fma`, and under `Auto` only from [`MMA_MIN_QUERIES`] queries or
+/// [`MMA_MIN_BLOCKS`] blocks;
 /// every other case the FMA kernel.
 pub(in crate::driver::cuda) fn attention_path(choice: AttentionKernel, major: u32, a: &AttnArgs<'_>) -> AttnPath {
     let (l, e, ev) = (a.q.shape[2], a.q.shape[3], a.v.shape[3]);
@@ -178,6 +185,9 @@ pub(in crate::driver::cuda) fn attention_path(choice: AttentionKernel, major: u3
         AttentionKernel::Fma => AttnPath::Fma,
         AttentionKernel::Mma => AttnPath::Mma(e),
         AttentionKernel::Auto if l >= MMA_MIN_QUERIES => AttnPath::Mma(e),
+        AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
+            AttnPath::Mma(e)
+        }
         AttentionKernel::Auto => AttnPath::Fma,
     }
 }

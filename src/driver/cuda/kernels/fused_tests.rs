@@ -135,6 +135,11 @@ fn the_attention_kernel_is_chosen_explicitly() {
             // Decoding: few queries take the FMA kernel's key splits unless forced.
             let d = case(dtype, 1, e, e, None, 0);
             assert_eq!((path(Auto, 9, &d), path(Mma, 9, &d)), (AttnPath::Fma, AttnPath::Mma(e)));
+            // ... unless batch × heads fill the device: 8 × 32 decoding queries on tensor cores.
+            let (_, k, v, _) = case(dtype, 1, e, e, None, 0);
+            let wide = [8, 32, 1, e];
+            let (q, dst) = (view(dtype, &wide, &dense(&wide), 0), view(dtype, &wide, &dense(&wide), 1 << 24));
+            assert_eq!(path(Auto, 9, &(q, k, v, dst)), AttnPath::Mma(e), "a wide decode");
             // A query viewed from [B, L, H, E] (strides multiples of 8): still tensor cores.
             let t = case(dtype, 100, e, e, Some(vec![100 * 4 * e, e, 4 * e, 1]), 0);
             assert_eq!(path(Auto, 9, &t), AttnPath::Mma(e), "transposed query");

@@ -11,9 +11,9 @@ pub use crate::alloc::{
     AllocatorSettings, BlockInfo, BlockState, DurationStat, HostMemoryStats, MemoryStats, PoolKind, SegmentInfo,
     Snapshot, Stat, StatPool, TraceAction, TraceEntry,
 };
+pub use crate::alloc::{Frame, Frames, HistoryContext, HistoryEnabled, MemoryHistory, Stacks};
 pub use crate::driver::{DeviceProperties, DeviceUuid, GpuProcess, GpuProcesses, StreamId};
 pub use crate::kernel::box_muller::box_muller_f32;
-pub use crate::alloc::{Frame, Frames, HistoryContext, HistoryEnabled, MemoryHistory, Stacks};
 pub use crate::kernel::random::{philox4x32_10, philox_block, u53, TRANSCENDENTAL_ULP_F64};
 pub use crate::runtime::sanitizer;
 pub use crate::runtime::{

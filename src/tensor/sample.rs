@@ -2,7 +2,8 @@
 //! `torch.randperm`, as [`KernelOp::Random`](crate::kernel::KernelOp::Random) ops on the
 //! tensor's device, from its default generator or a given one (the `_gen` forms). The weights
 //! are checked as PyTorch checks them (non-negative, finite, a positive sum per row, enough
-//! categories without replacement), on the host, which waits for them; inside a CUDA-graph
+//! categories without replacement) by reductions on their device whose few results the host
+//! waits for (as PyTorch's `.item()` check does); inside a CUDA-graph
 //! capture, where the host may not wait, the kernel's documented fallbacks stand instead.
 
 use super::exec::Place;
@@ -17,18 +18,30 @@ fn invalid(op: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidArgument { op, reason: reason.into() }
 }
 
-/// Checks the weights' values (`[rows, cats]`, read on the host).
+/// Checks the weights' values (`[rows, cats]`) as PyTorch does, with reductions on their
+/// device and one read of four numbers (not the weights: a read of every weight would copy them
+/// to the host on each call): the smallest weight (NaN propagates), the largest, the smallest of
+/// the rows' largest (a row of finite non-negative weights sums to more than 0 exactly when its
+/// largest is), and without replacement the fewest positive weights of a row.
 fn check_weights(w: &Tensor, samples: usize, replacement: bool) -> Result<()> {
-    let cats = w.shape()[1];
-    let values = w.to_dtype(DType::F64)?.to_vec::<f64>()?;
-    if values.iter().any(|&p| !p.is_finite() || p < 0.0) {
+    let f64_of = |t: Tensor| t.to_dtype(DType::F64);
+    let least = f64_of(w.amin(&[], false)?)?;
+    let most = f64_of(w.amax(&[], false)?)?;
+    let row_most = f64_of(w.amax(&[1], false)?.amin(&[], false)?)?;
+    let positives = if replacement {
+        None
+    } else {
+        Some(f64_of(w.gt(0.0)?.to_dtype(DType::I64)?.sum(&[1], false)?.amin(&[], false)?)?)
+    };
+    let (least, most, row_most) = (least.item::<f64>()?, most.item::<f64>()?, row_most.item::<f64>()?);
+    if !(least >= 0.0 && most.is_finite()) {
         return Err(invalid("multinomial", "probability tensor contains either `inf`, `nan` or element < 0"));
     }
-    for row in values.chunks(cats) {
-        if row.iter().sum::<f64>() <= 0.0 {
-            return Err(invalid("multinomial", "invalid multinomial distribution (sum of probabilities <= 0)"));
-        }
-        if !replacement && row.iter().filter(|&&p| p > 0.0).count() < samples {
+    if row_most <= 0.0 {
+        return Err(invalid("multinomial", "invalid multinomial distribution (sum of probabilities <= 0)"));
+    }
+    if let Some(positives) = positives {
+        if positives.item::<f64>()? < samples as f64 {
             return Err(invalid(
                 "multinomial",
                 "invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)",

@@ -12,7 +12,7 @@
 //! Both check a result against an f64 reference computed here on the host before their timing counts,
 //! and once more after it.
 
-use super::measure::{check, median, Sizes, StepResult, Stop};
+use super::measure::{check, event_ms, median, Sizes, StepResult, Stop};
 use cudasem::cuda::{self, Event, EventFlags, Stream};
 use cudasem::{DType, Tensor};
 use half::bf16;
@@ -283,19 +283,9 @@ fn decode_step_graphed(s: &Sizes) -> StepResult {
     };
     d.check_step(&x, "before timing")?;
     check_replay("before timing")?;
-    let mut times = Vec::with_capacity(s.runs);
-    for _ in 0..s.runs {
-        let (start, end) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
-        start.record(None)?;
-        for _ in 0..s.decode_steps {
-            g.replay()?;
-        }
-        end.record(None)?;
-        end.synchronize()?;
-        times.push(start.elapsed_time(&end)? as f64 * 1e3 / s.decode_steps as f64);
-    }
+    let replay_us = event_ms(0, s.runs, s.decode_steps, || g.replay())? * 1e3;
     check_replay("after timing")?;
-    Ok(vec![("e2e_decode_step_graphed", median(times))])
+    Ok(vec![("e2e_decode_step_graphed", replay_us)])
 }
 
 #[cfg(test)]

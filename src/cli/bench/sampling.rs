@@ -5,8 +5,8 @@
 //! first checks the device's picks against the host driver's (`Device::Cpu`) from the same
 //! generator state and the same probabilities: the same integers.
 
-use super::measure::{check, event_ms, median, Sizes, StepResult};
-use cudasem::cuda::{self, CUDAGraph, Event, EventFlags, Generator, GraphOptions};
+use super::measure::{check, event_ms, Sizes, StepResult};
+use cudasem::cuda::{self, CUDAGraph, Generator, GraphOptions};
 use cudasem::{DType, Device, Tensor};
 
 /// A GPT-2 vocabulary.
@@ -43,17 +43,7 @@ pub fn rows(s: &Sizes) -> StepResult {
         check(got == host_picks(&p, &state)?, || format!("the graphed sampler's picks {when} differ from the host's"))
     };
     check_replay("before timing")?;
-    let mut times = Vec::with_capacity(s.runs);
-    for _ in 0..s.runs {
-        let (start, end) = (Event::new(EventFlags::timing()), Event::new(EventFlags::timing()));
-        start.record(None)?;
-        for _ in 0..s.decode_steps {
-            graph.replay()?;
-        }
-        end.record(None)?;
-        end.synchronize()?;
-        times.push(start.elapsed_time(&end)? as f64 * 1e3 / s.decode_steps as f64);
-    }
+    let replay_us = event_ms(0, s.runs, s.decode_steps, || graph.replay())? * 1e3;
     check_replay("after timing")?;
-    Ok(vec![("multinomial_32x50257", sample), ("e2e_decode_sample_graphed", median(times))])
+    Ok(vec![("multinomial_32x50257", sample), ("e2e_decode_sample_graphed", replay_us)])
 }

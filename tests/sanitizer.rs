@@ -38,6 +38,20 @@ fn written_on(s: &Stream, n: usize) -> Result<Tensor> {
     Ok(t)
 }
 
+/// A tensor written on `s[0]`, its values read on `s[1]` after a wait (the test's reference),
+/// then written once more on `s[0]` (`add_(1.0)`), a write `s[1]` has not waited for.
+fn rewritten_unseen(s: &[Stream]) -> Result<(Tensor, Vec<f32>)> {
+    let x = written_on(&s[0], 4096)?;
+    let before = {
+        s[1].wait_stream(&s[0])?;
+        let _g = StreamGuard::new(&s[1])?;
+        x.to_vec::<f32>()?
+    };
+    let _g = StreamGuard::new(&s[0])?;
+    x.add_(1.0)?;
+    Ok((x, before))
+}
+
 /// Reads `t` on `s` (an op whose output is a fresh tensor of `s`).
 fn read_on(s: &Stream, t: &Tensor) -> Result<Tensor> {
     let _g = StreamGuard::new(s)?;
@@ -67,17 +81,8 @@ fn done() {
 fn simple_race_is_refused_with_both_streams_ops_and_the_tensor_named() -> Result<()> {
     let Some(_t) = turn() else { return Ok(()) };
     let s = streams(2);
-    let x = written_on(&s[0], 4096)?;
-    let before = {
-        s[1].wait_stream(&s[0])?; // only for reading the reference: then make s1 race again
-        let _g = StreamGuard::new(&s[1])?;
-        x.to_vec::<f32>()?
-    };
-    // s0 writes x again; s1 writes it without waiting: refused, never queued.
-    {
-        let _g = StreamGuard::new(&s[0])?;
-        x.add_(1.0)?;
-    }
+    let (x, before) = rewritten_unseen(&s)?;
+    // s1 writes it without waiting: refused, never queued.
     let r = race(write_on(&s[1], &x));
     assert_eq!(r.current.stream, s[1].id());
     assert_eq!(r.previous.stream, s[0].id());
@@ -591,16 +596,7 @@ fn a_collective_reading_a_tensor_written_on_another_stream_needs_a_wait() -> Res
     let Some(_t) = turn() else { return Ok(()) };
     let s = streams(2);
     let g = group_of_one()?;
-    let x = written_on(&s[0], 4096)?;
-    let before = {
-        s[1].wait_stream(&s[0])?; // only for reading the reference: then make s1 race again
-        let _g = StreamGuard::new(&s[1])?;
-        x.to_vec::<f32>()?
-    };
-    {
-        let _g = StreamGuard::new(&s[0])?;
-        x.add_(1.0)?;
-    }
+    let (x, before) = rewritten_unseen(&s)?;
     // The collective waits for the current stream s1 only, not for s0's write: refused, not queued.
     let r = {
         let _g = StreamGuard::new(&s[1])?;

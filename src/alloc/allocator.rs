@@ -163,10 +163,7 @@ impl CachingAllocator {
             let pool = routes.iter().rev().find(|r| (r.filter)(stream)).map(|r| r.pool);
             let mut state = self.lock_raw();
             let slot = pool.and_then(|p| state.routable_slot(p)).unwrap_or(DEFAULT_SLOT);
-            state.set_call_stack(stack);
-            let r = state.malloc(&*self.memory, size, stream, slot);
-            state.set_call_stack(None);
-            r
+            state.with_call_stack(stack, |state| state.malloc(&*self.memory, size, stream, slot))
         };
         r.map_err(|e| self.failed(e))
     }
@@ -215,11 +212,7 @@ impl CachingAllocator {
     #[inline(never)]
     fn free_with_stack(&self, ptr: DevicePtr) -> Result<()> {
         let stack = self.capture(CAPTURE_FREE);
-        let mut state = self.lock_raw();
-        state.set_call_stack(stack);
-        let r = state.free(&*self.memory, ptr);
-        state.set_call_stack(None);
-        r
+        self.lock_raw().with_call_stack(stack, |state| state.free(&*self.memory, ptr))
     }
 
     /// `caching_allocator_alloc(size, device, stream)`: a raw block for the caller's own kernels
@@ -250,11 +243,8 @@ impl CachingAllocator {
     pub fn empty_cache(&self) -> Result<()> {
         let stack = self.capture(CAPTURE_FREE);
         let mut state = self.lock();
-        state.set_call_stack(stack);
         let before = state.reserved();
-        let released = state.release_cached_blocks(&*self.memory);
-        state.set_call_stack(None);
-        released?;
+        state.with_call_stack(stack, |state| state.release_cached_blocks(&*self.memory))?;
         let reserved = state.reserved();
         tracing::debug!(
             target: "cudasem::alloc",

@@ -101,10 +101,17 @@ impl State {
         self.cache.history().context()
     }
 
-    /// Sets (or clears) the stack of the allocator call underway, for the history.
-    #[inline]
-    pub fn set_call_stack(&mut self, stack: Option<std::sync::Arc<crate::race::Stack>>) {
+    /// Runs `f` with `stack` as the stack of the allocator call underway (for the history's
+    /// events), cleared after.
+    pub fn with_call_stack<R>(
+        &mut self,
+        stack: Option<std::sync::Arc<crate::race::Stack>>,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
         self.cache.history_mut().set_current(stack);
+        let r = f(self);
+        self.cache.history_mut().set_current(None);
+        r
     }
 
     /// The cap of `set_per_process_memory_fraction`, if one is set.

@@ -18,11 +18,12 @@ fn invalid(op: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidArgument { op, reason: reason.into() }
 }
 
-/// Checks the weights' values (`[rows, cats]`) as PyTorch does, with reductions on their
-/// device and one read of four numbers (not the weights: a read of every weight would copy them
-/// to the host on each call): the smallest weight (NaN propagates), the largest, the smallest of
-/// the rows' largest (a row of finite non-negative weights sums to more than 0 exactly when its
-/// largest is), and without replacement the fewest positive weights of a row.
+/// Checks the weights' values (`[rows, cats]`) as PyTorch does, by reductions on their device
+/// whose three or four scalar results the host reads (not the weights themselves, which would
+/// copy them all to the host on each call; the first read waits, the rest are ready): the
+/// smallest weight (NaN propagates), the largest, the smallest of the rows' largest (a row of
+/// finite non-negative weights sums to more than 0 exactly when its largest is), and without
+/// replacement the fewest positive weights of a row.
 fn check_weights(w: &Tensor, samples: usize, replacement: bool) -> Result<()> {
     let f64_of = |t: Tensor| t.to_dtype(DType::F64);
     let least = f64_of(w.amin(&[], false)?)?;

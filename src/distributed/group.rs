@@ -91,7 +91,8 @@ impl Drop for Inner {
 ///
 /// Cheap to clone (handles share the group). Dropping the last handle waits for the group's
 /// queued collectives and destroys its communicator (NCCL: `ncclCommFinalize` then
-/// `ncclCommDestroy`, no abort on this path). Ranks of a rendezvous count themselves out in the
+/// `ncclCommDestroy`, no abort on this path; after a watchdog abort, it waits for the abort to
+/// return and joins the watchdog thread). Ranks of a rendezvous count themselves out in the
 /// store; rank 0, whose process serves it, waits (at most the group's timeout) until every other
 /// rank has, so that their last calls still find the store.
 #[derive(Clone)]

@@ -50,8 +50,13 @@ struct State {
     running: usize,
     /// The group aborted while a call ran: the last call to leave aborts the communicator.
     abort_owed: bool,
+    /// A thread is inside the communicator's abort (which may take as long as the work queued
+    /// before it): shutdown waits for it, so the group never ends under a running abort.
+    aborting: bool,
     stopped: bool,
     thread: bool,
+    /// The watchdog thread, joined by shutdown.
+    handle: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A [`Pending`] work with its number in the group's list.
@@ -149,11 +154,20 @@ impl Watch {
             let mut st = self.lock();
             st.running -= 1;
             self.changed.notify_all();
-            st.running == 0 && std::mem::take(&mut st.abort_owed)
+            let owed = st.running == 0 && std::mem::take(&mut st.abort_owed);
+            st.aborting |= owed;
+            owed
         };
         if owed {
-            comm.abort();
+            self.abort_comm(comm);
         }
+    }
+
+    /// Aborts `comm` (the caller set `aborting`), then lets shutdown go on.
+    fn abort_comm(&self, comm: &Arc<dyn Comm>) {
+        comm.abort();
+        self.lock().aborting = false;
+        self.changed.notify_all();
     }
 
     /// Follows `work` until it completes (starting the watchdog thread on first use).
@@ -169,10 +183,11 @@ impl Watch {
         st.pending.push_back(Tracked { id, what, since, done, outcome });
         if !st.thread && !st.stopped {
             let me = self.clone();
-            st.thread = std::thread::Builder::new()
+            st.handle = std::thread::Builder::new()
                 .name(format!("cudasem-watchdog-{}", self.rank))
                 .spawn(move || me.watch())
-                .is_ok();
+                .ok();
+            st.thread = st.handle.is_some();
         }
         self.changed.notify_all();
     }
@@ -199,6 +214,7 @@ impl Watch {
                 }
             }
             if st.running == 0 {
+                st.aborting = st.comm.is_some();
                 st.comm.clone()
             } else {
                 st.abort_owed = true;
@@ -207,7 +223,7 @@ impl Watch {
         };
         self.changed.notify_all();
         if let Some(comm) = comm {
-            comm.abort();
+            self.abort_comm(&comm);
         }
     }
 
@@ -290,16 +306,22 @@ impl Watch {
         }
     }
 
-    /// Stops the watchdog thread and hands the communicator back (once no call uses it) for
-    /// the group to destroy.
+    /// Stops the watchdog thread (joined) and hands the communicator back, once no call uses it
+    /// and no abort of it is running, for the group to destroy.
     pub fn shutdown(&self) -> Option<Arc<dyn Comm>> {
-        let mut st = self.lock();
-        st.stopped = true;
-        self.changed.notify_all();
-        while st.running > 0 {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        let (comm, handle) = {
+            let mut st = self.lock();
+            st.stopped = true;
+            self.changed.notify_all();
+            while st.running > 0 || st.aborting {
+                st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            (st.comm.take(), st.handle.take())
+        };
+        if let Some(h) = handle.filter(|h| h.thread().id() != std::thread::current().id()) {
+            let _ = h.join();
         }
-        st.comm.take()
+        comm
     }
 
     /// The watchdog thread: polls every interval while work is outstanding, sleeps otherwise.
@@ -375,6 +397,8 @@ mod tests {
         /// Set while a call is inside `run`, to check the abort waits for it.
         inside: AtomicBool,
         aborted_inside: AtomicBool,
+        /// How long an abort takes (NCCL's waits for the work queued before it).
+        abort_takes: Mutex<Duration>,
     }
 
     impl Comm for Arc<FakeComm> {
@@ -394,6 +418,7 @@ mod tests {
         }
         fn abort(&self) {
             self.aborted_inside.fetch_or(self.inside.load(Ordering::SeqCst), Ordering::SeqCst);
+            std::thread::sleep(*self.abort_takes.lock().unwrap());
             self.aborts.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -540,5 +565,27 @@ mod tests {
         }
         assert!(w.aborted().is_some());
         assert!(w.shutdown().is_none(), "no communicator on the simulated backend");
+    }
+
+    /// The fault seen on an H100 at process exit: the watchdog thread's abort outlived the
+    /// group. The waiter returns as soon as its work failed, but the group's end (shutdown) waits
+    /// for the abort to return and joins the thread.
+    #[test]
+    fn the_groups_end_waits_for_an_abort_in_progress() {
+        let fake = Arc::new(FakeComm::default());
+        *fake.abort_takes.lock().unwrap() = Duration::from_millis(300);
+        let d = Duration::from_millis(20);
+        let w = Watch::new(0, d, d, || false, Some(Box::new(fake.clone())));
+        let (a, _, a_out) = work("all_reduce (collective #2)", Instant::now());
+        w.track(a);
+        let start = Instant::now();
+        while a_out.error().is_none() {
+            assert!(start.elapsed() < Duration::from_secs(60), "the watchdog thread never aborted");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(fake.aborts.load(Ordering::SeqCst), 0, "the abort is still running");
+        assert!(w.shutdown().is_some());
+        assert_eq!(fake.aborts.load(Ordering::SeqCst), 1, "shutdown returned only after the abort did");
+        assert!(w.lock().handle.is_none(), "the watchdog thread was joined");
     }
 }

@@ -35,6 +35,7 @@ mod host;
 mod kernels;
 mod memory;
 mod nccl;
+mod nccl_exit;
 mod status;
 mod telemetry;
 mod user;

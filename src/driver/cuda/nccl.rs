@@ -432,6 +432,7 @@ impl Comm for NcclComm {
         if self.aborted.swap(true, std::sync::atomic::Ordering::AcqRel) || self.enter().is_err() {
             return;
         }
+        let _in_flight = super::nccl_exit::begin();
         // SAFETY: a live communicator, aborted once (the flag) and with no other call on it in
         // progress (the distributed layer's watchdog leaves the abort to the last call to
         // return); abort frees it, so nothing uses it afterwards (`run` and `async_error` check
@@ -445,6 +446,7 @@ impl Drop for NcclComm {
         if *self.aborted.get_mut() || self.enter().is_err() {
             return;
         }
+        let _in_flight = super::nccl_exit::begin();
         // SAFETY: this live communicator is finalized (its queued work flushed) and destroyed once;
         // nothing uses it afterwards.
         unsafe {

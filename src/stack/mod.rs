@@ -15,14 +15,24 @@ mod modules;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod walk;
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::Arc;
 
 /// The most frames a [`Stack`] keeps: the innermost ones (the capture itself, the runtime's path
 /// to it, then the caller's code). Deeper frames (the caller's callers up to `main` or the
 /// thread's start) are dropped: the reports and the memory pictures show the first few frames
 /// from the caller on, and a fixed bound keeps the stack inline, without a heap allocation.
 pub(crate) const MAX_FRAMES: usize = 24;
+
+/// How many of a thread's latest shared captures [`Stack::capture_shared`] compares a new one with.
+const RECENT: usize = 4;
+
+thread_local! {
+    /// The thread's latest shared captures (a ring, oldest replaced first).
+    static RECENT_STACKS: RefCell<(usize, [Option<Arc<Stack>>; RECENT])> = const { RefCell::new((0, [None, None, None, None])) };
+}
 
 /// Where an access or an allocation was made: the instruction pointers of the innermost frames
 /// of the thread's stack (at most 24), kept inline without a heap allocation and without names.
@@ -46,6 +56,25 @@ impl Stack {
         s.len = 0;
         backtrace::trace(|frame| s.push(frame.ip() as usize));
         s
+    }
+
+    /// The current thread's stack, shared: the same allocation as one of the thread's few latest
+    /// shared captures when it equals it (a loop allocating and freeing from the same lines keeps
+    /// a handful of stacks, not one per event).
+    pub(crate) fn capture_shared() -> Arc<Stack> {
+        let s = Stack::capture();
+        let shared = RECENT_STACKS.try_with(|r| {
+            let mut r = r.try_borrow_mut().ok()?;
+            let (next, recent) = &mut *r;
+            if let Some(same) = recent.iter().flatten().find(|a| a.ips() == s.ips()) {
+                return Some(Arc::clone(same));
+            }
+            let a = Arc::new(s.clone());
+            recent[*next] = Some(Arc::clone(&a));
+            *next = (*next + 1) % RECENT;
+            Some(a)
+        });
+        shared.ok().flatten().unwrap_or_else(|| Arc::new(s))
     }
 
     /// Appends the next outer frame's address; false once the stack is full.

@@ -3,6 +3,7 @@
 
 use super::{Stack, MAX_FRAMES};
 use std::hint::black_box;
+use std::sync::Arc;
 
 /// The system unwinder's addresses from here outwards (its own frames first).
 #[inline(never)]
@@ -69,4 +70,22 @@ fn the_fast_walk_runs_on_x86_64_linux() {
     });
     assert!(walked, "the walk fell back to the system's unwinder");
     assert!(ips.len() > 2, "{ips:x?}");
+}
+
+#[inline(never)]
+fn shared_here() -> Arc<Stack> {
+    black_box(Stack::capture_shared())
+}
+
+#[test]
+fn equal_captures_share_one_allocation_and_others_do_not() {
+    // Two lines capturing in turn (an allocation and a free in a loop): two stacks in all.
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        a.push(shared_here());
+        b.push(black_box(Stack::capture_shared()));
+    }
+    assert!(a.iter().all(|s| Arc::ptr_eq(s, &a[0])), "{a:?}");
+    assert!(b.iter().all(|s| Arc::ptr_eq(s, &b[0])), "{b:?}");
+    assert_ne!(a[0].ips(), b[0].ips());
 }

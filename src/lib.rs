@@ -224,6 +224,7 @@ pub mod nn;
 mod race;
 mod runtime;
 mod scalar;
+mod stack;
 mod sync;
 mod tensor;
 pub mod testing;

@@ -2,89 +2,13 @@
 //! two accesses that race on it (stream, operation, read or write, Rust backtrace of each) and
 //! where the memory was allocated. PyTorch's `torch.cuda._sanitizer.UnsynchronizedAccessError`.
 //!
-//! Stacks ([`Stack`]) are captured as the accesses are made, as the bare instruction pointers of
-//! their innermost frames, and resolved to symbols only when the report is printed (`Display`).
+//! Stacks ([`Stack`], `src/stack/`) are captured as the accesses are made, as the bare instruction
+//! pointers of their innermost frames, and resolved to symbols only when the report is printed
+//! (`Display`).
 
 use crate::dtype::DType;
-use std::ffi::c_void;
+pub use crate::stack::Stack;
 use std::fmt;
-
-/// The most frames a [`Stack`] keeps (the innermost ones: the capture itself, the runtime's
-/// path to the sanitizer, then the caller's code).
-const MAX_FRAMES: usize = 24;
-
-/// Where an access or an allocation was made: the instruction pointers of the innermost frames
-/// of the thread's stack (at most 24), kept inline without a heap allocation and without names.
-/// `Display` resolves them to functions, files and lines (as `std::backtrace::Backtrace` prints
-/// them); an executable stripped of its symbols shows only addresses.
-#[derive(Clone)]
-pub struct Stack {
-    len: u8,
-    ips: [usize; MAX_FRAMES],
-}
-
-impl Stack {
-    /// The current thread's stack (its innermost frames).
-    pub(crate) fn capture() -> Stack {
-        let mut s = Stack { len: 0, ips: [0; MAX_FRAMES] };
-        backtrace::trace(|frame| {
-            s.ips[usize::from(s.len)] = frame.ip() as usize;
-            s.len += 1;
-            usize::from(s.len) < MAX_FRAMES
-        });
-        s
-    }
-
-    /// The instruction pointers of the frames, innermost first.
-    pub fn ips(&self) -> &[usize] {
-        &self.ips[..usize::from(self.len)]
-    }
-}
-
-impl fmt::Debug for Stack {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.ips().iter().map(|&ip| Hex(ip))).finish()
-    }
-}
-
-/// An address, as `Debug` shows it in hexadecimal.
-struct Hex(usize);
-
-impl fmt::Debug for Hex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}", self.0)
-    }
-}
-
-impl fmt::Display for Stack {
-    /// One numbered line per function (inlined ones share their frame's number), each followed by
-    /// `at file:line:column` where the debug information names it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = Ok(());
-        for (i, &ip) in self.ips().iter().enumerate() {
-            let mut named = false;
-            backtrace::resolve(ip as *mut c_void, |sym| {
-                named = true;
-                out = out.and_then(|()| write_symbol(f, i, sym));
-            });
-            if !named {
-                out = out.and_then(|()| writeln!(f, "{i:4}: {ip:#x} (unknown)"));
-            }
-        }
-        out
-    }
-}
-
-fn write_symbol(f: &mut fmt::Formatter<'_>, i: usize, sym: &backtrace::Symbol) -> fmt::Result {
-    match sym.name() {
-        Some(name) => writeln!(f, "{i:4}: {name:#}")?,
-        None => writeln!(f, "{i:4}: <unknown>")?,
-    }
-    if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
-        writeln!(f, "             at {}:{line}:{}", file.display(), sym.colno().unwrap_or(0))?;
-    }
-    Ok(())
-}
 
 /// One of the two accesses of an [`AccessRace`].
 #[derive(Clone)]

@@ -171,7 +171,7 @@ impl CachingAllocator {
     /// The stack of the call, when the history keeps the stacks of calls of kind `what`.
     #[inline]
     fn capture(&self, what: u8) -> Option<Arc<Stack>> {
-        (self.stacks.load(Ordering::Relaxed) & what != 0).then(|| Arc::new(Stack::capture()))
+        (self.stacks.load(Ordering::Relaxed) & what != 0).then(Stack::capture_shared)
     }
 
     /// A malloc failed with `e` (no lock held): out of memory, the observers are told first.

@@ -155,8 +155,8 @@ fn resolved(stack: &Stack) -> Vec<Cached> {
             all.extend(frames.iter().cloned());
         }
     }
-    // The unwinder's own frames come first, then the capture's (cudasem's): from there on,
-    // every internal frame goes.
+    // The system unwinder's own frames come first where it made the capture (`Stack::capture`'s
+    // fallback), then the capture's (cudasem's): from there on, every internal frame goes.
     let Some(ours) = all.iter().position(|c| c.ours) else { return all };
     let first_user = all[ours..].iter().position(|c| !c.internal).map_or(0, |i| ours + i);
     all.drain(..first_user);

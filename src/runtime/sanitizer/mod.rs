@@ -46,8 +46,8 @@ pub fn is_enabled() -> bool {
 }
 
 /// Whether the sanitizer captures the stack ([`Stack`]: the innermost frames' addresses) of each
-/// access and allocation (on by default; unwinding the stack is most of the sanitizer's cost per
-/// operation, so it is unwound once per operation: a block an operation allocates for its
+/// access and allocation (on by default; unwinding the stack is a large part of the sanitizer's
+/// cost per operation, so it is unwound once per operation: a block an operation allocates for its
 /// result takes that operation's stack, and only `Tensor::empty` unwinds as it allocates; frames
 /// are resolved to names only when a race is reported). Off, a report names streams, operations and memory
 /// without stacks.

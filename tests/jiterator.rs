@@ -472,3 +472,129 @@ fn a_multi_output_call_is_one_launch_writing_every_output() -> Result<()> {
     assert_close(&values(&outs[1])?, &p, 1e-6, "the captured call's second output");
     Ok(())
 }
+
+/// A small call's fast lane (inputs dense, of one shape, on one device: no views, no vectors)
+/// and the general path agree, call after call of one function, whichever ran before: dense
+/// calls whose scalar values change from call to call, then broadcast, transposed, mixed-dtype,
+/// integer, half, empty and 0-dim calls, functions of more inputs than the elementwise kernels
+/// take and of more scalars than the lane holds, each against float64; and a bad call after a
+/// fast one is the typed error the general path gives, the runtime going on.
+#[test]
+fn the_small_call_lane_and_the_general_path_agree_call_after_call() -> Result<()> {
+    let _s = serial();
+    let f = jiterator::create_jit_fn(AXPY, &[("alpha", 1.25)])?;
+    let axpy = |x: &[f64], y: &[f64], a: f64| -> Vec<f64> { x.iter().zip(y).map(|(x, y)| -x + a * y).collect() };
+    let (x, xv) = tensor(&random(12 * 7, 50), &[12, 7], DType::F32)?;
+    let (y, yv) = tensor(&random(12 * 7, 51), &[12, 7], DType::F32)?;
+    let dense = |alpha: Option<f64>, what: &str| -> Result<()> {
+        let out = match alpha {
+            None => f.call(&[&x, &y], &[])?,
+            Some(a) => f.call(&[&x, &y], &[("alpha", a)])?,
+        };
+        assert_eq!((out.dtype(), out.shape(), out.is_contiguous()), (DType::F32, &[12usize, 7][..], true), "{what}");
+        assert_eq!(out.device(), x.device(), "{what}");
+        assert_close(&values(&out)?, &axpy(&xv, &yv, alpha.unwrap_or(1.25)), 1e-6, what);
+        Ok(())
+    };
+    for (round, alpha) in [None, Some(-3.5), None, Some(0.75), Some(-3.5), None].into_iter().enumerate() {
+        dense(alpha, &format!("dense call {round} (alpha {alpha:?})"))?;
+    }
+    // A name given twice: the last value wins, on either path.
+    let twice = f.call(&[&x, &y], &[("alpha", 9.0), ("alpha", -1.5)])?;
+    assert_close(&values(&twice)?, &axpy(&xv, &yv, -1.5), 1e-6, "the last override");
+    // Broadcast ([12, 7] with [7]), then dense again.
+    let (r, rv) = tensor(&random(7, 52), &[7], DType::F32)?;
+    let out = f.call(&[&x, &r], &[])?;
+    let want: Vec<f64> = (0..84).map(|i| -xv[i] + 1.25 * rv[i % 7]).collect();
+    assert_close(&values(&out)?, &want, 1e-6, "broadcast after dense calls");
+    dense(Some(2.0), "dense after a broadcast")?;
+    // Transposed inputs of one shape (not dense: the general path), then dense again.
+    let out = f.call(&[&x.t()?, &y.t()?], &[("alpha", 2.0)])?;
+    assert_eq!(out.shape(), &[7, 12]);
+    let want: Vec<f64> = (0..84).map(|i| -xv[(i % 12) * 7 + i / 12] + 2.0 * yv[(i % 12) * 7 + i / 12]).collect();
+    assert_close(&values(&out)?, &want, 1e-6, "transposed after dense calls");
+    dense(None, "dense after a transposed call")?;
+    // Dense inputs of mixed dtypes promote on the lane too.
+    let (yh, yhv) = tensor(&random(84, 53), &[12, 7], DType::F16)?;
+    let out = f.call(&[&x, &yh], &[])?;
+    assert_eq!(out.dtype(), DType::F32);
+    assert_close(&values(&out)?, &axpy(&xv, &yhv, 1.25), 1e-6, "f32 with f16");
+    let ints: Vec<f64> = random(84, 54).iter().map(|v| (v * 50.0).round()).collect();
+    let (xi, xiv) = tensor(&ints, &[12, 7], DType::I32)?;
+    let (yi, yiv) = tensor(&ints.iter().rev().copied().collect::<Vec<_>>(), &[12, 7], DType::I64)?;
+    let out = f.call(&[&xi, &yi], &[("alpha", 3.0)])?;
+    assert_eq!(out.dtype(), DType::I64);
+    assert_eq!(values(&out)?, axpy(&xiv, &yiv, 3.0), "i32 with i64, exactly");
+    for dtype in [DType::BF16, DType::F16] {
+        let (xb, xbv) = tensor(&xv, &[12, 7], dtype)?;
+        let (yb, ybv) = tensor(&yv, &[12, 7], dtype)?;
+        let out = f.call(&[&xb, &yb], &[("alpha", 0.5)])?;
+        assert_eq!(out.dtype(), dtype);
+        let ulp = if dtype == DType::BF16 { 1.0 / 128.0 } else { 1.0 / 1024.0 };
+        assert_close(&values(&out)?, &axpy(&xbv, &ybv, 0.5), ulp, &format!("{dtype:?}"));
+    }
+    // Empty and 0-dim inputs.
+    let (e, _) = tensor(&[], &[0, 7], DType::F32)?;
+    let out = f.call(&[&e, &e], &[])?;
+    assert_eq!((out.shape(), out.dtype()), (&[0usize, 7][..], DType::F32), "an empty call");
+    let (s0, _) = tensor(&[1.5], &[], DType::F32)?;
+    let (s1, _) = tensor(&[-0.25], &[], DType::F32)?;
+    let out = f.call(&[&s0, &s1], &[])?;
+    assert_eq!(out.shape(), &[] as &[usize]);
+    assert_close(&values(&out)?, &[-1.5 - 0.3125], 1e-6, "0-dim CUDA inputs");
+    // A 0-dim CPU tensor is a number (the general path), beside a dense CUDA input.
+    let cpu = Tensor::from_slice(&[2.0f32], Vec::<usize>::new(), "cpu")?;
+    let out = f.call(&[&x, &cpu], &[])?;
+    assert_close(&values(&out)?, &xv.iter().map(|x| -x + 2.5).collect::<Vec<_>>(), 1e-6, "a CPU number");
+    dense(Some(-3.5), "dense after a CPU number")?;
+    // Bad calls after fast ones: the general path's typed errors.
+    match f.call(&[&x], &[]) {
+        Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("takes 2 tensor inputs"), "{reason}"),
+        other => panic!("one dense input of two: {other:?}"),
+    }
+    match f.call(&[&x, &y], &[("beta", 2.0)]) {
+        Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("beta"), "{reason}"),
+        other => panic!("an unknown scalar on dense inputs: {other:?}"),
+    }
+    let host = Tensor::from_slice(&[1.0f32; 84], [12, 7], "cpu")?;
+    assert!(matches!(f.call(&[&host, &host], &[]), Err(Error::InvalidArgument { .. })), "CPU tensors");
+    assert!(matches!(f.call(&[&x, &host], &[]), Err(Error::DeviceMismatch { .. })), "a CPU tensor beside a CUDA one");
+    dense(None, "dense after the errors")?;
+    // More inputs than the elementwise kernels take (the one-kernel module), all dense.
+    for k in [5usize, 8] {
+        let (code, reference) = chain(k);
+        let g = jiterator::create_jit_fn(&code, &[])?;
+        let dtypes = [DType::F32, DType::F16, DType::F32, DType::BF16, DType::F64, DType::F32, DType::F16, DType::F32];
+        let mut ts = Vec::new();
+        let mut vs = Vec::new();
+        for (i, &d) in dtypes.iter().enumerate().take(k) {
+            let (t, v) = tensor(&random(30, 60 + i as u64), &[6, 5], d)?;
+            ts.push(t);
+            vs.push(v);
+        }
+        let inputs: Vec<&Tensor> = ts.iter().collect();
+        let out = g.call(&inputs, &[])?;
+        assert_eq!((out.dtype(), out.shape()), (DType::F64, &[6usize, 5][..]), "{k} dense inputs");
+        let want: Vec<f64> = (0..30).map(|j| reference(&vs.iter().map(|v| v[j]).collect::<Vec<_>>())).collect();
+        assert_close(&values(&out)?, &want, 1e-12, &format!("{k} dense inputs"));
+    }
+    // More scalars than the lane holds on the stack: the general path, the same result.
+    let many = "template <typename T> T many(T x, T a, T b, T c, T d, T e, T g, T h, T k, T m) \
+                { return x * a + b + c + d + e + g + h + k + m; }";
+    let named: Vec<(String, f64)> =
+        (0..9).map(|i| (["a", "b", "c", "d", "e", "g", "h", "k", "m"][i].into(), i as f64 + 1.0)).collect();
+    let defaults: Vec<(&str, f64)> = named.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let h = jiterator::create_jit_fn(many, &defaults)?;
+    let out = h.call(&[&x], &[("a", -2.0)])?;
+    assert_close(&values(&out)?, &xv.iter().map(|x| x * -2.0 + 44.0).collect::<Vec<_>>(), 1e-6, "nine scalars");
+    dense(None, "dense after the other functions")?;
+    if common::two_devices() {
+        // The lane on another device: the output there, the scalars there.
+        let (x1, y1) = (x.to("cuda:1", false)?, y.to("cuda:1", false)?);
+        let out = f.call(&[&x1, &y1], &[("alpha", -3.5)])?;
+        assert_eq!(out.device(), x1.device());
+        assert_close(&values(&out)?, &axpy(&xv, &yv, -3.5), 1e-6, "dense on cuda:1");
+        dense(Some(-3.5), "dense on cuda:0 after cuda:1")?;
+    }
+    Ok(())
+}

@@ -422,6 +422,14 @@ pub trait Driver: Send + Sync + 'static {
             reason: "this driver cannot run jiterator functions".into(),
         })
     }
+    /// Queues a one-output jiterator call over dense operands on `stream`: the same as
+    /// [`jit_launch`](Driver::jit_launch) of [`op.to_jit_op()`](crate::kernel::DenseJit::to_jit_op),
+    /// which is what it does unless a driver has a shorter path (the CUDA driver launches the
+    /// fast elementwise kernel at once, as [`launch_dense_binary`](Driver::launch_dense_binary)).
+    fn launch_dense_jit(&self, stream: StreamId, op: &crate::kernel::DenseJit<'_>) -> Result<()> {
+        op.validate()?;
+        self.jit_launch(stream, &op.to_jit_op())
+    }
     /// Changes the launch shapes of the tensor kernels ([`Config::cuda`](crate::Config::cuda)'s
     /// `launch_tuning`, given at construction) for the launches that follow (benchmark tuning;
     /// nothing to change on the simulated machine).

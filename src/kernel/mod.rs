@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::scalar::Scalar;
 pub use dims::Dims;
 pub use functions::{BinaryOp, ReduceOp, UnaryOp};
-pub use jit::{jit_compute, jit_ctype, JitCode, JitOp, JitParam};
+pub use jit::{jit_compute, jit_ctype, DenseJit, JitCode, JitOp, JitParam};
 pub use ptr::{DevicePtr, HostPtr};
 pub use random::{Distribution, PhiloxSource, RandomOp};
 pub use view::BufferView;

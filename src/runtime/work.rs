@@ -492,6 +492,25 @@ impl Stream {
         rt()?.driver.jit_launch(self.driver_id(), op)
     }
 
+    /// Queues a one-output jiterator call over dense operands (in `uses`' memory): the jiterator's
+    /// small-call fast lane, as [`Stream::launch_dense_binary`] is the built-in ops'.
+    #[inline]
+    pub(crate) fn launch_dense_jit<T: Operand + ?Sized>(
+        &self,
+        op: &crate::kernel::DenseJit<'_>,
+        uses: &[&T],
+    ) -> Result<()> {
+        let _range = nvtx::op_range(|| format!("jiterator::{}", op.code.name).into());
+        if sanitizer::enabled() {
+            let bytes = |p: DevicePtr, d: crate::dtype::DType| self.span(p, op.n.saturating_mul(d.size()));
+            let mut accesses: Vec<(Span, bool)> = op.ins.iter().map(|&(p, d)| (bytes(p, d), false)).collect();
+            accesses.push((bytes(op.out, op.common), true));
+            self.sanitize(&|| format!("jiterator {}", op.code.name), &accesses, uses)?;
+        }
+        self.note_work(uses);
+        rt()?.driver.launch_dense_jit(self.driver_id(), op)
+    }
+
     /// Queues a host job over device memory (the simulated machine's collectives, checked first
     /// by [`Stream::check_collective`]).
     pub(crate) fn host_job(&self, job: HostJob) -> Result<()> {

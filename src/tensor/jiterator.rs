@@ -20,16 +20,16 @@
 //! is compiled by the host's C++ compiler (`$CXX`, else `c++`) into a shared library that the
 //! stream's worker runs in stream order; without a compiler a call is [`Error::Unsupported`].
 
-use super::exec::Exec;
+use super::exec::{Exec, Place};
 use super::layout::broadcast_shapes;
 use super::ops::operand::{result_type, Operand};
 use super::Tensor;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{jit_compute, DevicePtr, JitCode, JitOp, JitParam};
-use crate::kernels::cpu::scalar_bytes;
-use crate::runtime::{capture_active, driver_name, Stream};
+use crate::kernel::{jit_compute, DenseJit, DevicePtr, JitCode, JitOp, JitParam};
+use crate::kernels::cpu::store_scalar;
+use crate::runtime::{capture_active, current_of, driver_name, Stream};
 use crate::scalar::Scalar;
 use std::sync::{Arc, Mutex};
 
@@ -39,6 +39,9 @@ pub const MAX_INPUTS: usize = 8;
 pub const MAX_OUTPUTS: usize = 8;
 /// Scalar arrays kept in device memory per function (per stream, dtype and values).
 const SCALAR_CACHE: usize = 8;
+/// Scalar values the fast lane ([`JitFn::call_dense`]) holds on the stack, of at most 8 bytes
+/// each (a function of more scalars takes the general path).
+const DENSE_SCALARS: usize = 8;
 
 /// Scalar values in device memory: the stream they were written on, their dtype and bytes.
 type ScalarCopy = (Stream, DType, Vec<u8>, Tensor);
@@ -231,7 +234,12 @@ impl JitFn {
                 reason: format!("{} has {} outputs: call it with call_multi", self.code.name, self.code.outputs),
             });
         }
-        Ok(self.run(inputs, scalars)?.remove(0))
+        if let Some(out) = self.call_dense(inputs, scalars)? {
+            return Ok(out);
+        }
+        self.run(inputs, scalars)?
+            .pop()
+            .ok_or_else(|| Error::Internal { op: "jiterator", reason: "a one-output function gave no output".into() })
     }
 
     /// Calls the function (of any number of outputs) and returns its outputs in order; see
@@ -240,16 +248,16 @@ impl JitFn {
         self.run(inputs, scalars)
     }
 
-    fn run(&self, inputs: &[&Tensor], overrides: &[(&str, f64)]) -> Result<Vec<Tensor>> {
-        let op = "jiterator";
-        let code = &self.code;
+    /// Refuses a wrong number of inputs, or an override naming no scalar of the function
+    /// (checked before any work).
+    fn check_arguments(&self, inputs: &[&Tensor], overrides: &[(&str, f64)]) -> Result<()> {
+        let (op, code) = ("jiterator", &self.code);
         if inputs.len() != code.inputs() {
             return Err(Error::InvalidArgument {
                 op,
                 reason: format!("{} takes {} tensor inputs, got {}", code.name, code.inputs(), inputs.len()),
             });
         }
-        // Each override names a declared scalar (checked before any work).
         for (name, _) in overrides {
             if !self.scalars.iter().any(|(n, _)| n == name) {
                 return Err(Error::InvalidArgument {
@@ -258,6 +266,80 @@ impl JitFn {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// The scalars' values (defaults, overridden by name: the last override of a name wins) as
+    /// elements of `compute`, written into `out[..scalars × compute.size()]`.
+    fn scalar_values(&self, overrides: &[(&str, f64)], compute: DType, out: &mut [u8]) {
+        let size = compute.size();
+        for ((name, default), slot) in self.scalars.iter().zip(out.chunks_exact_mut(size)) {
+            let v = overrides.iter().rev().find(|(n, _)| n == name).map_or(*default, |(_, v)| *v);
+            store_scalar(Scalar::Float(v), compute, slot);
+        }
+    }
+
+    /// The common small call, the jiterator's fast lane (as the built-in binary ops' dense lane):
+    /// a one-output function over inputs that are all dense tensors of one shape on one CUDA
+    /// device. Nothing broadcasts or moves, so the general path's answers are known: the output
+    /// is a new dense tensor of that shape, and the call is one [`DenseJit`] with no views,
+    /// vectors or maps made on the way. `Ok(None)`: not such a call (the general path takes it,
+    /// and gives its errors).
+    fn call_dense(&self, inputs: &[&Tensor], overrides: &[(&str, f64)]) -> Result<Option<Tensor>> {
+        let Some(first) = inputs.first() else { return Ok(None) };
+        let place = first.place();
+        let Place::Cuda(d) = place else { return Ok(None) };
+        let shape = first.shape();
+        if inputs.len() > MAX_INPUTS
+            || self.scalars.len() > DENSE_SCALARS
+            || !inputs.iter().all(|t| t.place() == place && t.shape() == shape && t.is_contiguous())
+        {
+            return Ok(None);
+        }
+        self.check_arguments(inputs, overrides)?;
+        let common = promoted(inputs);
+        let compute = jit_compute(common);
+        let mut values = [0u8; DENSE_SCALARS * 8];
+        let scalars = &mut values[..self.scalars.len() * compute.size()];
+        self.scalar_values(overrides, compute, scalars);
+        let scalars = &*scalars;
+        let stream = current_of(d)?;
+        let out = Tensor::empty_on(shape, common, d, &stream)?;
+        let n = out.numel();
+        if n == 0 {
+            return Ok(Some(out));
+        }
+        let on_device = (!scalars.is_empty() && driver_name() == "cuda")
+            .then(|| self.device_scalars(&stream, d, compute, scalars))
+            .transpose()?;
+        let mut ins = [(DevicePtr(0), DType::Bool); MAX_INPUTS];
+        let mut uses: [&Tensor; MAX_INPUTS + 2] = [&out; MAX_INPUTS + 2];
+        for (k, t) in inputs.iter().enumerate() {
+            ins[k] = (DevicePtr(t.data_ptr()), t.dtype());
+            uses[k] = t;
+        }
+        let mut used = inputs.len() + 1; // the output is there already
+        if let Some(t) = &on_device {
+            uses[used] = t;
+            used += 1;
+        }
+        let op = DenseJit {
+            code: &self.code,
+            common,
+            n,
+            out: DevicePtr(out.data_ptr()),
+            ins: &ins[..inputs.len()],
+            scalars,
+            scalars_at: on_device.as_ref().map_or(DevicePtr(0), |t| DevicePtr(t.data_ptr())),
+        };
+        stream.launch_dense_jit(&op, &uses[..used])?;
+        Ok(Some(out))
+    }
+
+    fn run(&self, inputs: &[&Tensor], overrides: &[(&str, f64)]) -> Result<Vec<Tensor>> {
+        let op = "jiterator";
+        let code = &self.code;
+        self.check_arguments(inputs, overrides)?;
         let exec = Exec::for_operands(op, inputs)?;
         let Device::Cuda(Some(device)) = exec.place.device() else {
             return Err(Error::InvalidArgument { op, reason: "a jiterator function runs on CUDA tensors".into() });
@@ -270,11 +352,8 @@ impl JitFn {
             return Ok(outs);
         }
         let compute = jit_compute(common);
-        let mut scalars = Vec::with_capacity(self.scalars.len() * compute.size());
-        for (name, default) in self.scalars.iter() {
-            let v = overrides.iter().rev().find(|(n, _)| n == name).map_or(*default, |(_, v)| *v);
-            scalars.extend_from_slice(&scalar_bytes(Scalar::Float(v), compute));
-        }
+        let mut scalars = vec![0u8; self.scalars.len() * compute.size()];
+        self.scalar_values(overrides, compute, &mut scalars);
         let ins = admitted.iter().map(|t| t.broadcast_view(op, &shape)).collect::<Result<Vec<_>>>()?;
         exec.on_stream(op, |stream| {
             let on_device = (driver_name() == "cuda" && !scalars.is_empty())
@@ -288,7 +367,8 @@ impl JitFn {
                 scalars_at: on_device.as_ref().map_or(DevicePtr(0), |t| DevicePtr(t.data_ptr())),
                 scalars,
             };
-            let mut uses: Vec<&Tensor> = admitted.iter().map(|t| &**t).collect();
+            let mut uses: Vec<&Tensor> = Vec::with_capacity(admitted.len() + outs.len() + 1);
+            uses.extend(admitted.iter().map(|t| &**t));
             uses.extend(outs.iter());
             uses.extend(on_device.iter());
             stream.jit_launch(&jit, &uses)

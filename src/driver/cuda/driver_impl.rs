@@ -292,6 +292,13 @@ impl Driver for CudaDriver {
         capture::maybe_relaxed(|| launch::jit(&dev.ops, dev.cu, &dev.dropped, s.raw.0, stream.0, op))
     }
 
+    fn launch_dense_jit(&self, stream: StreamId, op: &crate::kernel::DenseJit<'_>) -> Result<()> {
+        op.validate()?;
+        let s = self.stream(stream, "jiterator")?;
+        let dev = self.enter(s.device)?;
+        capture::maybe_relaxed(|| launch::dense_jit(&dev.ops, dev.cu, &dev.dropped, s.raw.0, stream.0, op))
+    }
+
     fn begin_capture(&self, stream: StreamId, mode: CaptureMode) -> Result<()> {
         self.cu_begin_capture(stream, mode)
     }

@@ -16,10 +16,19 @@ pub(crate) struct Operand<'a> {
 
 /// `value` converted to `dtype`, as the bytes of one element.
 pub(crate) fn scalar_bytes(value: Scalar, dtype: DType) -> Vec<u8> {
+    let mut out = vec![0u8; dtype.size()];
+    store_scalar(value, dtype, &mut out);
+    out
+}
+
+/// `value` converted to `dtype`, written as one element into `out[..dtype.size()]` (as
+/// [`scalar_bytes`], without allocating). Panics if `out` is shorter.
+#[inline]
+pub(crate) fn store_scalar(value: Scalar, dtype: DType, out: &mut [u8]) {
     match value {
-        Scalar::Bool(b) => encode(&[b], dtype),
-        Scalar::Int(i) => encode(&[i], dtype),
-        Scalar::Float(f) => encode(&[f], dtype),
+        Scalar::Bool(b) => encode_into(&[b], dtype, out),
+        Scalar::Int(i) => encode_into(&[i], dtype, out),
+        Scalar::Float(f) => encode_into(&[f], dtype, out),
     }
 }
 
@@ -300,8 +309,14 @@ pub(crate) fn scatter<T: Elem>(values: &[T], bytes: &mut [u8], v: &BufferView) {
 /// `values` converted to `dtype`, as dense native-endian bytes.
 pub(crate) fn encode<T: Elem>(values: &[T], dtype: DType) -> Vec<u8> {
     let mut out = vec![0u8; values.len() * dtype.size()];
-    with_dtype!(dtype, D => values.iter().enumerate().for_each(|(i, &x)| cast::<T, D>(x).store(&mut out, i)));
+    encode_into(values, dtype, &mut out);
     out
+}
+
+/// [`encode`] into `out[..values.len() * dtype.size()]`.
+#[inline]
+fn encode_into<T: Elem>(values: &[T], dtype: DType, out: &mut [u8]) {
+    with_dtype!(dtype, D => values.iter().enumerate().for_each(|(i, &x)| cast::<T, D>(x).store(out, i)));
 }
 
 /// The view's elements as dense bytes (same dtype).

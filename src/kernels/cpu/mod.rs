@@ -16,6 +16,6 @@ mod math;
 mod random;
 mod reduce;
 
-pub(crate) use elem::{encode, gather_as, gather_bytes, scalar_bytes};
+pub(crate) use elem::{encode, gather_as, gather_bytes, scalar_bytes, store_scalar};
 pub(crate) use elem::{f64_to_bf16, f64_to_f16};
 pub(crate) use execute::{execute, Memory};

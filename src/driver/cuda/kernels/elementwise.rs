@@ -15,10 +15,10 @@
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
 use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
-use super::vocab::{fast_masks, Entry, EwOp, KernelId, ModuleKey, MAXD, THREADS};
+use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::kernel::{BufferView, DenseBinary};
+use crate::kernel::{BufferView, DenseBinary, DenseJit};
 use std::sync::atomic::Ordering;
 
 /// Parameters of the fast elementwise kernels (`EwFast` in the generated C).
@@ -82,11 +82,26 @@ pub(in crate::driver::cuda) fn dense_binary(c: &Ctx, op: &DenseBinary) -> Result
     ew_fast(c, EwOp::Binary(op.op, op.compute), op.dst.1, dtypes, 2, mask, p)
 }
 
+/// Queues a dense jiterator call of at most three inputs (already validated, not empty; the
+/// function interned as `code`): the fast kernel of its module at once, as [`elementwise`] would
+/// choose for the same operands as views (every input dense, none broadcast), the scalars'
+/// address in `value`.
+pub(in crate::driver::cuda) fn dense_jit(c: &Ctx, code: u32, op: &DenseJit<'_>) -> Result<()> {
+    let nin = op.ins.len();
+    let (mut ins, mut dtypes) = ([0u64; 3], [DType::Bool; 3]);
+    for (k, &(ptr, dtype)) in op.ins.iter().enumerate().take(3) {
+        ins[k] = ptr.0;
+        dtypes[k] = dtype;
+    }
+    let p = EwFast { out: op.out.0, ins, n: op.n as u64, value: op.scalars_at.0, vec: 0, pad: 0 };
+    let key = JitKey { code, nin: nin as u8, out: 0 };
+    ew_fast(c, EwOp::Jit(key), op.common, dtypes, nin, 0, p)
+}
+
 /// `value` as one element of `dtype`, in the low bytes of a kernel parameter.
 pub(in crate::driver::cuda) fn scalar_bits(value: crate::scalar::Scalar, dtype: DType) -> u64 {
     let mut bits = [0u8; 8];
-    let bytes = crate::kernels::cpu::scalar_bytes(value, dtype);
-    bits[..bytes.len()].copy_from_slice(&bytes);
+    crate::kernels::cpu::store_scalar(value, dtype, &mut bits);
     u64::from_ne_bytes(bits)
 }
 

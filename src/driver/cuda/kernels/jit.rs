@@ -15,22 +15,59 @@ use crate::driver::cuda::status::{read, write};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::{JitCode, JitOp};
+use std::cell::Cell;
 use std::sync::{Arc, RwLock};
 
-/// Every jiterator function of the process, by id (the index).
+/// Every jiterator function of the process, by id (the index); never shrinks, so each `Arc` here
+/// (and its address) lives as long as the process.
 static CODES: RwLock<Vec<Arc<JitCode>>> = RwLock::new(Vec::new());
 
-/// The id of `code` (interned on first use).
+thread_local! {
+    /// This thread's last function interned by identity: the address of an `Arc` that [`CODES`]
+    /// holds (so never freed, never another function's) and its id. A loop of calls of one
+    /// function skips the table's lock.
+    static LAST: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// The id of `code` (interned on first use): the id of the same `Arc`, else of an equal
+/// function made separately, else a new one.
+#[inline]
 pub(in crate::driver::cuda) fn intern(code: &Arc<JitCode>) -> u32 {
-    if let Some(i) = read(&CODES).iter().position(|c| Arc::ptr_eq(c, code) || **c == **code) {
-        return i as u32;
+    let at = Arc::as_ptr(code) as usize;
+    let (last, id) = LAST.get();
+    if last == at {
+        return id;
+    }
+    intern_slow(code, at)
+}
+
+#[cold]
+fn intern_slow(code: &Arc<JitCode>, at: usize) -> u32 {
+    let by_identity = |codes: &[Arc<JitCode>]| codes.iter().position(|c| Arc::ptr_eq(c, code));
+    let by_value = |codes: &[Arc<JitCode>]| codes.iter().position(|c| **c == **code);
+    {
+        let codes = read(&CODES);
+        if let Some(i) = by_identity(&codes) {
+            LAST.set((at, i as u32));
+            return i as u32;
+        }
+        // An equal function of another `Arc` (not held here: its address is not remembered).
+        if let Some(i) = by_value(&codes) {
+            return i as u32;
+        }
     }
     let mut codes = write(&CODES);
-    if let Some(i) = codes.iter().position(|c| **c == **code) {
+    if let Some(i) = by_identity(&codes) {
+        LAST.set((at, i as u32));
+        return i as u32;
+    }
+    if let Some(i) = by_value(&codes) {
         return i as u32;
     }
     codes.push(code.clone());
-    codes.len() as u32 - 1
+    let id = codes.len() as u32 - 1;
+    LAST.set((at, id));
+    id
 }
 
 /// The function interned as `id`.

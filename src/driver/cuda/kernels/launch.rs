@@ -19,7 +19,7 @@ use super::gemm::Blas;
 use super::vocab::{EwOp, JitKey};
 use crate::error::Result;
 use crate::error::Sticky;
-use crate::kernel::{BufferView, DenseBinary, JitOp, KernelOp, ReduceOp};
+use crate::kernel::{BufferView, DenseBinary, DenseJit, JitOp, KernelOp, ReduceOp};
 use cudarc::driver::sys;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -145,6 +145,27 @@ pub(in crate::driver::cuda) fn jit(
     let ins: Vec<&BufferView> = op.ins.iter().collect();
     let key = JitKey { code, nin: ins.len() as u8, out: 0 };
     elementwise(&c, EwOp::Jit(key), &op.outs[0], &ins, op.scalars_at.0, 0)
+}
+
+/// Launches the dense jiterator call `op` (already validated) on `stream` (as [`launch`]): a
+/// function of at most three inputs runs the fast elementwise kernel of its module at once, with
+/// no views to build or classify; one of more inputs goes through [`jit`].
+pub(in crate::driver::cuda) fn dense_jit(
+    ops: &DeviceOps,
+    cu: sys::CUdevice,
+    dropped: &Sticky,
+    stream: sys::CUstream,
+    stream_id: u64,
+    op: &DenseJit<'_>,
+) -> Result<()> {
+    if op.n == 0 {
+        return Ok(());
+    }
+    if op.ins.len() > 3 {
+        return jit(ops, cu, dropped, stream, stream_id, &op.to_jit_op());
+    }
+    let c = ops.ctx(cu, dropped, stream, stream_id)?;
+    super::elementwise::dense_jit(&c, super::jit::intern(op.code), op)
 }
 
 /// Runs a dense binary op (already validated) on the stream of `dev`, whose context is current:

@@ -554,6 +554,9 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
             break;
         }
     }
+    if v > 1 {
+        let _ = writeln!(s, "{head} sm_l{v}(const __grid_constant__ SmP p) {{ cs_enter(); sm_lead_rows<{v}>(p); }}");
+    }
 }
 
 /// A fused module's head: element and accumulation types, conversions, exponential.

@@ -563,6 +563,31 @@ fn softmax_of_few_long_rows_split_over_blocks() {
     check(&mut b, src, dst, 1);
 }
 
+/// Many rows of a length that is no multiple of the vector width (`Entry::LeadRows`: a block per
+/// row, vectors from each row's first 16-byte boundary), dense and from an offset, and the same
+/// rows whose output starts elsewhere (element by element).
+#[test]
+fn softmax_of_many_rows_of_odd_lengths() {
+    let Some(mut b) = Bench::new() else { return };
+    for d in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+        for (rows, n) in [(300usize, 5001usize), (140, 20001), (150, 1025)] {
+            let (sp, dp, dq) =
+                (b.buffer(d, rows * n + 1, false), b.buffer(d, rows * n + 1, false), b.buffer(d, rows * n, false));
+            for (src, dst) in [
+                (Bench::view(sp, d, &[rows, n], &[n, 1], 0), Bench::view(dp, d, &[rows, n], &[n, 1], 0)),
+                (Bench::view(sp, d, &[rows, n], &[n, 1], 1), Bench::view(dp, d, &[rows, n], &[n, 1], 1)),
+                (Bench::view(sp, d, &[rows, n], &[n, 1], 1), Bench::view(dq, d, &[rows, n], &[n, 1], 0)),
+            ] {
+                for log in [false, true] {
+                    let abs = if log && d != DType::F64 { 1e-5 } else { 0.0 };
+                    let op = KernelOp::Softmax { src: src.clone(), dst: dst.clone(), dim: 1, log };
+                    b.check_abs(&op, tol(d) * 2.0, abs);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
     let Some(mut b) = Bench::new() else { return };

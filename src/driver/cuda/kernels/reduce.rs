@@ -312,15 +312,23 @@ pub(in crate::driver::cuda) fn softmax(
         partials: 0,
         splits: 1,
     };
-    if matches!(entry, Entry::Rows { g: 0, ch: 0, .. }) && splits > 1 {
-        p.splits = splits;
-        return split_rows(c, module, split_vec(src, dst, dim, &kept, v), &mut p);
+    let mut entry = entry;
+    if let Entry::Rows { g: 0, ch: 0, w } = entry {
+        let lead = split_vec(src, dst, dim, &kept, v);
+        if splits > 1 {
+            p.splits = splits;
+            return split_rows(c, module, lead, &mut p);
+        }
+        if lead > w {
+            // Vectors from each row's first 16-byte boundary (rows of an odd length).
+            entry = Entry::LeadRows(lead);
+        }
     }
     let f = c.kernel(KernelId { module, entry })?;
     let grid = match entry {
         // Two passes over long rows: few enough blocks at once that their rows stay in L2
         // between the passes.
-        Entry::Rows { g: 0, ch: 0, .. } => (rows as u64).min(c.info.sms as u64 * 2) as u32,
+        Entry::Rows { g: 0, ch: 0, .. } | Entry::LeadRows(_) => (rows as u64).min(c.info.sms as u64 * 2) as u32,
         Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
         Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
         Entry::BigRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), 1024, &mut p),
@@ -348,9 +356,10 @@ fn split_rows(c: &Ctx, module: ModuleKey, w: u8, p: &mut SmP) -> Result<()> {
 
 /// Splits per row of a softmax over `rows` rows of `n` elements split over blocks: two blocks
 /// per SM in all, each split at least [`FILL_CHUNK`] elements, every (row, split) a partial of
-/// the stream's scratch. One (no split) when the rows alone give every SM a block.
+/// the stream's scratch. One (no split) when the rows alone give every SM a block, or are
+/// shorter than four such chunks (one launch does better there).
 fn softmax_splits(sms: i64, rows: i64, n: i64) -> i64 {
-    if rows >= sms || rows == 0 {
+    if rows >= sms || rows == 0 || n < 4 * FILL_CHUNK {
         return 1;
     }
     ceil_div(2 * sms, rows).min(n / FILL_CHUNK).min(PARTIALS as i64 / rows).max(1)
@@ -389,6 +398,8 @@ mod tests {
         assert_eq!(softmax_splits(132, 2, 32768), 16);
         assert_eq!(softmax_splits(132, 132, 151936), 1, "a row per SM already");
         assert_eq!(softmax_splits(132, 4, 3000), 1, "too short to split");
+        assert_eq!(softmax_splits(132, 4, 8191), 1, "too short to split");
+        assert_eq!(softmax_splits(132, 4, 8192), 4);
         assert!((1..64).all(|r| softmax_splits(132, r, 1 << 20) * r <= PARTIALS as i64));
     }
 }

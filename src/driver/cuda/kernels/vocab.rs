@@ -175,6 +175,9 @@ pub(in crate::driver::cuda) enum Entry {
     /// Softmax of few long rows split over blocks, pass one: each (row, split) task's running
     /// maximum and sum to the stream's partials (`w` elements per access).
     SplitStats(u8),
+    /// Softmax rows by a block each in two passes, `w` elements per access from each row's first
+    /// 16-byte boundary on (rows of any length, input and output rows at one offset from it).
+    LeadRows(u8),
     /// Pass two of [`Entry::SplitStats`]: each task merges its row's partials and writes its
     /// split's outputs.
     SplitOut(u8),
@@ -241,6 +244,7 @@ impl Entry {
             Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
             Entry::SplitStats(w) => format!("sm_p{w}"),
             Entry::SplitOut(w) => format!("sm_q{w}"),
+            Entry::LeadRows(w) => format!("sm_l{w}"),
             Entry::Gemv => "gv_rows".into(),
             Entry::GemvDots => "gv_dots".into(),
             Entry::NormRows => format!("{prefix}_rows"),
@@ -279,7 +283,7 @@ impl ModuleKey {
                 e.extend([Entry::SplitStats(1), Entry::SplitOut(1)]);
                 if v > 1 {
                     e.push(Entry::Rows { g: 0, w: v, ch: 0 });
-                    e.extend([Entry::SplitStats(v), Entry::SplitOut(v)]);
+                    e.extend([Entry::SplitStats(v), Entry::SplitOut(v), Entry::LeadRows(v)]);
                 }
                 e.push(Entry::Thread);
                 e

@@ -2,8 +2,8 @@
 // NaN and one holding +inf give NaN rows; sums shift by the running maximum only while it is
 // finite. Kernels: a warp per row with the row in registers (sm_w{W}_{CH}), a block of 256 or 1,024
 // threads per row (sm_b{V}_{CH}, sm_B{V}_{CH}), a block per row of any length in two passes
-// (sm_o{W}), few long rows split over blocks in two launches (sm_p{W}, then sm_q{W}), a thread per
-// row (sm_thread). The entry points are appended by kernels/codegen.rs.
+// (sm_o{W}; sm_l{V} for rows of vectors from a 16-byte boundary inside the row), few long rows split
+// over blocks in two launches (sm_p{W}, then sm_q{W}), a thread per row (sm_thread). The entry points are appended by kernels/codegen.rs.
 
 struct SmP {
     const char* src; char* dst; i64 rows, n, sst, dst_st;
@@ -285,41 +285,88 @@ __device__ __forceinline__ SmSplit sm_split_of(const SmP& p, i64 row, i64 sp) {
     return q;
 }
 
-/* Pass one: each task's online (maximum, sum) to the partials (four accesses in flight per
-   thread). */
+/* The online (maximum, sum) of a task's elements, this thread's part (four accesses in flight). */
+template <int W>
+__device__ __forceinline__ void sm_split_acc(const SmP& p, const SmSplit& q, TC& m, TA& s) {
+    const i64 B = blockDim.x;
+    const TS* xv = q.x + q.lead;
+    m = neg_inf();
+    s = 0;
+    i64 k = q.v0 + threadIdx.x;
+    for (; k + 3 * B < q.v1; k += 4 * B) {
+        TC v[4][W];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) load_c<W>(xv, (k + u * B) * W * q.ist, v[u]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) online_add<W>(m, s, v[u]);
+    }
+    for (; k < q.v1; k += B) {
+        TC v[W];
+        load_c<W>(xv, k * W * q.ist, v);
+        online_add<W>(m, s, v);
+    }
+    if (q.edges) {
+        for (i64 i = threadIdx.x; i < q.lead; i += B) {
+            const TC v = to_c(q.x[i]);
+            online_add<1>(m, s, &v);
+        }
+        for (i64 i = q.tail + threadIdx.x; i < p.n; i += B) {
+            const TC v = to_c(q.x[i]);
+            online_add<1>(m, s, &v);
+        }
+    }
+}
+
+/* A task's outputs, this thread's part, given the row's shift `sh` and factor (log: term) `kk`. */
+template <int W>
+__device__ __forceinline__ void sm_split_write(const SmP& p, const SmSplit& q, TC sh, TC kk) {
+    const i64 B = blockDim.x;
+    const TS* xv = q.x + q.lead;
+    TD* yv = q.y + q.lead;
+    i64 k = q.v0 + threadIdx.x;
+    for (; k + B < q.v1; k += 2 * B) {
+        TC v[2][W];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) load_c<W>(xv, (k + u * B) * W * q.ist, v[u]);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            if (!LOG) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) v[u][j] = ex(v[u][j] - sh);
+            }
+            store_c<W>(yv, (k + u * B) * W * q.ost, v[u], LOG ? sh : (TC)0, kk);
+        }
+    }
+    for (; k < q.v1; k += B) {
+        TC v[W];
+        load_c<W>(xv, k * W * q.ist, v);
+        if (!LOG) {
+#pragma unroll
+            for (int j = 0; j < W; ++j) v[j] = ex(v[j] - sh);
+        }
+        store_c<W>(yv, k * W * q.ost, v, LOG ? sh : (TC)0, kk);
+    }
+    if (q.edges) {
+        for (i64 i = threadIdx.x; i < q.lead + (p.n - q.tail); i += B) {
+            const i64 e = i < q.lead ? i : q.tail + (i - q.lead);
+            TC v = to_c(q.x[e]);
+            if (!LOG) v = ex(v - sh);
+            store_c<1>(q.y, e, &v, LOG ? sh : (TC)0, kk);
+        }
+    }
+}
+
+/* Pass one: each task's online (maximum, sum) to the partials. */
 template <int W>
 __device__ __forceinline__ void sm_split_stats(const SmP& p) {
     __shared__ TA shm[64];
-    const i64 tasks = p.rows * p.splits, B = blockDim.x;
+    const i64 tasks = p.rows * p.splits;
     for (i64 t = blockIdx.x; t < tasks; t += gridDim.x) {
         const i64 row = t / p.splits;
         const SmSplit q = sm_split_of<W>(p, row, t - row * p.splits);
-        const TS* xv = q.x + q.lead;
-        TC m = neg_inf();
-        TA s = 0;
-        i64 k = q.v0 + threadIdx.x;
-        for (; k + 3 * B < q.v1; k += 4 * B) {
-            TC v[4][W];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) load_c<W>(xv, (k + u * B) * W * q.ist, v[u]);
-#pragma unroll
-            for (int u = 0; u < 4; ++u) online_add<W>(m, s, v[u]);
-        }
-        for (; k < q.v1; k += B) {
-            TC v[W];
-            load_c<W>(xv, k * W * q.ist, v);
-            online_add<W>(m, s, v);
-        }
-        if (q.edges) {
-            for (i64 i = threadIdx.x; i < q.lead; i += B) {
-                const TC v = to_c(q.x[i]);
-                online_add<1>(m, s, &v);
-            }
-            for (i64 i = q.tail + threadIdx.x; i < p.n; i += B) {
-                const TC v = to_c(q.x[i]);
-                online_add<1>(m, s, &v);
-            }
-        }
+        TC m;
+        TA s;
+        sm_split_acc<W>(p, q, m, s);
         block_online(m, s, shm);
         if (threadIdx.x == 0) {
             TC* part = (TC*)p.partials + 2 * t;
@@ -334,7 +381,7 @@ __device__ __forceinline__ void sm_split_stats(const SmP& p) {
    (maximum, sum); then the task's outputs. */
 template <int W>
 __device__ __forceinline__ void sm_split_out(const SmP& p) {
-    const i64 tasks = p.rows * p.splits, B = blockDim.x;
+    const i64 tasks = p.rows * p.splits;
     const int lane = threadIdx.x & 31;
     for (i64 t = blockIdx.x; t < tasks; t += gridDim.x) {
         const i64 row = t / p.splits;
@@ -345,41 +392,26 @@ __device__ __forceinline__ void sm_split_out(const SmP& p) {
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
         s = final_sum(m, s);
-        const TC sh = shift_of(m), kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
-        const SmSplit q = sm_split_of<W>(p, row, t - row * p.splits);
-        const TS* xv = q.x + q.lead;
-        TD* yv = q.y + q.lead;
-        i64 k = q.v0 + threadIdx.x;
-        for (; k + B < q.v1; k += 2 * B) {
-            TC v[2][W];
-#pragma unroll
-            for (int u = 0; u < 2; ++u) load_c<W>(xv, (k + u * B) * W * q.ist, v[u]);
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                if (!LOG) {
-#pragma unroll
-                    for (int j = 0; j < W; ++j) v[u][j] = ex(v[u][j] - sh);
-                }
-                store_c<W>(yv, (k + u * B) * W * q.ost, v[u], LOG ? sh : (TC)0, kk);
-            }
-        }
-        for (; k < q.v1; k += B) {
-            TC v[W];
-            load_c<W>(xv, k * W * q.ist, v);
-            if (!LOG) {
-#pragma unroll
-                for (int j = 0; j < W; ++j) v[j] = ex(v[j] - sh);
-            }
-            store_c<W>(yv, k * W * q.ost, v, LOG ? sh : (TC)0, kk);
-        }
-        if (q.edges) {
-            for (i64 i = threadIdx.x; i < q.lead + (p.n - q.tail); i += B) {
-                const i64 e = i < q.lead ? i : q.tail + (i - q.lead);
-                TC v = to_c(q.x[e]);
-                if (!LOG) v = ex(v - sh);
-                store_c<1>(q.y, e, &v, LOG ? sh : (TC)0, kk);
-            }
-        }
+        const TC kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+        sm_split_write<W>(p, sm_split_of<W>(p, row, t - row * p.splits), shift_of(m), kk);
+    }
+}
+
+/* Rows of any length by a block each in two passes (`p.splits` is 1: a task is a whole row),
+   with `W`-element accesses from each row's first 16-byte boundary on: rows whose length is no
+   multiple of `W` (a vocabulary of 50257) still read and write by vectors. */
+template <int W>
+__device__ __forceinline__ void sm_lead_rows(const SmP& p) {
+    __shared__ TA shm[64];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        const SmSplit q = sm_split_of<W>(p, row, 0);
+        TC m;
+        TA s;
+        sm_split_acc<W>(p, q, m, s);
+        block_online(m, s, shm);
+        s = final_sum(m, s);
+        const TC kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+        sm_split_write<W>(p, q, shift_of(m), kk);
     }
 }
 

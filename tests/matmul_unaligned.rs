@@ -1,6 +1,6 @@
 //! Matrix products whose rows are not 16-byte aligned (issue 40's "odd-sized products": an inner
 //! dim or an output width like a vocabulary of 50257) with padded copies (`MatmulPadding::On`)
-//! and without (`Off`), against a float64 reference on random data: odd `k` and `n`, a batch
+//! (`On`), of the operands only (`Inputs`) and without (`Off`), against a float64 reference on random data: odd `k` and `n`, a batch
 //! broadcast against a matrix, a transposed operand, an operand viewed from an offset, and the
 //! lm-head pattern (a half-type product, then `f32` log_softmax over its rows). The padded path
 //! is seen at work in the peak of allocated memory (its padded output and copies), and its
@@ -114,7 +114,7 @@ fn products_of_unaligned_rows_with_and_without_padding() -> Result<()> {
     for device in devices() {
         for dtype in [DType::BF16, DType::F16, DType::F32, DType::F64] {
             let mut peaks = Vec::new();
-            for mode in [MatmulPadding::Off, MatmulPadding::On] {
+            for mode in [MatmulPadding::Off, MatmulPadding::On, MatmulPadding::Inputs] {
                 cuda::set_matmul_padding(mode);
                 peaks.push(products(&mut rng, device, dtype, mode)?);
                 lm_head(&mut rng, device, dtype)?;
@@ -122,6 +122,7 @@ fn products_of_unaligned_rows_with_and_without_padding() -> Result<()> {
             if matches!(device, Device::Cuda(_)) {
                 // Padded: the [9, 48]-or-so output block and its dense copy, beside the operand copy.
                 assert!(peaks[1] > peaks[0], "{dtype} on {device}: the padded path allocates more, {peaks:?}");
+                assert!(peaks[2] > peaks[0], "{dtype} on {device}: padded operands allocate more, {peaks:?}");
             }
         }
     }

@@ -41,15 +41,19 @@ pub enum MatmulPadding {
     Off,
     /// Always, on any GPU driver and for every float dtype (CPU tensors never pad).
     On,
+    /// As `On` for the operands only: the output is written with its own leading dimension (to
+    /// measure what cuBLASLt does with an unaligned output alone).
+    Inputs,
 }
 
 impl MatmulPadding {
-    /// Parses `auto`, `off` or `on` (empty: `auto`).
+    /// Parses `auto`, `off`, `on` or `inputs` (empty: `auto`).
     pub fn parse(value: &str) -> Option<MatmulPadding> {
         match value.trim() {
             "" | "auto" => Some(MatmulPadding::Auto),
             "off" => Some(MatmulPadding::Off),
             "on" => Some(MatmulPadding::On),
+            "inputs" => Some(MatmulPadding::Inputs),
             _ => None,
         }
     }
@@ -71,6 +75,7 @@ pub fn matmul_padding() -> MatmulPadding {
     match PADDING.load(Ordering::Relaxed) {
         x if x == MatmulPadding::Off as u8 => MatmulPadding::Off,
         x if x == MatmulPadding::On as u8 => MatmulPadding::On,
+        x if x == MatmulPadding::Inputs as u8 => MatmulPadding::Inputs,
         _ => MatmulPadding::Auto,
     }
 }
@@ -121,8 +126,11 @@ pub(super) fn plan(a: &Tensor, b: &Tensor, outputs: usize, m: usize, n: usize, k
     }
     let size = a.dtype().size();
     let want = Padding { lhs: !aligned(a), rhs: !aligned(b), out: m > 1 && !(n * size).is_multiple_of(ALIGN) && n > 1 };
-    if want == Padding::default() || mode == MatmulPadding::On {
-        return want;
+    match mode {
+        MatmulPadding::On => return want,
+        MatmulPadding::Inputs => return Padding { out: false, ..want },
+        _ if want == Padding::default() => return want,
+        _ => {}
     }
     let half = matches!(a.dtype(), DType::F16 | DType::BF16);
     if !half || crate::runtime::driver_name() != "cuda" {
@@ -165,6 +173,7 @@ mod tests {
         assert_eq!(MatmulPadding::parse(" on"), Some(MatmulPadding::On));
         assert_eq!(MatmulPadding::parse(""), Some(MatmulPadding::Auto));
         assert_eq!(MatmulPadding::parse("off"), Some(MatmulPadding::Off));
+        assert_eq!(MatmulPadding::parse("inputs"), Some(MatmulPadding::Inputs));
         assert_eq!(MatmulPadding::parse("yes"), None);
         assert_eq!(padded_len(50257, DType::BF16), 50264);
         assert_eq!(padded_len(50257, DType::F32), 50260);

@@ -160,12 +160,7 @@ pub(in crate::driver::cuda) fn reduce(
         _ => 0,
     };
     let splits = match entry {
-        // Chunks of at least `BLOCK_CHUNK`, or of `FILL_CHUNK` when that many splits would not
-        // give two blocks per SM (a few vocabulary-length rows).
-        Entry::Block if n_out < wave => {
-            let fill = ceil_div(2 * c.info.sms as i64, n_out).min(n_red / FILL_CHUNK);
-            (wave / n_out).min((n_red / BLOCK_CHUNK).max(fill)).min(PARTIALS as i64 / n_out)
-        }
+        Entry::Block if n_out < wave => block_splits(c.info.sms as i64, wave, n_out, n_red),
         Entry::Thread if n_out < wave * 64 => {
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
@@ -215,6 +210,14 @@ pub(in crate::driver::cuda) fn reduce(
         _ => c.grid(f, tasks),
     };
     c.run(f, grid.max(1), &mut p)
+}
+
+/// Splits per output of the block kernel when the outputs are fewer than a wave of blocks:
+/// chunks of at least [`BLOCK_CHUNK`], or of [`FILL_CHUNK`] when that many splits would not give
+/// two blocks per SM (a few vocabulary-length rows), within one wave and the partials.
+fn block_splits(sms: i64, wave: i64, n_out: i64, n_red: i64) -> i64 {
+    let fill = ceil_div(2 * sms, n_out).min(n_red / FILL_CHUNK);
+    (wave / n_out).min((n_red / BLOCK_CHUNK).max(fill)).min(PARTIALS as i64 / n_out)
 }
 
 /// Chunks per lane of a warp kernel's row of aligned vectors when the row is shorter than a
@@ -401,5 +404,16 @@ mod tests {
         assert_eq!(softmax_splits(132, 4, 8191), 1, "too short to split");
         assert_eq!(softmax_splits(132, 4, 8192), 4);
         assert!((1..64).all(|r| softmax_splits(132, r, 1 << 20) * r <= PARTIALS as i64));
+    }
+
+    /// Reductions of few rows: two blocks per SM where chunks of 8,192 would leave SMs idle,
+    /// never chunks below 2,048; large reductions keep their 8,192-element chunks and one wave.
+    #[test]
+    fn few_long_reduction_rows_split_to_fill_the_device() {
+        assert_eq!(block_splits(132, 1056, 8, 50257), 24);
+        assert_eq!(block_splits(132, 1056, 1, 151936), 151936 / 2048);
+        assert_eq!(block_splits(132, 1056, 1, 1 << 28), 1056, "one wave");
+        assert_eq!(block_splits(132, 1056, 64, 1 << 20), 16, "1 << 20 / 8192 = 128, within the wave");
+        assert_eq!(block_splits(132, 1056, 4, 3000), 1);
     }
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch's side of `cudasem bench`'s transformer-op rows: F.scaled_dot_product_attention (whatever
-backend PyTorch picks: flash, cuDNN or efficient) on causal bf16 prefill and one-query decode shapes, and
-F.layer_norm / F.rms_norm over 8192 x 4096 bf16 rows, timed as src/cli/bench/transformer.rs times cudasem's
-ops: device ms per call between timing events (warm-up, then the median of runs of reps calls), each
-result checked against a float64 host reference on sampled rows first. `cudasem bench` runs this script
+backend PyTorch picks: flash, cuDNN or efficient) on causal bf16 prefill and one-query decode shapes,
+F.layer_norm / F.rms_norm over 8192 x 4096 bf16 rows, softmax over a few vocabulary-length rows, the
+lm-head pattern F.log_softmax((x @ w).float(), -1) and a pre-LN GPT block written with PyTorch's fused
+ops, timed as src/cli/bench/transformer.rs, long_rows.rs and gpt_block.rs time cudasem's: device ms per
+call between timing events (warm-up, then the median of runs of reps calls), each result checked
+against a float64 host reference on sampled rows first. `cudasem bench` runs this script
 after its own figures; it can also run alone: `python3 bench/pytorch_attention.py [--quick] [--only a,b]`.
 
 Output protocol: as bench/pytorch_bench.py's (INFO / PROGRESS / RESULT / SKIP / ERROR / FATAL lines).
@@ -15,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_bench import FULL, QUICK, check, device_ms, say, start_torch  # noqa: E402  (the shared protocol)
 
-STEPS = ["sdpa", "norms"]
+STEPS = ["sdpa", "norms", "vocab_softmax", "lm_head", "gpt_block"]
 
 SDPA_ROWS = [
     ("sdpa_bf16_causal_b8_h16_t1024_e64", (8, 16, 1024, 1024, 64), True),
@@ -63,6 +65,75 @@ def norms(torch, sizes):
         say("RESULT", name, f"{device_ms(torch, sizes, f):.5f}", "ms")
 
 
+def vocab_softmax(torch, sizes):
+    for name, rows, n, dtype, log in [("softmax_f32_8x50257", 8, 50257, torch.float32, False),
+                                      ("log_softmax_bf16_1x128256", 1, 128256, torch.bfloat16, True)]:
+        x = (torch.randn(rows, n, device="cuda") * 2).to(dtype)
+        f = (lambda: torch.log_softmax(x, -1)) if log else (lambda: torch.softmax(x, -1))
+        want = torch.log_softmax(x.double().cpu(), -1)
+        want = want if log else want.exp()
+        got = f().double().cpu()
+        rel, ab = (1e-5, 1e-10) if dtype == torch.float32 else (8e-3, 1e-2)
+        check(bool(((got - want).abs() <= rel * want.abs() + ab).all()), f"{name} differs from float64")
+        say("RESULT", name, f"{device_ms(torch, sizes, f):.5f}", "ms")
+
+
+def lm_head(torch, sizes, quick):
+    F = torch.nn.functional
+    m, k, n = (64, 128, 1001) if quick else (8192, 1024, 50257)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(k, n, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    f = lambda: F.log_softmax((x @ w).float(), -1)  # noqa: E731
+    got = f()
+    rows = [0, m // 2, m - 1]
+    want = torch.log_softmax(x[rows].double().cpu() @ w.double().cpu(), -1)
+    check(bool(((got[rows].double().cpu() - want).abs() <= 3e-2 + 4e-3 * want.abs()).all()),
+          "lm_head_bf16_8192x1024x50257 differs from float64")
+    del got
+    say("RESULT", "lm_head_bf16_8192x1024x50257", f"{device_ms(torch, sizes, f):.5f}", "ms")
+
+
+def gpt_block(torch, sizes, quick):
+    F = torch.nn.functional
+    shapes = [(2, 32, 64, 4), (1, 64, 128, 4)] if quick else [(8, 1024, 1024, 16), (1, 2048, 2048, 16)]
+    names = ["e2e_gpt_block_bf16_b8_t1024_d1024_h16", "e2e_gpt_block_bf16_b1_t2048_d2048_h16"]
+    for name, (b, t, d, h) in zip(names, shapes):
+        def param(shape, scale, shift=0.0):
+            return (torch.randn(*shape, device="cuda") * scale + shift).to(torch.bfloat16)
+
+        def lin(o, i):
+            return param((o, i), 1 / i ** 0.5), param((o,), 0.02)
+
+        p = dict(ln1=(param((d,), 0.1, 1.0), param((d,), 0.1)), qkv=lin(3 * d, d), proj=lin(d, d),
+                 ln2=(param((d,), 0.1, 1.0), param((d,), 0.1)), fc1=lin(4 * d, d), fc2=lin(d, 4 * d))
+
+        def block(x, p, causal_sdpa):
+            bb, tt, dd = x.shape
+            a = F.layer_norm(x, (dd,), *p["ln1"], 1e-5)
+            q, k, v = F.linear(a, *p["qkv"]).view(bb, tt, 3, h, dd // h).permute(2, 0, 3, 1, 4).unbind(0)
+            att = causal_sdpa(q, k, v).transpose(1, 2).reshape(bb, tt, dd)
+            h1 = x + F.linear(att, *p["proj"])
+            m = F.gelu(F.linear(F.layer_norm(h1, (dd,), *p["ln2"], 1e-5), *p["fc1"]), approximate="tanh")
+            return h1 + F.linear(m, *p["fc2"])
+
+        x = torch.randn(b, t, d, device="cuda", dtype=torch.bfloat16)
+        fused = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+
+        def math(q, k, v):
+            s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).tril().logical_not(), float("-inf"))
+            return torch.softmax(s, -1) @ v
+
+        got = block(x, p, fused)
+        n = min(t, 8)
+        pd = {key: tuple(w.double().cpu() for w in ws) for key, ws in p.items()}
+        want = block(x[:1, :n].double().cpu(), pd, math)
+        got0 = got[:1, :n].double().cpu()
+        check(bool(((got0 - want).abs() <= 6e-2 * (1 + want.abs())).all()), f"{name} differs from float64")
+        del got
+        say("RESULT", name, f"{device_ms(torch, sizes, lambda: block(x, p, fused)):.5f}", "ms")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="few repeats")
@@ -80,7 +151,10 @@ def main():
             say("SKIP", step, "bench/pytorch_attention.py does not know this figure")
             continue
         try:
-            (sdpa if step == "sdpa" else norms)(torch, sizes)
+            if step in ("lm_head", "gpt_block"):
+                (lm_head if step == "lm_head" else gpt_block)(torch, sizes, args.quick)
+            else:
+                dict(sdpa=sdpa, norms=norms, vocab_softmax=vocab_softmax)[step](torch, sizes)
         except Exception as e:  # a wrong result or an error: this step has no figure
             say("ERROR", step, f"{type(e).__name__}: {e}".replace("\n", " ")[:500])
     return 0

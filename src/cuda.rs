@@ -79,6 +79,20 @@ pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce
     let _ = crate::runtime::set_launch_tuning(tuning);
 }
 
+/// How matrix products treat matrices whose rows are not 16-byte aligned (padded copies for
+/// cuBLASLt's fast kernels, `Auto` by default), for benchmark and test runs, not an API; see
+/// [`MatmulPadding`](crate::MatmulPadding).
+#[doc(hidden)]
+pub fn set_matmul_padding(padding: crate::MatmulPadding) {
+    crate::tensor::set_matmul_padding(padding)
+}
+
+/// The current setting of [`set_matmul_padding`], not an API.
+#[doc(hidden)]
+pub fn matmul_padding() -> crate::MatmulPadding {
+    crate::tensor::matmul_padding()
+}
+
 /// Chooses the CUDA driver's scaled dot-product attention kernel for the launches that follow,
 /// for benchmark and test runs, not an API: [`AttentionKernel::Fma`](crate::AttentionKernel)
 /// always runs the FMA flash kernel, `Mma` the tensor-core kernel wherever it applies (f16 /

@@ -240,6 +240,8 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use runtime::init;
 pub use scalar::Scalar;
+#[doc(hidden)]
+pub use tensor::MatmulPadding;
 /// The README's code, compiled (and run where it needs no GPU) by `cargo test --doc`.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 49] = [
+const ROWS: [&str; 54] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -59,6 +59,11 @@ const ROWS: [&str; 49] = [
     "sdpa_decode_bf16_b8_h32_s8192_e128",
     "layer_norm_bf16_8192x4096",
     "rms_norm_bf16_8192x4096",
+    "softmax_f32_8x50257",
+    "log_softmax_bf16_1x128256",
+    "lm_head_bf16_8192x1024x50257",
+    "e2e_gpt_block_bf16_b8_t1024_d1024_h16",
+    "e2e_gpt_block_bf16_b1_t2048_d2048_h16",
 ];
 
 /// The rows timed on the CUDA driver only (skipped on the sim, saying so).
@@ -189,6 +194,11 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
         ("graph_capture_100", "ms", 2.0),
         ("multinomial_32x50257", "µs", 3.0),
         ("e2e_decode_sample_graphed", "µs", 1.1),
+        ("softmax_f32_8x50257", "ms", 1.0),
+        ("log_softmax_bf16_1x128256", "ms", 1.0),
+        ("lm_head_bf16_8192x1024x50257", "ms", 1.0),
+        ("e2e_gpt_block_bf16_b8_t1024_d1024_h16", "ms", 0.9),
+        ("e2e_gpt_block_bf16_b1_t2048_d2048_h16", "ms", 0.9),
     ] {
         let r = &rows[name];
         assert_eq!(r.key("unit").text(), Some(unit), "{name}");
@@ -197,7 +207,7 @@ fn a_quick_run_reports_every_figure_on_the_sim() {
     }
     let err = String::from_utf8_lossy(&o.stderr);
     let lines = err.lines().filter(|l| l.starts_with("bench ")).count();
-    assert!(lines >= 29 && err.contains("bench 28/28 "), "a progress line per step, then one with all done: {err}");
+    assert!(lines >= 32 && err.contains("bench 31/31 "), "a progress line per step, then one with all done: {err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -60,6 +60,7 @@ pub use dlpack::DlpackStream;
 pub use generator::cuda as rng_cuda;
 pub use generator::{initial_seed, manual_seed, Generator, PhiloxState, RNG_STATE_BYTES};
 pub use graphed::{make_graphed, GraphedCallable};
+pub use ops::matmul_pad::{matmul_padding, set_matmul_padding, MatmulPadding};
 pub use ops::operand::{result_type, Number, Operand};
 pub use range::{SliceBounds, SliceRange};
 pub use shape::{IntoShape, Shape};

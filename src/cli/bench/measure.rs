@@ -45,6 +45,9 @@ pub struct Sizes {
     pub decode_steps: usize,
     /// Graph replays per timed run (`graph_replay_*`).
     pub graph_replays: usize,
+    /// Whether these are `--quick`'s sizes (rows with shapes of their own, like the lm-head and
+    /// the GPT block, take small ones then).
+    pub quick: bool,
 }
 
 impl Sizes {
@@ -71,6 +74,7 @@ impl Sizes {
                 decode_hidden: 256,
                 decode_steps: 20,
                 graph_replays: 5,
+                quick: true,
             }
         } else {
             Sizes {
@@ -93,6 +97,7 @@ impl Sizes {
                 decode_hidden: 4096,
                 decode_steps: 200,
                 graph_replays: 50,
+                quick: false,
             }
         }
     }

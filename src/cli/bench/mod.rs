@@ -18,8 +18,10 @@ mod collectives;
 mod device_figures;
 mod e2e;
 mod figures;
+mod gpt_block;
 mod graphs;
 mod jit;
+mod long_rows;
 mod measure;
 mod ops;
 mod options;
@@ -64,10 +66,25 @@ fn tuning_from_env() -> Result<(), String> {
     Ok(())
 }
 
+/// The environment variable choosing how matrix products treat rows that are not 16-byte
+/// aligned for a measuring run: `auto` (the default), `off`, `on` or `inputs` — the argument of
+/// `cudasem::cuda::set_matmul_padding` (`lm_head_bf16_8192x1024x50257` measured each way).
+const MATMUL_PAD_VAR: &str = "CUDASEM_MATMUL_PAD";
+
+/// Applies [`MATMUL_PAD_VAR`] when it is set (and says so on stderr).
+fn matmul_pad_from_env() -> Result<(), String> {
+    let Ok(v) = std::env::var(MATMUL_PAD_VAR) else { return Ok(()) };
+    let p = cudasem::MatmulPadding::parse(&v)
+        .ok_or_else(|| format!("{MATMUL_PAD_VAR}={v:?}: expected auto, off, on or inputs"))?;
+    cudasem::cuda::set_matmul_padding(p);
+    eprintln!("matrix products' padding from {MATMUL_PAD_VAR}: {p:?}");
+    Ok(())
+}
+
 /// Runs the bench; see the module documentation for the exit status. On the sim driver the sizes are
 /// always `--quick`'s (so no JSON is written unless `--json` says where).
 pub fn run(options: Options) -> ExitCode {
-    if let Err(e) = tuning_from_env() {
+    if let Err(e) = tuning_from_env().and_then(|()| matmul_pad_from_env()) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }

@@ -160,7 +160,7 @@ pub enum Started {
 /// Steps PyTorch's side measures in a script of their own, in the folder of `--script`.
 const OWN_SCRIPTS: &[(&str, &[&str])] = &[
     ("pytorch_user_kernel.py", &["user_kernel_launch_host", "user_kernel_launch_raw_cudarc"]),
-    ("pytorch_attention.py", &["sdpa", "norms"]),
+    ("pytorch_attention.py", &["sdpa", "norms", "vocab_softmax", "lm_head", "gpt_block"]),
 ];
 
 /// Runs `bench/pytorch_bench.py` (or `--script`) for `steps`, and the scripts of [`OWN_SCRIPTS`]

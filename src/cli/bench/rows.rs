@@ -72,6 +72,11 @@ pub const ROWS: &[RowSpec] = &[
     row("sdpa_decode_bf16_b8_h32_s8192_e128", "sdpa", "ms", true, 0.8),
     row("layer_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
     row("rms_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
+    row("softmax_f32_8x50257", "vocab_softmax", "ms", true, 1.0),
+    row("log_softmax_bf16_1x128256", "vocab_softmax", "ms", true, 1.0),
+    row("lm_head_bf16_8192x1024x50257", "lm_head", "ms", true, 1.0),
+    row("e2e_gpt_block_bf16_b8_t1024_d1024_h16", "gpt_block", "ms", true, 0.9),
+    row("e2e_gpt_block_bf16_b1_t2048_d2048_h16", "gpt_block", "ms", true, 0.9),
     // Last: PyTorch's CUDA Sanitizer cannot be switched off once on.
     row("small_op_sanitized", "small_op_sanitized", "ns", true, 20.0),
     row("small_op_sanitized_no_stacks", "small_op_sanitized", "ns", true, 0.0),
@@ -160,7 +165,11 @@ mod tests {
         );
         assert_eq!(parse_only(Some("small_op_sanitized_no_stacks")).unwrap(), ["small_op_sanitized"]);
         assert_eq!(parse_only(Some("alloc_free_pair_history")).unwrap(), ["alloc_free_pair_stacks"]);
-        assert_eq!(parse_only(None).unwrap().len(), 28);
+        assert_eq!(
+            parse_only(Some("lm_head_bf16_8192x1024x50257,softmax_f32_8x50257")).unwrap(),
+            ["vocab_softmax", "lm_head"]
+        );
+        assert_eq!(parse_only(None).unwrap().len(), 31);
     }
 
     #[test]

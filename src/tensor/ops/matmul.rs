@@ -1,6 +1,7 @@
 //! Matrix products: `matmul` (PyTorch's rules for 1-D operands and broadcast batch dimensions)
 //! and `bmm` (strict 3-D batches).
 
+use super::matmul_pad;
 use crate::error::{Error, Result};
 use crate::kernel::KernelOp;
 use crate::tensor::exec::Exec;
@@ -30,15 +31,28 @@ impl Tensor {
         let batch = broadcast_shapes(op, &self.shape()[..ra - 2], &other.shape()[..rb - 2])?;
         let exec = Exec::for_operands(op, &[self, other])?;
         let shape_of = |r: usize, c: usize| [batch.as_slice(), &[r, c]].concat();
-        let out = exec.empty(&shape_of(m, n), self.dtype())?;
+        // Matrices whose rows are not 16-byte aligned run on padded copies where that pays
+        // (`matmul_pad.rs`); the result is the dense tensor either way.
+        let pad = matmul_pad::plan(self, other, batch.iter().product(), m, n, k);
+        let a = if pad.lhs { matmul_pad::padded(self)? } else { self.clone() };
+        let b = if pad.rhs { matmul_pad::padded(other)? } else { other.clone() };
+        let out = if pad.out {
+            exec.empty(&shape_of(m, matmul_pad::padded_len(n, self.dtype())), self.dtype())?.narrow(-1, 0, n)?
+        } else {
+            exec.empty(&shape_of(m, n), self.dtype())?
+        };
         let k_op = KernelOp::Gemm {
-            lhs: self.broadcast_view(op, &shape_of(m, k))?,
-            rhs: other.broadcast_view(op, &shape_of(k, n))?,
+            lhs: a.broadcast_view(op, &shape_of(m, k))?,
+            rhs: b.broadcast_view(op, &shape_of(k, n))?,
             dst: out.buffer_view(),
             workspace: None, // the runtime gives a captured product one of its capture's pool
         };
-        exec.run(&k_op, &[self, other, &out])?;
-        Ok(out)
+        exec.run(&k_op, &[&a, &b, &out])?;
+        if pad.out {
+            out.contiguous()
+        } else {
+            Ok(out)
+        }
     }
 
     /// The matrix product (`torch.matmul`): 1-D operands are vectors (a dot product, a

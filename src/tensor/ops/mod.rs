@@ -4,6 +4,7 @@
 mod elementwise;
 pub(crate) mod fused;
 mod matmul;
+pub(crate) mod matmul_pad;
 pub(crate) mod operand;
 mod operators;
 mod reduce;

@@ -548,9 +548,14 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
     }
     for w in [1, v] {
         let _ = writeln!(s, "{head} sm_o{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_online_rows<{w}>(p); }}");
+        let _ = writeln!(s, "{head} sm_p{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_split_stats<{w}>(p); }}");
+        let _ = writeln!(s, "{head} sm_q{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_split_out<{w}>(p); }}");
         if v == 1 {
             break;
         }
+    }
+    if v > 1 {
+        let _ = writeln!(s, "{head} sm_l{v}(const __grid_constant__ SmP p) {{ cs_enter(); sm_lead_rows<{v}>(p); }}");
     }
 }
 

@@ -530,6 +530,64 @@ fn softmax_rows_columns_and_long_rows() {
     }
 }
 
+/// Few long rows split over blocks (`reduce::split_rows`): vocabulary lengths (whole vectors
+/// or not, so rows start anywhere in a vector), a view from an offset whose output starts at the
+/// same offset (vectors after each row's lead) or at another (element by element), rows strided
+/// in the input, and a half-type input into an `f32` output.
+#[test]
+fn softmax_of_few_long_rows_split_over_blocks() {
+    let Some(mut b) = Bench::new() else { return };
+    let check = |b: &mut Bench, src: BufferView, dst: BufferView, dim: usize| {
+        let d = dst.dtype;
+        for log in [false, true] {
+            let abs = if log && d != DType::F64 { 1e-5 } else { 0.0 };
+            b.check_abs(&KernelOp::Softmax { src: src.clone(), dst: dst.clone(), dim, log }, tol(d) * 2.0, abs);
+        }
+    };
+    for d in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+        for shape in [[8usize, 50257], [1, 128256], [3, 32000], [2, 151936]] {
+            let (src, dst) = (b.dense(d, &shape), b.dense(d, &shape));
+            check(&mut b, src, dst, 1);
+        }
+        let (rows, n) = (3, 20001);
+        let (sp, dp, dq) =
+            (b.buffer(d, rows * n + 3, false), b.buffer(d, rows * n + 3, false), b.buffer(d, rows * n + 3, false));
+        let src = Bench::view(sp, d, &[rows, n], &[n, 1], 3);
+        check(&mut b, src.clone(), Bench::view(dp, d, &[rows, n], &[n, 1], 3), 1);
+        check(&mut b, src, Bench::view(dq, d, &[rows, n], &[n, 1], 0), 1);
+        let (sp, dp) = (b.buffer(d, 2 * 2 * 10000, false), b.buffer(d, 2 * 10000, false));
+        let strided = Bench::view(sp, d, &[2, 10000], &[20000, 2], 1);
+        check(&mut b, strided, Bench::view(dp, d, &[2, 10000], &[10000, 1], 0), 1);
+    }
+    let (src, dst) = (b.dense(DType::BF16, &[4, 50257]), b.dense(DType::F32, &[4, 50257]));
+    check(&mut b, src, dst, 1);
+}
+
+/// Many rows of a length that is no multiple of the vector width (`Entry::LeadRows`: a block per
+/// row, vectors from each row's first 16-byte boundary), dense and from an offset, and the same
+/// rows whose output starts elsewhere (element by element).
+#[test]
+fn softmax_of_many_rows_of_odd_lengths() {
+    let Some(mut b) = Bench::new() else { return };
+    for d in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+        for (rows, n) in [(300usize, 5001usize), (140, 20001), (150, 1025)] {
+            let (sp, dp, dq) =
+                (b.buffer(d, rows * n + 1, false), b.buffer(d, rows * n + 1, false), b.buffer(d, rows * n, false));
+            for (src, dst) in [
+                (Bench::view(sp, d, &[rows, n], &[n, 1], 0), Bench::view(dp, d, &[rows, n], &[n, 1], 0)),
+                (Bench::view(sp, d, &[rows, n], &[n, 1], 1), Bench::view(dp, d, &[rows, n], &[n, 1], 1)),
+                (Bench::view(sp, d, &[rows, n], &[n, 1], 1), Bench::view(dq, d, &[rows, n], &[n, 1], 0)),
+            ] {
+                for log in [false, true] {
+                    let abs = if log && d != DType::F64 { 1e-5 } else { 0.0 };
+                    let op = KernelOp::Softmax { src: src.clone(), dst: dst.clone(), dim: 1, log };
+                    b.check_abs(&op, tol(d) * 2.0, abs);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
     let Some(mut b) = Bench::new() else { return };

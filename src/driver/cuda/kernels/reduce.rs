@@ -5,7 +5,9 @@
 //! arg-reduction's index is PyTorch's) index the elements of one output. Four kernels:
 //! * **block**: a block per output (reduced elements near each other in memory), 16-byte
 //!   loads when the rows are dense and aligned; when there are fewer outputs than the GPU has
-//!   block slots, each row is split over several blocks of one wave (interleaved: together they
+//!   block slots, each row is split over several blocks of one wave (chunks of at least 8,192
+//!   elements, or of 2,048 where that gives two blocks per SM: a few vocabulary-length rows;
+//!   interleaved: together they
 //!   stream through one window of the row at a time; half a wave measured slower), whose
 //!   partial results go to per-stream scratch memory and are combined, in a fixed order, by the
 //!   last block to finish (an acquire-release atomic counter per output, no fences), all in one
@@ -37,6 +39,7 @@ use super::softmax_layouts::{
     softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
     SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
 };
+use super::table::Func;
 use super::vocab::{Entry, KernelId, ModuleKey, MAXD, THREADS};
 use crate::error::Result;
 use crate::kernel::{BufferView, ReduceOp};
@@ -47,6 +50,9 @@ const WARP_ROW: i64 = 2048;
 const LONG_WARP_ROW: i64 = 16384;
 /// The fewest elements per block of a row split over blocks.
 const BLOCK_CHUNK: i64 = 8192;
+/// The fewest elements per block of a row split over blocks when the rows are too few to fill
+/// the GPU with two blocks per SM otherwise (reductions and softmax).
+const FILL_CHUNK: i64 = 2048;
 /// The fewest elements a thread's chunk of a split column holds.
 const THREAD_CHUNK: i64 = 64;
 /// The fewest rows each thread of a column kernel's split folds.
@@ -91,6 +97,10 @@ struct SmP {
     out_shape: [i64; MAXD],
     out_sst: [i64; MAXD],
     out_dst: [i64; MAXD],
+    /// The split rows' partials (two values of the compute type per (row, split) task).
+    partials: u64,
+    /// Splits per row of the split kernels (1 for the others).
+    splits: i64,
 }
 
 /// `⌈a / b⌉` for `a ≥ 0`, `b > 0`.
@@ -150,7 +160,7 @@ pub(in crate::driver::cuda) fn reduce(
         _ => 0,
     };
     let splits = match entry {
-        Entry::Block if n_out < wave => (wave / n_out).min(n_red / BLOCK_CHUNK).min(PARTIALS as i64 / n_out),
+        Entry::Block if n_out < wave => block_splits(c.info.sms as i64, wave, n_out, n_red),
         Entry::Thread if n_out < wave * 64 => {
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
@@ -202,6 +212,14 @@ pub(in crate::driver::cuda) fn reduce(
     c.run(f, grid.max(1), &mut p)
 }
 
+/// Splits per output of the block kernel when the outputs are fewer than a wave of blocks:
+/// chunks of at least [`BLOCK_CHUNK`], or of [`FILL_CHUNK`] when that many splits would not give
+/// two blocks per SM (a few vocabulary-length rows), within one wave and the partials.
+fn block_splits(sms: i64, wave: i64, n_out: i64, n_red: i64) -> i64 {
+    let fill = ceil_div(2 * sms, n_out).min(n_red / FILL_CHUNK);
+    (wave / n_out).min((n_red / BLOCK_CHUNK).max(fill)).min(PARTIALS as i64 / n_out)
+}
+
 /// Chunks per lane of a warp kernel's row of aligned vectors when the row is shorter than a
 /// warp's 32 lanes of this many (measured on the H200, `softmax_bf16_rows128`: 22.2 µs with one
 /// chunk on each of 16 lanes, 20.1 with two on each of 8, 20.2 with four on each of 4).
@@ -231,8 +249,9 @@ fn warp_layout(t: i64, w: i64) -> (u8, u8) {
 /// when four or eight chunks each hold the row in at most 32 values (half-type rows of 2,049 to
 /// 4,096: 19.4–19.6 µs for `softmax_bf16_rows4096` / `_f16_`, against 21.1–21.5 in 256 threads of
 /// two chunks), else of 256 (up to 64 values each) or of 1,024 (up to 32), else in two passes
-/// over the row; rows laid out across threads (the softmax dim strided, outer to the others) to
-/// a thread each.
+/// over the row — or, when the rows are fewer than the SMs (a few vocabulary-length rows), each
+/// row split over blocks in two launches ([`split_rows`], [`softmax_splits`]); rows laid out
+/// across threads (the softmax dim strided, outer to the others) to a thread each.
 pub(in crate::driver::cuda) fn softmax(
     c: &Ctx,
     src: &BufferView,
@@ -280,7 +299,7 @@ pub(in crate::driver::cuda) fn softmax(
         Entry::Rows { g: 0, w: 1, ch: 0 }
     };
     let module = ModuleKey::Softmax { src: src.dtype, dst: dst.dtype, log };
-    let f = c.kernel(KernelId { module, entry })?;
+    let splits = softmax_splits(c.info.sms as i64, rows, n);
     let mut p = SmP {
         src: addr(src),
         dst: addr(dst),
@@ -293,11 +312,26 @@ pub(in crate::driver::cuda) fn softmax(
         out_shape: kept.shape,
         out_sst: kept.st[0],
         out_dst: kept.st[1],
+        partials: 0,
+        splits: 1,
     };
+    let mut entry = entry;
+    if let Entry::Rows { g: 0, ch: 0, w } = entry {
+        let lead = split_vec(src, dst, dim, &kept, v);
+        if splits > 1 {
+            p.splits = splits;
+            return split_rows(c, module, lead, &mut p);
+        }
+        if lead > w {
+            // Vectors from each row's first 16-byte boundary (rows of an odd length).
+            entry = Entry::LeadRows(lead);
+        }
+    }
+    let f = c.kernel(KernelId { module, entry })?;
     let grid = match entry {
         // Two passes over long rows: few enough blocks at once that their rows stay in L2
         // between the passes.
-        Entry::Rows { g: 0, ch: 0, .. } => (rows as u64).min(c.info.sms as u64 * 2) as u32,
+        Entry::Rows { g: 0, ch: 0, .. } | Entry::LeadRows(_) => (rows as u64).min(c.info.sms as u64 * 2) as u32,
         Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
         Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
         Entry::BigRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), 1024, &mut p),
@@ -308,4 +342,78 @@ pub(in crate::driver::cuda) fn softmax(
         _ => c.grid(f, rows as u64),
     };
     c.run(f, grid.max(1), &mut p)
+}
+
+/// Queues the two launches of a softmax of few long rows split over blocks (`p.splits` per
+/// row, `w` elements per access): the (maximum, sum) of every (row, split) to the stream's
+/// partials, then every split's outputs.
+fn split_rows(c: &Ctx, module: ModuleKey, w: u8, p: &mut SmP) -> Result<()> {
+    let stats = c.kernel(KernelId { module, entry: Entry::SplitStats(w) })?;
+    let out = c.kernel(KernelId { module, entry: Entry::SplitOut(w) })?;
+    p.partials = c.reduce_scratch()?.0;
+    let grid = |f: Func| (p.rows * p.splits).min(c.wave(f, &c.ops.tuning.reduce_waves) as i64).max(1) as u32;
+    let (g1, g2) = (grid(stats), grid(out));
+    c.run(stats, g1, p)?;
+    c.run(out, g2, p)
+}
+
+/// Splits per row of a softmax over `rows` rows of `n` elements split over blocks: two blocks
+/// per SM in all, each split at least [`FILL_CHUNK`] elements, every (row, split) a partial of
+/// the stream's scratch. One (no split) when the rows alone give every SM a block, or are
+/// shorter than four such chunks (one launch does better there).
+fn softmax_splits(sms: i64, rows: i64, n: i64) -> i64 {
+    if rows >= sms || rows == 0 || n < 4 * FILL_CHUNK {
+        return 1;
+    }
+    ceil_div(2 * sms, rows).min(n / FILL_CHUNK).min(PARTIALS as i64 / rows).max(1)
+}
+
+/// Elements per access of the split softmax kernels: the module's vector width `v` when the rows
+/// are contiguous and every row of the input and of the output starts at the same offset from a
+/// 16-byte boundary (in elements: the kernels vectorize from the input row's first boundary on),
+/// else 1.
+fn split_vec(src: &BufferView, dst: &BufferView, dim: usize, kept: &super::ctx::Dims<2>, v: i64) -> u8 {
+    let (ss, ds) = (src.dtype.size() as u64, dst.dtype.size() as u64);
+    let same = |a: i64, b: i64| (a - b).rem_euclid(v) == 0;
+    let ok = v > 1
+        && src.strides[dim] == 1
+        && dst.strides[dim] == 1
+        && same((addr(src) / ss) as i64, (addr(dst) / ds) as i64)
+        && (0..kept.n).all(|d| same(kept.st[0][d], kept.st[1][d]));
+    if ok {
+        v as u8
+    } else {
+        1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A few vocabulary-length rows split into two blocks per SM (132 SMs), never below
+    /// `FILL_CHUNK` elements a split; enough rows, or short ones, are not split.
+    #[test]
+    fn few_long_softmax_rows_split_to_fill_the_device() {
+        assert_eq!(softmax_splits(132, 8, 50257), 24, "50257 / 2048 bounds the 33 wanted");
+        assert_eq!(softmax_splits(132, 1, 128256), 62);
+        assert_eq!(softmax_splits(132, 64, 151936), 5);
+        assert_eq!(softmax_splits(132, 2, 32768), 16);
+        assert_eq!(softmax_splits(132, 132, 151936), 1, "a row per SM already");
+        assert_eq!(softmax_splits(132, 4, 3000), 1, "too short to split");
+        assert_eq!(softmax_splits(132, 4, 8191), 1, "too short to split");
+        assert_eq!(softmax_splits(132, 4, 8192), 4);
+        assert!((1..64).all(|r| softmax_splits(132, r, 1 << 20) * r <= PARTIALS as i64));
+    }
+
+    /// Reductions of few rows: two blocks per SM where chunks of 8,192 would leave SMs idle,
+    /// never chunks below 2,048; large reductions keep their 8,192-element chunks and one wave.
+    #[test]
+    fn few_long_reduction_rows_split_to_fill_the_device() {
+        assert_eq!(block_splits(132, 1056, 8, 50257), 24);
+        assert_eq!(block_splits(132, 1056, 1, 151936), 151936 / 2048);
+        assert_eq!(block_splits(132, 1056, 1, 1 << 28), 1056, "one wave");
+        assert_eq!(block_splits(132, 1056, 64, 1 << 20), 16, "1 << 20 / 8192 = 128, within the wave");
+        assert_eq!(block_splits(132, 1056, 4, 3000), 1);
+    }
 }

@@ -172,6 +172,15 @@ pub(in crate::driver::cuda) enum Entry {
     /// elements (a half type's, half the registers of their `float` values) in registers, `w`
     /// elements per access, `ch` chunks per thread.
     RawRows { w: u8, ch: u8 },
+    /// Softmax of few long rows split over blocks, pass one: each (row, split) task's running
+    /// maximum and sum to the stream's partials (`w` elements per access).
+    SplitStats(u8),
+    /// Softmax rows by a block each in two passes, `w` elements per access from each row's first
+    /// 16-byte boundary on (rows of any length, input and output rows at one offset from it).
+    LeadRows(u8),
+    /// Pass two of [`Entry::SplitStats`]: each task merges its row's partials and writes its
+    /// split's outputs.
+    SplitOut(u8),
     /// A row vector times a row-major matrix: blocks of a tile of columns over a split of the rows.
     Gemv,
     /// A row vector times a column-major matrix: a warp per output.
@@ -233,6 +242,9 @@ impl Entry {
             Entry::BigRows { w, ch } => format!("sm_B{w}_{ch}"),
             Entry::MidRows { w, ch } => format!("sm_m{w}_{ch}"),
             Entry::RawRows { w, ch } => format!("sm_r{w}_{ch}"),
+            Entry::SplitStats(w) => format!("sm_p{w}"),
+            Entry::SplitOut(w) => format!("sm_q{w}"),
+            Entry::LeadRows(w) => format!("sm_l{w}"),
             Entry::Gemv => "gv_rows".into(),
             Entry::GemvDots => "gv_dots".into(),
             Entry::NormRows => format!("{prefix}_rows"),
@@ -268,8 +280,10 @@ impl ModuleKey {
                 e.extend(softmax_mid_layouts(v as usize).into_iter().map(|ch| Entry::MidRows { w: v, ch }));
                 e.extend(softmax_raw_layouts(*src, *dst).into_iter().map(|ch| Entry::RawRows { w: v, ch }));
                 e.push(Entry::Rows { g: 0, w: 1, ch: 0 });
+                e.extend([Entry::SplitStats(1), Entry::SplitOut(1)]);
                 if v > 1 {
                     e.push(Entry::Rows { g: 0, w: v, ch: 0 });
+                    e.extend([Entry::SplitStats(v), Entry::SplitOut(v), Entry::LeadRows(v)]);
                 }
                 e.push(Entry::Thread);
                 e

@@ -2,12 +2,15 @@
 // NaN and one holding +inf give NaN rows; sums shift by the running maximum only while it is
 // finite. Kernels: a warp per row with the row in registers (sm_w{W}_{CH}), a block of 256 or 1,024
 // threads per row (sm_b{V}_{CH}, sm_B{V}_{CH}), a block per row of any length in two passes
-// (sm_o{W}), a thread per row (sm_thread). The entry points are appended by kernels/codegen.rs.
+// (sm_o{W}; sm_l{V} for rows of vectors from a 16-byte boundary inside the row), few long rows split
+// over blocks in two launches (sm_p{W}, then sm_q{W}), a thread per row (sm_thread). The entry points are appended by kernels/codegen.rs.
 
 struct SmP {
     const char* src; char* dst; i64 rows, n, sst, dst_st;
     int out_ndim, pad;
     i64 out_shape[MAXD]; i64 out_sst[MAXD]; i64 out_dst[MAXD];
+    /* The split rows' (maximum, sum) per (row, split), two TC each, and the splits per row. */
+    char* partials; i64 splits;
 };
 
 __device__ __forceinline__ void sm_offsets(const SmP& p, i64 o, i64& so, i64& dof) {
@@ -196,6 +199,21 @@ template <int W> __device__ __forceinline__ void online_add(TC& m, TA& s, const 
     s = t;
 }
 
+/* The block's running (maximum, sum) from every thread's, in every thread (`shm`: 64 values):
+   warps by shuffles, then the warps' in shared memory. */
+__device__ __forceinline__ void block_online(TC& m, TA& s, TA* shm) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) { shm[w] = (TA)m; shm[32 + w] = s; }
+    __syncthreads();
+    m = lane < nw ? (TC)shm[lane] : neg_inf();
+    s = lane < nw ? shm[32 + lane] : (TA)0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
+    __syncthreads();
+}
+
 /* A row of any length by the block, in two passes: the online maximum and sum (four accesses in
    flight per thread), then the output. */
 template <int W>
@@ -221,17 +239,7 @@ __device__ __forceinline__ void sm_online_row(const SmP& p, i64 row, TA* shm) {
         load_c<W>(x, k * W * ist, v);
         online_add<W>(m, s, v);
     }
-    /* Combine the threads' parts: warps by shuffles, then the warps' in shared memory. */
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) { shm[w] = (TA)m; shm[32 + w] = s; }
-    __syncthreads();
-    m = lane < nw ? (TC)shm[lane] : neg_inf();
-    s = lane < nw ? shm[32 + lane] : (TA)0;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
-    __syncthreads();
+    block_online(m, s, shm);
     s = final_sum(m, s);
     const TC sh = shift_of(m), kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
     for (i64 q = threadIdx.x; q < nv; q += B) {
@@ -248,6 +256,163 @@ template <int W>
 __device__ __forceinline__ void sm_online_rows(const SmP& p) {
     __shared__ TA shm[64];
     for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) sm_online_row<W>(p, row, shm);
+}
+
+/* Few long rows split over blocks, in two launches. A task is a (row, split) pair; split `sp` of
+   a row takes vectors [v0, v1) of its `W`-element vectors, which start at element `lead` (the
+   first 16-byte boundary of the row; the host checked that the output's rows share it), and the
+   first split also the `lead` elements before them and the tail past the last whole vector. */
+struct SmSplit {
+    const TS* x; TD* y; i64 ist, ost, lead, v0, v1, tail; bool edges;
+};
+template <int W>
+__device__ __forceinline__ SmSplit sm_split_of(const SmP& p, i64 row, i64 sp) {
+    SmSplit q;
+    i64 so, dof;
+    sm_offsets(p, row, so, dof);
+    q.x = (const TS*)p.src + so;
+    q.y = (TD*)p.dst + dof;
+    q.ist = W > 1 ? 1 : p.sst;
+    q.ost = W > 1 ? 1 : p.dst_st;
+    const i64 mis = W > 1 ? (i64)(((u64)q.x / sizeof(TS)) % W) : 0;
+    q.lead = mis == 0 ? 0 : (W - mis < p.n ? W - mis : p.n);
+    const i64 nv = (p.n - q.lead) / W;
+    const i64 cv = (nv + p.splits - 1) / p.splits;
+    q.v0 = sp * cv < nv ? sp * cv : nv;
+    q.v1 = q.v0 + cv < nv ? q.v0 + cv : nv;
+    q.tail = q.lead + nv * W;
+    q.edges = sp == 0;
+    return q;
+}
+
+/* The online (maximum, sum) of a task's elements, this thread's part (four accesses in flight). */
+template <int W>
+__device__ __forceinline__ void sm_split_acc(const SmP& p, const SmSplit& q, TC& m, TA& s) {
+    const i64 B = blockDim.x;
+    const TS* xv = q.x + q.lead;
+    m = neg_inf();
+    s = 0;
+    i64 k = q.v0 + threadIdx.x;
+    for (; k + 3 * B < q.v1; k += 4 * B) {
+        TC v[4][W];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) load_c<W>(xv, (k + u * B) * W * q.ist, v[u]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) online_add<W>(m, s, v[u]);
+    }
+    for (; k < q.v1; k += B) {
+        TC v[W];
+        load_c<W>(xv, k * W * q.ist, v);
+        online_add<W>(m, s, v);
+    }
+    if (q.edges) {
+        for (i64 i = threadIdx.x; i < q.lead; i += B) {
+            const TC v = to_c(q.x[i]);
+            online_add<1>(m, s, &v);
+        }
+        for (i64 i = q.tail + threadIdx.x; i < p.n; i += B) {
+            const TC v = to_c(q.x[i]);
+            online_add<1>(m, s, &v);
+        }
+    }
+}
+
+/* A task's outputs, this thread's part, given the row's shift `sh` and factor (log: term) `kk`. */
+template <int W>
+__device__ __forceinline__ void sm_split_write(const SmP& p, const SmSplit& q, TC sh, TC kk) {
+    const i64 B = blockDim.x;
+    const TS* xv = q.x + q.lead;
+    TD* yv = q.y + q.lead;
+    i64 k = q.v0 + threadIdx.x;
+    for (; k + B < q.v1; k += 2 * B) {
+        TC v[2][W];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) load_c<W>(xv, (k + u * B) * W * q.ist, v[u]);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            if (!LOG) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) v[u][j] = ex(v[u][j] - sh);
+            }
+            store_c<W>(yv, (k + u * B) * W * q.ost, v[u], LOG ? sh : (TC)0, kk);
+        }
+    }
+    for (; k < q.v1; k += B) {
+        TC v[W];
+        load_c<W>(xv, k * W * q.ist, v);
+        if (!LOG) {
+#pragma unroll
+            for (int j = 0; j < W; ++j) v[j] = ex(v[j] - sh);
+        }
+        store_c<W>(yv, k * W * q.ost, v, LOG ? sh : (TC)0, kk);
+    }
+    if (q.edges) {
+        for (i64 i = threadIdx.x; i < q.lead + (p.n - q.tail); i += B) {
+            const i64 e = i < q.lead ? i : q.tail + (i - q.lead);
+            TC v = to_c(q.x[e]);
+            if (!LOG) v = ex(v - sh);
+            store_c<1>(q.y, e, &v, LOG ? sh : (TC)0, kk);
+        }
+    }
+}
+
+/* Pass one: each task's online (maximum, sum) to the partials. */
+template <int W>
+__device__ __forceinline__ void sm_split_stats(const SmP& p) {
+    __shared__ TA shm[64];
+    const i64 tasks = p.rows * p.splits;
+    for (i64 t = blockIdx.x; t < tasks; t += gridDim.x) {
+        const i64 row = t / p.splits;
+        const SmSplit q = sm_split_of<W>(p, row, t - row * p.splits);
+        TC m;
+        TA s;
+        sm_split_acc<W>(p, q, m, s);
+        block_online(m, s, shm);
+        if (threadIdx.x == 0) {
+            TC* part = (TC*)p.partials + 2 * t;
+            part[0] = m;
+            part[1] = (TC)s;
+        }
+    }
+}
+
+/* Pass two: every warp merges its row's partials in one fixed order (lane l folds splits l,
+   l + 32, ..., then a butterfly of symmetric merges), so every block of the row holds the same
+   (maximum, sum); then the task's outputs. */
+template <int W>
+__device__ __forceinline__ void sm_split_out(const SmP& p) {
+    const i64 tasks = p.rows * p.splits;
+    const int lane = threadIdx.x & 31;
+    for (i64 t = blockIdx.x; t < tasks; t += gridDim.x) {
+        const i64 row = t / p.splits;
+        const TC* part = (const TC*)p.partials + 2 * row * p.splits;
+        TC m = neg_inf();
+        TA s = 0;
+        for (i64 k = lane; k < p.splits; k += 32) online_merge(m, s, part[2 * k], (TA)part[2 * k + 1]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) online_merge(m, s, __shfl_xor_sync(FULL, m, off), __shfl_xor_sync(FULL, s, off));
+        s = final_sum(m, s);
+        const TC kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+        sm_split_write<W>(p, sm_split_of<W>(p, row, t - row * p.splits), shift_of(m), kk);
+    }
+}
+
+/* Rows of any length by a block each in two passes (`p.splits` is 1: a task is a whole row),
+   with `W`-element accesses from each row's first 16-byte boundary on: rows whose length is no
+   multiple of `W` (a vocabulary of 50257) still read and write by vectors. */
+template <int W>
+__device__ __forceinline__ void sm_lead_rows(const SmP& p) {
+    __shared__ TA shm[64];
+    for (i64 row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        const SmSplit q = sm_split_of<W>(p, row, 0);
+        TC m;
+        TA s;
+        sm_split_acc<W>(p, q, m, s);
+        block_online(m, s, shm);
+        s = final_sum(m, s);
+        const TC kk = LOG ? (TC)log(s) : (TC)((TA)1 / s);
+        sm_split_write<W>(p, q, shift_of(m), kk);
+    }
 }
 
 /* A thread per row (rows next to each other in memory, the softmax dim strided): two passes. */

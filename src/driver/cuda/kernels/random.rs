@@ -4,13 +4,15 @@
 //! operations. A thread makes a Philox block's elements and stores them at once (one 16-byte
 //! store for `f32`, `f64` and the integers when the output is aligned); the grid is capped at
 //! [`Ctx::grid`]'s waves and strides over the rest. A multinomial takes a block of 256 threads per
-//! row, a permutation a launch per step of a bitonic sort of random keys.
+//! tile of 4,096 categories of a row (the row's last block to finish samples it), a permutation
+//! a launch per step of a bitonic sort of random keys.
 
-use super::ctx::{addr, Ctx};
+use super::ctx::{addr, Ctx, PARTIALS};
 use super::table::Func;
 use super::vocab::{Entry, KernelId, ModuleKey, RandKind};
 use crate::error::Result;
-use crate::kernel::{Distribution, PhiloxSource, RandomOp};
+use crate::kernel::random::MULTINOMIAL_TILE;
+use crate::kernel::{BufferView, Distribution, PhiloxSource, RandomOp};
 
 /// Parameters of `rnd` (`RndP` in `cu/random.cu`).
 #[repr(C)]
@@ -56,25 +58,8 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         PhiloxSource::Slot { slot, offset } => (0, *offset, addr(slot)),
     };
     if let (RandKind::Multinomial, Some(src)) = (dist, &op.src) {
-        // A block per row: the weights' dtype keys the module.
-        let (rows, cats) = (src.shape[0], src.shape[1]);
         let replacement = matches!(op.dist, Distribution::Multinomial { replacement: true, .. });
-        let mut p = RndP {
-            dst: addr(&op.dst),
-            src: addr(src),
-            slot,
-            n: rows as i64,
-            seed,
-            offset,
-            a,
-            b,
-            low: cats as i64,
-            range,
-            vec: i64::from(replacement),
-        };
-        let key = ModuleKey::Random { dist, dtype: src.dtype, e: 1 };
-        let f = c.kernel(KernelId { module: key, entry: Entry::Random })?;
-        return c.run(f, c.grid(f, rows as u64 * 256), &mut p);
+        return multinomial(c, op, src, range, replacement, (seed, offset, slot));
     }
     let n = op.dst.numel();
     let dst = addr(&op.dst);
@@ -96,6 +81,69 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         return permutation(c, f, n, &mut p);
     }
     c.run(f, c.grid(f, n.div_ceil(e) as u64), &mut p)
+}
+
+/// Parameters of the multinomial `rnd` (`MulP` in `cu/random.cu`).
+#[repr(C)]
+struct MulP {
+    dst: u64,
+    status: u64,
+    src: u64,
+    slot: u64,
+    part: u64,
+    count: u64,
+    rows: i64,
+    cats: i64,
+    samples: i64,
+    tiles: i64,
+    row0: i64,
+    seed: u64,
+    offset: u64,
+    repl: i64,
+}
+
+/// A multinomial: a block per (row, tile of [`MULTINOMIAL_TILE`] categories), in launches of as
+/// many rows as the stream's scratch holds the tiles' partials and counters of (`cu/random.cu`;
+/// a row of one tile needs none).
+fn multinomial(
+    c: &Ctx,
+    op: &RandomOp,
+    src: &BufferView,
+    samples: u64,
+    replacement: bool,
+    (seed, offset, slot): (u64, u64, u64),
+) -> Result<()> {
+    let (rows, cats) = (src.shape[0], src.shape[1]);
+    let tiles = cats.div_ceil(MULTINOMIAL_TILE);
+    let (part, count) = if tiles > 1 { c.reduce_scratch()? } else { (0, 0) };
+    let per_launch = if tiles > 1 { (PARTIALS / tiles).max(1) } else { PARTIALS };
+    let key = ModuleKey::Random { dist: RandKind::Multinomial, dtype: src.dtype, e: 1 };
+    let f = c.kernel(KernelId { module: key, entry: Entry::Random })?;
+    let (dst, weights, esize) = (addr(&op.dst), addr(src), src.dtype.size() as u64);
+    let status = dst + (rows as u64 * samples) * 8;
+    let mut row0 = 0;
+    while row0 < rows {
+        let n = per_launch.min(rows - row0);
+        let mut p = MulP {
+            dst: dst + row0 as u64 * samples * 8,
+            status: status + row0 as u64 * 8,
+            src: weights + (row0 * cats) as u64 * esize,
+            slot,
+            part,
+            count,
+            rows: n as i64,
+            cats: cats as i64,
+            samples: samples as i64,
+            tiles: tiles as i64,
+            row0: row0 as i64,
+            seed,
+            offset,
+            repl: i64::from(replacement),
+        };
+        c.run(f, (n * tiles) as u32, &mut p)?;
+        row0 += n;
+    }
+    Ok(())
 }
 
 /// A permutation: the identity, then a launch per step of the bitonic network over the next

@@ -217,136 +217,299 @@ extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
 }
 
 #elif DIST == 6
-/* Multinomial rows (src: weights of TS, [n rows, low categories]; dst: int64 [n, range samples];
-   vec: with replacement), a block of 256 threads per row, in the summation order of the CPU
-   kernel's multinomial_row (kernel/random.rs: Distribution::Multinomial). */
-__device__ __forceinline__ bool rnd_taken(const i64* out, i64 k, i64 c) {
+/* Multinomial rows (kernel/random.rs: Distribution::Multinomial, whose summation order this is,
+   bit for bit; the CPU kernel's multinomial_row). The weights (TS) are [rows, cats]; a row is
+   split in tiles of MT categories, a block of 256 threads per (row, tile): thread t owns the
+   tile's categories 1024 i + 4 t + q (i, q < 4). Each block sums its tile and checks its
+   weights, writes them to the scratch partials and counts itself done on its row's counter;
+   the row's last block (a row of one tile: its only block) adds the tiles' totals in order,
+   writes the row's status word and makes the row's samples, each from one tile it reads again
+   (L2-resident). It leaves the counter at zero for the next launch. */
+#define MT 4096
+#define MV 16
+#define MTILES 4096
+
+struct MulP {
+    u64 dst;     /* picks of the launch's first row: int64 [rows, samples] */
+    u64 status;  /* int64 status word per row */
+    u64 src;     /* weights of the launch's first row */
+    u64 slot;
+    u64 part;    /* 16 bytes per (row, tile): {double total; u32 positives; u32 bad} */
+    u64 count;   /* u32 per row, zero between launches */
+    i64 rows;
+    i64 cats;
+    i64 samples;
+    i64 tiles;
+    i64 row0;    /* the launch's first row among the op's (its Philox blocks) */
+    u64 seed;
+    u64 offset;
+    i64 repl;
+};
+
+struct MulPart {
+    double total;
+    u32 pos;
+    u32 bad;
+};
+
+struct MulShared {
+    double wt[8];
+    double tt[MTILES];
+    u32 taken[MT / 32];
+    double p, x;
+    i64 prev, pick, tile;
+    int hit, mode, last, is_last;
+    u32 pos, bad;
+};
+
+/* Thread t's 16 weights of the tile from lo (0 past the row; 0 where taken's bit is set). */
+__device__ __forceinline__ void mul_load(const TS* row, i64 cats, i64 lo, const u32* taken, double v[MV]) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < MV; u++) {
+        const int o = 1024 * (u >> 2) + 4 * t + (u & 3);
+        v[u] = lo + o < cats ? to_d(row[lo + o]) : 0.0;
+    }
+    if (taken) {
+#pragma unroll
+        for (int u = 0; u < MV; u++) {
+            const int o = 1024 * (u >> 2) + 4 * t + (u & 3);
+            if ((taken[o >> 5] >> (o & 31)) & 1u) v[u] = 0.0;
+        }
+    }
+}
+
+__device__ __forceinline__ double mul_sum(const double v[MV]) {
+    double s = 0.0;
+#pragma unroll
+    for (int u = 0; u < MV; u++) s = __dadd_rn(s, v[u]);
+    return s;
+}
+
+/* The block's scan of the threads' sums s: thread t's start in the tile (B_w + the scan of
+   lane l - 1); *total: the tile's total. Two barriers (sh->wt is reused after). */
+__device__ __forceinline__ double mul_scan(double s, MulShared* sh, double* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double v = s;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const double o = __shfl_up_sync(FULL, v, d);
+        if (lane >= d) v = __dadd_rn(o, v);
+    }
+    double ex = __shfl_up_sync(FULL, v, 1);
+    if (lane == 0) ex = 0.0;
+    if (lane == 31) sh->wt[warp] = v;
+    __syncthreads();
+    double b = 0.0;
+    for (int w = 0; w < warp; w++) b = __dadd_rn(b, sh->wt[w]);
+    double tot = b;
+    for (int w = warp; w < 8; w++) tot = __dadd_rn(tot, sh->wt[w]);
+    *total = tot;
+    __syncthreads();
+    return __dadd_rn(b, ex);
+}
+
+/* The taken bitmap of the tile from lo: the picks out[0..k) in it (barriers before and after). */
+__device__ void mul_taken(const i64* out, i64 k, i64 lo, MulShared* sh) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < MT / 32; i += blockDim.x) sh->taken[i] = 0u;
+    __syncthreads();
+    for (i64 j = threadIdx.x; j < k; j += blockDim.x) {
+        const i64 o = out[j] - lo;
+        if (o >= 0 && o < MT) atomicOr(&sh->taken[o >> 5], 1u << (o & 31));
+    }
+    __syncthreads();
+}
+
+/* Whether out[0..k) holds c. */
+__device__ __forceinline__ bool mul_chosen(const i64* out, i64 k, i64 c) {
     for (i64 j = 0; j < k; j++) {
         if (out[j] == c) return true;
     }
     return false;
 }
 
-__device__ __forceinline__ double rnd_weight(const TS* row, const i64* out, i64 k, bool repl, i64 c) {
-    return repl || !rnd_taken(out, k, c) ? to_d(row[c]) : 0.0;
-}
-
-/* Loads in flight per thread (MU, a batch) and the batches whose running sums a thread keeps
-   (MCP: a crossing within them is found by re-reading one batch). */
-#define MU 16
-#define MCP 20
-
-/* One sample (k) of a row: the pick, written to out[k] by one thread. Thread t's categories are
-   t, t + 256, ...; a batch is MU of them (past the row: weight 0, which changes no sum). */
-__device__ void rnd_sample(const TS* row, i64* out, i64 cats, i64 k, bool repl, const u32 wv[4], double* wt,
-                           int* hit, long long* last, double (*cp)[256]) {
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    double part = 0.0;
-    int nb = 0;
-    for (i64 c0 = t; c0 < cats; c0 += 256 * MU, nb++) {
-        double v[MU];
-#pragma unroll
-        for (int u = 0; u < MU; u++) {
-            const i64 c = c0 + 256 * u;
-            v[u] = c < cats ? rnd_weight(row, out, k, repl, c) : 0.0;
-        }
-#pragma unroll
-        for (int u = 0; u < MU; u++) part = __dadd_rn(part, v[u]);
-        if (nb < MCP) cp[nb][t] = part;
+/* Sample k of a row (the last block of the row, every thread): sh->tt holds the tiles' totals
+   (the weights not yet chosen), sh->prev the previous pick. */
+__device__ void mul_sample(const MulP& p, const TS* row, i64* out, i64 k, u64 seed, u64 block, MulShared* sh) {
+    const int t = threadIdx.x;
+    const bool repl = p.repl != 0;
+    const bool masked = !repl && k > 0;
+    double v[MV];
+    double tot;
+    if (masked) {
+        /* Only the previous pick's tile changed. */
+        const i64 jp = sh->prev / MT;
+        mul_taken(out, k, jp * MT, sh);
+        mul_load(row, p.cats, jp * MT, sh->taken, v);
+        mul_scan(mul_sum(v), sh, &tot);
+        if (t == 0) sh->tt[jp] = tot;
+        __syncthreads();
     }
-    double v = part;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const double o = __shfl_up_sync(0xffffffffu, v, d);
-        if (lane >= d) v = __dadd_rn(o, v);
-    }
-    double ex = __shfl_up_sync(0xffffffffu, v, 1);
-    if (lane == 0) ex = 0.0;
-    if (lane == 31) wt[warp] = v;
     if (t == 0) {
-        *hit = 256;
-        *last = -1;
-    }
-    __syncthreads();
-    double b = 0.0;
-    for (int w = 0; w < warp; w++) b = __dadd_rn(b, wt[w]);
-    const double e = __dadd_rn(b, ex);
-    double total = b;
-    for (int w = warp; w < 8; w++) total = __dadd_rn(total, wt[w]);
-    if (!(total > 0.0 && isfinite(total))) {
-        if (t == 0) {
-            i64 pick = 0;
-            for (i64 c = 0; !repl && c < cats; c++) {
-                if (!rnd_taken(out, k, c)) {
-                    pick = c;
-                    break;
+        double total = 0.0;
+        for (i64 j = 0; j < p.tiles; j++) total = __dadd_rn(total, sh->tt[j]);
+        sh->hit = 256;
+        sh->last = -1;
+        sh->pick = -1;
+        if (!(total > 0.0 && isfinite(total))) {
+            sh->mode = 2;
+        } else {
+            u32 wv[4];
+            philox(seed, block, wv);
+            const double x = __dmul_rn(__dmul_rn((double)u53(wv[0], wv[1]), p2n(53)), total);
+            double start = 0.0;
+            i64 j = 0;
+            for (; j < p.tiles; j++) {
+                if (__dadd_rn(start, sh->tt[j]) > x) break;
+                start = __dadd_rn(start, sh->tt[j]);
+            }
+            sh->mode = 0;
+            if (j == p.tiles) {
+                /* No tile's end above x: the last tile with weight, its last positive. */
+                sh->mode = 1;
+                for (j = p.tiles - 1; j > 0 && !(sh->tt[j] > 0.0); j--) {
                 }
             }
-            out[k] = pick;
+            sh->tile = j;
+            sh->p = start;
+            sh->x = x;
+        }
+    }
+    __syncthreads();
+    if (sh->mode == 2) {
+        /* A row whose total is not positive and finite: the first category not yet chosen. */
+        if (t == 0) {
+            i64 c = 0;
+            while (!repl && c < p.cats && mul_chosen(out, k, c)) c++;
+            out[k] = c < p.cats ? c : 0;
+            sh->prev = out[k];
         }
         __syncthreads();
         return;
     }
-    const double x = __dmul_rn(__dmul_rn((double)u53(wv[0], wv[1]), p2n(53)), total);
-    i64 pick = -1;
-    if (__dadd_rn(e, part) > x) {
-        /* The running sums only grow: the first kept batch end above x holds the pick; past
-           the kept ones, the walk goes on from the last. */
-        const int kept = nb < MCP ? nb : MCP;
-        int bt = 0;
-        while (bt < kept && !(__dadd_rn(e, cp[bt][t]) > x)) bt++;
-        double run = bt == 0 ? 0.0 : cp[bt - 1][t];
-        for (i64 c0 = t + (i64)256 * MU * bt; pick < 0 && c0 < cats; c0 += 256 * MU) {
-            double v2[MU];
-#pragma unroll
-            for (int u = 0; u < MU; u++) {
-                const i64 c = c0 + 256 * u;
-                v2[u] = c < cats ? rnd_weight(row, out, k, repl, c) : 0.0;
-            }
-            for (int u = 0; u < MU && c0 + 256 * u < cats; u++) {
-                run = __dadd_rn(run, v2[u]);
-                if (v2[u] > 0.0 && __dadd_rn(e, run) > x) {
-                    pick = c0 + 256 * u;
-                    break;
-                }
-            }
-        }
+    const i64 lo = sh->tile * MT;
+    if (masked) {
+        mul_taken(out, k, lo, sh);
     }
-    if (pick >= 0) atomicMin(hit, t);
+    mul_load(row, p.cats, lo, masked ? sh->taken : nullptr, v);
+    const double s = mul_sum(v);
+    const double e = __dadd_rn(sh->p, mul_scan(s, sh, &tot));
+    const double x = sh->x;
+    if (sh->mode == 0 && __dadd_rn(e, s) > x) atomicMin(&sh->hit, t);
     __syncthreads();
-    if (*hit < 256) {
-        if (t == *hit) out[k] = pick;
-    } else {
-        /* Rounding left no running sum above x: the last category with weight. */
+    if (t == sh->hit) {
+        double run = 0.0;
         i64 mine = -1;
-        for (i64 c = t; c < cats; c += 256) {
-            if (rnd_weight(row, out, k, repl, c) > 0.0) mine = c;
+#pragma unroll
+        for (int u = 0; u < MV; u++) {
+            run = __dadd_rn(run, v[u]);
+            if (mine < 0 && v[u] > 0.0 && __dadd_rn(e, run) > x) mine = lo + 1024 * (u >> 2) + 4 * t + (u & 3);
         }
-        if (mine >= 0) atomicMax(last, (long long)mine);
+        sh->pick = mine;
+    }
+    __syncthreads();
+    if (sh->pick < 0) {
+        /* Rounding (or no tile above x): the tile's last category of positive weight. */
+        int mine = -1;
+#pragma unroll
+        for (int u = 0; u < MV; u++) {
+            if (v[u] > 0.0) mine = 1024 * (u >> 2) + 4 * t + (u & 3);
+        }
+        if (mine >= 0) atomicMax(&sh->last, mine);
         __syncthreads();
-        if (t == 0) out[k] = *last < 0 ? 0 : (i64)*last;
+        if (t == 0) sh->pick = sh->last < 0 ? 0 : lo + sh->last;
+        __syncthreads();
+    }
+    if (t == 0) {
+        out[k] = sh->pick;
+        sh->prev = sh->pick;
     }
     __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
+/* The weights' check of thread t's 16 weights: (positives, bad). */
+__device__ __forceinline__ void mul_check(const double v[MV], u32& pos, u32& bad) {
+    pos = 0;
+    bad = 0;
+#pragma unroll
+    for (int u = 0; u < MV; u++) {
+        pos += v[u] > 0.0 ? 1u : 0u;
+        bad |= (v[u] >= 0.0 && v[u] <= 1.7976931348623157e308) ? 0u : 1u;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) rnd(MulP p) {
     cs_enter();
-    __shared__ double wt[8];
-    __shared__ int hit;
-    __shared__ long long last;
-    __shared__ double cp[MCP][256];
-    u64 seed, base;
-    rnd_stream(p, seed, base);
-    const i64 rows = p.n, cats = p.low, samples = (i64)p.range;
-    const bool repl = p.vec != 0;
-    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const TS* row = (const TS*)p.src + r * cats;
-        i64* out = (i64*)p.dst + r * samples;
-        for (i64 k = 0; k < samples; k++) {
-            u32 wv[4];
-            philox(seed, base + (u64)(r * samples + k), wv);
-            rnd_sample(row, out, cats, k, repl, wv, wt, &hit, &last, cp);
+    __shared__ MulShared sh;
+    const int t = threadIdx.x;
+    const i64 r = blockIdx.x / p.tiles, j = blockIdx.x % p.tiles;
+    const TS* row = (const TS*)p.src + r * p.cats;
+    i64* out = (i64*)p.dst + r * p.samples;
+    if (t == 0) {
+        sh.pos = 0;
+        sh.bad = 0;
+    }
+    double v[MV];
+    mul_load(row, p.cats, j * MT, nullptr, v);
+    u32 pos, bad;
+    mul_check(v, pos, bad);
+    double tot;
+    mul_scan(mul_sum(v), &sh, &tot);
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) pos += __shfl_xor_sync(FULL, pos, d);
+    if ((t & 31) == 0 && pos) atomicAdd(&sh.pos, pos);
+    if (__syncthreads_or(bad) && t == 0) sh.bad = 1;
+    __syncthreads();
+    if (p.tiles > 1) {
+        MulPart* part = (MulPart*)p.part + r * p.tiles;
+        u32* count = (u32*)p.count + r;
+        if (t == 0) {
+            part[j].total = tot;
+            part[j].pos = sh.pos;
+            part[j].bad = sh.bad;
+            __threadfence();
+            sh.is_last = atomicAdd(count, 1u) == (u32)(p.tiles - 1);
         }
+        __syncthreads();
+        if (!sh.is_last) return;
+        /* The row's last block: every tile's partial is written and visible. */
+        __threadfence();
+        if (t == 0) {
+            *count = 0u;
+            sh.pos = 0;
+            sh.bad = 0;
+        }
+        __syncthreads();
+        u32 mp = 0, mb = 0;
+        for (i64 i = t; i < p.tiles; i += blockDim.x) {
+            sh.tt[i] = __ldcg(&part[i].total);
+            mp += __ldcg(&part[i].pos);
+            mb |= __ldcg(&part[i].bad);
+        }
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) mp += __shfl_xor_sync(FULL, mp, d);
+        if ((t & 31) == 0 && mp) atomicAdd(&sh.pos, mp);
+        if (__syncthreads_or(mb) && t == 0) sh.bad = 1;
+        __syncthreads();
+    } else if (t == 0) {
+        sh.tt[0] = tot;
+    }
+    if (t == 0) {
+        i64 st = sh.bad ? 1 : 0;
+        if (sh.pos == 0) st |= 2;
+        if (!p.repl && (i64)sh.pos < p.samples) st |= 4;
+        ((i64*)p.status)[r] = st;
+    }
+    __syncthreads();
+    u64 seed = p.seed, base = p.offset;
+    if (p.slot) {
+        const u64* s = (const u64*)p.slot;
+        seed = s[0];
+        base = s[1] + p.offset;
+    }
+    for (i64 k = 0; k < p.samples; k++) {
+        mul_sample(p, row, out, k, seed, base + (u64)((p.row0 + r) * p.samples + k), &sh);
     }
 }
 #else

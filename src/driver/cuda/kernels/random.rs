@@ -28,6 +28,20 @@ struct RndP {
     low: i64,
     range: u64,
     vec: i64,
+    /// The seed's Philox round keys (`philox_keys` in `cu/random.cu`), for a launch given its seed.
+    k0: [u32; 10],
+    k1: [u32; 10],
+}
+
+/// The round keys of `seed`: the key before each of Philox's ten rounds.
+fn round_keys(seed: u64) -> ([u32; 10], [u32; 10]) {
+    let (mut k0, mut k1) = ([0u32; 10], [0u32; 10]);
+    (k0[0], k1[0]) = (seed as u32, (seed >> 32) as u32);
+    for r in 1..10 {
+        k0[r] = k0[r - 1].wrapping_add(0x9E37_79B9);
+        k1[r] = k1[r - 1].wrapping_add(0xBB67_AE85);
+    }
+    (k0, k1)
 }
 
 /// The module kind and the parameters `a`, `b`, `low`, `range` of a distribution (computed here,
@@ -62,10 +76,12 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         return multinomial(c, op, src, range, replacement, (seed, offset, slot));
     }
     let n = op.dst.numel();
-    let dst = addr(&op.dst);
+    let (k0, k1) = round_keys(seed);
+    let (dst, src) = (addr(&op.dst), op.src.as_ref().map_or(0, addr));
+    let pack = (e * dtype.size()) as u64;
     let mut p = RndP {
         dst,
-        src: op.src.as_ref().map_or(0, addr),
+        src,
         slot,
         n: n as i64,
         seed,
@@ -74,14 +90,31 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
         b,
         low,
         range,
-        vec: dst.is_multiple_of((e * dtype.size()) as u64) as i64,
+        vec: (dst.is_multiple_of(pack) && src.is_multiple_of(pack)) as i64,
+        k0,
+        k1,
     };
     let f = c.kernel(KernelId { module: ModuleKey::Random { dist, dtype, e: e as u8 }, entry: Entry::Random })?;
     if dist == RandKind::Permutation {
         return permutation(c, f, n, &mut p);
     }
-    c.run(f, c.grid(f, n.div_ceil(e) as u64), &mut p)
+    // Dropout: `RND_G` blocks a pass; the normals of `f32`, `f16`, `bf16` (arithmetic-bound:
+    // the f32 Box–Muller): a few passes of one, so a thread's setup serves several blocks.
+    let per_thread = match dist {
+        RandKind::Dropout => RND_G,
+        RandKind::Normal if e == 4 => NORMAL_BLOCKS_PER_THREAD,
+        _ => 1,
+    };
+    c.run(f, c.grid(f, n.div_ceil(e).div_ceil(per_thread) as u64), &mut p)
 }
+
+/// Philox blocks a thread of a dropout makes per pass (`G` in `cu/random.cu`: its inputs are
+/// loaded first, so more bytes are in flight); the grid is sized for it (any grid is correct).
+const RND_G: usize = 4;
+
+/// Philox blocks a thread of an `f32`, `f16` or `bf16` normal draw makes (a grid-stride loop:
+/// the kernel's setup, about a fifth of a block's instructions, is paid once per thread).
+const NORMAL_BLOCKS_PER_THREAD: usize = 4;
 
 /// Parameters of the multinomial `rnd` (`MulP` in `cu/random.cu`).
 #[repr(C)]
@@ -222,7 +255,8 @@ mod tests {
         }
         for m in all_random_modules() {
             let src = m.source();
-            assert!(src.contains("void __launch_bounds__(256) rnd("), "{m:?}");
+            let bound = ["void __launch_bounds__(256) rnd(", "void __launch_bounds__(256, MUL_MIN_BLOCKS) rnd("];
+            assert!(bound.iter().any(|b| src.contains(b)), "{m:?}");
             if let Err(e) = image(&Program::tensor(&src), 9, 0, None) {
                 panic!("{m:?} does not compile: {e}\n{src}");
             }

@@ -17,6 +17,9 @@ struct RndP {
     i64 low;
     u64 range;
     i64 vec;
+    /* The seed's round keys (philox_keys) when the seed comes with the launch (no slot): read
+       from the parameter bank as operands, none recomputed per block. */
+    u32 k0[10], k1[10];
 };
 
 struct __align__(sizeof(TS) * E) RndPack { TS v[E]; };
@@ -36,6 +39,44 @@ __device__ __forceinline__ void philox(u64 seed, u64 block, u32 w[4]) {
         const u32 hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
         const u32 hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
         const u32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    w[0] = c0;
+    w[1] = c1;
+    w[2] = c2;
+    w[3] = c3;
+}
+
+/* Philox's round keys of a seed (the key before round r, r = 0..9), computed once for a
+   thread's many blocks. */
+struct PhiloxKeys {
+    u32 k0[10], k1[10];
+};
+
+__device__ __forceinline__ PhiloxKeys philox_keys(u64 seed) {
+    PhiloxKeys k;
+    k.k0[0] = (u32)seed;
+    k.k1[0] = (u32)(seed >> 32);
+#pragma unroll
+    for (int r = 1; r < 10; r++) {
+        k.k0[r] = k.k0[r - 1] + 0x9E3779B9u;
+        k.k1[r] = k.k1[r - 1] + 0xBB67AE85u;
+    }
+    return k;
+}
+
+/* philox() with the round keys given (k.k0, k.k1: a PhiloxKeys or the launch's RndP). */
+template <typename K>
+__device__ __forceinline__ void philox_with(const K& k, u64 block, u32 w[4]) {
+    u32 c0 = (u32)block, c1 = (u32)(block >> 32), c2 = 0u, c3 = 0u;
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        const u32 hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        const u32 hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        const u32 n0 = hi1 ^ c1 ^ k.k0[r], n2 = hi0 ^ c3 ^ k.k1[r];
         c0 = n0;
         c1 = lo1;
         c2 = n2;
@@ -99,12 +140,12 @@ __device__ __forceinline__ void bm_sincos(u32 k, float& so, float& co) {
                                       BMF(0x3e81e0f8)),
                      BMF(0xbf9de9e6)),
         1.0f);
-    switch (q & 3u) {
-        case 0: so = s; co = c; break;
-        case 1: so = c; co = -s; break;
-        case 2: so = -s; co = -c; break;
-        default: so = -c; co = s; break;
-    }
+    /* Rotated by q quarter turns without a branch: (s, c), (c, -s), (-s, -c), (-c, s) (a
+       negation flips the sign bit, as the host's). */
+    const bool odd = q & 1u;
+    const u32 sin_neg = (q & 2u) << 30, cos_neg = ((q + 1u) & 2u) << 30;
+    so = __uint_as_float(__float_as_uint(odd ? c : s) ^ sin_neg);
+    co = __uint_as_float(__float_as_uint(odd ? s : c) ^ cos_neg);
 }
 /* The pair (rho cos, rho sin) of two words. */
 __device__ __forceinline__ void bm_pair(u32 w0, u32 w1, float& z0, float& z1) {
@@ -118,8 +159,9 @@ __device__ __forceinline__ void bm_pair(u32 w0, u32 w1, float& z0, float& z1) {
 #endif
 
 #if DIST < 6
-/* The E elements of a block of words w, the first being element i0. */
-__device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, RndPack& out) {
+/* The E elements of a block of words w, the first being element i0 (x: dropout's input
+   elements there). */
+__device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, const RndPack& x, RndPack& out) {
 #if DIST == 0 && E == 4
     /* rand's [0, 1): u itself (low + u (high - low) is u exactly, and u < 1 in every dtype). */
     if (p.a == 0.0 && p.b == 1.0) {
@@ -138,15 +180,7 @@ __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, Rn
 #pragma unroll
     for (int j = 0; j < 4; j++) out.v[j] = from_f(__fmaf_rn(z[j], sd, mean));
 #elif DIST == 4
-    /* Dropout: the input's E elements in one load where aligned; f32 math below f64. */
-    const TS* src = (const TS*)p.src;
-    RndPack x;
-    if (p.vec && i0 + E <= p.n) {
-        x = *(const RndPack*)(src + i0);
-    } else {
-#pragma unroll
-        for (int j = 0; j < E; j++) x.v[j] = i0 + j < p.n ? src[i0 + j] : from_i(0);
-    }
+    /* Dropout of the input's E elements x (loaded by the caller); f32 math below f64. */
     const float scale = __double2float_rn(p.b);
 #pragma unroll
     for (int j = 0; j < E; j++) {
@@ -192,27 +226,70 @@ __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, Rn
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
-    cs_enter();
-    u64 seed, base;
-    rnd_stream(p, seed, base);
+/* Philox blocks a thread makes per pass of its grid-stride loop, G apart by the grid's
+   threads (their elements: whole blocks, each written once): dropout loads its G inputs
+   before it computes, so more bytes are in flight per thread (RND_G in random.rs). */
+#if DIST == 4
+#define G 4
+#else
+#define G 1
+#endif
+
+/* Dropout's input elements of the block from i0: one load where aligned. */
+__device__ __forceinline__ void input_of(const RndP& p, i64 i0, RndPack& x) {
+#if DIST == 4
+    const TS* src = (const TS*)p.src;
+    if (p.vec && i0 + E <= p.n) {
+        x = *(const RndPack*)(src + i0);
+    } else {
+#pragma unroll
+        for (int j = 0; j < E; j++) x.v[j] = i0 + j < p.n ? src[i0 + j] : from_i(0);
+    }
+#endif
+}
+
+/* The grid-stride loop over the draw's blocks, from the round keys k (the launch's, or computed
+   from a slot's seed). */
+template <typename K>
+__device__ __forceinline__ void rnd_blocks(const RndP& p, const K& keys, u64 base) {
     TS* dst = (TS*)p.dst;
     const i64 blocks = (p.n + E - 1) / E;
     const i64 step = (i64)gridDim.x * blockDim.x;
-    for (i64 b = (i64)blockIdx.x * blockDim.x + threadIdx.x; b < blocks; b += step) {
-        u32 w[4];
-        philox(seed, base + (u64)b, w);
-        const i64 i0 = b * E;
-        RndPack out;
-        values(p, w, i0, out);
-        if (p.vec && i0 + E <= p.n) {
-            *(RndPack*)(dst + i0) = out;
-        } else {
+    for (i64 b0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; b0 < blocks; b0 += step * G) {
+        RndPack x[G];
 #pragma unroll
-            for (int j = 0; j < E; j++) {
-                if (i0 + j < p.n) dst[i0 + j] = out.v[j];
+        for (int g = 0; g < G; g++) {
+            if (b0 + g * step < blocks) input_of(p, (b0 + g * step) * E, x[g]);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const i64 b = b0 + g * step;
+            if (b >= blocks) break;
+            u32 w[4];
+            philox_with(keys, base + (u64)b, w);
+            const i64 i0 = b * E;
+            RndPack out;
+            values(p, w, i0, x[g], out);
+            if (p.vec && i0 + E <= p.n) {
+                *(RndPack*)(dst + i0) = out;
+            } else {
+#pragma unroll
+                for (int j = 0; j < E; j++) {
+                    if (i0 + j < p.n) dst[i0 + j] = out.v[j];
+                }
             }
         }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) rnd(RndP p) {
+    cs_enter();
+    if (p.slot) {
+        u64 seed, base;
+        rnd_stream(p, seed, base);
+        rnd_blocks(p, philox_keys(seed), base);
+    } else {
+        rnd_blocks(p, p, p.offset);
     }
 }
 
@@ -246,6 +323,10 @@ struct MulP {
     i64 repl;
 };
 
+/* Blocks an SM holds at once (64 registers a thread for float-kept weights: the 416 blocks of
+   32 rows of a GPT-2 vocabulary fit one wave of an H100). */
+#define MUL_MIN_BLOCKS (sizeof(TS) == 8 ? 3 : 4)
+
 struct MulPart {
     double total;
     u32 pos;
@@ -262,27 +343,42 @@ struct MulShared {
     u32 pos, bad;
 };
 
+/* A weight as a thread keeps it: f64 weights as double, the others as float (exact; every sum
+   is in double). */
+template <int N> struct MulKeep { typedef float T; };
+template <> struct MulKeep<8> { typedef double T; };
+typedef MulKeep<sizeof(TS)>::T TW;
+__device__ __forceinline__ TW mul_w(TS x) {
+    if constexpr (sizeof(TS) == 8) {
+        return to_d(x);
+    } else {
+        return to_f(x);
+    }
+}
+
 /* Thread t's 16 weights of the tile from lo (0 past the row; 0 where taken's bit is set). */
-__device__ __forceinline__ void mul_load(const TS* row, i64 cats, i64 lo, const u32* taken, double v[MV]) {
+__device__ __forceinline__ void mul_load(const TS* row, i64 cats, i64 lo, const u32* taken, TW v[MV]) {
     const int t = threadIdx.x;
+    const TS* at = row + lo + 4 * t;
+    const i64 left = cats - lo - 4 * t;
 #pragma unroll
     for (int u = 0; u < MV; u++) {
-        const int o = 1024 * (u >> 2) + 4 * t + (u & 3);
-        v[u] = lo + o < cats ? to_d(row[lo + o]) : 0.0;
+        const int o = 1024 * (u >> 2) + (u & 3);
+        v[u] = o < left ? mul_w(at[o]) : (TW)0;
     }
     if (taken) {
 #pragma unroll
         for (int u = 0; u < MV; u++) {
             const int o = 1024 * (u >> 2) + 4 * t + (u & 3);
-            if ((taken[o >> 5] >> (o & 31)) & 1u) v[u] = 0.0;
+            if ((taken[o >> 5] >> (o & 31)) & 1u) v[u] = (TW)0;
         }
     }
 }
 
-__device__ __forceinline__ double mul_sum(const double v[MV]) {
+__device__ __forceinline__ double mul_sum(const TW v[MV]) {
     double s = 0.0;
 #pragma unroll
-    for (int u = 0; u < MV; u++) s = __dadd_rn(s, v[u]);
+    for (int u = 0; u < MV; u++) s = __dadd_rn(s, (double)v[u]);
     return s;
 }
 
@@ -331,11 +427,13 @@ __device__ __forceinline__ bool mul_chosen(const i64* out, i64 k, i64 c) {
 
 /* Sample k of a row (the last block of the row, every thread): sh->tt holds the tiles' totals
    (the weights not yet chosen), sh->prev the previous pick. */
-__device__ void mul_sample(const MulP& p, const TS* row, i64* out, i64 k, u64 seed, u64 block, MulShared* sh) {
+__device__ void mul_sample(const MulP& p, i64 r, i64 k, MulShared* sh) {
     const int t = threadIdx.x;
+    const TS* row = (const TS*)p.src + r * p.cats;
+    i64* out = (i64*)p.dst + r * p.samples;
     const bool repl = p.repl != 0;
     const bool masked = !repl && k > 0;
-    double v[MV];
+    TW v[MV];
     double tot;
     if (masked) {
         /* Only the previous pick's tile changed. */
@@ -355,8 +453,14 @@ __device__ void mul_sample(const MulP& p, const TS* row, i64* out, i64 k, u64 se
         if (!(total > 0.0 && isfinite(total))) {
             sh->mode = 2;
         } else {
+            u64 seed = p.seed, base = p.offset;
+            if (p.slot) {
+                const u64* sl = (const u64*)p.slot;
+                seed = sl[0];
+                base = sl[1] + p.offset;
+            }
             u32 wv[4];
-            philox(seed, block, wv);
+            philox(seed, base + (u64)((p.row0 + r) * p.samples + k), wv);
             const double x = __dmul_rn(__dmul_rn((double)u53(wv[0], wv[1]), p2n(53)), total);
             double start = 0.0;
             i64 j = 0;
@@ -403,8 +507,8 @@ __device__ void mul_sample(const MulP& p, const TS* row, i64* out, i64 k, u64 se
         i64 mine = -1;
 #pragma unroll
         for (int u = 0; u < MV; u++) {
-            run = __dadd_rn(run, v[u]);
-            if (mine < 0 && v[u] > 0.0 && __dadd_rn(e, run) > x) mine = lo + 1024 * (u >> 2) + 4 * t + (u & 3);
+            run = __dadd_rn(run, (double)v[u]);
+            if (mine < 0 && v[u] > (TW)0 && __dadd_rn(e, run) > x) mine = lo + 1024 * (u >> 2) + 4 * t + (u & 3);
         }
         sh->pick = mine;
     }
@@ -414,7 +518,7 @@ __device__ void mul_sample(const MulP& p, const TS* row, i64* out, i64 k, u64 se
         int mine = -1;
 #pragma unroll
         for (int u = 0; u < MV; u++) {
-            if (v[u] > 0.0) mine = 1024 * (u >> 2) + 4 * t + (u & 3);
+            if (v[u] > (TW)0) mine = 1024 * (u >> 2) + 4 * t + (u & 3);
         }
         if (mine >= 0) atomicMax(&sh->last, mine);
         __syncthreads();
@@ -429,28 +533,27 @@ __device__ void mul_sample(const MulP& p, const TS* row, i64* out, i64 k, u64 se
 }
 
 /* The weights' check of thread t's 16 weights: (positives, bad). */
-__device__ __forceinline__ void mul_check(const double v[MV], u32& pos, u32& bad) {
+__device__ __forceinline__ void mul_check(const TW v[MV], u32& pos, u32& bad) {
     pos = 0;
     bad = 0;
 #pragma unroll
     for (int u = 0; u < MV; u++) {
-        pos += v[u] > 0.0 ? 1u : 0u;
-        bad |= (v[u] >= 0.0 && v[u] <= 1.7976931348623157e308) ? 0u : 1u;
+        pos += v[u] > (TW)0 ? 1u : 0u;
+        bad |= (v[u] >= (TW)0 && !isinf(v[u])) ? 0u : 1u;
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) rnd(MulP p) {
+extern "C" __global__ void __launch_bounds__(256, MUL_MIN_BLOCKS) rnd(MulP p) {
     cs_enter();
     __shared__ MulShared sh;
     const int t = threadIdx.x;
     const i64 r = blockIdx.x / p.tiles, j = blockIdx.x % p.tiles;
     const TS* row = (const TS*)p.src + r * p.cats;
-    i64* out = (i64*)p.dst + r * p.samples;
     if (t == 0) {
         sh.pos = 0;
         sh.bad = 0;
     }
-    double v[MV];
+    TW v[MV];
     mul_load(row, p.cats, j * MT, nullptr, v);
     u32 pos, bad;
     mul_check(v, pos, bad);
@@ -502,15 +605,7 @@ extern "C" __global__ void __launch_bounds__(256) rnd(MulP p) {
         ((i64*)p.status)[r] = st;
     }
     __syncthreads();
-    u64 seed = p.seed, base = p.offset;
-    if (p.slot) {
-        const u64* s = (const u64*)p.slot;
-        seed = s[0];
-        base = s[1] + p.offset;
-    }
-    for (i64 k = 0; k < p.samples; k++) {
-        mul_sample(p, row, out, k, seed, base + (u64)((p.row0 + r) * p.samples + k), &sh);
-    }
+    for (i64 k = 0; k < p.samples; k++) mul_sample(p, r, k, &sh);
 }
 #else
 /* A permutation of 0..n: the indices sorted by (key, index) (kernel/random.rs), by a bitonic

@@ -102,6 +102,29 @@ __device__ __forceinline__ void rnd_stream(const RndP& p, u64& seed, u64& base) 
 /* Box-Muller in f32 (src/kernel/box_muller.rs, operation for operation: each an explicitly
    rounded intrinsic, so nothing is contracted and the host's bits come out). */
 #define BMF(h) __uint_as_float(h##u)
+/* a / b correctly rounded for b in [1.7, 2.5] and |a| < 1: the fast path of the compiler's own
+   div.rn.f32 (its reciprocal, one Newton step, the quotient and one correction), without the
+   range check whose slow path these operands never take. */
+__device__ __forceinline__ float bm_div(float a, float b) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+    const float e = __fmaf_rn(-b, r, 1.0f);
+    const float r1 = __fmaf_rn(r, e, r);
+    const float q = __fmaf_rn(a, r1, 0.0f);
+    const float rem = __fmaf_rn(-b, q, a);
+    return __fmaf_rn(r1, rem, q);
+}
+/* The square root of x in {0, -0} or [2^-24, 64] correctly rounded: the fast path of the
+   compiler's own sqrt.rn.f32 (reciprocal square root, y = x r, one correction); a zero is its
+   own root. */
+__device__ __forceinline__ float bm_sqrt(float x) {
+    float r;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    const float y = __fmul_rn(x, r), h = __fmul_rn(r, 0.5f);
+    const float rem = __fmaf_rn(-y, y, x);
+    const float root = __fmaf_rn(rem, h, y);
+    return x == 0.0f ? x : root;
+}
 __device__ __forceinline__ float bm_ln(float x) {
     const u32 bits = __float_as_uint(x);
     int e = (int)(bits >> 23) - 127;
@@ -114,7 +137,7 @@ __device__ __forceinline__ float bm_ln(float x) {
         m = __uint_as_float(mant | 0x3f800000u);
     }
     const float f = __fsub_rn(m, 1.0f);
-    const float s = __fdiv_rn(f, __fadd_rn(2.0f, f));
+    const float s = bm_div(f, __fadd_rn(2.0f, f));
     const float z = __fmul_rn(s, s);
     const float q = __fmaf_rn(z, __fmaf_rn(z, __fmaf_rn(z, BMF(0x3e638e39), BMF(0x3e924925)), BMF(0x3ecccccd)),
                               BMF(0x3f2aaaab));
@@ -150,7 +173,7 @@ __device__ __forceinline__ void bm_sincos(u32 k, float& so, float& co) {
 /* The pair (rho cos, rho sin) of two words. */
 __device__ __forceinline__ void bm_pair(u32 w0, u32 w1, float& z0, float& z1) {
     const float u1 = __fmaf_rn(__uint2float_rn(w0), BMF(0x2f800000), BMF(0x2f000000));
-    const float rho = __fsqrt_rn(__fmul_rn(-2.0f, bm_ln(u1)));
+    const float rho = bm_sqrt(__fmul_rn(-2.0f, bm_ln(u1)));
     float s, c;
     bm_sincos(w1 >> 8, s, c);
     z0 = __fmul_rn(rho, c);

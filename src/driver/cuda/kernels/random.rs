@@ -44,6 +44,14 @@ fn round_keys(seed: u64) -> ([u32; 10], [u32; 10]) {
     (k0, k1)
 }
 
+/// The words `w` with `w · 2^−32 < p` (bernoulli's and dropout's test, `p` in `[0, 1]`) are those
+/// below this threshold: `w · 2^−32` and `p · 2^32` are exact, and an integer is below a real `t`
+/// exactly when it is below `⌈t⌉` — so the kernel compares integers (`range`), bit for bit the
+/// CPU kernel's `f64` test.
+fn below(p: f64) -> u64 {
+    (p * 4_294_967_296.0).ceil() as u64
+}
+
 /// The module kind and the parameters `a`, `b`, `low`, `range` of a distribution (computed here,
 /// in `f64`, exactly as the CPU kernel computes them).
 fn kind_of(dist: &Distribution) -> (RandKind, f64, f64, i64, u64) {
@@ -51,10 +59,10 @@ fn kind_of(dist: &Distribution) -> (RandKind, f64, f64, i64, u64) {
         Distribution::Uniform { low, high } => (RandKind::Uniform, low, high, 0, 0),
         Distribution::Normal { mean, std } => (RandKind::Normal, mean, std, 0, 0),
         Distribution::Exponential { lambda } => (RandKind::Exponential, lambda, 0.0, 0, 0),
-        Distribution::Bernoulli { p } => (RandKind::Bernoulli, p, 0.0, 0, 0),
+        Distribution::Bernoulli { p } => (RandKind::Bernoulli, p, 0.0, 0, below(p)),
         Distribution::Dropout { p } => {
             let q = 1.0 - p;
-            (RandKind::Dropout, q, if q > 0.0 { 1.0 / q } else { 0.0 }, 0, 0)
+            (RandKind::Dropout, q, if q > 0.0 { 1.0 / q } else { 0.0 }, 0, below(q))
         }
         Distribution::Integers { low, range } => (RandKind::Integers, 0.0, 0.0, low, range),
         Distribution::Multinomial { samples, .. } => (RandKind::Multinomial, 0.0, 0.0, 0, samples as u64),
@@ -225,7 +233,24 @@ pub(in crate::driver::cuda) fn all_random_modules() -> Vec<ModuleKey> {
 
 #[cfg(test)]
 mod tests {
-    use super::all_random_modules;
+    use super::{all_random_modules, below};
+
+    /// The kernel's integer test of bernoulli and dropout is the CPU kernel's `f64` test, for
+    /// the words around the threshold and a spread of others, over probabilities on and off the
+    /// words' grid (0, 1, tiny, subnormal, just below 1).
+    #[test]
+    fn the_integer_threshold_is_the_f64_test() {
+        let probabilities =
+            [0.0, 1.0, 0.5, 0.1, 0.9, 1.0 - f64::EPSILON / 2.0, 1e-300, 5e-324, 3.0 / 4_294_967_296.0, 0.3];
+        for p in probabilities {
+            let t = below(p);
+            let near = (t.saturating_sub(3)..(t + 3).min(1 << 32)).map(|w| w as u32);
+            for w in near.chain((0..=u32::MAX).step_by(1_000_003)).chain([0, u32::MAX]) {
+                let f64_test = f64::from(w) * 2f64.powi(-32) < p;
+                assert_eq!(u64::from(w) < t, f64_test, "p {p}, w {w}");
+            }
+        }
+    }
     use crate::driver::cuda::kernels::nvrtc::{image, nvrtc_present, resource_report, Program};
 
     /// No random kernel spills (for sm_90): the multinomial's batches of loads and the f32

@@ -207,7 +207,7 @@ __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, co
     const float scale = __double2float_rn(p.b);
 #pragma unroll
     for (int j = 0; j < E; j++) {
-        const bool keep = __dmul_rn((double)w[j], p2n(32)) < p.a;
+        const bool keep = (u64)w[j] < p.range; /* w 2^-32 < 1 - p (random.rs: below) */
         if constexpr (sizeof(TS) == 8) {
             out.v[j] = from_d(__dmul_rn(to_d(x.v[j]), keep ? p.b : 0.0));
         } else {
@@ -236,7 +236,7 @@ __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, co
         const double u = __dmul_rn((double)(u53(w[2 * j], w[2 * j + 1]) + 1ull), p2n(53));
         out.v[j] = from_d(__ddiv_rn(__dsub_rn(0.0, log(u)), p.a));
 #elif DIST == 3
-        out.v[j] = from_d(__dmul_rn((double)w[j], p2n(32)) < p.a ? 1.0 : 0.0);
+        out.v[j] = from_d((u64)w[j] < p.range ? 1.0 : 0.0); /* w 2^-32 < p (random.rs: below) */
 #else
 #if E == 4
         const u64 r = (u64)w[j] % p.range;

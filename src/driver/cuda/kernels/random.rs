@@ -106,23 +106,20 @@ pub(in crate::driver::cuda) fn random(c: &Ctx, op: &RandomOp) -> Result<()> {
     if dist == RandKind::Permutation {
         return permutation(c, f, n, &mut p);
     }
-    // Dropout: `RND_G` blocks a pass; the normals of `f32`, `f16`, `bf16` (arithmetic-bound:
-    // the f32 Box–Muller): a few passes of one, so a thread's setup serves several blocks.
+    // Dropout and the normals of `f32`, `f16`, `bf16` (the f32 Box–Muller): a few passes of a
+    // grid-stride loop, so a thread's setup serves several blocks.
     let per_thread = match dist {
-        RandKind::Dropout => RND_G,
-        RandKind::Normal if e == 4 => NORMAL_BLOCKS_PER_THREAD,
+        RandKind::Dropout => BLOCKS_PER_THREAD,
+        RandKind::Normal if e == 4 => BLOCKS_PER_THREAD,
         _ => 1,
     };
     c.run(f, c.grid(f, n.div_ceil(e).div_ceil(per_thread) as u64), &mut p)
 }
 
-/// Philox blocks a thread of a dropout makes per pass (`G` in `cu/random.cu`: its inputs are
-/// loaded first, so more bytes are in flight); the grid is sized for it (any grid is correct).
-const RND_G: usize = 4;
-
-/// Philox blocks a thread of an `f32`, `f16` or `bf16` normal draw makes (a grid-stride loop:
-/// the kernel's setup, about a fifth of a block's instructions, is paid once per thread).
-const NORMAL_BLOCKS_PER_THREAD: usize = 4;
+/// Philox blocks a thread of a dropout or of an `f32`, `f16` or `bf16` normal draw makes (a
+/// grid-stride loop: the kernel's setup, about a fifth of a normal block's instructions, is paid
+/// once per thread; any grid is correct).
+const BLOCKS_PER_THREAD: usize = 4;
 
 /// Parameters of the multinomial `rnd` (`MulP` in `cu/random.cu`).
 #[repr(C)]

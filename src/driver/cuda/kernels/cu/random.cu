@@ -250,13 +250,10 @@ __device__ __forceinline__ void values(const RndP& p, const u32 w[4], i64 i0, co
 }
 
 /* Philox blocks a thread makes per pass of its grid-stride loop, G apart by the grid's
-   threads (their elements: whole blocks, each written once): dropout loads its G inputs
-   before it computes, so more bytes are in flight per thread (RND_G in random.rs). */
-#if DIST == 4
-#define G 4
-#else
+   threads (their elements: whole blocks, each written once), its inputs loaded first. One: on
+   the H100, dropout with four (64 registers, half the threads) ran no faster (1897 GB/s against
+   1932); the host sizes the grid for a few passes instead (random.rs). */
 #define G 1
-#endif
 
 /* Dropout's input elements of the block from i0: one load where aligned. */
 __device__ __forceinline__ void input_of(const RndP& p, i64 i0, RndPack& x) {

@@ -36,21 +36,34 @@ def sampling(torch, s, say, check, device_ms):
     check(bool(((picks >= 0) & (picks < VOCAB)).all()) and picks.shape == (32, 1), "multinomial picks")
     ms = device_ms(torch, s, lambda: torch.multinomial(probs, 1, True, generator=g))
     say("RESULT multinomial_32x50257", f"{ms * 1e3:.6g}", "µs")
+    say("RESULT multinomial_32x50257_graphed", f"{graphed_us(torch, s, lambda: torch.multinomial(probs, 1, True)):.6g}", "µs")
     logits = torch.randn(8, VOCAB, device="cuda") * 3
+    out = {}
+
+    def sampler():
+        out["p"] = logits.softmax(1)
+        out["next"] = torch.multinomial(out["p"], 1, True)
+
+    us = graphed_us(torch, s, sampler)
+    p, nxt = out["p"], out["next"]
+    check(bool(((nxt >= 0) & (nxt < VOCAB)).all()) and bool((p.gather(1, nxt) > 0).all()), "graphed picks")
+    say("RESULT e2e_decode_sample_graphed", f"{us:.6g}", "µs")
+
+
+def graphed_us(torch, s, work):
+    """µs per replay of `work` captured with torch.cuda.graph (warmed up on a side stream first,
+    as torch.cuda.graphs asks), the median of s["runs"] timings of s["decode_steps"] replays."""
     graph = torch.cuda.CUDAGraph()
-    # Warm up on a side stream before capture, as torch.cuda.graphs asks.
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            torch.multinomial(logits.softmax(1), 1, True)
+            work()
     torch.cuda.current_stream().wait_stream(side)
     with torch.cuda.graph(graph):
-        p = logits.softmax(1)
-        nxt = torch.multinomial(p, 1, True)
+        work()
     graph.replay()
     torch.cuda.synchronize()
-    check(bool(((nxt >= 0) & (nxt < VOCAB)).all()) and bool((p.gather(1, nxt) > 0).all()), "graphed picks")
     steps = s["decode_steps"]
     times = []
     for _ in range(s["runs"]):
@@ -62,4 +75,4 @@ def sampling(torch, s, say, check, device_ms):
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / steps)
     times.sort()
-    say("RESULT e2e_decode_sample_graphed", f"{times[len(times) // 2]:.6g}", "µs")
+    return times[len(times) // 2]

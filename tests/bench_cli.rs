@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 54] = [
+const ROWS: [&str; 55] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -45,6 +45,7 @@ const ROWS: [&str; 54] = [
     "rand_bf16_256m",
     "dropout_bf16_8192x8192",
     "multinomial_32x50257",
+    "multinomial_32x50257_graphed",
     "e2e_decode_sample_graphed",
     "jit_swiglu_bf16",
     "jit_swiglu_bf16_eager",

@@ -597,33 +597,60 @@ fn like_forms_random_and_strided_outputs() -> Result<()> {
 }
 
 /// The documented multinomial mapping for one row (sample `k` from block `base + k`; the sums
-/// in the order of a block of 256 threads: `Distribution::Multinomial`'s docs).
+/// in tiles of 4096 categories, each in the order of a block of 256 threads:
+/// `Distribution::Multinomial`'s docs), every tile summed again for each sample.
 fn multinomial_ref(p: &[f64], samples: usize, replacement: bool, seed: u64, base: u64) -> Vec<f64> {
+    const T: usize = 4096;
     let mut chosen: Vec<usize> = Vec::new();
     for k in 0..samples {
-        let w = philox_block(seed, base + k as u64);
-        let weight = |c: usize| if replacement || !chosen.contains(&c) { p[c] } else { 0.0 };
-        let sums: Vec<f64> = (0..256).map(|t| (t..p.len()).step_by(256).fold(0.0, |s, c| s + weight(c))).collect();
-        // Each warp's Kogge–Stone scan, the warps' totals added in turn.
-        let (mut starts, mut b) = (vec![0.0; 256], 0.0);
-        for warp in 0..8 {
-            let mut v = sums[32 * warp..32 * warp + 32].to_vec();
-            for d in [1, 2, 4, 8, 16] {
-                let old = v.clone();
-                (d..32).for_each(|l| v[l] = old[l - d] + old[l]);
+        let weight = |c: usize| if c < p.len() && (replacement || !chosen.contains(&c)) { p[c] } else { 0.0 };
+        let cat = |j: usize, t: usize, u: usize| j * T + 1024 * (u / 4) + 4 * t + u % 4;
+        // Tile j: each thread's sum, its start in the tile, the tile's total.
+        let tile = |j: usize| -> (Vec<f64>, Vec<f64>, f64) {
+            let sums: Vec<f64> = (0..256).map(|t| (0..16).fold(0.0, |s, u| s + weight(cat(j, t, u)))).collect();
+            let (mut starts, mut b) = (vec![0.0; 256], 0.0);
+            for warp in 0..8 {
+                let mut v = sums[32 * warp..32 * warp + 32].to_vec();
+                for d in [1, 2, 4, 8, 16] {
+                    let old = v.clone();
+                    (d..32).for_each(|l| v[l] = old[l - d] + old[l]);
+                }
+                (0..32).for_each(|l| starts[32 * warp + l] = b + if l == 0 { 0.0 } else { v[l - 1] });
+                b += v[31];
             }
-            (0..32).for_each(|l| starts[32 * warp + l] = b + if l == 0 { 0.0 } else { v[l - 1] });
-            b += v[31];
+            (sums, starts, b)
+        };
+        let tiles = p.len().div_ceil(T);
+        let totals: Vec<f64> = (0..tiles).map(|j| tile(j).2).collect();
+        let total = totals.iter().fold(0.0, |s, t| s + t);
+        assert!(total > 0.0 && total.is_finite(), "the reference takes valid rows");
+        let w = philox_block(seed, base + k as u64);
+        let x = u53(w[0], w[1]) as f64 * p2(53) * total;
+        let last_positive = |j: usize| (j * T..(j + 1) * T).rev().find(|&c| weight(c) > 0.0);
+        let (mut start, mut at) = (0.0, None);
+        for (j, t) in totals.iter().enumerate() {
+            if start + t > x {
+                at = Some(j);
+                break;
+            }
+            start += t;
         }
-        let x = u53(w[0], w[1]) as f64 * p2(53) * b;
-        let pick = (0..256).find_map(|t| {
-            let mut run = 0.0;
-            (t..p.len()).step_by(256).find(|&c| {
-                run += weight(c);
-                weight(c) > 0.0 && starts[t] + run > x
-            })
-        });
-        chosen.push(pick.unwrap_or_else(|| (0..p.len()).rev().find(|&c| weight(c) > 0.0).unwrap()));
+        let pick = match at {
+            None => last_positive(totals.iter().rposition(|&t| t > 0.0).unwrap()).unwrap(),
+            Some(j) => {
+                let (sums, starts, _) = tile(j);
+                let hit = (0..256).find(|&t| start + starts[t] + sums[t] > x).and_then(|t| {
+                    let e = start + starts[t];
+                    let mut run = 0.0;
+                    (0..16).map(|u| cat(j, t, u)).find(|&c| {
+                        run += weight(c);
+                        weight(c) > 0.0 && e + run > x
+                    })
+                });
+                hit.or_else(|| last_positive(j)).unwrap()
+            }
+        };
+        chosen.push(pick);
     }
     chosen.into_iter().map(|c| c as f64).collect()
 }
@@ -654,9 +681,9 @@ fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
         sorted.dedup();
         assert_eq!(sorted.len(), 5);
         assert!(s.iter().all(|&c| c != 0.0 && c != 3.0));
-        // Long rows (past the kernel's kept running sums: 20 batches of 4096 categories): one
-        // with all its weight past category 81920, one over every category, with and without
-        // replacement.
+        // Long rows (25 tiles of 4096 categories: a block each, the row's last one samples it):
+        // one with all its weight past category 81920, one over every category, with and
+        // without replacement.
         let cats = 100_000;
         let mut wide: Vec<f32> = (0..2 * cats).map(|i| ((i * 7919 % 1000) as f32 + 0.5) / 1000.0).collect();
         wide[..81_920].iter_mut().for_each(|v| *v = 0.0);
@@ -680,6 +707,49 @@ fn multinomial_follows_the_reference_and_the_probabilities() -> Result<()> {
             let freq = draws.iter().filter(|&&x| x == c as f64).count() as f64 / n as f64;
             assert!((freq - prob).abs() < 5.0 * (prob * (1.0 - prob) / n as f64).sqrt(), "category {c}: {freq}");
         }
+    }
+    Ok(())
+}
+
+/// A captured sampler (`softmax` then `multinomial`, rows of one and of three tiles, with and
+/// without replacement) draws on each replay what eager calls from the same generator state
+/// draw, and the first replay what the reference draws.
+#[test]
+fn multinomial_in_a_graph_samples_on_every_replay() -> Result<()> {
+    let _serial = serial();
+    if !testing::has_devices(1) {
+        return Ok(());
+    }
+    let g = generator(Device::cuda(0), 99)?;
+    let short = Tensor::randn_gen([4, 1000], DType::F32, &g)?.mul(3.0)?;
+    let long = Tensor::randn_gen([3, 10_000], DType::F32, &g)?.mul(3.0)?;
+    let state = g.get_state();
+    let mut graph = CUDAGraph::new();
+    let (ps, pl, a, b) = cuda::graph(&mut graph, GraphOptions::default(), || {
+        let (ps, pl) = (short.softmax(1)?, long.softmax(1)?);
+        let a = ps.multinomial_gen(1, true, &g)?;
+        let b = pl.multinomial_gen(2, false, &g)?;
+        Ok((ps, pl, a, b))
+    })?;
+    assert_eq!(g.get_state(), state, "a capture does not advance the generator");
+    let eager = g.clone_state();
+    for replay in 0..3 {
+        graph.replay()?;
+        let (got_a, got_b) = (read(&a)?, read(&b)?);
+        if replay == 0 {
+            let (p, q, offset) = (read(&ps)?, read(&pl)?, (4 * 1000 + 3 * 10_000) as u64 / 4);
+            for r in 0..4 {
+                let want = multinomial_ref(&p[r * 1000..(r + 1) * 1000], 1, true, 99, offset + r as u64);
+                assert_eq!(got_a[r..r + 1], want[..], "row {r} of the short rows");
+            }
+            for r in 0..3 {
+                let want = multinomial_ref(&q[r * 10_000..(r + 1) * 10_000], 2, false, 99, offset + 4 + 2 * r as u64);
+                assert_eq!(got_b[2 * r..2 * r + 2], want[..], "row {r} of the long rows");
+            }
+        }
+        assert_eq!(got_a, read(&ps.multinomial_gen(1, true, &eager)?)?, "replay {replay}, short rows");
+        assert_eq!(got_b, read(&pl.multinomial_gen(2, false, &eager)?)?, "replay {replay}, long rows");
+        assert_eq!(g.get_state(), eager.get_state(), "the state after {} replays", replay + 1);
     }
     Ok(())
 }
@@ -734,6 +804,29 @@ fn bad_multinomial_weights_are_typed_errors() -> Result<()> {
         assert!(msg(bad(&[1.0; 8], &[2, 2, 2], 1, true)?).contains("1 or 2 dim"));
         let ints = Tensor::from_slice(&[1i64, 2], [2], device)?;
         assert!(matches!(ints.multinomial(1, true), Err(Error::UnsupportedDType { .. })));
+        // Rows of several tiles (4096 categories each): the bad weight, the zero row or the
+        // missing categories in a later tile of a later row; a zero row before a bad weight
+        // still reports the bad weight (PyTorch checks every element first).
+        let (rows, cats) = (3, 10_000);
+        let many = |at: &[(usize, f32)], zero_row: Option<usize>| -> Vec<f32> {
+            let mut w: Vec<f32> = (0..rows * cats).map(|i| ((i * 37 % 101) as f32 + 1.0) / 101.0).collect();
+            if let Some(r) = zero_row {
+                w[r * cats..(r + 1) * cats].iter_mut().for_each(|v| *v = 0.0);
+            }
+            at.iter().for_each(|&(i, v)| w[i] = v);
+            w
+        };
+        let shape = [rows, cats];
+        assert!(msg(bad(&many(&[(2 * cats + 9000, f32::NAN)], None), &shape, 1, true)?).contains("`nan`"));
+        assert!(msg(bad(&many(&[(cats + 8200, -1.0)], Some(0)), &shape, 1, true)?).contains("element < 0"));
+        assert!(msg(bad(&many(&[], Some(2)), &shape, 1, true)?).contains("sum of probabilities <= 0"));
+        let mut sparse = vec![0.0f32; rows * cats];
+        (0..rows).for_each(|r| sparse[r * cats + 5000 + r] = 1.0);
+        sparse[9999] = 2.0;
+        assert!(msg(bad(&sparse, &shape, 2, false)?).contains("not enough"));
+        assert_eq!(read(&Tensor::from_slice(&sparse[..cats], [cats], device)?.multinomial(2, false)?)?.len(), 2);
+        let huge = Tensor::ones([1], DType::F32, device)?.expand([(1 << 24) + 1])?;
+        assert!(msg(huge.multinomial(1, true).unwrap_err()).contains("cannot exceed 2^24"));
         // Usable afterwards.
         let ok = Tensor::from_slice(&[0.0f32, 1.0], [2], device)?.multinomial(4, true)?;
         assert_eq!(read(&ok)?, vec![1.0; 4]);

@@ -2,8 +2,9 @@
 //! correctly rounded `f32` operations (`+`, `−`, `×`, `÷`, `√`, fused multiply-add) as the CUDA
 //! kernel's `bm_*` functions (`driver/cuda/kernels/cu/random.cu`), so the simulated machine and
 //! a GPU give the same bits: every step is an IEEE operation with one rounding (`f32::mul_add`
-//! here, `__fmaf_rn` there; nothing left for a compiler to contract), and the integer steps are
-//! integer math.
+//! here, `__fmaf_rn` there; nothing left for a compiler to contract; the kernel's division and
+//! square root are the fast paths of CUDA's correctly rounded ones, which the operands here never
+//! leave), and the integer steps are integer math.
 //!
 //! * `u1 = w0 · 2^−32 + 2^−33` (the word rounded to `f32`, then one fused multiply-add: `(0, 1]`,
 //!   as cuRAND's uniform), and `ln u1` from `u1 = m · 2^e` with `m ∈ [√½, √2)`: `f = m − 1`

@@ -124,19 +124,27 @@ pub enum Distribution {
         p: f64,
     },
     /// `torch.multinomial`: for each row of the input `src` (`[rows, categories]`, floating
-    /// point, non-negative weights), `samples` category indices into `dst` (`[rows, samples]`,
-    /// `I64`). Sample `k` of row `r` takes block `offset + r · samples + k`. The weights (in
-    /// `f64`; the ones already chosen count as 0 without replacement) are summed in the order of
-    /// a block of 256 threads: thread `t` sums categories `t, t + 256, …` in turn (`sₜ`), a warp
-    /// of 32 scans its `sₜ` (Kogge–Stone: for `d = 1, 2, 4, 8, 16`, lane `l ≥ d` adds lane
-    /// `l − d`'s value before its own), the warps' totals are added in warp order from 0 (the
-    /// start `B_w` of warp `w`; the last is the row's `total`), and thread `t` starts at
-    /// `eₜ = B_w + (the scan of lane l − 1, or 0)`. With `x = u53(w0, w1) · 2^−53 · total`, the
-    /// pick is, for the lowest thread that has one, its first category `c` of positive weight
-    /// whose running sum `eₜ + (its sum through c)` exceeds `x`; else the last category with
-    /// weight; the first not yet chosen (0 with replacement) for a row whose total is not
-    /// positive and finite. (Any fixed order samples the weights exactly; this one is the
-    /// CUDA kernel's block per row, bit for bit.)
+    /// point, non-negative weights), `samples` category indices and the row's check, into `dst`
+    /// (`I64`, one-dimensional: the picks `[rows, samples]` row-major, then a status word per
+    /// row, [`multinomial_status`]). Sample `k` of row `r` takes block `offset + r · samples + k`.
+    ///
+    /// The weights (in `f64`; the ones already chosen count as 0 without replacement) are summed
+    /// in tiles of [`MULTINOMIAL_TILE`] categories (tile `j`: categories from `4096 j`), each in
+    /// the order of a block of 256 threads: thread `t` sums, from `0.0` in turn, categories
+    /// `1024 i + 4 t + q` of the tile for `i = 0..4`, `q = 0..4` (past the row: 0), giving `sₜ`; a
+    /// warp of 32 scans its `sₜ` (Kogge–Stone: for `d = 1, 2, 4, 8, 16`, lane `l ≥ d` adds lane
+    /// `l − d`'s value before its own); the warps' totals are added in warp order from `0.0` (the
+    /// start `B_w` of warp `w`; all eight: the tile's `τⱼ`); thread `t` starts at
+    /// `B_w + (the scan of lane l − 1, or 0)`. The tiles' totals are added in tile order from
+    /// `0.0` (`P₀ = 0`, `Pⱼ₊₁ = Pⱼ + τⱼ`; the row's `total` is the last). With
+    /// `x = u53(w0, w1) · 2^−53 · total`, the pick lies in the first tile `j` with `Pⱼ₊₁ > x`:
+    /// thread `t` of it starts at `eₜ = Pⱼ + (its start in the tile)`, and the pick is, for the
+    /// lowest thread with `eₜ + sₜ > x`, its first category `c` of positive weight whose running
+    /// sum `eₜ + (its sum through c)` exceeds `x`; failing that (rounding), the tile's last
+    /// category of positive weight. With no such tile, the last category of positive weight of
+    /// the last tile with `τⱼ > 0`; for a row whose total is not positive and finite, the first
+    /// category not yet chosen (0 with replacement). (Any fixed order samples the weights
+    /// exactly; this one lets the CUDA kernel split a row over a block per tile, bit for bit.)
     Multinomial {
         /// Samples per row.
         samples: usize,
@@ -183,10 +191,31 @@ impl Distribution {
         }
     }
 
-    /// Philox blocks a draw of `n` elements of `dtype` takes (the generator's offset advance).
+    /// Philox blocks a draw of `n` elements of `dtype` takes (the generator's offset advance):
+    /// for a multinomial, `n` is its output's length (a sample each of `rows · samples`, then
+    /// `rows` status words, which take none).
     pub fn blocks(&self, n: usize, dtype: DType) -> u64 {
+        if let Distribution::Multinomial { samples, .. } = self {
+            return (n / samples.saturating_add(1) * samples) as u64;
+        }
         n.div_ceil(self.per_block(dtype)) as u64
     }
+}
+
+/// Categories per tile of a multinomial row's sums ([`Distribution::Multinomial`]).
+pub const MULTINOMIAL_TILE: usize = 4096;
+
+/// The bits of a multinomial row's status word (after the picks in the output): the row holds
+/// a weight that is negative, NaN or infinite (bit 0), no positive weight (bit 1), fewer
+/// positive weights than the samples asked for without replacement (bit 2). The checks are
+/// PyTorch's, on every element of the row.
+pub mod multinomial_status {
+    /// A negative, NaN or infinite weight.
+    pub const BAD: i64 = 1;
+    /// No positive weight (the row sums to 0).
+    pub const ZERO_SUM: i64 = 2;
+    /// Without replacement: fewer positive weights than samples.
+    pub const TOO_FEW: i64 = 4;
 }
 
 /// The random bits of a uniform draw of `dtype`: its significand bits (53 for `f64`).
@@ -291,8 +320,12 @@ impl RandomOp {
             && src.is_contiguous()
             && src.dtype.is_float()
             && src.shape[1] > 0
+            && src.shape[1] <= 1 << 24
             && self.dst.dtype == DType::I64
-            && self.dst.shape[..] == [src.shape[0], samples]
+            && samples
+                .checked_add(1)
+                .and_then(|s| s.checked_mul(src.shape[0]))
+                .is_some_and(|n| self.dst.shape[..] == [n])
             && samples > 0
             && (replacement || samples <= src.shape[1]);
         if !ok {

@@ -215,15 +215,19 @@ impl Generator {
     }
 
     /// A graph's slot for this generator (two `i64` on the capturing stream `s` of device `d`),
-    /// what keeps it alive, and the replay's prologue that fills it.
+    /// what keeps it alive, and the replay's prologue that fills it: the offset on every replay,
+    /// the seed when it differs from the one the slot holds (a kernel launch less per replay).
     fn make_slot(&self, d: usize, s: &Stream) -> Result<(DevicePtr, crate::runtime::KeepAlive, RngReplay)> {
         let slot = Tensor::empty_on(&[2], DType::I64, d, s)?;
         let ptr = slot.storage.ptr();
         let keep = crate::runtime::Operand::keep_alive(&slot);
         let gen = self.clone();
+        let held: Mutex<Option<u64>> = Mutex::new(None);
         let replay: RngReplay = Arc::new(move |stream: &Stream, blocks: u64| {
             let st = gen.advance(blocks);
-            for (k, value) in [(0, st.seed), (1, st.offset)] {
+            let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            let first = if *held == Some(st.seed) { 1 } else { 0 };
+            for (k, value) in [(0, st.seed), (1, st.offset)].into_iter().skip(first) {
                 let dst = BufferView {
                     ptr,
                     dtype: DType::I64,
@@ -233,6 +237,7 @@ impl Generator {
                 };
                 stream.launch(&KernelOp::Fill { dst, value: Scalar::Int(value as i64) }, &[&slot])?;
             }
+            *held = Some(st.seed);
             Ok(())
         });
         Ok((ptr, keep, replay))

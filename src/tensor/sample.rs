@@ -2,9 +2,11 @@
 //! `torch.randperm`, as [`KernelOp::Random`](crate::kernel::KernelOp::Random) ops on the
 //! tensor's device, from its default generator or a given one (the `_gen` forms). The weights
 //! are checked as PyTorch checks them (non-negative, finite, a positive sum per row, enough
-//! categories without replacement) by reductions on their device whose few results the host
-//! waits for (as PyTorch's `.item()` check does); inside a CUDA-graph
-//! capture, where the host may not wait, the kernel's documented fallbacks stand instead.
+//! categories without replacement) by the sampling kernel itself, which writes a status word
+//! per row after its picks; the host reads those words (one read, which waits for the kernel,
+//! as PyTorch's `.item()` check does) and returns PyTorch's error (the draw's Philox blocks are
+//! spent). Inside a CUDA-graph capture, where the host may not wait, the kernel's documented
+//! fallbacks stand instead.
 
 use super::exec::Place;
 use super::generator::Generator;
@@ -12,42 +14,31 @@ use super::Tensor;
 use crate::device::IntoDevice;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::kernel::random::multinomial_status;
 use crate::kernel::Distribution;
 
 fn invalid(op: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidArgument { op, reason: reason.into() }
 }
 
-/// Checks the weights' values (`[rows, cats]`) as PyTorch does, by reductions on their device
-/// whose three or four scalar results the host reads (not the weights themselves, which would
-/// copy them all to the host on each call; the first read waits, the rest are ready): the
-/// smallest weight (NaN propagates), the largest, the smallest of the rows' largest (a row of
-/// finite non-negative weights sums to more than 0 exactly when its largest is), and without
-/// replacement the fewest positive weights of a row.
-fn check_weights(w: &Tensor, samples: usize, replacement: bool) -> Result<()> {
-    let f64_of = |t: Tensor| t.to_dtype(DType::F64);
-    let least = f64_of(w.amin(&[], false)?)?;
-    let most = f64_of(w.amax(&[], false)?)?;
-    let row_most = f64_of(w.amax(&[1], false)?.amin(&[], false)?)?;
-    let positives = if replacement {
-        None
-    } else {
-        Some(f64_of(w.gt(0.0)?.to_dtype(DType::I64)?.sum(&[1], false)?.amin(&[], false)?)?)
-    };
-    let (least, most, row_most) = (least.item::<f64>()?, most.item::<f64>()?, row_most.item::<f64>()?);
-    if !(least >= 0.0 && most.is_finite()) {
+/// Checks the weights' values as PyTorch does from the row's status words the sampling kernel
+/// wrote after its picks ([`multinomial_status`]; one read of `rows` numbers, which waits for the
+/// kernel, as PyTorch's `.item()` check waits): a negative, NaN or infinite weight anywhere,
+/// then a row without positive weight, then (without replacement) a row with fewer positive
+/// weights than samples.
+fn check_weights(status: &Tensor) -> Result<()> {
+    let any = status.to_vec::<i64>()?.into_iter().fold(0, |a, s| a | s);
+    if any & multinomial_status::BAD != 0 {
         return Err(invalid("multinomial", "probability tensor contains either `inf`, `nan` or element < 0"));
     }
-    if row_most <= 0.0 {
+    if any & multinomial_status::ZERO_SUM != 0 {
         return Err(invalid("multinomial", "invalid multinomial distribution (sum of probabilities <= 0)"));
     }
-    if let Some(positives) = positives {
-        if positives.item::<f64>()? < samples as f64 {
-            return Err(invalid(
-                "multinomial",
-                "invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)",
-            ));
-        }
+    if any & multinomial_status::TOO_FEW != 0 {
+        return Err(invalid(
+            "multinomial",
+            "invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)",
+        ));
     }
     Ok(())
 }
@@ -87,17 +78,23 @@ impl Tensor {
                 format!("cannot sample n_sample > prob_dist.size(-1) samples without replacement ({samples} > {cats})"),
             ));
         }
+        if cats > 1 << 24 {
+            return Err(invalid(op, "number of categories cannot exceed 2^24"));
+        }
         let w = self.contiguous()?.reshape([rows, cats])?;
+        // The picks, then a status word per row (the weights' check, made by the same kernel).
+        let picked = rows * samples;
+        let flat = Tensor::empty_at(&[picked + rows], DType::I64, self.place())?;
+        flat.draw_(op, Distribution::Multinomial { samples, replacement }, gen, Some(&w))?;
         let capturing = matches!(self.place(), Place::Cuda(_)) && crate::runtime::is_current_stream_capturing()?;
         if !capturing {
-            check_weights(&w, samples, replacement)?;
+            check_weights(&flat.narrow(0, picked, rows)?)?;
         }
-        let out = Tensor::empty_at(&[rows, samples], DType::I64, self.place())?;
-        out.draw_(op, Distribution::Multinomial { samples, replacement }, gen, Some(&w))?;
+        let out = flat.narrow(0, 0, picked)?;
         if self.dim() == 1 {
             return out.reshape([samples]);
         }
-        Ok(out)
+        out.reshape([rows, samples])
     }
 
     /// A random permutation of `0..n` (`torch.randperm(n, dtype=…)`), any dtype that holds

@@ -60,6 +60,7 @@ pub const ROWS: &[RowSpec] = &[
     row("rand_bf16_256m", "random", "GB/s", false, 1.0),
     row("dropout_bf16_8192x8192", "random", "GB/s", false, 1.0),
     row("multinomial_32x50257", "random", "µs", true, 3.0),
+    row("multinomial_32x50257_graphed", "random", "µs", true, 0.0),
     row("e2e_decode_sample_graphed", "random", "µs", true, 1.1),
     row("jit_swiglu_bf16", "jit_swiglu", "µs", true, 1.0),
     row("jit_swiglu_bf16_eager", "jit_swiglu", "µs", true, 1.6),

@@ -1,6 +1,7 @@
 //! The sampling figures (step `random`): `multinomial_32x50257` (µs per
 //! `multinomial(probs, 1, replacement=true)` of `f32` probabilities `[32, 50257]`, as
-//! `torch.multinomial`) and `e2e_decode_sample_graphed` (µs per replay of a captured decode
+//! `torch.multinomial`; `multinomial_32x50257_graphed`: the same draw captured alone, µs per replay)
+//! and `e2e_decode_sample_graphed` (µs per replay of a captured decode
 //! sampler: logits `[8, 50257]` → `softmax(1)` → `multinomial(1)`, as `torch.cuda.graphs`). Each
 //! first checks the device's picks against the host driver's (`Device::Cpu`) from the same
 //! generator state and the same probabilities: the same integers.
@@ -28,6 +29,13 @@ pub fn rows(s: &Sizes) -> StepResult {
     let picks = probs.multinomial_gen(1, true, &g)?.to_vec::<i64>()?;
     check(picks == host_picks(&probs, &state)?, || "multinomial's picks differ from the host driver's".into())?;
     let sample = event_ms(s.warmup, s.runs, s.reps, || probs.multinomial_gen(1, true, &g).map(drop))? * 1e3;
+    // The same draw captured alone: the kernel, without the host's check and wait.
+    let mut alone = CUDAGraph::new();
+    let picked = cuda::graph(&mut alone, GraphOptions::default(), || probs.multinomial(1, true))?;
+    let state = cuda::get_rng_state(0)?;
+    alone.replay()?;
+    check(picked.to_vec::<i64>()? == host_picks(&probs, &state)?, || "the captured multinomial's picks differ".into())?;
+    let sample_graphed = event_ms(0, s.runs, s.decode_steps, || alone.replay())? * 1e3;
 
     let logits = Tensor::randn_gen([8, VOCAB], DType::F32, &g)?.mul(3.0)?;
     let mut graph = CUDAGraph::new();
@@ -45,5 +53,9 @@ pub fn rows(s: &Sizes) -> StepResult {
     check_replay("before timing")?;
     let replay_us = event_ms(0, s.runs, s.decode_steps, || graph.replay())? * 1e3;
     check_replay("after timing")?;
-    Ok(vec![("multinomial_32x50257", sample), ("e2e_decode_sample_graphed", replay_us)])
+    Ok(vec![
+        ("multinomial_32x50257", sample),
+        ("multinomial_32x50257_graphed", sample_graphed),
+        ("e2e_decode_sample_graphed", replay_us),
+    ])
 }

@@ -6,7 +6,9 @@
 use super::elem::{encode, gather, round_via};
 use crate::dtype::DType;
 use crate::kernel::box_muller::box_muller_f32;
-use crate::kernel::random::{philox_block, u53, uniform_bits, Distribution, PhiloxSource, RandomOp};
+use crate::kernel::random::{
+    multinomial_status, philox_block, u53, uniform_bits, Distribution, PhiloxSource, RandomOp, MULTINOMIAL_TILE,
+};
 use crate::kernel::BufferView;
 use rayon::prelude::*;
 
@@ -117,18 +119,41 @@ fn blocks_of<T>(
     out
 }
 
-/// Threads of the CUDA kernel's block per multinomial row, and of its warps.
+/// Threads of the CUDA kernel's block per multinomial tile, of its warps, and the categories
+/// of a thread (groups of four consecutive ones, a group every 1,024).
 const ROW_THREADS: usize = 256;
 const LANES: usize = 32;
+const PER_THREAD: usize = MULTINOMIAL_TILE / ROW_THREADS;
 
-/// The threads' exclusive starts and the row's total from their partial sums, in the kernel's
-/// order: a Kogge–Stone inclusive scan in each warp, warp totals summed in warp order. (Warps
-/// past the row's categories add zeros, which change no sum: `partial` may stop at the last warp
-/// with categories.)
-fn row_scan(partial: &[f64]) -> (Vec<f64>, f64) {
-    let mut excl = vec![0.0f64; partial.len()];
+/// Category `u` (of [`PER_THREAD`]) of thread `t` of a tile, from the tile's start.
+fn owned(t: usize, u: usize) -> usize {
+    1024 * (u / 4) + 4 * t + u % 4
+}
+
+/// A tile's sums in the kernel's order: each thread's `sₜ`, its start in the tile
+/// (`B_w + the scan of lane l − 1`) and the tile's total. (`Distribution::Multinomial`'s docs.)
+struct TileSums {
+    sums: Vec<f64>,
+    starts: Vec<f64>,
+    total: f64,
+}
+
+/// `len`: the categories of the row past the tile's start; the threads whose categories all
+/// lie past the row sum to `+0` and start at the total of the warps before them (adding `+0`
+/// changes no sum), so only the warps with categories are scanned.
+fn tile_sums(weight: &impl Fn(usize) -> f64, lo: usize, len: usize) -> TileSums {
+    let active = if len >= 1024 { ROW_THREADS } else { len.div_ceil(4) };
+    let mut sums = vec![0.0f64; ROW_THREADS];
+    for (t, s) in sums.iter_mut().enumerate().take(active) {
+        *s = (0..PER_THREAD).map(|u| owned(t, u)).take_while(|&o| o < len).fold(0.0, |s, o| s + weight(lo + o));
+    }
+    let mut starts = vec![0.0f64; ROW_THREADS];
     let mut base = 0.0f64;
-    for (warp, lanes) in partial.chunks_exact(LANES).enumerate() {
+    for (warp, lanes) in sums.chunks_exact(LANES).enumerate() {
+        if warp * LANES >= active {
+            starts[warp * LANES..].iter_mut().for_each(|s| *s = base);
+            break;
+        }
         let mut v = [0.0f64; LANES];
         v.copy_from_slice(lanes);
         for d in [1, 2, 4, 8, 16] {
@@ -138,44 +163,98 @@ fn row_scan(partial: &[f64]) -> (Vec<f64>, f64) {
             }
         }
         for l in 0..LANES {
-            excl[warp * LANES + l] = base + if l == 0 { 0.0 } else { v[l - 1] };
+            starts[warp * LANES + l] = base + if l == 0 { 0.0 } else { v[l - 1] };
         }
         base += v[LANES - 1];
     }
-    (excl, base)
+    TileSums { sums, starts, total: base }
+}
+
+/// The last category of positive weight of the tile at `lo` (`None`: there is none).
+fn last_positive(weight: &impl Fn(usize) -> f64, lo: usize, len: usize) -> Option<usize> {
+    (lo..lo + len.min(MULTINOMIAL_TILE)).rev().find(|&c| weight(c) > 0.0)
+}
+
+/// The pick of `x` in the tile at `lo` (`len` categories of the row from there) whose sums start
+/// at `p` (`Distribution::Multinomial`'s docs): the lowest thread whose end exceeds `x`, its
+/// first category of positive weight whose running sum does; else the tile's last category of
+/// positive weight.
+fn pick_in_tile(weight: &impl Fn(usize) -> f64, lo: usize, len: usize, p: f64, x: f64) -> usize {
+    let ts = tile_sums(weight, lo, len);
+    let hit = (0..ROW_THREADS).find(|&t| p + ts.starts[t] + ts.sums[t] > x).and_then(|t| {
+        let e = p + ts.starts[t];
+        let mut run = 0.0f64;
+        (0..PER_THREAD).map(|u| owned(t, u)).take_while(|&o| o < len).map(|o| lo + o).find(|&c| {
+            run += weight(c);
+            weight(c) > 0.0 && e + run > x
+        })
+    });
+    hit.or_else(|| last_positive(weight, lo, len)).unwrap_or(0)
+}
+
+/// The status word of a row ([`multinomial_status`]).
+pub(crate) fn multinomial_check(p: &[f64], samples: usize, replacement: bool) -> i64 {
+    let mut status = 0;
+    if p.iter().any(|&w| !(w >= 0.0 && w.is_finite())) {
+        status |= multinomial_status::BAD;
+    }
+    let positive = p.iter().filter(|&&w| w > 0.0).count();
+    if positive == 0 {
+        status |= multinomial_status::ZERO_SUM;
+    }
+    if !replacement && positive < samples {
+        status |= multinomial_status::TOO_FEW;
+    }
+    status
 }
 
 /// One row's samples of [`Distribution::Multinomial`] (`block(k)`: sample `k`'s words), in the
-/// order of `kernel/random.rs`'s docs (thread `t` of 256 owns categories `t, t + 256, …`).
+/// order of `kernel/random.rs`'s docs (tiles of 4,096 categories, each a block of 256 threads).
 pub(crate) fn multinomial_row(
     p: &[f64],
     samples: usize,
     replacement: bool,
     block: impl Fn(usize) -> [u32; 4],
 ) -> Vec<i64> {
+    const T: usize = MULTINOMIAL_TILE;
+    let n = p.len();
     let mut chosen: Vec<usize> = Vec::with_capacity(samples);
+    let mut taken = vec![false; if replacement { 0 } else { n }];
+    let mut totals: Vec<f64> = Vec::new();
     for k in 0..samples {
-        let weight = |c: usize| if !replacement && chosen.contains(&c) { 0.0 } else { p[c] };
-        let owned = |t: usize| (t..p.len()).step_by(ROW_THREADS);
-        let mut partial = vec![0.0f64; p.len().min(ROW_THREADS).div_ceil(LANES) * LANES];
-        for (t, s) in partial.iter_mut().enumerate() {
-            *s = owned(t).fold(0.0, |s, c| s + weight(c));
+        let weight = |c: usize| if !replacement && taken[c] { 0.0 } else { p[c] };
+        match chosen.last() {
+            // Without replacement only the tile of the last pick changes.
+            Some(&c) if !replacement => totals[c / T] = tile_sums(&weight, c / T * T, n - c / T * T).total,
+            Some(_) => {}
+            None => totals = (0..n.div_ceil(T)).map(|j| tile_sums(&weight, j * T, n - j * T).total).collect(),
         }
-        let (excl, total) = row_scan(&partial);
+        let total = totals.iter().fold(0.0f64, |s, &t| s + t);
         let pick = if !(total > 0.0 && total.is_finite()) {
-            (0..p.len()).find(|c| replacement || !chosen.contains(c)).unwrap_or(0)
+            (0..n).find(|&c| replacement || !taken[c]).unwrap_or(0)
         } else {
             let w = block(k);
-            let t = u53(w[0], w[1]) as f64 * pow2_neg(53) * total;
-            let hit = (0..partial.len()).filter(|&th| excl[th] + partial[th] > t).find_map(|th| {
-                let mut run = 0.0f64;
-                owned(th).find(|&c| {
-                    run += weight(c);
-                    weight(c) > 0.0 && excl[th] + run > t
-                })
-            });
-            hit.unwrap_or_else(|| (0..p.len()).rev().find(|&c| weight(c) > 0.0).unwrap_or(0))
+            let x = u53(w[0], w[1]) as f64 * pow2_neg(53) * total;
+            let mut start = 0.0f64;
+            let mut found = None;
+            for (j, &t) in totals.iter().enumerate() {
+                if start + t > x {
+                    found = Some((j, start));
+                    break;
+                }
+                start += t;
+            }
+            match found {
+                Some((j, start)) => pick_in_tile(&weight, j * T, n - j * T, start, x),
+                None => {
+                    let last = totals.iter().rposition(|&t| t > 0.0).unwrap_or(0);
+                    last_positive(&weight, last * T, n - last * T).unwrap_or(0)
+                }
+            }
         };
+        if !replacement {
+            taken[pick] = true;
+        }
         chosen.push(pick);
     }
     chosen.into_iter().map(|c| c as i64).collect()
@@ -212,7 +291,9 @@ fn sequential(op: &RandomOp, seed: u64, first: u64, src: Option<(&[u8], &BufferV
                     multinomial_row(row, samples, replacement, |k| philox_block(seed, base.wrapping_add(k as u64)))
                 })
                 .collect();
-            rows.concat()
+            let status = p.par_chunks(cats).map(|row| multinomial_check(row, samples, replacement));
+            let status: Vec<i64> = status.collect();
+            rows.concat().into_iter().chain(status).collect()
         }
         _ => permutation(op.dst.numel(), seed, first),
     };

@@ -489,10 +489,42 @@ fn draws_inside_a_graph_advance_on_every_replay() -> Result<()> {
     })?;
     assert!(inside.slot.is_some() && inside.offset == 1, "after the captured draw's one block: {inside:?}");
     drop(t);
-    // Resetting the graphs gives their slots back; draws go on as before.
+    // Resetting the graphs leaves the generator drawing as before.
     graph.reset()?;
     graph2.reset()?;
     assert_eq!(read(&Tensor::rand_gen([4], DType::F32, &g)?)?.len(), 4);
+    Ok(())
+}
+
+/// A captured draw's generator slot is written by each replay's prologue before the graph runs,
+/// so it must not be memory that an earlier captured op used and freed (the graph's pool hands
+/// such a block on): that op would overwrite the seed on every replay, and every replay would
+/// draw the same wrong numbers.
+#[test]
+fn a_draw_captured_after_a_freed_temporary_draws_what_eager_draws() -> Result<()> {
+    let _serial = serial();
+    if !testing::has_devices(1) {
+        return Ok(());
+    }
+    let x = Tensor::rand_gen([4, 8], DType::F32, &generator(Device::cuda(0), 5)?)?;
+    let g = generator(Device::cuda(0), 4242)?;
+    let mut graph = CUDAGraph::new();
+    let (y, a) = cuda::graph(&mut graph, GraphOptions::default(), || {
+        let a = Tensor::empty([64], DType::F32, "cuda:0")?;
+        // The product is a temporary of the graph's pool, freed inside the capture before the
+        // draw asks for its slot.
+        let y = x.mul(3.0)?.softmax(1)?;
+        a.uniform_gen_(0.0, 1.0, &g)?;
+        Ok((y, a))
+    })?;
+    let eager = generator(Device::cuda(0), 4242)?;
+    for replay in 0..3 {
+        graph.replay()?;
+        let want = Tensor::empty([64], DType::F32, "cuda:0")?;
+        want.uniform_gen_(0.0, 1.0, &eager)?;
+        assert_eq!(read(&a)?, read(&want)?, "replay {replay}");
+    }
+    assert_eq!(read(&y)?, read(&x.mul(3.0)?.softmax(1)?)?, "the graph's other work is intact");
     Ok(())
 }
 

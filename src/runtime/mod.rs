@@ -20,6 +20,7 @@ pub mod nvtx;
 mod pool;
 pub mod profiler;
 mod registry;
+mod rng_slots;
 pub mod sanitizer;
 mod stream;
 mod stream_handle;
@@ -30,6 +31,7 @@ mod work;
 pub(crate) use capture::active as capture_underway;
 pub(crate) use capture::KeepAlive;
 pub(crate) use capture::RngReplay;
+pub(crate) use rng_slots::rng_slot;
 
 /// The capture `stream` belongs to, if any (the tensor layer's random draws register their
 /// generator with it: [`rng_draw`]).

@@ -9,7 +9,7 @@
 //!
 //! A draw queued on a stream that is capturing a CUDA graph leaves the generator alone: its
 //! kernel reads the seed and a base offset from a 16-byte slot in device memory (one per
-//! generator and graph, from the graph's pool) plus the blocks the graph's earlier draws took.
+//! generator and graph, outside every pool: `runtime/rng_slots.rs`) plus the blocks the graph's earlier draws took.
 //! Each replay first writes the generator's seed and offset into the slot and advances the
 //! generator by the blocks the graph takes (PyTorch's `capture_prologue` / `replay_prologue`):
 //! two replays differ, and seeding, capturing and replaying `k` times gives the numbers of `k`
@@ -198,7 +198,7 @@ impl Generator {
     /// seed and first block, or, on a capturing stream, the graph's slot and the blocks before.
     pub(crate) fn reserve(&self, blocks: u64, stream: Option<&Stream>) -> Result<PhiloxSource> {
         if let (Some(s), Place::Cuda(d)) = (stream, self.place()) {
-            let make = || self.make_slot(d, s);
+            let make = || self.make_slot(d);
             if let Some((ptr, offset)) = rng_draw(s, self.inner.id, blocks, make)? {
                 let slot = BufferView {
                     ptr,
@@ -214,13 +214,13 @@ impl Generator {
         Ok(PhiloxSource::Value { seed: s.seed, offset: s.offset })
     }
 
-    /// A graph's slot for this generator (two `i64` on the capturing stream `s` of device `d`),
-    /// what keeps it alive, and the replay's prologue that fills it: the offset on every replay,
-    /// the seed when it differs from the one the slot holds (a kernel launch less per replay).
-    fn make_slot(&self, d: usize, s: &Stream) -> Result<(DevicePtr, crate::runtime::KeepAlive, RngReplay)> {
-        let slot = Tensor::empty_on(&[2], DType::I64, d, s)?;
-        let ptr = slot.storage.ptr();
-        let keep = crate::runtime::Operand::keep_alive(&slot);
+    /// A graph's slot for this generator (two `i64` of device `d`, from memory nothing else
+    /// uses: `runtime/rng_slots.rs` says why not the graph's pool), what keeps it alive, and the
+    /// replay's prologue that fills it: the offset on every replay, the seed when it differs
+    /// from the one the slot holds (a kernel launch less per replay).
+    fn make_slot(&self, d: usize) -> Result<(DevicePtr, crate::runtime::KeepAlive, RngReplay)> {
+        let ptr = crate::runtime::rng_slot(d)?;
+        let keep: crate::runtime::KeepAlive = Arc::new(());
         let gen = self.clone();
         let held: Mutex<Option<u64>> = Mutex::new(None);
         let replay: RngReplay = Arc::new(move |stream: &Stream, blocks: u64| {
@@ -235,7 +235,7 @@ impl Generator {
                     strides: Dims::from(&[1][..]),
                     offset: k,
                 };
-                stream.launch(&KernelOp::Fill { dst, value: Scalar::Int(value as i64) }, &[&slot])?;
+                stream.launch(&KernelOp::Fill { dst, value: Scalar::Int(value as i64) }, &[] as &[&Tensor])?;
             }
             *held = Some(st.seed);
             Ok(())

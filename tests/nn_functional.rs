@@ -447,11 +447,12 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
     Ok(())
 }
 
-/// The CUDA driver's two attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s
-/// setting: the FMA flash kernel, the tensor-core kernel wherever it applies — f16 / bf16 with
-/// head dims 64 and 128, here also for a single query — and the default choice), against the
-/// float64 reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples
-/// of the 64-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
+/// The CUDA driver's attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s setting:
+/// the FMA flash kernel, the tensor-core kernels wherever they apply — f16 / bf16 with head dims
+/// 64 and 128, here also for a single query: the `mma.sync` one and on compute capability 9.0
+/// Hopper's wgmma one with either key tile — and the default choice), against the float64
+/// reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples of the
+/// 64- and 128-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
 /// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
 /// query starting off 16 bytes (the tensor-core kernel then falls back). A failure names the
 /// kernel. The simulator computes every case in float64 whatever the choice.
@@ -470,10 +471,27 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
         Case { mask: Mask::Prefix, ..case(1, 8, 2, 33, 500, 64, 64) },
         case(2, 8, 2, 1, 1000, 128, 128),
         Case { causal: true, ..case(1, 2, 2, 5, 9, 128, 128) },
+        // Hopper's kernel (blocks of 128 queries, tiles of 64 or 128 keys, two stages): causal
+        // across several query blocks with a ragged last one, exactly one block, one row past
+        // it, L > S and L < S, grouped heads, many key tiles.
+        Case { causal: true, ..case(1, 4, 2, 300, 300, 64, 64) },
+        Case { causal: true, ..case(1, 2, 2, 257, 257, 128, 128) },
+        Case { causal: true, ..case(2, 2, 2, 128, 128, 64, 64) },
+        case(1, 2, 2, 129, 200, 128, 128),
+        Case { causal: true, ..case(1, 2, 1, 200, 70, 128, 128) },
+        Case { causal: true, ..case(1, 2, 2, 100, 450, 64, 64) },
+        case(1, 4, 1, 64, 1000, 64, 64),
     ];
     // The simulator ignores the choice: one pass there.
     let kernels = if cudasem::cuda::driver_name() == "cuda" {
-        &[AttentionKernel::Fma, AttentionKernel::Mma, AttentionKernel::Auto][..]
+        &[
+            AttentionKernel::Fma,
+            AttentionKernel::Mma,
+            AttentionKernel::Mma1,
+            AttentionKernel::Wg64,
+            AttentionKernel::Wg128,
+            AttentionKernel::Auto,
+        ][..]
     } else {
         &[AttentionKernel::Auto][..]
     };

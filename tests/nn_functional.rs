@@ -450,7 +450,8 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
 /// The CUDA driver's attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s setting:
 /// the FMA flash kernel, the tensor-core kernels wherever they apply — f16 / bf16 with head dims
 /// 64 and 128, here also for a single query: the `mma.sync` one and on compute capability 9.0
-/// Hopper's wgmma one with either key tile — and the default choice), against the float64
+/// Hopper's wgmma one with either key tile, with and without its warpgroups taking turns — and
+/// the default choice), against the float64
 /// reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples of the
 /// 64- and 128-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
 /// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
@@ -490,6 +491,8 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
             AttentionKernel::Mma1,
             AttentionKernel::Wg64,
             AttentionKernel::Wg128,
+            AttentionKernel::Pp64,
+            AttentionKernel::Pp128,
             AttentionKernel::Auto,
         ][..]
     } else {

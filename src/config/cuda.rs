@@ -140,7 +140,7 @@ impl Default for LaunchTuning {
 
 /// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
 /// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma`, `mma`,
-/// `mma1`, `wg64` or `wg128`.
+/// `mma1`, `wg64`, `wg128`, `pp64` or `pp128`.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttentionKernel {
@@ -162,10 +162,15 @@ pub enum AttentionKernel {
     Wg64,
     /// Hopper's wgmma kernel with tiles of 128 keys, as [`AttentionKernel::Wg64`].
     Wg128,
+    /// [`AttentionKernel::Wg64`] with the block's two warpgroups taking turns on the tensor
+    /// cores (ping-pong: one's products overlap the other's softmax).
+    Pp64,
+    /// [`AttentionKernel::Wg128`] with the warpgroups taking turns.
+    Pp128,
 }
 
 impl AttentionKernel {
-    /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64` or `wg128` (empty: `auto`).
+    /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64` or `pp128` (empty: `auto`).
     pub fn parse(value: &str) -> Result<AttentionKernel> {
         match value.trim() {
             "" | "auto" => Ok(AttentionKernel::Auto),
@@ -174,10 +179,12 @@ impl AttentionKernel {
             "mma1" => Ok(AttentionKernel::Mma1),
             "wg64" => Ok(AttentionKernel::Wg64),
             "wg128" => Ok(AttentionKernel::Wg128),
+            "pp64" => Ok(AttentionKernel::Pp64),
+            "pp128" => Ok(AttentionKernel::Pp128),
             _ => Err(Error::InvalidConfig {
                 key: SDPA_KERNEL_ENV.into(),
                 value: crate::error::quote_prefix(value, 80),
-                reason: "expected `auto`, `fma`, `mma`, `mma1`, `wg64` or `wg128`".into(),
+                reason: "expected `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64` or `pp128`".into(),
             }),
         }
     }
@@ -241,6 +248,8 @@ mod tests {
             ("mma1", AttentionKernel::Mma1),
             ("wg64", AttentionKernel::Wg64),
             (" wg128", AttentionKernel::Wg128),
+            ("pp64", AttentionKernel::Pp64),
+            ("pp128 ", AttentionKernel::Pp128),
         ];
         for (v, k) in kinds {
             assert_eq!(with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning.attention, k, "{v:?}");

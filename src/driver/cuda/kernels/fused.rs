@@ -145,8 +145,9 @@ pub(in crate::driver::cuda) enum AttnPath {
     Fma,
     /// The tensor-core kernel of head dim `E` (`cu/attention_mma.cu`).
     Mma(usize),
-    /// Hopper's tensor-core kernel of head dim `E` with tiles of `BN` keys (`cu/attention_wg.cu`).
-    Wg(usize, usize),
+    /// Hopper's tensor-core kernel of head dim `E` with tiles of `BN` keys, its warpgroups taking
+    /// turns on the tensor cores when `pp` (`cu/attention_wg.cu`).
+    Wg { e: usize, bn: usize, pp: bool },
 }
 
 /// Queries from which [`AttentionKernel::Auto`] takes the tensor-core kernel (a block of it
@@ -174,6 +175,9 @@ fn wg_keys(e: usize) -> usize {
 const WG_MAX_LEN: usize = 1 << 30;
 /// Row strides (elements) from which Hopper's kernel is not used (its tile offsets are ints).
 const WG_MAX_ROW_STRIDE: usize = 1 << 24;
+/// Whether Hopper's kernel takes turns between its warpgroups unless chosen
+/// ([`AttentionKernel::Pp64`]).
+const WG_PING_PONG: bool = false;
 /// Query rows per block of Hopper's kernel (`AW_ROWS` in `cu/attention_wg.cu`).
 const WG_ROWS: u64 = 128;
 /// Threads per block of Hopper's kernel (`AW_THREADS`).
@@ -214,14 +218,19 @@ pub(in crate::driver::cuda) fn attention_path(
         && a.mask.is_none()
         && l.max(a.k.shape[2]) < WG_MAX_LEN
         && [a.q, a.k, a.v].into_iter().all(small);
-    let tensor = if hopper && l >= WG_MIN_QUERIES { AttnPath::Wg(e, wg_keys(e)) } else { AttnPath::Mma(e) };
+    let wg = |bn, pp| AttnPath::Wg { e, bn, pp };
+    let tensor = if hopper && l >= WG_MIN_QUERIES { wg(wg_keys(e), WG_PING_PONG) } else { AttnPath::Mma(e) };
     match choice {
         _ if !fits => AttnPath::Fma,
         AttentionKernel::Fma => AttnPath::Fma,
         AttentionKernel::Mma1 => AttnPath::Mma(e),
-        AttentionKernel::Wg64 if hopper => AttnPath::Wg(e, 64),
-        AttentionKernel::Wg128 if hopper => AttnPath::Wg(e, 128),
-        AttentionKernel::Wg64 | AttentionKernel::Wg128 => AttnPath::Mma(e),
+        AttentionKernel::Wg64 if hopper => wg(64, false),
+        AttentionKernel::Wg128 if hopper => wg(128, false),
+        AttentionKernel::Pp64 if hopper => wg(64, true),
+        AttentionKernel::Pp128 if hopper => wg(128, true),
+        AttentionKernel::Wg64 | AttentionKernel::Wg128 | AttentionKernel::Pp64 | AttentionKernel::Pp128 => {
+            AttnPath::Mma(e)
+        }
         AttentionKernel::Mma => tensor,
         AttentionKernel::Auto if l >= MMA_MIN_QUERIES => tensor,
         AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
@@ -281,9 +290,9 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
             return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
         }
-        AttnPath::Wg(e, bn) => {
+        AttnPath::Wg { e, bn, pp } => {
             let module = ModuleKey::AttentionWg { dtype };
-            let entry = Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8 };
+            let entry = Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp };
             let f = c.kernel(KernelId { module, entry })?;
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
             let grid = tasks.clamp(1, i32::MAX as u64) as u32;

@@ -60,8 +60,8 @@ pub(in crate::driver::cuda) fn attention_mma(s: &mut String, dtype: DType) {
 }
 
 /// A Hopper tensor-core attention module's kernels (`dtype` f16 or bf16, `cu/attention_wg.cu`)
-/// and entry points `aw_{E}_{BN}` per (head dim, keys per tile) of [`ATTN_WG_TILES`], after its
-/// head: first the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for
+/// and entry points `aw_{E}_{BN}` per (head dim, keys per tile) of [`ATTN_WG_TILES`] and
+/// `aw_{E}_{BN}p` with the warpgroups taking turns (ping-pong), after its head: first the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for
 /// sm_90a only. Launched with 256 threads; head dim 64 with tiles of 64 keys asks for two
 /// blocks an SM (128 registers a thread), the larger tiles for one (their accumulators need
 /// more).
@@ -77,11 +77,13 @@ pub(in crate::driver::cuda) fn attention_wg(s: &mut String, dtype: DType) {
     s.push_str(ATTENTION_WG);
     for (e, bn) in ATTN_WG_TILES {
         let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
-        let _ = writeln!(
-            s,
-            "extern \"C\" __global__ void __launch_bounds__(256, {blocks}) aw_{e}_{bn}(const __grid_constant__ AttnP p) \
-             {{ cs_enter(); aw_tile<{e}, {bn}>(p); }}"
-        );
+        for (pp, suffix) in [(false, ""), (true, "p")] {
+            let _ = writeln!(
+                s,
+                "extern \"C\" __global__ void __launch_bounds__(256, {blocks}) aw_{e}_{bn}{suffix}(const __grid_constant__ \
+                 AttnP p) {{ cs_enter(); aw_tile<{e}, {bn}, {pp}>(p); }}"
+            );
+        }
     }
 }
 

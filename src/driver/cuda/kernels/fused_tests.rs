@@ -82,10 +82,11 @@ fn tensor_core_attention_compiles_without_spills() {
     }
 }
 
-/// Hopper's attention kernels compile for sm_90a with `wgmma` (both operand kinds) and the
-/// swizzled descriptors in their PTX, and ptxas keeps their accumulators (scores, outputs) and
-/// P's fragments in registers within each kernel's launch bound: no stack frame, no spills, and
-/// no serialized wgmma (ptxas warns when it must wait for each product, C7510 / C7515).
+/// Hopper's attention kernels compile for sm_90a with `wgmma` (both operand kinds) in their
+/// PTX, and ptxas keeps their accumulators (scores, outputs) and P's fragments in registers
+/// within each kernel's launch bound: no stack frame, no spills, and no serialized wgmma (ptxas
+/// warns when it must wait for each product, C7510 / C7515); the ping-pong kernels use the two
+/// named barriers of their turns besides the block's.
 #[test]
 fn hopper_attention_compiles_to_wgmma_without_spills() {
     if !nvrtc_present() {
@@ -101,8 +102,7 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
         }
         let (_, log) = resource_report_of(&m.program(&src), 9, 0).unwrap_or_else(|e| panic!("{m:?}: {e}"));
         assert!(!log.contains("C7510") && !log.contains("C7515") && !log.contains("serialized"), "{m:?}:\n{log}");
-        for (e, bn) in ATTN_WG_TILES {
-            let name = format!("aw_{e}_{bn}");
+        for name in ATTN_WG_TILES.iter().flat_map(|(e, bn)| [format!("aw_{e}_{bn}"), format!("aw_{e}_{bn}p")]) {
             let at = log.find(&format!("'{name}'")).unwrap_or_else(|| panic!("{name} in the report:\n{log}"));
             let tail = &log[at..];
             let end = tail[1..].find("Compiling entry function").map_or(tail.len(), |i| i + 1);
@@ -111,6 +111,8 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
             assert!(part.contains("sm_90a"), "{name} ({d}) is built for sm_90a:\n{part}");
             assert!(part.contains("0 bytes stack frame"), "{name} ({d}) uses a stack frame:\n{part}");
             assert!(part.contains("0 bytes spill stores"), "{name} ({d}) spills:\n{part}");
+            let barriers = if name.ends_with('p') { "used 3 barriers" } else { "used 1 barriers" };
+            assert!(part.contains(barriers), "{name} ({d}): {barriers} (the turns' named barriers):\n{part}");
         }
     }
 }
@@ -159,7 +161,7 @@ fn dense(shape: &[usize]) -> Vec<usize> {
 #[test]
 fn the_attention_kernel_is_chosen_explicitly() {
     use super::fused::{attention_path, AttnArgs, AttnPath};
-    use crate::config::AttentionKernel::{Auto, Fma, Mma, Mma1, Wg128, Wg64};
+    use crate::config::AttentionKernel::{Auto, Fma, Mma, Mma1, Pp128, Pp64, Wg128, Wg64};
     const AMPERE: (u32, u32) = (8, 6);
     const HOPPER: (u32, u32) = (9, 0);
     let case = |dtype: DType, l: usize, e: usize, ev: usize, q_strides: Option<Vec<usize>>, at: u64| {
@@ -177,21 +179,25 @@ fn the_attention_kernel_is_chosen_explicitly() {
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = case(dtype, 100, e, e, None, 0);
-            let wg = AttnPath::Wg(e, if e == 64 { 64 } else { 128 });
+            let wg = AttnPath::Wg { e, bn: if e == 64 { 64 } else { 128 }, pp: false };
             assert_eq!(path(Auto, AMPERE, &c), AttnPath::Mma(e), "{dtype} E {e}");
             assert_eq!(path(Auto, HOPPER, &c), wg, "{dtype} E {e} on 9.0");
             assert_eq!(path(Mma, HOPPER, &c), wg);
             assert_eq!(path(Mma, (8, 0), &c), AttnPath::Mma(e));
             assert_eq!(path(Mma1, HOPPER, &c), AttnPath::Mma(e), "the mma.sync kernel on 9.0");
-            assert_eq!(path(Wg64, HOPPER, &c), AttnPath::Wg(e, 64));
-            assert_eq!(path(Wg128, HOPPER, &c), AttnPath::Wg(e, 128));
+            assert_eq!(path(Wg64, HOPPER, &c), AttnPath::Wg { e, bn: 64, pp: false });
+            assert_eq!(path(Wg128, HOPPER, &c), AttnPath::Wg { e, bn: 128, pp: false });
+            assert_eq!(path(Pp64, HOPPER, &c), AttnPath::Wg { e, bn: 64, pp: true });
+            assert_eq!(path(Pp128, HOPPER, &c), AttnPath::Wg { e, bn: 128, pp: true });
             assert_eq!(path(Wg128, AMPERE, &c), AttnPath::Mma(e), "no wgmma before 9.0");
+            assert_eq!(path(Pp64, AMPERE, &c), AttnPath::Mma(e));
             assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");
             assert_eq!(path(Fma, HOPPER, &c), AttnPath::Fma, "forced FMA");
             assert_eq!(path(Auto, (7, 5), &c), AttnPath::Fma, "before sm_80");
             // Fewer queries than a Hopper block's half: the mma.sync kernel.
             let few = case(dtype, 40, e, e, None, 0);
-            assert_eq!((path(Auto, HOPPER, &few), path(Wg64, HOPPER, &few)), (AttnPath::Mma(e), AttnPath::Wg(e, 64)));
+            let forced = AttnPath::Wg { e, bn: 64, pp: false };
+            assert_eq!((path(Auto, HOPPER, &few), path(Wg64, HOPPER, &few)), (AttnPath::Mma(e), forced));
             // Decoding: few queries take the FMA kernel's key splits unless forced.
             let d = case(dtype, 1, e, e, None, 0);
             assert_eq!((path(Auto, HOPPER, &d), path(Mma, HOPPER, &d)), (AttnPath::Fma, AttnPath::Mma(e)));

@@ -202,9 +202,9 @@ pub(in crate::driver::cuda) enum Entry {
     AttnMerge,
     /// Tensor-core attention tiles of head dim `16 · e16` (`cu/attention_mma.cu`).
     AttnMma(u8),
-    /// Hopper tensor-core attention tiles of head dim `16 · e16` and `16 · bn16` keys
-    /// (`cu/attention_wg.cu`).
-    AttnWg { e16: u8, bn16: u8 },
+    /// Hopper tensor-core attention tiles of head dim `16 · e16` and `16 · bn16` keys, with `pp`
+    /// the two warpgroups taking turns on the tensor cores (`cu/attention_wg.cu`).
+    AttnWg { e16: u8, bn16: u8, pp: bool },
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
     /// A jiterator function's every output from its inputs: a thread per element (`jm`).
@@ -258,7 +258,9 @@ impl Entry {
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
             Entry::AttnMma(e16) => format!("{prefix}_{}", 16 * e16 as u32),
-            Entry::AttnWg { e16, bn16 } => format!("{prefix}_{}_{}", 16 * e16 as u32, 16 * bn16 as u32),
+            Entry::AttnWg { e16, bn16, pp } => {
+                format!("{prefix}_{}_{}{}", 16 * e16 as u32, 16 * bn16 as u32, if pp { "p" } else { "" })
+            }
             Entry::Random | Entry::JitMulti => prefix.into(),
         }
     }
@@ -268,7 +270,7 @@ impl Entry {
     /// The dynamic shared memory the kernel is launched with, in bytes (0 for most).
     pub(in crate::driver::cuda) fn dynamic_smem(self) -> usize {
         match self {
-            Entry::AttnWg { e16, bn16 } => attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize),
+            Entry::AttnWg { e16, bn16, .. } => attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize),
             _ => 0,
         }
     }
@@ -319,7 +321,9 @@ impl ModuleKey {
             }
             ModuleKey::AttentionWg { .. } => ATTN_WG_TILES
                 .iter()
-                .map(|&(e, bn)| Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8 })
+                .flat_map(|&(e, bn)| {
+                    [false, true].map(|pp| Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp })
+                })
                 .collect(),
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::JitMulti { .. } => vec![Entry::JitMulti],

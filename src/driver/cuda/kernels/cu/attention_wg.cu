@@ -84,31 +84,13 @@ template <int E, int R> __device__ __forceinline__ void aw_load(u32 dst, const T
 }
 __device__ __forceinline__ void aw_commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
-/* One tile of BN keys for this thread's warpgroup: S = Q K^T from the warpgroup's queries at
-   shared address `sq` and the keys at `sk` (from key j0), masked and scaled to base 2, the
-   online softmax (running maxima m, sums l) and O += P V from the values at `sv`. `w0`: the
-   warpgroup's first query, r0 and r1 this thread's. Indices within a (batch, head) are ints: L and S are below 2^31 (`fused.rs`). */
+/* The scores `s` of one tile (keys from j0) masked and scaled to base 2, the online softmax's
+   step (running maxima m, sums l; O rescaled) and P packed into `pa`. */
 template <int E, int BN>
-__device__ __forceinline__ void aw_step(const AttnP& p, u32 sq, u32 sk, u32 sv, int j0, int w0, int r0, int r1,
-                                        int t, float sl2, float (&o)[E / 2], float& m0, float& m1, float& l0,
-                                        float& l1) {
+__device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u32 (&pa)[BN / 16][4], int j0, int w0,
+                                           int r0, int r1, int t, float sl2, float (&o)[E / 2], float& m0,
+                                           float& m1, float& l0, float& l1) {
     constexpr int NS = BN / 8;  // 8-key column tiles of S
-    // S = Q K^T over E / 16 k-steps: 32 bytes further along the swizzled rows per step, the
-    // next 64-column block every four.
-    float s[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s[i] = 0.0f;
-    aw_hold(s);
-    aw_fence();
-#pragma unroll
-    for (int kk = 0; kk < E / 16; ++kk) {
-        const u32 qa = sq + (kk >> 2) * (AW_ROWS * 128) + (kk & 3) * 32;
-        const u32 ka = sk + (kk >> 2) * (BN * 128) + (kk & 3) * 32;
-        aw_ss(s, aw_desc(qa, 16, 1024), aw_desc(ka, 16, 1024), kk > 0 ? 1 : 0);
-    }
-    aw_commit();
-    aw_wait0();
-    aw_hold(s);
     // Scale to base 2 and mask: s[4c + e] is row (e < 2 ? r0 : r1), key j0 + 8c + 2t + (e & 1).
     // Inside the keys and below the causal diagonal: the scale alone; else row r keeps the keys
     // before min(S, r + 1 if causal). Queries past L are never stored (their zero rows give
@@ -147,8 +129,6 @@ __device__ __forceinline__ void aw_step(const AttnP& p, u32 sq, u32 sk, u32 sv, 
     m0 = x0;
     m1 = x1;
     float ps0 = 0.0f, ps1 = 0.0f;
-    // P as A fragments: k-step kk (keys 16kk .. 16kk + 15) is column tiles 2kk and 2kk + 1.
-    u32 pa[BN / 16][4];
 #pragma unroll
     for (int c = 0; c < NS; ++c) {
         const float e0 = aw_exp2(s[4 * c] - b0), e1 = aw_exp2(s[4 * c + 1] - b0);
@@ -167,23 +147,78 @@ __device__ __forceinline__ void aw_step(const AttnP& p, u32 sq, u32 sk, u32 sv, 
         o[4 * c + 2] *= a1;
         o[4 * c + 3] *= a1;
     }
-    aw_hold(o);
-    aw_fence();
-    // O += P V over BN / 16 k-steps of 16 keys (2048 bytes of the value tile each); V is
-    // MN-major: its 64-column blocks BN * 128 bytes apart, its groups of 8 keys 1024.
+}
+
+/* Ping-pong between the block's two warpgroups (named barriers 1 and 2 of 256 threads): a
+   warpgroup waits for its turn before issuing its products and passes the turn on after, so
+   one's products run on the tensor cores while the other computes its softmax. Warpgroup 1
+   passes the first turn before the loop and warpgroup 0 takes the last one after it, so every
+   arrival is matched. */
+__device__ __forceinline__ void aw_turn_wait(int wg) {
+    if (wg == 0) asm volatile("bar.sync 1, 256;" ::: "memory");
+    else asm volatile("bar.sync 2, 256;" ::: "memory");
+}
+__device__ __forceinline__ void aw_turn_pass(int wg) {
+    if (wg == 0) asm volatile("bar.arrive 2, 256;" ::: "memory");
+    else asm volatile("bar.arrive 1, 256;" ::: "memory");
+}
+
+/* One tile of BN keys for this thread's warpgroup (when `run`; else only its turns when PP):
+   S = Q K^T from the warpgroup's queries at shared address `sq` and the keys at `sk` (from key
+   j0), masked and scaled to base 2, the online softmax (running maxima m, sums l) and
+   O += P V from the values at `sv`. `w0`: the warpgroup's first query, r0 and r1 this
+   thread's. Indices within a (batch, head) are ints: L and S are below 2^30 (`fused.rs`). */
+template <int E, int BN, bool PP>
+__device__ __forceinline__ void aw_step(const AttnP& p, bool run, int wg, u32 sq, u32 sk, u32 sv, int j0, int w0,
+                                        int r0, int r1, int t, float sl2, float (&o)[E / 2], float& m0, float& m1,
+                                        float& l0, float& l1) {
+    float s[BN / 2];
+    u32 pa[BN / 16][4];  // P as A fragments: k-step kk (keys 16kk .. 16kk + 15) is column tiles 2kk, 2kk + 1
+    if (PP) aw_turn_wait(wg);
+    if (run) {
+        // S = Q K^T over E / 16 k-steps: 32 bytes further along the swizzled rows per step,
+        // the next 64-column block every four.
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-        const u32 va = sv + kk * 2048;
-        aw_rs(o, pa[kk], aw_desc(va, BN * 128, 1024));
+        for (int i = 0; i < BN / 2; ++i) s[i] = 0.0f;
+        aw_hold(s);
+        aw_fence();
+#pragma unroll
+        for (int kk = 0; kk < E / 16; ++kk) {
+            const u32 qa = sq + (kk >> 2) * (AW_ROWS * 128) + (kk & 3) * 32;
+            const u32 ka = sk + (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+            aw_ss(s, aw_desc(qa, 16, 1024), aw_desc(ka, 16, 1024), kk > 0 ? 1 : 0);
+        }
+        aw_commit();
     }
-    aw_commit();
-    aw_wait0();
-    aw_hold(o);
+    if (PP) aw_turn_pass(wg);
+    if (run) {
+        aw_wait0();
+        aw_hold(s);
+        aw_softmax<E, BN>(p, s, pa, j0, w0, r0, r1, t, sl2, o, m0, m1, l0, l1);
+    }
+    if (PP) aw_turn_wait(wg);
+    if (run) {
+        aw_hold(o);
+        aw_fence();
+        // O += P V over BN / 16 k-steps of 16 keys (2048 bytes of the value tile each); V is
+        // MN-major: its 64-column blocks BN * 128 bytes apart, its groups of 8 keys 1024.
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            const u32 va = sv + kk * 2048;
+            aw_rs(o, pa[kk], aw_desc(va, BN * 128, 1024));
+        }
+        aw_commit();
+    }
+    if (PP) aw_turn_pass(wg);
+    if (run) {
+        aw_wait0();
+        aw_hold(o);
+    }
 }
 
 #endif
 
-template <int E, int BN> __device__ void aw_tile(const AttnP& p) {
+template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr u32 QB = AW_ROWS * E * 2;  // bytes of the query tile
     constexpr u32 KB = BN * E * 2;       // bytes of one key (or value) tile
@@ -219,6 +254,7 @@ template <int E, int BN> __device__ void aw_tile(const AttnP& p) {
     for (int i = 0; i < E / 2; ++i) o[i] = 0.0f;
     // Running maxima (base-2 scaled scores) and this thread's part of the sums, per row.
     float m0 = AW_NEG_INF, m1 = AW_NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    if (PP && wg == 1) aw_turn_pass(1);  // warpgroup 0 takes the first turn
 #pragma unroll 1
     for (int it = 0; it < ntiles; ++it) {
         const int st = it & 1;
@@ -235,11 +271,15 @@ template <int E, int BN> __device__ void aw_tile(const AttnP& p) {
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
         // A causal warpgroup whose every query comes before this tile's keys has nothing to do
-        // here (the block's other warpgroup may); it still meets the barriers.
-        if (!(p.causal && j0 > w0 + 63))
-            aw_step<E, BN>(p, sq + wg * (64 * 128), sk + st * KB, sv + st * KB, j0, w0, r0, r1, t, sl2, o, m0, m1, l0, l1);
+        // here (the block's other warpgroup may); it still meets the barriers. With turns it
+        // runs the tile anyway (every score masked: P = 0 and O unchanged), as ptxas serializes
+        // the products of a warpgroup whose waits sit in a branch it cannot prove uniform.
+        const bool run = PP || !(p.causal && j0 > w0 + 63);
+        aw_step<E, BN, PP>(p, run, wg, sq + wg * (64 * 128), sk + st * KB, sv + st * KB, j0, w0, r0, r1, t, sl2, o, m0,
+                           m1, l0, l1);
         __syncthreads();  // every warp is done with this stage before the next copies into it
     }
+    if (PP && wg == 0) aw_turn_wait(0);  // warpgroup 1's last pass
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     // The sums over the row's 4 lanes, then O / l (zeros where nothing was kept).
     l0 += __shfl_xor_sync(FULL, l0, 1);

@@ -140,12 +140,15 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
     }
     l0 = l0 * a0 + ps0;
     l1 = l1 * a1 + ps1;
+    // O rescaled unless no row of the warp found a new maximum (most tiles past the first few).
+    if (__any_sync(FULL, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-    for (int c = 0; c < E / 8; ++c) {
-        o[4 * c] *= a0;
-        o[4 * c + 1] *= a0;
-        o[4 * c + 2] *= a1;
-        o[4 * c + 3] *= a1;
+        for (int c = 0; c < E / 8; ++c) {
+            o[4 * c] *= a0;
+            o[4 * c + 1] *= a0;
+            o[4 * c + 2] *= a1;
+            o[4 * c + 3] *= a1;
+        }
     }
 }
 
@@ -259,17 +262,19 @@ template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
     for (int it = 0; it < ntiles; ++it) {
         const int st = it & 1;
         const int j0 = it * BN;
+        // This tile has landed (its copies were the only ones in flight); they are generic-proxy
+        // writes that the tensor cores (async proxy) read next, so each thread fences them before
+        // the barrier, and only then issues the next tile's copies (the fence waits for this
+        // thread's memory operations, which then do not include them). The next tile's stage was
+        // last read in the previous iteration, which ended at a barrier.
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads();
         if (it + 1 < ntiles) {
             aw_load<E, BN>(sk + (st ^ 1) * KB, kb, p.kst[2], j0 + BN, kend);
             aw_load<E, BN>(sv + (st ^ 1) * KB, vb, p.vst[2], j0 + BN, kend);
             aw_commit_copies();
-            asm volatile("cp.async.wait_group 1;" ::: "memory");  // this tile has landed
-        } else {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
         }
-        // The copies are generic-proxy writes that the tensor cores (async proxy) read next.
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        __syncthreads();
         // A causal warpgroup whose every query comes before this tile's keys has nothing to do
         // here (the block's other warpgroup may); it still meets the barriers. With turns it
         // runs the tile anyway (every score masked: P = 0 and O unchanged), as ptxas serializes

@@ -10,8 +10,9 @@
 // keys and values sit in shared memory in the 128-byte swizzled layout wgmma reads: a matrix of
 // R rows and E columns is E / 64 blocks of R rows of 128 bytes, and 16-byte chunk c of row r is
 // stored at chunk c ^ (r % 8) of its row (rows 1024-byte aligned in groups of 8). Keys and values
-// are double-buffered: cp.async loads tile i + 1 while tile i is used. Per tile, S = Q K^T runs
-// as E / 16 m64nBNk16 products from shared memory into float accumulators; the online softmax
+// are double-buffered: cp.async loads tile i + 1 while tile i is used (one block barrier a
+// tile). Per tile, S = Q K^T runs as E / 16 m64nBNk16 products from shared memory into float
+// accumulators; the online softmax
 // runs on them in registers in base 2 (the scale folded with log2 e into one multiply); P, packed
 // to 16 bits in registers, is the A operand of O += P V (BN / 16 m64nEk16 products, V read
 // transposed from its row-major tile). Scores never reach memory. Causal blocks stop at their
@@ -166,19 +167,20 @@ __device__ __forceinline__ void aw_turn_pass(int wg) {
     else asm volatile("bar.arrive 1, 256;" ::: "memory");
 }
 
-/* One tile of BN keys for this thread's warpgroup (when `run`; else only its turns when PP):
-   S = Q K^T from the warpgroup's queries at shared address `sq` and the keys at `sk` (from key
-   j0), masked and scaled to base 2, the online softmax (running maxima m, sums l) and
-   O += P V from the values at `sv`. `w0`: the warpgroup's first query, r0 and r1 this
-   thread's. Indices within a (batch, head) are ints: L and S are below 2^30 (`fused.rs`). */
-template <int E, int BN, bool PP>
-__device__ __forceinline__ void aw_step(const AttnP& p, bool run, int wg, u32 sq, u32 sk, u32 sv, int j0, int w0,
+/* One tile of BN keys for this thread's warpgroup (taking turns when PP): S = Q K^T from the
+   warpgroup's queries at shared address `sq` and the keys at `sk` (from key j0), then
+   `prefetch()` (issuing the next tile's copies), S masked and scaled to base 2, the online
+   softmax (running maxima m, sums l) and O += P V from the values at `sv`. `w0`: the
+   warpgroup's first query, r0 and r1 this thread's. Indices within a (batch, head) are ints:
+   L and S are below 2^30 (`fused.rs`). */
+template <int E, int BN, bool PP, class F>
+__device__ __forceinline__ void aw_step(const AttnP& p, int wg, u32 sq, u32 sk, u32 sv, int j0, int w0,
                                         int r0, int r1, int t, float sl2, float (&o)[E / 2], float& m0, float& m1,
-                                        float& l0, float& l1) {
+                                        float& l0, float& l1, F prefetch) {
     float s[BN / 2];
     u32 pa[BN / 16][4];  // P as A fragments: k-step kk (keys 16kk .. 16kk + 15) is column tiles 2kk, 2kk + 1
     if (PP) aw_turn_wait(wg);
-    if (run) {
+    {
         // S = Q K^T over E / 16 k-steps: 32 bytes further along the swizzled rows per step,
         // the next 64-column block every four.
 #pragma unroll
@@ -194,13 +196,14 @@ __device__ __forceinline__ void aw_step(const AttnP& p, bool run, int wg, u32 sq
         aw_commit();
     }
     if (PP) aw_turn_pass(wg);
-    if (run) {
+    prefetch();  // the next tile's copies, while the products run
+    {
         aw_wait0();
         aw_hold(s);
         aw_softmax<E, BN>(p, s, pa, j0, w0, r0, r1, t, sl2, o, m0, m1, l0, l1);
     }
     if (PP) aw_turn_wait(wg);
-    if (run) {
+    {
         aw_hold(o);
         aw_fence();
         // O += P V over BN / 16 k-steps of 16 keys (2048 bytes of the value tile each); V is
@@ -213,7 +216,7 @@ __device__ __forceinline__ void aw_step(const AttnP& p, bool run, int wg, u32 sq
         aw_commit();
     }
     if (PP) aw_turn_pass(wg);
-    if (run) {
+    {
         aw_wait0();
         aw_hold(o);
     }
@@ -264,25 +267,25 @@ template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
         const int j0 = it * BN;
         // This tile has landed (its copies were the only ones in flight); they are generic-proxy
         // writes that the tensor cores (async proxy) read next, so each thread fences them before
-        // the barrier, and only then issues the next tile's copies (the fence waits for this
-        // thread's memory operations, which then do not include them). The next tile's stage was
-        // last read in the previous iteration, which ended at a barrier.
+        // the barrier. The next tile's copies are issued after it, once this warpgroup's scores
+        // are under way (the fence may wait for the thread's memory operations in flight), into
+        // the stage the previous iteration read: every thread finished it before this barrier.
         asm volatile("cp.async.wait_group 0;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
-        if (it + 1 < ntiles) {
-            aw_load<E, BN>(sk + (st ^ 1) * KB, kb, p.kst[2], j0 + BN, kend);
-            aw_load<E, BN>(sv + (st ^ 1) * KB, vb, p.vst[2], j0 + BN, kend);
-            aw_commit_copies();
-        }
-        // A causal warpgroup whose every query comes before this tile's keys has nothing to do
-        // here (the block's other warpgroup may); it still meets the barriers. With turns it
-        // runs the tile anyway (every score masked: P = 0 and O unchanged), as ptxas serializes
-        // the products of a warpgroup whose waits sit in a branch it cannot prove uniform.
-        const bool run = PP || !(p.causal && j0 > w0 + 63);
-        aw_step<E, BN, PP>(p, run, wg, sq + wg * (64 * 128), sk + st * KB, sv + st * KB, j0, w0, r0, r1, t, sl2, o, m0,
-                           m1, l0, l1);
-        __syncthreads();  // every warp is done with this stage before the next copies into it
+        auto prefetch = [&]() {
+            if (it + 1 < ntiles) {
+                aw_load<E, BN>(sk + (st ^ 1) * KB, kb, p.kst[2], j0 + BN, kend);
+                aw_load<E, BN>(sv + (st ^ 1) * KB, vb, p.vst[2], j0 + BN, kend);
+                aw_commit_copies();
+            }
+        };
+        // A causal warpgroup whose every query comes before this tile's keys (the first of the
+        // block's last tile of 64) runs it anyway (every score masked: P = 0 and O unchanged):
+        // ptxas serializes the products of a warpgroup whose waits sit in a branch it cannot
+        // prove uniform.
+        aw_step<E, BN, PP>(p, wg, sq + wg * (64 * 128), sk + st * KB, sv + st * KB, j0, w0, r0, r1, t, sl2, o, m0,
+                           m1, l0, l1, prefetch);
     }
     if (PP && wg == 0) aw_turn_wait(0);  // warpgroup 1's last pass
     asm volatile("cp.async.wait_group 0;" ::: "memory");

@@ -214,8 +214,12 @@ pub(in crate::driver::cuda) fn attention_path(
     // Hopper's kernel indexes queries and keys of a (batch, head), and rows within a tile, with ints.
     let small = |v: &BufferView| v.strides[2] < WG_MAX_ROW_STRIDE;
     // (Mask tensors take the mma.sync kernel: its registers hold their reads.)
+    // (And its softmax scales the maxima of raw scores by the scale times log2 e in float: a
+    // positive normal one keeps their order and -inf.)
+    let sl2 = a.scale * std::f64::consts::LOG2_E;
     let hopper = (major, minor) == (9, 0)
         && a.mask.is_none()
+        && (f32::MIN_POSITIVE as f64..=f32::MAX as f64).contains(&sl2)
         && l.max(a.k.shape[2]) < WG_MAX_LEN
         && [a.q, a.k, a.v].into_iter().all(small);
     let wg = |bn, pp| AttnPath::Wg { e, bn, pp };

@@ -194,6 +194,12 @@ fn the_attention_kernel_is_chosen_explicitly() {
             assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");
             assert_eq!(path(Fma, HOPPER, &c), AttnPath::Fma, "forced FMA");
             assert_eq!(path(Auto, (7, 5), &c), AttnPath::Fma, "before sm_80");
+            // Scales Hopper's softmax cannot fold (not a positive normal float times log2 e).
+            for scale in [0.0, -0.1, 1e-45, f64::INFINITY, f64::NAN] {
+                let (q, k, v, dst) = (&c.0, &c.1, &c.2, &c.3);
+                let args = AttnArgs { q, k, v, mask: None, dst, scale, causal: true };
+                assert_eq!(attention_path(Auto, HOPPER, &args), AttnPath::Mma(e), "scale {scale}");
+            }
             // Fewer queries than a Hopper block's half: the mma.sync kernel.
             let few = case(dtype, 40, e, e, None, 0);
             let forced = AttnPath::Wg { e, bn: 64, pp: false };

@@ -1,34 +1,34 @@
 // Hopper tensor-core flash attention (FlashAttention's forward pass on warpgroup MMA, `wgmma`,
 // sm_90a) for f16 / bf16 with head dims E = Ev of 64 or 128, after fused_head.cu,
-// attention_params.cu and the wgmma wrappers kernels/fused_codegen.rs generates, overloaded on
-// the accumulator count N / 2 (aw_ss: D (+)= A B of m64nNk16 with A and B in shared memory, both
+// attention_params.cu and the wgmma wrappers kernels/fused_codegen.rs generates, overloaded on the
+// accumulator count N / 2 (aw_ss: D (+)= A B of m64nNk16 with A and B in shared memory, both
 // K-major; aw_rs: D += A B with A in registers and B in shared memory, MN-major; AW_CVT2 the
 // packed conversion of two floats).
 //
-// A block of AW_THREADS (256) threads, two warpgroups, takes AW_ROWS (128) consecutive queries
-// of one (batch, head), a warpgroup 64 of them, a warp 16. The block's queries and tiles of BN
-// keys and values sit in shared memory in the 128-byte swizzled layout wgmma reads: a matrix of
-// R rows and E columns is E / 64 blocks of R rows of 128 bytes, and 16-byte chunk c of row r is
-// stored at chunk c ^ (r % 8) of its row (rows 1024-byte aligned in groups of 8). Keys and values
-// are double-buffered: cp.async loads tile i + 1 while tile i is used (one block barrier a
-// tile). Per tile, S = Q K^T runs as E / 16 m64nBNk16 products from shared memory into float
-// accumulators; the online softmax
-// runs on them in registers in base 2 (the scale folded with log2 e into one multiply); P, packed
-// to 16 bits in registers, is the A operand of O += P V (BN / 16 m64nEk16 products, V read
-// transposed from its row-major tile). Scores never reach memory. Causal blocks stop at their
-// last query's key. Mask tensors take the mma.sync kernel (attention_mma.cu) instead, which
-// keeps this kernel's registers to its products and softmax.
+// A block of AW_THREADS (256) threads, two warpgroups, takes AW_ROWS (128) consecutive queries of
+// one (batch, head), a warpgroup 64 of them, a warp 16. The block's queries and tiles of BN keys
+// and values sit in shared memory in the 128-byte swizzled layout wgmma reads: a matrix of R rows
+// and E columns is E / 64 blocks of R rows of 128 bytes, and 16-byte chunk c of row r is stored at
+// chunk c ^ (r % 8) of its row (rows 1024-byte aligned in groups of 8). Keys and values are
+// double-buffered: cp.async loads tile i + 1 while tile i is used (one block barrier a tile). Per
+// tile, S = Q K^T runs as E / 16 m64nBNk16 products from shared memory into float accumulators;
+// the online softmax runs on them in registers in base 2 (the scale folded with log2 e into each
+// exponent's fma); P, packed to 16 bits in registers, is the A operand of O += P V (BN / 16
+// m64nEk16 products, V read transposed from its row-major tile). Scores never reach memory. Causal
+// blocks stop at their last query's key. Mask tensors take the mma.sync kernel (attention_mma.cu)
+// instead, which keeps this kernel's registers to its products and softmax.
 //
-// The accumulator fragment of m64nNk16 (PTX ISA 9.7.15.5.1) for warp w of the warpgroup and
-// lane (g = lane / 4, t = lane % 4): d[4c + e] is row 16w + g + 8 (e >> 1), column 8c + 2t + (e & 1).
+// The accumulator fragment of m64nNk16 (PTX ISA 9.7.15.5.1) for warp w of the warpgroup and lane
+// (g = lane / 4, t = lane % 4): d[4c + e] is row 16w + g + 8 (e >> 1), column 8c + 2t + (e & 1).
 // The A fragment in registers for k-step k: a[0] = A[16w + g][2t, 2t+1], a[1] = A[16w + g + 8][2t,
 // 2t+1], a[2] and a[3] the same at columns 2t + 8, 2t + 9 (16-bit elements, the lower-indexed in
 // the low half), so P's accumulators are its A fragment once packed.
 //
 // The host (`fused.rs`) launches this kernel only on compute capability 9.0, with AW_THREADS
-// threads, the dynamic shared memory `attn_wg_bytes(E, BN)` (vocab.rs), no mask tensor, L and S
-// below 2^30, and q / k / v whose last dim is contiguous, whose row strides are below 2^24 and
-// whose other strides are multiples of 8 elements from 16-byte aligned bases.
+// threads, the dynamic shared memory `attn_wg_bytes(E, BN)` (vocab.rs), a scale whose product with
+// log2 e is a positive normal float, no mask tensor, L and S below 2^30, and q / k / v whose last
+// dim is contiguous, whose row strides are below 2^24 and whose other strides are multiples of 8
+// elements from 16-byte aligned bases.
 
 #define AW_ROWS 128
 #define AW_THREADS 256
@@ -85,21 +85,20 @@ template <int E, int R> __device__ __forceinline__ void aw_load(u32 dst, const T
 }
 __device__ __forceinline__ void aw_commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
-/* The scores `s` of one tile (keys from j0) masked and scaled to base 2, the online softmax's
-   step (running maxima m, sums l; O rescaled) and P packed into `pa`. */
+/* The scores `s` of one tile (keys from j0) masked, the online softmax's step in base 2
+   (running maxima m of the scaled scores, sums l; O rescaled) and P packed into `pa`. The
+   scores stay unscaled: the scale times log2 e, `sl2`, is a positive normal float (`fused.rs`),
+   so the maxima of the raw scores scale to the maxima of the scaled ones (masked -inf stays
+   -inf), and each exponent is one fma. */
 template <int E, int BN>
 __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u32 (&pa)[BN / 16][4], int j0, int w0,
                                            int r0, int r1, int t, float sl2, float (&o)[E / 2], float& m0,
                                            float& m1, float& l0, float& l1) {
     constexpr int NS = BN / 8;  // 8-key column tiles of S
-    // Scale to base 2 and mask: s[4c + e] is row (e < 2 ? r0 : r1), key j0 + 8c + 2t + (e & 1).
-    // Inside the keys and below the causal diagonal: the scale alone; else row r keeps the keys
-    // before min(S, r + 1 if causal). Queries past L are never stored (their zero rows give
-    // finite scores).
-    if (!(j0 + BN > p.s || (p.causal && j0 + BN - 1 > w0))) {
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) s[i] *= sl2;
-    } else {
+    // Mask: s[4c + e] is row (e < 2 ? r0 : r1), key j0 + 8c + 2t + (e & 1). Inside the keys and
+    // below the causal diagonal nothing is masked; else row r keeps the keys before min(S, r + 1
+    // if causal). Queries past L are never stored (their zero rows give finite scores).
+    if (j0 + BN > p.s || (p.causal && j0 + BN - 1 > w0)) {
         // The keys kept by each row, counted from this thread's first key j0 + 2t (a tile's worth at most).
         const int j = j0 + 2 * t, sn = (int)p.s;
         const int n0 = max(0, min(BN, min(sn, p.causal ? r0 + 1 : sn) - j));
@@ -109,12 +108,12 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int n = e < 2 ? n0 : n1;
-                s[4 * c + e] = 8 * c + (e & 1) < n ? s[4 * c + e] * sl2 : AW_NEG_INF;
+                if (8 * c + (e & 1) >= n) s[4 * c + e] = AW_NEG_INF;
             }
         }
     }
-    // Online softmax: the rows' new maxima over the 4 lanes (t) sharing them.
-    float x0 = m0, x1 = m1;
+    // Online softmax: the rows' new maxima over the 4 lanes (t) sharing them, scaled.
+    float x0 = AW_NEG_INF, x1 = AW_NEG_INF;
 #pragma unroll
     for (int c = 0; c < NS; ++c) {
         x0 = fmaxf(x0, fmaxf(s[4 * c], s[4 * c + 1]));
@@ -124,6 +123,8 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
     x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 2));
     x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 1));
     x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 2));
+    x0 = fmaxf(m0, x0 * sl2);
+    x1 = fmaxf(m1, x1 * sl2);
     // A row with nothing kept yet subtracts 0 (its exponentials are all exp2(-inf) = 0).
     const float b0 = x0 == AW_NEG_INF ? 0.0f : x0, b1 = x1 == AW_NEG_INF ? 0.0f : x1;
     const float a0 = aw_exp2(m0 - b0), a1 = aw_exp2(m1 - b1);
@@ -132,8 +133,8 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
     float ps0 = 0.0f, ps1 = 0.0f;
 #pragma unroll
     for (int c = 0; c < NS; ++c) {
-        const float e0 = aw_exp2(s[4 * c] - b0), e1 = aw_exp2(s[4 * c + 1] - b0);
-        const float e2 = aw_exp2(s[4 * c + 2] - b1), e3 = aw_exp2(s[4 * c + 3] - b1);
+        const float e0 = aw_exp2(fmaf(s[4 * c], sl2, -b0)), e1 = aw_exp2(fmaf(s[4 * c + 1], sl2, -b0));
+        const float e2 = aw_exp2(fmaf(s[4 * c + 2], sl2, -b1)), e3 = aw_exp2(fmaf(s[4 * c + 3], sl2, -b1));
         ps0 += e0 + e1;
         ps1 += e2 + e3;
         pa[c >> 1][(c & 1) * 2] = aw_pack(e0, e1);

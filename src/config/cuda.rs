@@ -146,7 +146,7 @@ impl Default for LaunchTuning {
 pub enum AttentionKernel {
     /// The tensor-core kernel where it applies and pays (f16 / bf16, head dims 64 or 128, 16 or
     /// more queries, compute capability 8.0 or later; on 9.0 Hopper's wgmma kernel from 64
-    /// queries), else the FMA kernel.
+    /// queries, as `wg64` for head dim 64 and `pp128` for 128), else the FMA kernel.
     #[default]
     Auto,
     /// Always the FMA flash kernel (with its key splits for decoding).

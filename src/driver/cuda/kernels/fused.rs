@@ -163,21 +163,21 @@ const MMA_MIN_BLOCKS: usize = 128;
 /// kernel on compute capability 9.0 (a block of it covers 128; fewer take the `mma.sync`
 /// kernel, whose blocks of 64 waste less when decoding).
 const WG_MIN_QUERIES: usize = 64;
-/// Keys per tile of Hopper's kernel by head dim, unless chosen ([`AttentionKernel::Wg64`]).
-fn wg_keys(e: usize) -> usize {
+/// Keys per tile of Hopper's kernel by head dim, and whether its warpgroups take turns, unless
+/// chosen ([`AttentionKernel::Wg64`], [`AttentionKernel::Pp128`]): head dim 64 runs two blocks
+/// an SM, whose products and softmax interleave anyway; 128 runs one, whose two warpgroups would
+/// otherwise compute their softmax at once while the tensor cores wait.
+fn wg_default(e: usize) -> (usize, bool) {
     if e <= 64 {
-        64
+        (64, false)
     } else {
-        128
+        (128, true)
     }
 }
 /// Queries and keys from which Hopper's kernel is not used (its indices are ints).
 const WG_MAX_LEN: usize = 1 << 30;
 /// Row strides (elements) from which Hopper's kernel is not used (its tile offsets are ints).
 const WG_MAX_ROW_STRIDE: usize = 1 << 24;
-/// Whether Hopper's kernel takes turns between its warpgroups unless chosen
-/// ([`AttentionKernel::Pp64`]).
-const WG_PING_PONG: bool = false;
 /// Query rows per block of Hopper's kernel (`AW_ROWS` in `cu/attention_wg.cu`).
 const WG_ROWS: u64 = 128;
 /// Threads per block of Hopper's kernel (`AW_THREADS`).
@@ -223,7 +223,8 @@ pub(in crate::driver::cuda) fn attention_path(
         && l.max(a.k.shape[2]) < WG_MAX_LEN
         && [a.q, a.k, a.v].into_iter().all(small);
     let wg = |bn, pp| AttnPath::Wg { e, bn, pp };
-    let tensor = if hopper && l >= WG_MIN_QUERIES { wg(wg_keys(e), WG_PING_PONG) } else { AttnPath::Mma(e) };
+    let (bn, pp) = wg_default(e);
+    let tensor = if hopper && l >= WG_MIN_QUERIES { wg(bn, pp) } else { AttnPath::Mma(e) };
     match choice {
         _ if !fits => AttnPath::Fma,
         AttentionKernel::Fma => AttnPath::Fma,

@@ -179,7 +179,8 @@ fn the_attention_kernel_is_chosen_explicitly() {
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = case(dtype, 100, e, e, None, 0);
-            let wg = AttnPath::Wg { e, bn: if e == 64 { 64 } else { 128 }, pp: false };
+            let wg =
+                if e == 64 { AttnPath::Wg { e, bn: 64, pp: false } } else { AttnPath::Wg { e, bn: 128, pp: true } };
             assert_eq!(path(Auto, AMPERE, &c), AttnPath::Mma(e), "{dtype} E {e}");
             assert_eq!(path(Auto, HOPPER, &c), wg, "{dtype} E {e} on 9.0");
             assert_eq!(path(Mma, HOPPER, &c), wg);

@@ -447,11 +447,13 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
     Ok(())
 }
 
-/// The CUDA driver's two attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s
-/// setting: the FMA flash kernel, the tensor-core kernel wherever it applies — f16 / bf16 with
-/// head dims 64 and 128, here also for a single query — and the default choice), against the
-/// float64 reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples
-/// of the 64-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
+/// The CUDA driver's attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s setting:
+/// the FMA flash kernel, the tensor-core kernels wherever they apply — f16 / bf16 with head dims
+/// 64 and 128, here also for a single query: the `mma.sync` one and on compute capability 9.0
+/// Hopper's wgmma one with either key tile, with and without its warpgroups taking turns — and
+/// the default choice), against the float64
+/// reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples of the
+/// 64- and 128-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
 /// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
 /// query starting off 16 bytes (the tensor-core kernel then falls back). A failure names the
 /// kernel. The simulator computes every case in float64 whatever the choice.
@@ -470,10 +472,29 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
         Case { mask: Mask::Prefix, ..case(1, 8, 2, 33, 500, 64, 64) },
         case(2, 8, 2, 1, 1000, 128, 128),
         Case { causal: true, ..case(1, 2, 2, 5, 9, 128, 128) },
+        // Hopper's kernel (blocks of 128 queries, tiles of 64 or 128 keys, two stages): causal
+        // across several query blocks with a ragged last one, exactly one block, one row past
+        // it, L > S and L < S, grouped heads, many key tiles.
+        Case { causal: true, ..case(1, 4, 2, 300, 300, 64, 64) },
+        Case { causal: true, ..case(1, 2, 2, 257, 257, 128, 128) },
+        Case { causal: true, ..case(2, 2, 2, 128, 128, 64, 64) },
+        case(1, 2, 2, 129, 200, 128, 128),
+        Case { causal: true, ..case(1, 2, 1, 200, 70, 128, 128) },
+        Case { causal: true, ..case(1, 2, 2, 100, 450, 64, 64) },
+        case(1, 4, 1, 64, 1000, 64, 64),
     ];
     // The simulator ignores the choice: one pass there.
     let kernels = if cudasem::cuda::driver_name() == "cuda" {
-        &[AttentionKernel::Fma, AttentionKernel::Mma, AttentionKernel::Auto][..]
+        &[
+            AttentionKernel::Fma,
+            AttentionKernel::Mma,
+            AttentionKernel::Mma1,
+            AttentionKernel::Wg64,
+            AttentionKernel::Wg128,
+            AttentionKernel::Pp64,
+            AttentionKernel::Pp128,
+            AttentionKernel::Auto,
+        ][..]
     } else {
         &[AttentionKernel::Auto][..]
     };
@@ -562,4 +583,84 @@ fn sdpa_arguments_are_checked() -> Result<()> {
         assert!(values(&y)?.iter().all(|x| x.is_finite()));
     }
     Ok(())
+}
+
+/// Attention whose query i selects one key direction: keys are unit vectors `e_(j mod E)` and
+/// query i is `160 · e_π(i)`, so with scale 1/8 the keys j ≡ π(i) (mod E) score 20 above the
+/// rest (weights below 2^-28) and row i of the output is the mean of their value rows (small
+/// integers, exact in f16 / bf16). Every CUDA kernel choice, head dims 64 and 128, one key tile's
+/// worth and several (ragged), 200 queries (a ragged block of 128). A mismatch names the value
+/// rows the output holds instead, so a misplaced fragment shows where it went.
+#[test]
+fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
+    use cudasem::AttentionKernel;
+    let kernels = if cudasem::cuda::driver_name() == "cuda" {
+        &[
+            AttentionKernel::Mma1,
+            AttentionKernel::Wg64,
+            AttentionKernel::Wg128,
+            AttentionKernel::Pp64,
+            AttentionKernel::Pp128,
+            AttentionKernel::Auto,
+        ][..]
+    } else {
+        &[AttentionKernel::Auto][..]
+    };
+    let (b, h, l) = (1, 2, 200);
+    for &kernel in kernels {
+        cudasem::cuda::set_attention_kernel(kernel)?;
+        for device in devices() {
+            for dtype in [DType::BF16, DType::F16] {
+                for e in [64, 128] {
+                    for s in [e, 2 * e + 37] {
+                        let pick = |i: usize| (i * 37 + 11) % e;
+                        let value = |j: usize, c: usize| ((j * 7 + c) % 61) as f64 - 30.0;
+                        let mut q = vec![0.0; b * h * l * e];
+                        for r in 0..b * h * l {
+                            q[r * e + pick(r % l)] = 160.0;
+                        }
+                        let mut k = vec![0.0; b * h * s * e];
+                        let mut v = vec![0.0; b * h * s * e];
+                        for r in 0..b * h * s {
+                            k[r * e + (r % s) % e] = 1.0;
+                            for c in 0..e {
+                                v[r * e + c] = value(r % s, c);
+                            }
+                        }
+                        let qt = tensor(&q, &[b, h, l, e], dtype, device)?;
+                        let kt = tensor(&k, &[b, h, s, e], dtype, device)?;
+                        let vt = tensor(&v, &[b, h, s, e], dtype, device)?;
+                        let y = F::scaled_dot_product_attention(&qt, &kt, &vt, None, 0.0, false, Some(0.125), false)?;
+                        let got = values(&y)?;
+                        let rows_of = |p: usize| (0..s).filter(move |j| j % e == p);
+                        for r in 0..b * h * l {
+                            let chosen: Vec<usize> = rows_of(pick(r % l)).collect();
+                            for c in 0..e {
+                                let want = chosen.iter().map(|&j| value(j, c)).sum::<f64>() / chosen.len() as f64;
+                                let g = got[r * e + c];
+                                if (g - want).abs() > 0.02 * (1.0 + want.abs()) {
+                                    let row = &got[r * e..(r + 1) * e];
+                                    let near = (0..s)
+                                        .min_by(|&a, &z| {
+                                            let d =
+                                                |j: usize| (0..e).map(|c| (row[c] - value(j, c)).abs()).sum::<f64>();
+                                            d(a).total_cmp(&d(z))
+                                        })
+                                        .unwrap_or(0);
+                                    panic!(
+                                        "{kernel:?} {dtype} on {device}, E {e}, S {s}: output row {r} (query {}) column \
+                                         {c}: got {g}, want {want} (value rows {chosen:?}); the row is nearest value \
+                                         row {near}; row head {:?}",
+                                        r % l,
+                                        &row[..8]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    cudasem::cuda::set_attention_kernel(AttentionKernel::Auto)
 }

@@ -139,31 +139,52 @@ impl Default for LaunchTuning {
 }
 
 /// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
-/// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma` or `mma`.
+/// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma`, `mma`,
+/// `mma1`, `wg64`, `wg128`, `pp64` or `pp128`.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttentionKernel {
     /// The tensor-core kernel where it applies and pays (f16 / bf16, head dims 64 or 128, 16 or
-    /// more queries, compute capability 8.0 or later), else the FMA kernel.
+    /// more queries, compute capability 8.0 or later; on 9.0 Hopper's wgmma kernel from 64
+    /// queries, as `wg64` for head dim 64 and `pp128` for 128), else the FMA kernel.
     #[default]
     Auto,
     /// Always the FMA flash kernel (with its key splits for decoding).
     Fma,
-    /// The tensor-core kernel wherever it applies (any number of queries), else the FMA kernel.
+    /// The tensor-core kernel wherever it applies (any number of queries; Hopper's from 64
+    /// queries on compute capability 9.0), else the FMA kernel.
     Mma,
+    /// The `mma.sync` tensor-core kernel (compute capability 8.0's) wherever it applies, else
+    /// the FMA kernel.
+    Mma1,
+    /// Hopper's wgmma kernel with tiles of 64 keys wherever it applies (compute capability 9.0),
+    /// else as [`AttentionKernel::Mma1`].
+    Wg64,
+    /// Hopper's wgmma kernel with tiles of 128 keys, as [`AttentionKernel::Wg64`].
+    Wg128,
+    /// [`AttentionKernel::Wg64`] with the block's two warpgroups taking turns on the tensor
+    /// cores (ping-pong: one's products overlap the other's softmax).
+    Pp64,
+    /// [`AttentionKernel::Wg128`] with the warpgroups taking turns.
+    Pp128,
 }
 
 impl AttentionKernel {
-    /// Parses `auto`, `fma` or `mma` (empty: `auto`).
+    /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64` or `pp128` (empty: `auto`).
     pub fn parse(value: &str) -> Result<AttentionKernel> {
         match value.trim() {
             "" | "auto" => Ok(AttentionKernel::Auto),
             "fma" => Ok(AttentionKernel::Fma),
             "mma" => Ok(AttentionKernel::Mma),
+            "mma1" => Ok(AttentionKernel::Mma1),
+            "wg64" => Ok(AttentionKernel::Wg64),
+            "wg128" => Ok(AttentionKernel::Wg128),
+            "pp64" => Ok(AttentionKernel::Pp64),
+            "pp128" => Ok(AttentionKernel::Pp128),
             _ => Err(Error::InvalidConfig {
                 key: SDPA_KERNEL_ENV.into(),
                 value: crate::error::quote_prefix(value, 80),
-                reason: "expected `auto`, `fma` or `mma`".into(),
+                reason: "expected `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64` or `pp128`".into(),
             }),
         }
     }
@@ -220,12 +241,22 @@ mod tests {
             let e = with(&[(LAUNCH_TUNING_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == LAUNCH_TUNING_ENV), "{bad}: {e}");
         }
-        for (v, k) in [("", AttentionKernel::Auto), (" auto", AttentionKernel::Auto), ("fma", AttentionKernel::Fma)] {
+        let kinds = [
+            ("", AttentionKernel::Auto),
+            (" auto", AttentionKernel::Auto),
+            ("fma", AttentionKernel::Fma),
+            ("mma1", AttentionKernel::Mma1),
+            ("wg64", AttentionKernel::Wg64),
+            (" wg128", AttentionKernel::Wg128),
+            ("pp64", AttentionKernel::Pp64),
+            ("pp128 ", AttentionKernel::Pp128),
+        ];
+        for (v, k) in kinds {
             assert_eq!(with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning.attention, k, "{v:?}");
         }
         let s = with(&[(LAUNCH_TUNING_ENV, "8,2,3"), (SDPA_KERNEL_ENV, "mma ")]).unwrap();
         assert_eq!(s.launch_tuning, LaunchTuning { attention: AttentionKernel::Mma, ..want });
-        for bad in ["MMA", "wmma", "1"] {
+        for bad in ["MMA", "wmma", "1", "wg", "wg256", "mma2"] {
             let e = with(&[(SDPA_KERNEL_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == SDPA_KERNEL_ENV), "{bad}: {e}");
         }

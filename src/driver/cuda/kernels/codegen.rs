@@ -20,6 +20,7 @@
 use super::elementwise_policy::{ew_vec, tile_edge, tile_pairs, unrolled};
 use super::gemv::gemv_vec;
 use super::jit::code as jit_code;
+use super::nvrtc::Program;
 use super::reduce_layouts::{cols_x, half_runs};
 use super::softmax_layouts::{
     softmax_big_layouts, softmax_layouts, softmax_mid_layouts, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
@@ -56,10 +57,23 @@ impl ModuleKey {
                 fused_head(&mut s, dtype);
                 super::fused_codegen::attention_mma(&mut s, dtype);
             }
+            ModuleKey::AttentionWg { dtype } => {
+                fused_head(&mut s, dtype);
+                super::fused_codegen::attention_wg(&mut s, dtype);
+            }
             ModuleKey::Random { dist, dtype, e } => random(&mut s, dist, dtype, e),
             ModuleKey::JitMulti { code, out, ins } => multi_source(&mut s, code, out, ins),
         }
         s
+    }
+
+    /// The module's program for NVRTC, of its complete `source` ([`ModuleKey::source`]): built
+    /// for the architecture-specific features (sm_90a) where the module uses them.
+    pub(in crate::driver::cuda) fn program<'a>(&self, source: &'a str) -> Program<'a> {
+        match self {
+            ModuleKey::AttentionWg { .. } => Program::arch_specific(source),
+            _ => Program::tensor(source),
+        }
     }
 }
 

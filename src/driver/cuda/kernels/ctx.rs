@@ -60,11 +60,18 @@ impl Tuning {
 
     /// The attention kernel chosen ([`LaunchTuning::attention`]).
     pub(in crate::driver::cuda) fn attention(&self) -> AttentionKernel {
-        match self.attention.load(Ordering::Relaxed) {
-            x if x == AttentionKernel::Fma as u32 => AttentionKernel::Fma,
-            x if x == AttentionKernel::Mma as u32 => AttentionKernel::Mma,
-            _ => AttentionKernel::Auto,
-        }
+        const KINDS: [AttentionKernel; 8] = [
+            AttentionKernel::Auto,
+            AttentionKernel::Fma,
+            AttentionKernel::Mma,
+            AttentionKernel::Mma1,
+            AttentionKernel::Wg64,
+            AttentionKernel::Wg128,
+            AttentionKernel::Pp64,
+            AttentionKernel::Pp128,
+        ];
+        let x = self.attention.load(Ordering::Relaxed);
+        KINDS.into_iter().find(|&k| k as u32 == x).unwrap_or(AttentionKernel::Auto)
     }
 }
 
@@ -215,6 +222,20 @@ impl Ctx<'_> {
     /// launched with programmatic stream serialization ([`Ctx::programmatic`]).
     #[inline]
     pub(in crate::driver::cuda) fn run_threads<P>(&self, f: Func, grid: u32, threads: u32, p: &mut P) -> Result<()> {
+        self.run_shared(f, grid, threads, 0, p)
+    }
+
+    /// [`Ctx::run_threads`] with `smem` bytes of dynamic shared memory a block (at most what the
+    /// kernel was allowed when loaded, `Entry::dynamic_smem`).
+    #[inline]
+    pub(in crate::driver::cuda) fn run_shared<P>(
+        &self,
+        f: Func,
+        grid: u32,
+        threads: u32,
+        smem: u32,
+        p: &mut P,
+    ) -> Result<()> {
         let mut args = [(p as *mut P).cast::<c_void>()];
         if !self.programmatic(grid) {
             // SAFETY:
@@ -222,8 +243,10 @@ impl Ctx<'_> {
             //   `P`'s (`#[repr(C)]`, mirrored in codegen);
             // - `cuLaunchKernel` copies it before returning;
             // - the stream is live and of the current context.
-            return unsafe { cu::launch_kernel(f.handle(), (grid, 1, 1), (threads, 1, 1), 0, self.stream, &mut args) }
-                .map_err(|e| driver_error("cuLaunchKernel", e));
+            return unsafe {
+                cu::launch_kernel(f.handle(), (grid, 1, 1), (threads, 1, 1), smem, self.stream, &mut args)
+            }
+            .map_err(|e| driver_error("cuLaunchKernel", e));
         }
         // SAFETY: zero is a valid bit pattern for this C union (an all-zero attribute value).
         let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
@@ -240,7 +263,7 @@ impl Ctx<'_> {
             blockDimX: threads,
             blockDimY: 1,
             blockDimZ: 1,
-            sharedMemBytes: 0,
+            sharedMemBytes: smem,
             hStream: self.stream,
             attrs: &mut attr,
             numAttrs: 1,

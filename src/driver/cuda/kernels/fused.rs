@@ -145,6 +145,9 @@ pub(in crate::driver::cuda) enum AttnPath {
     Fma,
     /// The tensor-core kernel of head dim `E` (`cu/attention_mma.cu`).
     Mma(usize),
+    /// Hopper's tensor-core kernel of head dim `E` with tiles of `BN` keys, its warpgroups taking
+    /// turns on the tensor cores when `pp` (`cu/attention_wg.cu`).
+    Wg { e: usize, bn: usize, pp: bool },
 }
 
 /// Queries from which [`AttentionKernel::Auto`] takes the tensor-core kernel (a block of it
@@ -156,19 +159,47 @@ const MMA_MIN_QUERIES: usize = 16;
 /// large card, where the FMA kernel's key splits no longer buy parallelism (measured on an H100,
 /// BENCHMARKS.md: a decode of B 8 × H 32 ran 4.2 × faster on tensor cores).
 const MMA_MIN_BLOCKS: usize = 128;
+/// Queries from which [`AttentionKernel::Auto`] and [`AttentionKernel::Mma`] take Hopper's
+/// kernel on compute capability 9.0 (a block of it covers 128; fewer take the `mma.sync`
+/// kernel, whose blocks of 64 waste less when decoding).
+const WG_MIN_QUERIES: usize = 64;
+/// Keys per tile of Hopper's kernel by head dim, and whether its warpgroups take turns, unless
+/// chosen ([`AttentionKernel::Wg64`], [`AttentionKernel::Pp128`]): head dim 64 runs two blocks
+/// an SM, whose products and softmax interleave anyway; 128 runs one, whose two warpgroups would
+/// otherwise compute their softmax at once while the tensor cores wait.
+fn wg_default(e: usize) -> (usize, bool) {
+    if e <= 64 {
+        (64, false)
+    } else {
+        (128, true)
+    }
+}
+/// Queries and keys from which Hopper's kernel is not used (its indices are ints).
+const WG_MAX_LEN: usize = 1 << 30;
+/// Row strides (elements) from which Hopper's kernel is not used (its tile offsets are ints).
+const WG_MAX_ROW_STRIDE: usize = 1 << 24;
+/// Query rows per block of Hopper's kernel (`AW_ROWS` in `cu/attention_wg.cu`).
+const WG_ROWS: u64 = 128;
+/// Threads per block of Hopper's kernel (`AW_THREADS`).
+const WG_THREADS: u32 = 256;
 /// Query rows per block of the tensor-core kernel (`AM_ROWS` in `cu/attention_mma.cu`).
 const MMA_ROWS: u64 = 64;
 /// Threads per block of the tensor-core kernel (`AM_THREADS`).
 const MMA_THREADS: u32 = 128;
 
-/// The kernel for `a` on a device of compute capability `major.x` under `choice`: the
+/// The kernel for `a` on a device of compute capability `major.minor` under `choice`: a
 /// tensor-core kernel where it applies — f16 / bf16, `E == Ev` of 64 or 128, compute capability
 /// 8.0 or later, and q, k, v each with a contiguous last dim, its other strides (of dims longer
 /// than 1) multiples of 8 elements and a 16-byte aligned start (its 16-byte copies and 4-byte
 /// loads) — unless `choice` is `Fma`, and under `Auto` only from [`MMA_MIN_QUERIES`] queries or
-/// [`MMA_MIN_BLOCKS`] blocks;
-/// every other case the FMA kernel.
-pub(in crate::driver::cuda) fn attention_path(choice: AttentionKernel, major: u32, a: &AttnArgs<'_>) -> AttnPath {
+/// [`MMA_MIN_BLOCKS`] blocks; every other case the FMA kernel. The tensor-core kernel is
+/// Hopper's (wgmma) on compute capability 9.0 from [`WG_MIN_QUERIES`] queries (any number when
+/// `choice` names its tile), else the `mma.sync` kernel.
+pub(in crate::driver::cuda) fn attention_path(
+    choice: AttentionKernel,
+    (major, minor): (u32, u32),
+    a: &AttnArgs<'_>,
+) -> AttnPath {
     let (l, e, ev) = (a.q.shape[2], a.q.shape[3], a.v.shape[3]);
     let aligned = |v: &BufferView| {
         v.strides[3] == 1
@@ -180,13 +211,35 @@ pub(in crate::driver::cuda) fn attention_path(choice: AttentionKernel, major: u3
         && ATTN_MMA_HEAD_DIMS.contains(&e)
         && major >= 8
         && [a.q, a.k, a.v].into_iter().all(aligned);
+    // Hopper's kernel indexes queries and keys of a (batch, head), and rows within a tile, with ints.
+    let small = |v: &BufferView| v.strides[2] < WG_MAX_ROW_STRIDE;
+    // (Mask tensors take the mma.sync kernel: its registers hold their reads.)
+    // (And its softmax scales the maxima of raw scores by the scale times log2 e in float: a
+    // positive normal one keeps their order and -inf.)
+    let sl2 = a.scale * std::f64::consts::LOG2_E;
+    let hopper = (major, minor) == (9, 0)
+        && a.mask.is_none()
+        && (f32::MIN_POSITIVE as f64..=f32::MAX as f64).contains(&sl2)
+        && l.max(a.k.shape[2]) < WG_MAX_LEN
+        && [a.q, a.k, a.v].into_iter().all(small);
+    let wg = |bn, pp| AttnPath::Wg { e, bn, pp };
+    let (bn, pp) = wg_default(e);
+    let tensor = if hopper && l >= WG_MIN_QUERIES { wg(bn, pp) } else { AttnPath::Mma(e) };
     match choice {
         _ if !fits => AttnPath::Fma,
         AttentionKernel::Fma => AttnPath::Fma,
-        AttentionKernel::Mma => AttnPath::Mma(e),
-        AttentionKernel::Auto if l >= MMA_MIN_QUERIES => AttnPath::Mma(e),
-        AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
+        AttentionKernel::Mma1 => AttnPath::Mma(e),
+        AttentionKernel::Wg64 if hopper => wg(64, false),
+        AttentionKernel::Wg128 if hopper => wg(128, false),
+        AttentionKernel::Pp64 if hopper => wg(64, true),
+        AttentionKernel::Pp128 if hopper => wg(128, true),
+        AttentionKernel::Wg64 | AttentionKernel::Wg128 | AttentionKernel::Pp64 | AttentionKernel::Pp128 => {
             AttnPath::Mma(e)
+        }
+        AttentionKernel::Mma => tensor,
+        AttentionKernel::Auto if l >= MMA_MIN_QUERIES => tensor,
+        AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
+            tensor
         }
         AttentionKernel::Auto => AttnPath::Fma,
     }
@@ -235,11 +288,22 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         causal: a.causal as i32,
         pad: 0,
     };
-    if let AttnPath::Mma(e) = attention_path(c.ops.tuning.attention(), c.info.major, &a) {
-        let module = ModuleKey::AttentionMma { dtype };
-        let f = c.kernel(KernelId { module, entry: Entry::AttnMma((e / 16) as u8) })?;
-        let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
-        return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
+    match attention_path(c.ops.tuning.attention(), (c.info.major, c.info.minor), &a) {
+        AttnPath::Mma(e) => {
+            let module = ModuleKey::AttentionMma { dtype };
+            let f = c.kernel(KernelId { module, entry: Entry::AttnMma((e / 16) as u8) })?;
+            let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
+            return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
+        }
+        AttnPath::Wg { e, bn, pp } => {
+            let module = ModuleKey::AttentionWg { dtype };
+            let entry = Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp };
+            let f = c.kernel(KernelId { module, entry })?;
+            let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
+            let grid = tasks.clamp(1, i32::MAX as u64) as u32;
+            return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut p);
+        }
+        AttnPath::Fma => {}
     }
     let acc = acc_dtype(dtype).size();
     let kt = attn_keys_per_tile(ep, acc) as u64;

@@ -1,9 +1,10 @@
 //! CUDA C of the fused modules (norm rows, attention), after the head `codegen.rs` fills
 //! (`cu/fused_head.cu`): the family's kernels, and one `extern "C"` entry point per kernel.
 
-use super::sources::{ATTENTION, ATTENTION_MMA, ATTENTION_PARAMS, NORM};
+use super::sources::{ATTENTION, ATTENTION_MMA, ATTENTION_PARAMS, ATTENTION_WG, NORM};
 use super::vocab::{
-    attn_keys_per_tile, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD, NORM_VECTORS_PER_THREAD,
+    attn_keys_per_tile, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, ATTN_WG_TILES, NORM_VALUES_PER_THREAD,
+    NORM_VECTORS_PER_THREAD,
 };
 use crate::dtype::DType;
 use std::fmt::Write;
@@ -56,4 +57,62 @@ pub(in crate::driver::cuda) fn attention_mma(s: &mut String, dtype: DType) {
     for e in ATTN_MMA_HEAD_DIMS {
         let _ = writeln!(s, "{b} am_{e}(const __grid_constant__ AttnP p) {{ cs_enter(); am_tile<{e}>(p); }}");
     }
+}
+
+/// A Hopper tensor-core attention module's kernels (`dtype` f16 or bf16, `cu/attention_wg.cu`)
+/// and entry points `aw_{E}_{BN}` per (head dim, keys per tile) of [`ATTN_WG_TILES`] and
+/// `aw_{E}_{BN}p` with the warpgroups taking turns (ping-pong), after its head: first the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for
+/// sm_90a only. Launched with 256 threads; head dim 64 with tiles of 64 keys asks for two
+/// blocks an SM (128 registers a thread), the larger tiles for one (their accumulators need
+/// more).
+pub(in crate::driver::cuda) fn attention_wg(s: &mut String, dtype: DType) {
+    let (t, cvt) = if dtype == DType::BF16 { ("bf16", "bf16x2") } else { ("f16", "f16x2") };
+    let _ = writeln!(s, "#define AW_CVT2 \"{cvt}\"");
+    s.push_str("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n");
+    for n in [64, 128] {
+        wgmma_wrappers(s, n, t);
+    }
+    s.push_str("#endif\n");
+    s.push_str(ATTENTION_PARAMS);
+    s.push_str(ATTENTION_WG);
+    for (e, bn) in ATTN_WG_TILES {
+        let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
+        for (pp, suffix) in [(false, ""), (true, "p")] {
+            let _ = writeln!(
+                s,
+                "extern \"C\" __global__ void __launch_bounds__(256, {blocks}) aw_{e}_{bn}{suffix}(const __grid_constant__ \
+                 AttnP p) {{ cs_enter(); aw_tile<{e}, {bn}, {pp}>(p); }}"
+            );
+        }
+    }
+}
+
+/// `aw_ss` and `aw_rs` for `wgmma.mma_async` of shape m64n{n}k16 on 16-bit inputs of PTX type
+/// `t` with float accumulators: `aw_ss(d, a_desc, b_desc, acc)` (A and B from shared memory,
+/// both K-major; `acc` 0 overwrites D) and `aw_rs(d, a, b_desc)` (A from four registers, B
+/// MN-major, D accumulated).
+fn wgmma_wrappers(s: &mut String, n: usize, t: &str) {
+    let acc = n / 2;
+    let d = (0..acc).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", ");
+    let outs = (0..acc).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", ");
+    let op = format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}");
+    let _ = writeln!(
+        s,
+        "__device__ __forceinline__ void aw_ss(float (&d)[{acc}], u64 da, u64 db, int acc) {{\n    \
+         asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{a2}, 0;\\n{op} {{{d}}}, %{acc}, %{a1}, p, 1, 1, 0, 0;\\n}}\\n\"\n        \
+         : {outs}\n        : \"l\"(da), \"l\"(db), \"r\"(acc) : \"memory\");\n}}",
+        a1 = acc + 1,
+        a2 = acc + 2,
+    );
+    let _ = writeln!(
+        s,
+        "__device__ __forceinline__ void aw_rs(float (&d)[{acc}], const u32 (&a)[4], u64 db) {{\n    \
+         asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{p5}, 0;\\n{op} {{{d}}}, {{%{acc}, %{p1}, %{p2}, %{p3}}}, %{p4}, p, 1, 1, 1;\\n}}\\n\"\n        \
+         : {outs}\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), \"r\"(1) : \"memory\");\n}}",
+        p1 = acc + 1,
+        p2 = acc + 2,
+        p3 = acc + 3,
+        p4 = acc + 4,
+        p5 = acc + 5,
+    );
 }

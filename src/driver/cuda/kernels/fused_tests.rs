@@ -2,8 +2,8 @@
 //! device code for compute capability 9.0: shared-memory tiles within the static limit, register
 //! arrays of every padded head dim), and each entry point the launcher asks for is defined.
 
-use super::nvrtc::{image, nvrtc_present, resource_report, Program};
-use super::vocab::{attn_keys_per_tile, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS};
+use super::nvrtc::{image, nvrtc_present, resource_report, resource_report_of};
+use super::vocab::{attn_keys_per_tile, attn_wg_bytes, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, ATTN_WG_TILES};
 use crate::dtype::DType;
 
 const FLOATS: [DType; 4] = [DType::F32, DType::BF16, DType::F16, DType::F64];
@@ -18,6 +18,7 @@ fn norm_and_attention_modules_compile() {
         let mut modules = vec![ModuleKey::Norm { dtype: d }, ModuleKey::Attention { dtype: d }];
         if matches!(d, DType::BF16 | DType::F16) {
             modules.push(ModuleKey::AttentionMma { dtype: d });
+            modules.push(ModuleKey::AttentionWg { dtype: d });
         }
         for m in modules {
             let src = m.source();
@@ -25,7 +26,7 @@ fn norm_and_attention_modules_compile() {
                 let name = e.name(&m);
                 assert!(src.contains(&format!(" {name}(const __grid_constant__")), "{m:?} defines {name}");
             }
-            if let Err(e) = image(&Program::tensor(&src), 9, 0, None) {
+            if let Err(e) = image(&m.program(&src), 9, 0, None) {
                 panic!("{m:?} does not compile: {e}\n{src}");
             }
         }
@@ -81,6 +82,53 @@ fn tensor_core_attention_compiles_without_spills() {
     }
 }
 
+/// Hopper's attention kernels compile for sm_90a with `wgmma` (both operand kinds) in their
+/// PTX, and ptxas keeps their accumulators (scores, outputs) and P's fragments in registers
+/// within each kernel's launch bound: no stack frame, no spills, and no serialized wgmma (ptxas
+/// warns when it must wait for each product, C7510 / C7515); the ping-pong kernels use the two
+/// named barriers of their turns besides the block's.
+#[test]
+fn hopper_attention_compiles_to_wgmma_without_spills() {
+    if !nvrtc_present() {
+        crate::testing::skip(1, "libnvrtc not found");
+        return;
+    }
+    for d in [DType::BF16, DType::F16] {
+        let m = ModuleKey::AttentionWg { dtype: d };
+        let src = m.source();
+        let ty = if d == DType::BF16 { "bf16" } else { "f16" };
+        for n in [64, 128] {
+            assert!(src.contains(&format!("m64n{n}k16.f32.{ty}.{ty}")), "{m:?} has wgmma of n {n}");
+        }
+        let (_, log) = resource_report_of(&m.program(&src), 9, 0).unwrap_or_else(|e| panic!("{m:?}: {e}"));
+        assert!(!log.contains("C7510") && !log.contains("C7515") && !log.contains("serialized"), "{m:?}:\n{log}");
+        for name in ATTN_WG_TILES.iter().flat_map(|(e, bn)| [format!("aw_{e}_{bn}"), format!("aw_{e}_{bn}p")]) {
+            let at = log.find(&format!("'{name}'")).unwrap_or_else(|| panic!("{name} in the report:\n{log}"));
+            let tail = &log[at..];
+            let end = tail[1..].find("Compiling entry function").map_or(tail.len(), |i| i + 1);
+            let part = &tail[..end];
+            eprintln!("{m:?} {part}");
+            assert!(part.contains("sm_90a"), "{name} ({d}) is built for sm_90a:\n{part}");
+            assert!(part.contains("0 bytes stack frame"), "{name} ({d}) uses a stack frame:\n{part}");
+            assert!(part.contains("0 bytes spill stores"), "{name} ({d}) spills:\n{part}");
+            let barriers = if name.ends_with('p') { "used 3 barriers" } else { "used 1 barriers" };
+            assert!(part.contains(barriers), "{name} ({d}): {barriers} (the turns' named barriers):\n{part}");
+        }
+    }
+}
+
+/// Hopper's attention tiles fit a block's 227 KiB of shared memory on 9.0, two blocks an SM
+/// for head dim 64 with tiles of 64 keys (as its launch bound asks).
+#[test]
+fn hopper_attention_tiles_fit_shared_memory() {
+    for (e, bn) in ATTN_WG_TILES {
+        let bytes = attn_wg_bytes(e, bn);
+        let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
+        assert!(blocks * (bytes + 1024) <= 228 * 1024, "head dim {e}, {bn} keys: {bytes} bytes");
+        assert_eq!(bytes, 1024 + 2 * 128 * e + 8 * bn * e, "queries, two stages of keys and values");
+    }
+}
+
 /// The tensor-core kernel's shared tiles (keys and values, 64 rows of E + 8 halves each) fit
 /// the 48 KiB of static shared memory.
 #[test]
@@ -105,14 +153,17 @@ fn dense(shape: &[usize]) -> Vec<usize> {
     st
 }
 
-/// The dispatch between the two attention kernels is explicit: the tensor-core kernel only for
-/// f16 / bf16 with `E == Ev` of 64 or 128 on compute capability 8.0 or later, with each of q, k,
-/// v aligned for its 16-byte copies; `Fma` always the FMA kernel, `Mma` the tensor-core kernel
-/// wherever it applies, `Auto` from 16 queries.
+/// The dispatch between the attention kernels is explicit: a tensor-core kernel only for f16 /
+/// bf16 with `E == Ev` of 64 or 128 on compute capability 8.0 or later, with each of q, k, v
+/// aligned for its 16-byte copies; on 9.0 Hopper's (wgmma) from 64 queries, else the `mma.sync`
+/// one; `Fma` always the FMA kernel, `Mma` a tensor-core kernel wherever one applies, `Mma1` the
+/// `mma.sync` kernel, `Wg64` / `Wg128` Hopper's with that key tile on 9.0, `Auto` from 16 queries.
 #[test]
 fn the_attention_kernel_is_chosen_explicitly() {
     use super::fused::{attention_path, AttnArgs, AttnPath};
-    use crate::config::AttentionKernel::{Auto, Fma, Mma};
+    use crate::config::AttentionKernel::{Auto, Fma, Mma, Mma1, Pp128, Pp64, Wg128, Wg64};
+    const AMPERE: (u32, u32) = (8, 6);
+    const HOPPER: (u32, u32) = (9, 0);
     let case = |dtype: DType, l: usize, e: usize, ev: usize, q_strides: Option<Vec<usize>>, at: u64| {
         let qs = [2, 4, l, e];
         let q = view(dtype, &qs, &q_strides.unwrap_or_else(|| dense(&qs)), at);
@@ -121,44 +172,68 @@ fn the_attention_kernel_is_chosen_explicitly() {
         let dst = view(dtype, &[2, 4, l, ev], &dense(&[2, 4, l, ev]), 1 << 24);
         (q, k, v, dst)
     };
-    let path = |choice, major, c: &(_, _, _, _)| {
+    let path = |choice, cc, c: &(_, _, _, _)| {
         let (q, k, v, dst) = c;
-        attention_path(choice, major, &AttnArgs { q, k, v, mask: None, dst, scale: 0.1, causal: false })
+        attention_path(choice, cc, &AttnArgs { q, k, v, mask: None, dst, scale: 0.1, causal: false })
     };
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = case(dtype, 100, e, e, None, 0);
-            assert_eq!(path(Auto, 9, &c), AttnPath::Mma(e), "{dtype} E {e}");
-            assert_eq!(path(Mma, 8, &c), AttnPath::Mma(e));
-            assert_eq!(path(Fma, 9, &c), AttnPath::Fma, "forced FMA");
-            assert_eq!(path(Auto, 7, &c), AttnPath::Fma, "before sm_80");
+            let wg =
+                if e == 64 { AttnPath::Wg { e, bn: 64, pp: false } } else { AttnPath::Wg { e, bn: 128, pp: true } };
+            assert_eq!(path(Auto, AMPERE, &c), AttnPath::Mma(e), "{dtype} E {e}");
+            assert_eq!(path(Auto, HOPPER, &c), wg, "{dtype} E {e} on 9.0");
+            assert_eq!(path(Mma, HOPPER, &c), wg);
+            assert_eq!(path(Mma, (8, 0), &c), AttnPath::Mma(e));
+            assert_eq!(path(Mma1, HOPPER, &c), AttnPath::Mma(e), "the mma.sync kernel on 9.0");
+            assert_eq!(path(Wg64, HOPPER, &c), AttnPath::Wg { e, bn: 64, pp: false });
+            assert_eq!(path(Wg128, HOPPER, &c), AttnPath::Wg { e, bn: 128, pp: false });
+            assert_eq!(path(Pp64, HOPPER, &c), AttnPath::Wg { e, bn: 64, pp: true });
+            assert_eq!(path(Pp128, HOPPER, &c), AttnPath::Wg { e, bn: 128, pp: true });
+            assert_eq!(path(Wg128, AMPERE, &c), AttnPath::Mma(e), "no wgmma before 9.0");
+            assert_eq!(path(Pp64, AMPERE, &c), AttnPath::Mma(e));
+            assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");
+            assert_eq!(path(Fma, HOPPER, &c), AttnPath::Fma, "forced FMA");
+            assert_eq!(path(Auto, (7, 5), &c), AttnPath::Fma, "before sm_80");
+            // Scales Hopper's softmax cannot fold (not a positive normal float times log2 e).
+            for scale in [0.0, -0.1, 1e-45, f64::INFINITY, f64::NAN] {
+                let (q, k, v, dst) = (&c.0, &c.1, &c.2, &c.3);
+                let args = AttnArgs { q, k, v, mask: None, dst, scale, causal: true };
+                assert_eq!(attention_path(Auto, HOPPER, &args), AttnPath::Mma(e), "scale {scale}");
+            }
+            // Fewer queries than a Hopper block's half: the mma.sync kernel.
+            let few = case(dtype, 40, e, e, None, 0);
+            let forced = AttnPath::Wg { e, bn: 64, pp: false };
+            assert_eq!((path(Auto, HOPPER, &few), path(Wg64, HOPPER, &few)), (AttnPath::Mma(e), forced));
             // Decoding: few queries take the FMA kernel's key splits unless forced.
             let d = case(dtype, 1, e, e, None, 0);
-            assert_eq!((path(Auto, 9, &d), path(Mma, 9, &d)), (AttnPath::Fma, AttnPath::Mma(e)));
+            assert_eq!((path(Auto, HOPPER, &d), path(Mma, HOPPER, &d)), (AttnPath::Fma, AttnPath::Mma(e)));
             // ... unless batch × heads fill the device: 8 × 32 decoding queries on tensor cores.
             let (_, k, v, _) = case(dtype, 1, e, e, None, 0);
             let wide = [8, 32, 1, e];
             let (q, dst) = (view(dtype, &wide, &dense(&wide), 0), view(dtype, &wide, &dense(&wide), 1 << 24));
-            assert_eq!(path(Auto, 9, &(q, k, v, dst)), AttnPath::Mma(e), "a wide decode");
+            assert_eq!(path(Auto, HOPPER, &(q, k, v, dst)), AttnPath::Mma(e), "a wide decode");
             // A query viewed from [B, L, H, E] (strides multiples of 8): still tensor cores.
             let t = case(dtype, 100, e, e, Some(vec![100 * 4 * e, e, 4 * e, 1]), 0);
-            assert_eq!(path(Auto, 9, &t), AttnPath::Mma(e), "transposed query");
+            assert_eq!(path(Auto, AMPERE, &t), AttnPath::Mma(e), "transposed query");
+            assert_eq!(path(Auto, HOPPER, &t), wg, "transposed query on 9.0");
             // Misaligned: a start off 16 bytes, a row stride not a multiple of 8, a strided last dim.
             for bad in [
                 case(dtype, 100, e, e, None, 8),
                 case(dtype, 100, e, e, Some(vec![4 * 100 * (e + 2), 100 * (e + 2), e + 2, 1]), 0),
                 case(dtype, 100, e, e, Some(vec![1, 2 * 100 * e, 2 * e, 2]), 0),
             ] {
-                assert_eq!((path(Auto, 9, &bad), path(Mma, 9, &bad)), (AttnPath::Fma, AttnPath::Fma));
+                let paths = [path(Auto, HOPPER, &bad), path(Mma, HOPPER, &bad), path(Wg128, HOPPER, &bad)];
+                assert_eq!(paths, [AttnPath::Fma; 3]);
             }
         }
         // Head dims without a tensor-core kernel, or E != Ev.
         for (e, ev) in [(80, 80), (256, 256), (32, 32), (64, 128), (128, 64)] {
-            assert_eq!(path(Mma, 9, &case(dtype, 100, e, ev, None, 0)), AttnPath::Fma, "{e} {ev}");
+            assert_eq!(path(Mma, HOPPER, &case(dtype, 100, e, ev, None, 0)), AttnPath::Fma, "{e} {ev}");
         }
     }
     for dtype in [DType::F32, DType::F64] {
-        assert_eq!(path(Mma, 9, &case(dtype, 100, 64, 64, None, 0)), AttnPath::Fma, "{dtype}");
+        assert_eq!(path(Mma, HOPPER, &case(dtype, 100, 64, 64, None, 0)), AttnPath::Fma, "{dtype}");
     }
 }
 

@@ -41,6 +41,25 @@ impl<'a> Program<'a> {
     pub(crate) fn tensor(source: &'a str) -> Program<'a> {
         Program { source, options: &[], op: "launch" }
     }
+
+    /// A tensor-kernel program built for its device's architecture-specific features where the
+    /// device has them (`sm_90a` on compute capability 9.0: `wgmma`), errors naming `launch`.
+    pub(crate) fn arch_specific(source: &'a str) -> Program<'a> {
+        Program { source, options: &[ARCH_SPECIFIC], op: "launch" }
+    }
+}
+
+/// The option of [`Program::arch_specific`]: not passed to NVRTC, it turns the target `sm_90`
+/// (or `compute_90`) into `sm_90a` (`compute_90a`).
+const ARCH_SPECIFIC: &str = "-cudasem-arch-specific";
+
+/// NVRTC's options for `program` on the target `arch` ([`target`]).
+fn program_options(arch: &str, program: &Program) -> Vec<String> {
+    let specific = program.options.contains(&ARCH_SPECIFIC) && matches!(arch, "sm_90" | "compute_90");
+    let arch = if specific { format!("{arch}a") } else { arch.to_owned() };
+    let mut o = options(&arch).to_vec();
+    o.extend(program.options.iter().filter(|&&x| x != ARCH_SPECIFIC).map(|o| o.to_string()));
+    o
 }
 
 raw_handle!(
@@ -195,8 +214,7 @@ pub(crate) fn image(program: &Program, major: u32, minor: u32, cache: Option<&Pa
     let op = program.op;
     let n = nvrtc().map_err(|e| with_op(e, op))?;
     let (arch, cubin) = target(n, major, minor).map_err(|e| with_op(e, op))?;
-    let mut options = options(&arch).to_vec();
-    options.extend(program.options.iter().map(|o| o.to_string()));
+    let options = program_options(&arch, program);
     let src = program.source;
     let mut key = format!("{}.{}\n{}\n", n.version.0, n.version.1, options.join(" ")).into_bytes();
     key.extend_from_slice(src.as_bytes());
@@ -242,10 +260,21 @@ fn options(arch: &str) -> [String; 3] {
 /// tests).
 #[cfg(test)]
 pub(in crate::driver::cuda) fn resource_report(src: &str, major: u32, minor: u32) -> Result<((i32, i32), String)> {
+    resource_report_of(&Program::tensor(src), major, minor)
+}
+
+/// [`resource_report`] of `program` (with its options).
+#[cfg(test)]
+pub(in crate::driver::cuda) fn resource_report_of(
+    program: &Program,
+    major: u32,
+    minor: u32,
+) -> Result<((i32, i32), String)> {
     let n = nvrtc()?;
     let (arch, _) = target(n, major, minor)?;
-    let mut options = options(&arch).to_vec();
+    let mut options = program_options(&arch, program);
     options.push("--ptxas-options=--verbose".into());
+    let src = program.source;
     let csrc = CString::new(src).map_err(|_| unsupported("launch", "a generated kernel source holds a NUL byte"))?;
     let prog = NvrtcProgram::new(&csrc).map_err(nvrtc_error)?;
     prog.compile(&options).map_err(nvrtc_error)?;

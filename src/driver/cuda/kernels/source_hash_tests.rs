@@ -88,6 +88,7 @@ pub(in crate::driver::cuda) fn all_modules() -> Vec<ModuleKey> {
         }
         if matches!(d, BF16 | F16) {
             v.push(ModuleKey::AttentionMma { dtype: d });
+            v.push(ModuleKey::AttentionWg { dtype: d });
         }
         if matches!(d, F32 | BF16 | F16) {
             v.push(ModuleKey::Gemv { dtype: d });

@@ -7,8 +7,8 @@
 //! * `elementwise_head.cu`, `elementwise.cu`: an elementwise module ([`ELEMENTWISE_HEAD`], [`ELEMENTWISE`]);
 //! * `reduce_head.cu`, `reduce_acc.cu` / `reduce_arg.cu`, `reduce.cu`: a reduction module;
 //! * `softmax_head.cu`, `softmax.cu`: a softmax module; `gemv_head.cu`, `gemv.cu`: a vector-matrix module;
-//! * `fused_head.cu`, `norm.cu`, `attention_params.cu`, `attention.cu`, `attention_mma.cu`: a norm or
-//!   attention module (FMA or tensor-core);
+//! * `fused_head.cu`, `norm.cu`, `attention_params.cu`, `attention.cu`, `attention_mma.cu`,
+//!   `attention_wg.cu`: a norm or attention module (FMA, tensor-core or Hopper tensor-core);
 //! * `jit_multi.cu`: a jiterator module of many inputs or several outputs ([`JIT_MULTI`]);
 //! * `spin.cu`: the delay kernel ([`SPIN`], `spin.rs`).
 
@@ -65,6 +65,9 @@ pub(in crate::driver::cuda) const ATTENTION_PARAMS: &str = body(include_str!("cu
 pub(in crate::driver::cuda) const ATTENTION: &str = body(include_str!("cu/attention.cu"));
 /// The tensor-core attention kernel, after [`ATTENTION_PARAMS`] and a define of `AM_MMA_T`.
 pub(in crate::driver::cuda) const ATTENTION_MMA: &str = body(include_str!("cu/attention_mma.cu"));
+/// The Hopper tensor-core attention kernel (wgmma, sm_90a), after [`ATTENTION_PARAMS`], a
+/// define of `AW_CVT2` and the generated wgmma wrappers.
+pub(in crate::driver::cuda) const ATTENTION_WG: &str = body(include_str!("cu/attention_wg.cu"));
 /// The kernel `jm` of a jiterator module of many inputs or several outputs, after its generated
 /// part (`jit.rs`: `NIN`, `CsJitP` and `cs_jit_apply`).
 pub(in crate::driver::cuda) const JIT_MULTI: &str = body(include_str!("cu/jit_multi.cu"));

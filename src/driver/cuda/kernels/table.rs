@@ -4,7 +4,7 @@
 //! through the NVRTC path (`nvrtc.rs`, outside every lock), loads it and registers all of its
 //! entries at once.
 
-use super::nvrtc::{image, Module, Program, RawFunction};
+use super::nvrtc::{image, Module, RawFunction};
 use super::vocab::{KernelId, ModuleKey, THREADS};
 use crate::driver::cuda::fxmap::FxMap;
 use crate::driver::cuda::status::{driver_error, lock, read, write, DRIVER};
@@ -15,6 +15,10 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
+
+/// The attribute that lets a kernel use more than 48 KiB of dynamic shared memory.
+const MAX_DYNAMIC_SMEM: sys::CUfunction_attribute =
+    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
 
 fn unsupported(reason: impl Into<String>) -> Error {
     Error::Unsupported { op: "launch", driver: DRIVER, reason: reason.into() }
@@ -94,7 +98,7 @@ impl Kernels {
     #[cold]
     fn load(&self, key: ModuleKey, major: u32, minor: u32) -> Result<()> {
         let source = key.source();
-        let program = Program::tensor(&source);
+        let program = key.program(&source);
         // Compiled (or read from a cache) before the lock, so loads of other modules overlap it.
         image(&program, major, minor, self.cache.as_deref())?;
         let mut modules = lock(&self.modules);
@@ -107,8 +111,14 @@ impl Kernels {
         let mut found = Vec::with_capacity(entries.len());
         for entry in entries {
             let f = module.function(&entry.name(&key))?;
+            let smem = entry.dynamic_smem();
+            if smem > 0 {
+                // SAFETY: `f` is a live kernel of the current context; the attribute takes a byte count.
+                unsafe { cu::function::set_function_attribute(f.0, MAX_DYNAMIC_SMEM, smem as i32) }
+                    .map_err(|e| driver_error("cuFuncSetAttribute", e))?;
+            }
             // SAFETY: `f` is a live kernel of the current context.
-            let blocks = unsafe { cu::occupancy::max_active_block_per_multiprocessor(f.0, THREADS as i32, 0) }
+            let blocks = unsafe { cu::occupancy::max_active_block_per_multiprocessor(f.0, THREADS as i32, smem) }
                 .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
             found.push((KernelId { module: key, entry }, Func { raw: f, blocks_per_sm: blocks.max(1) as u32 }));
         }

@@ -28,6 +28,16 @@ pub(in crate::driver::cuda) const ATTN_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
 /// The head dims (`E == Ev`) of the tensor-core attention kernels (`cu/attention_mma.cu`).
 pub(in crate::driver::cuda) const ATTN_MMA_HEAD_DIMS: [usize; 2] = [64, 128];
+/// (Head dim, keys per tile) of the Hopper tensor-core attention kernels (`cu/attention_wg.cu`),
+/// one entry point each.
+pub(in crate::driver::cuda) const ATTN_WG_TILES: [(usize, usize); 4] = [(64, 64), (64, 128), (128, 64), (128, 128)];
+
+/// Dynamic shared memory of the Hopper attention kernel of head dim `e` and `bn` keys per tile:
+/// 128 queries, two stages of keys and values (16-bit elements), and 1 KiB to align the tiles
+/// to the 1024 bytes of their swizzle pattern.
+pub(in crate::driver::cuda) const fn attn_wg_bytes(e: usize, bn: usize) -> usize {
+    1024 + 128 * e * 2 + 4 * bn * e * 2
+}
 
 /// Keys per shared-memory tile of attention's kernel for head dims padded to `ep`, with
 /// accumulators of `acc_bytes` bytes (the tiles of keys and values fit the 48 KiB of static
@@ -108,6 +118,9 @@ pub(in crate::driver::cuda) enum ModuleKey {
     Attention { dtype: DType },
     /// Tensor-core scaled dot-product attention of `dtype` (f16 or bf16; `cu/attention_mma.cu`).
     AttentionMma { dtype: DType },
+    /// Hopper tensor-core scaled dot-product attention of `dtype` (f16 or bf16, wgmma; compiled
+    /// for sm_90a only, `cu/attention_wg.cu`).
+    AttentionWg { dtype: DType },
     /// Random draws of a distribution into `dtype`, `e` elements per Philox block (`random.rs`).
     Random { dist: RandKind, dtype: DType, e: u8 },
     /// A jiterator function (its id, `jit::intern`) of up to [`JIT_INPUTS`] inputs of dtypes
@@ -198,6 +211,9 @@ pub(in crate::driver::cuda) enum Entry {
     AttnMerge,
     /// Tensor-core attention tiles of head dim `16 · e16` (`cu/attention_mma.cu`).
     AttnMma(u8),
+    /// Hopper tensor-core attention tiles of head dim `16 · e16` and `16 · bn16` keys, with `pp`
+    /// the two warpgroups taking turns on the tensor cores (`cu/attention_wg.cu`).
+    AttnWg { e16: u8, bn16: u8, pp: bool },
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
     /// A jiterator function's every output from its inputs: a thread per element (`jm`).
@@ -222,6 +238,7 @@ impl Entry {
             ModuleKey::Norm { .. } => "nm",
             ModuleKey::Attention { .. } => "at",
             ModuleKey::AttentionMma { .. } => "am",
+            ModuleKey::AttentionWg { .. } => "aw",
             ModuleKey::Random { .. } => "rnd",
             ModuleKey::JitMulti { .. } => "jm",
         };
@@ -253,7 +270,20 @@ impl Entry {
             Entry::Attn(ep32) => format!("{prefix}_{}", 32 * ep32 as u32),
             Entry::AttnMerge => format!("{prefix}_merge"),
             Entry::AttnMma(e16) => format!("{prefix}_{}", 16 * e16 as u32),
+            Entry::AttnWg { e16, bn16, pp } => {
+                format!("{prefix}_{}_{}{}", 16 * e16 as u32, 16 * bn16 as u32, if pp { "p" } else { "" })
+            }
             Entry::Random | Entry::JitMulti => prefix.into(),
+        }
+    }
+}
+
+impl Entry {
+    /// The dynamic shared memory the kernel is launched with, in bytes (0 for most).
+    pub(in crate::driver::cuda) fn dynamic_smem(self) -> usize {
+        match self {
+            Entry::AttnWg { e16, bn16, .. } => attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize),
+            _ => 0,
         }
     }
 }
@@ -303,6 +333,12 @@ impl ModuleKey {
             ModuleKey::AttentionMma { .. } => {
                 ATTN_MMA_HEAD_DIMS.iter().map(|&d| Entry::AttnMma((d / 16) as u8)).collect()
             }
+            ModuleKey::AttentionWg { .. } => ATTN_WG_TILES
+                .iter()
+                .flat_map(|&(e, bn)| {
+                    [false, true].map(|pp| Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp })
+                })
+                .collect(),
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::JitMulti { .. } => vec![Entry::JitMulti],
             ModuleKey::Reduce { src, .. } => {

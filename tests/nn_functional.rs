@@ -212,6 +212,46 @@ fn gelu_tanh_and_linear_match_float64() -> Result<()> {
     Ok(())
 }
 
+/// `F.gelu(x, "tanh")` is one rounding of the float64 value (within one ulp of the dtype,
+/// subnormal steps included; `f32` within its few ulp of the exponential's argument) on random
+/// values of either sign out to |x| = 6 (the tail, where `1 + tanh` cancels), read through a
+/// transposed, narrowed (non-contiguous) view; integers are a typed error and the runtime stays
+/// usable.
+#[test]
+fn gelu_tanh_is_one_rounding_of_float64_on_strided_input() -> Result<()> {
+    let mut rng = Rng::new(4011);
+    let k = (2.0 / std::f64::consts::PI).sqrt();
+    let reference = |v: f64| 0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh());
+    for device in devices() {
+        for dtype in FLOATS {
+            let xv: Vec<f64> = sample(&mut rng, dtype, 41 * 7, Domain::Any).iter().map(|v| round_to(dtype, v * 2.4)).collect();
+            let x = tensor(&xv, &[41, 7], dtype, device)?;
+            let view = x.t()?.narrow(1, 2, 37)?;
+            assert!(!view.is_contiguous());
+            let got = values(&F::gelu(&view, "tanh")?)?;
+            let (rel, step) = match dtype {
+                DType::BF16 => (2f64.powi(-7), 2f64.powi(-133)),
+                DType::F16 => (2f64.powi(-10), 2f64.powi(-24)),
+                DType::F32 => (1e-5, 2f64.powi(-149)),
+                _ => (1e-13, 0.0),
+            };
+            for i in 0..7 {
+                for j in 0..37 {
+                    let (g, w) = (got[i * 37 + j], reference(xv[(j + 2) * 7 + i]));
+                    let ok = (g - w).abs() <= (rel * w.abs()).max(step);
+                    assert!(ok, "gelu tanh {dtype} on {device} of {}: got {g}, want {w}", xv[(j + 2) * 7 + i]);
+                }
+            }
+        }
+        let ints = Tensor::from_slice(&[1i64, -2, 3], [3], device)?;
+        assert!(matches!(F::gelu(&ints, "tanh"), Err(Error::UnsupportedDType { .. })));
+        let one = Tensor::from_slice(&[1.0f32], [1], device)?;
+        let want = reference(1.0);
+        assert!((F::gelu(&one, "tanh")?.to_vec::<f32>()?[0] as f64 - want).abs() < 1e-6 * want);
+    }
+    Ok(())
+}
+
 /// One attention case: shapes, mask and flags.
 #[derive(Debug, Clone, Copy)]
 struct Case {

@@ -52,26 +52,12 @@ pub fn rms_norm(
 }
 
 /// `F.gelu(input, approximate)`: `approximate = "none"` uses the exact normal CDF,
-/// `"tanh"` the form `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))` (computed in `f32` for
-/// half types, as PyTorch's); any other string is an error.
+/// `"tanh"` the form `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))` (one elementwise kernel,
+/// computed in `f32` for half types, as PyTorch's); any other string is an error.
 pub fn gelu(input: &Tensor, approximate: &str) -> Result<Tensor> {
     match approximate {
         "none" => input.gelu(),
-        "tanh" => {
-            if !input.dtype().is_float() {
-                return Err(Error::UnsupportedDType { op: "gelu", dtype: input.dtype() });
-            }
-            let half = matches!(input.dtype(), DType::F16 | DType::BF16);
-            let x = if half { input.to_dtype(DType::F32)? } else { input.clone() };
-            let k = (2.0 / std::f64::consts::PI).sqrt();
-            let inner = x.mul(&x)?.mul(&x)?.mul(0.044715)?.add(&x)?.mul(k)?;
-            let y = inner.tanh()?.add(1.0)?.mul(&x)?.mul(0.5)?;
-            if half {
-                y.to_dtype(input.dtype())
-            } else {
-                Ok(y)
-            }
-        }
+        "tanh" => input.gelu_tanh(),
         other => Err(Error::InvalidArgument {
             op: "gelu",
             reason: format!("approximate must be \"none\" or \"tanh\", got {other:?}"),

@@ -31,9 +31,9 @@ impl Tensor {
         let batch = broadcast_shapes(op, &self.shape()[..ra - 2], &other.shape()[..rb - 2])?;
         let exec = Exec::for_operands(op, &[self, other])?;
         let shape_of = |r: usize, c: usize| [batch.as_slice(), &[r, c]].concat();
-        // Matrices whose rows are not 16-byte aligned run on padded copies where that pays
-        // (`matmul_pad.rs`); the result is the dense tensor either way.
-        let pad = matmul_pad::plan(self, other, batch.iter().product(), m, n, k);
+        // Matrices whose rows are not 16-byte aligned run on padded copies when
+        // `MatmulPadding` asks for them (`matmul_pad.rs`; never by default); the result is the dense tensor either way.
+        let pad = matmul_pad::plan(self, other, m, n, k);
         let a = if pad.lhs { matmul_pad::padded(self)? } else { self.clone() };
         let b = if pad.rhs { matmul_pad::padded(other)? } else { other.clone() };
         let out = if pad.out {

@@ -66,9 +66,22 @@ pub fn gelu(input: &Tensor, approximate: &str) -> Result<Tensor> {
 }
 
 /// `F.linear(input, weight, bias)`: `input @ weight^T + bias`, with `weight` of `[out, in]` (or
-/// `[in]`) and `bias` of `[out]` (broadcast), one floating-point dtype. The bias is added after
-/// the product.
+/// `[in]`) and `bias` of `[out]` (broadcast), one floating-point dtype. A 2-D weight with a
+/// bias of `[out]` is one product of the input's rows folded into a matrix, the bias added to
+/// the accumulator before the one rounding (cuBLASLt's bias epilogue on a CUDA device, as
+/// PyTorch's `addmm`); other forms add the bias after the product.
 pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    if let (2, Some(b)) = (weight.dim(), bias) {
+        let (out_f, in_f) = (weight.shape()[0], weight.shape()[1]);
+        let folds = input.dim() >= 1 && input.shape().last() == Some(&in_f) && in_f > 0;
+        if folds && b.shape() == [out_f] && b.dtype() == input.dtype() && weight.dtype() == input.dtype() {
+            let rows = input.numel() / in_f;
+            let y = input.reshape([rows, in_f])?.matmul_with_bias(&weight.t()?, b)?;
+            let mut shape = input.shape()[..input.dim() - 1].to_vec();
+            shape.push(out_f);
+            return y.reshape(shape);
+        }
+    }
     let w = match weight.dim() {
         1 => weight.clone(),
         2 => weight.t()?,

@@ -334,7 +334,9 @@ impl Tensor {
                 return Err(Error::UnsupportedDType { op: op.name(), dtype })
             }
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => dtype,
-            UnaryOp::Gelu | UnaryOp::GeluTanh if !dtype.is_float() => return Err(Error::UnsupportedDType { op: op.name(), dtype }),
+            UnaryOp::Gelu | UnaryOp::GeluTanh if !dtype.is_float() => {
+                return Err(Error::UnsupportedDType { op: op.name(), dtype })
+            }
             // Integer inputs of floating-point functions give the default float type.
             _ if !dtype.is_float() => DType::DEFAULT_FLOAT,
             _ => dtype,

@@ -613,6 +613,45 @@ fn softmax_of_many_rows_of_odd_lengths() {
     }
 }
 
+/// Products with a bias `[N]` (`F.linear`'s): cuBLASLt's bias epilogue for a row-major output
+/// and a packed, aligned bias (one row as well, which the bias keeps from the gemv kernel), the
+/// product and an elementwise add for a column-major output, a strided or unaligned bias and a
+/// batch; each against the CPU's product with the bias added before the one rounding.
+#[test]
+fn matrix_products_with_a_bias_on_every_path() {
+    let Some(mut b) = Bench::new() else { return };
+    for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let t = match d {
+            DType::F64 => 1e-12,
+            DType::F32 => 1e-5,
+            _ => tol(d) * 2.0,
+        };
+        let (m, k, n) = (33, 70, 45);
+        let (a, w) = (b.dense(d, &[m, k]), b.dense(d, &[k, n]));
+        let bias = b.dense(d, &[n]);
+        let strided = Bench::view(b.buffer(d, 2 * n + 1, false), d, &[n], &[2], 1);
+        let c = b.dense(d, &[m, n]);
+        let ct = b.dense(d, &[n, m]);
+        let ctv = Bench::view(ct.ptr, d, &[m, n], &[1, m], 0);
+        let gemm = |lhs: &BufferView, dst: &BufferView, bias: &BufferView| KernelOp::Gemm {
+            lhs: lhs.clone(),
+            rhs: w.clone(),
+            dst: dst.clone(),
+            bias: Some(bias.clone()),
+            workspace: None,
+        };
+        for (dst, bias) in [(&c, &bias), (&ctv, &bias), (&c, &strided)] {
+            b.check_abs(&gemm(&a, dst, bias), t, t * 70.0 * 16.0);
+        }
+        let (row, c1) = (b.dense(d, &[1, k]), b.dense(d, &[1, n]));
+        b.check_abs(&gemm(&row, &c1, &bias), t, t * 70.0 * 16.0);
+        let (ab, cb) = (b.dense(d, &[3, m, k]), b.dense(d, &[3, m, n]));
+        let wb = Bench::view(w.ptr, d, &[3, k, n], &[0, n, 1], 0);
+        let op = KernelOp::Gemm { lhs: ab, rhs: wb, dst: cb, bias: Some(bias.clone()), workspace: None };
+        b.check_abs(&op, t, t * 70.0 * 16.0);
+    }
+}
+
 #[test]
 fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
     let Some(mut b) = Bench::new() else { return };
@@ -627,7 +666,7 @@ fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
         let bb = b.dense(d, &[k, n]);
         let c = b.dense(d, &[m, n]);
         b.check_abs(
-            &KernelOp::Gemm { lhs: a.clone(), rhs: bb.clone(), dst: c.clone(), workspace: None },
+            &KernelOp::Gemm { lhs: a.clone(), rhs: bb.clone(), dst: c.clone(), bias: None, workspace: None },
             t,
             t * 70.0 * 16.0,
         );
@@ -639,34 +678,42 @@ fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
         let ct = b.dense(d, &[n, m]);
         let ctv = Bench::view(ct.ptr, d, &[m, n], &[1, m], 0);
         b.check_abs(
-            &KernelOp::Gemm { lhs: atv, rhs: btv.clone(), dst: c.clone(), workspace: None },
+            &KernelOp::Gemm { lhs: atv, rhs: btv.clone(), dst: c.clone(), bias: None, workspace: None },
             t,
             t * 70.0 * 16.0,
         );
-        b.check_abs(&KernelOp::Gemm { lhs: a.clone(), rhs: btv, dst: ctv, workspace: None }, t, t * 70.0 * 16.0);
+        b.check_abs(
+            &KernelOp::Gemm { lhs: a.clone(), rhs: btv, dst: ctv, bias: None, workspace: None },
+            t,
+            t * 70.0 * 16.0,
+        );
         // Batched, with the rhs broadcast over the batch (stride 0), and a strided lhs.
         let ab = b.dense(d, &[3, m, k]);
         let cb = b.dense(d, &[3, m, n]);
         let bb3 = Bench::view(bb.ptr, d, &[3, k, n], &[0, n, 1], 0);
         b.check_abs(
-            &KernelOp::Gemm { lhs: ab.clone(), rhs: bb3.clone(), dst: cb.clone(), workspace: None },
+            &KernelOp::Gemm { lhs: ab.clone(), rhs: bb3.clone(), dst: cb.clone(), bias: None, workspace: None },
             t,
             t * 70.0 * 16.0,
         );
         let wide = b.dense(d, &[3, m, 2 * k]);
         let strided = Bench::view(wide.ptr, d, &[3, m, k], &[m * 2 * k, 2 * k, 2], 1);
-        b.check_abs(&KernelOp::Gemm { lhs: strided, rhs: bb3, dst: cb, workspace: None }, t, t * 70.0 * 16.0);
+        b.check_abs(
+            &KernelOp::Gemm { lhs: strided, rhs: bb3, dst: cb, bias: None, workspace: None },
+            t,
+            t * 70.0 * 16.0,
+        );
         // K = 0 writes zeros.
         let e = Bench::view(a.ptr, d, &[m, 0], &[k, 1], 0);
         let e2 = Bench::view(bb.ptr, d, &[0, n], &[n, 1], 0);
-        b.check(&KernelOp::Gemm { lhs: e, rhs: e2, dst: c, workspace: None }, 0.0);
+        b.check(&KernelOp::Gemm { lhs: e, rhs: e2, dst: c, bias: None, workspace: None }, 0.0);
     }
     // TF32 is within its own (looser) tolerance.
     backends::matmul::set_allow_tf32(true);
     let a = b.dense(DType::F32, &[64, 256]);
     let bb = b.dense(DType::F32, &[256, 64]);
     let c = b.dense(DType::F32, &[64, 64]);
-    b.check_abs(&KernelOp::Gemm { lhs: a, rhs: bb, dst: c, workspace: None }, 1e-2, 1.0);
+    b.check_abs(&KernelOp::Gemm { lhs: a, rhs: bb, dst: c, bias: None, workspace: None }, 1e-2, 1.0);
     backends::matmul::set_allow_tf32(false);
 }
 
@@ -686,7 +733,7 @@ fn matrix_products_use_a_workspace_given_with_the_op_of_any_size() {
             let t = if d == DType::F32 { 1e-5 } else { tol(d) * 2.0 };
             let (m, k, n) = (256, 1024, 192);
             let (x, y, z) = (b.dense(d, &[m, k]), b.dense(d, &[k, n]), b.dense(d, &[m, n]));
-            let op = KernelOp::Gemm { lhs: x, rhs: y, dst: z, workspace: Some(w) };
+            let op = KernelOp::Gemm { lhs: x, rhs: y, dst: z, bias: None, workspace: Some(w) };
             b.check_abs(&op, t, t * k as f64 * 16.0);
         }
     }

@@ -186,28 +186,116 @@ fn gelu_tanh_and_linear_match_float64() -> Result<()> {
             let exact = F::gelu(&x, "none")?;
             assert_eq!(values(&exact)?, values(&x.gelu()?)?, "approximate = none is the exact gelu");
             assert!(matches!(F::gelu(&x, "fast"), Err(Error::InvalidArgument { .. })));
+        }
+    }
+    Ok(())
+}
 
-            let (wv, w) = rand_tensor(&mut rng, &[5, 37], dtype, device)?;
-            let (bv, b) = rand_tensor(&mut rng, &[5], dtype, device)?;
-            for with_b in [true, false] {
-                let y = F::linear(&x, &w, with_b.then_some(&b))?;
-                assert_eq!(y.shape(), &[3, 5]);
-                let mut want = Vec::new();
-                for r in 0..3 {
-                    for o in 0..5 {
-                        let dot: f64 = (0..37).map(|i| xv[r * 37 + i] * wv[o * 37 + i]).sum();
-                        // The product is rounded to the dtype before the bias is added.
-                        let p = round_to(dtype, dot);
-                        want.push(round_to(dtype, if with_b { p + bv[o] } else { p }));
+/// `F.linear(x, w, b)` against float64: `x @ wᵀ + b` rounded once (the bias is added to the
+/// accumulator before the rounding: cuBLASLt's bias epilogue on a GPU), within one ulp of the
+/// dtype plus the accumulation's own error (`k` roundings of the accumulator type over the
+/// terms' magnitudes); inputs of 1, 2 and 3 dims, a transposed input, odd sizes, a bias that
+/// broadcasts (`[1, out]`, added after the product: two roundings) and no bias.
+#[test]
+fn linear_with_bias_is_one_rounding_of_float64() -> Result<()> {
+    let mut rng = Rng::new(4012);
+    for device in devices() {
+        for dtype in FLOATS {
+            let (in_f, out_f) = (37, 29);
+            let (wv, w) = rand_tensor(&mut rng, &[out_f, in_f], dtype, device)?;
+            let (bv, b) = rand_tensor(&mut rng, &[out_f], dtype, device)?;
+            let (xv, x3) = rand_tensor(&mut rng, &[2, 3, in_f], dtype, device)?;
+            let (acc_eps, rel) = match dtype {
+                DType::BF16 => (2f64.powi(-24), 2f64.powi(-7)),
+                DType::F16 => (2f64.powi(-24), 2f64.powi(-10)),
+                DType::F32 => (2f64.powi(-24), 2f64.powi(-23)),
+                _ => (2f64.powi(-53), 2f64.powi(-52)),
+            };
+            let check = |got: &[f64], rows: &[Vec<f64>], with_b: bool, roundings: f64, what: &str| {
+                for (r, row) in rows.iter().enumerate() {
+                    for o in 0..out_f {
+                        let terms = (0..in_f).map(|i| row[i] * wv[o * in_f + i]);
+                        let mag: f64 = terms.clone().map(f64::abs).sum::<f64>() + bv[o].abs();
+                        let want = terms.sum::<f64>() + if with_b { bv[o] } else { 0.0 };
+                        let g = got[r * out_f + o];
+                        // A second rounding (of the product alone) is relative to the terms' magnitude.
+                        let bound = rel * want.abs()
+                            + (roundings - 1.0) * rel * mag
+                            + 2.0 * in_f as f64 * acc_eps * mag
+                            + 1e-30;
+                        assert!(
+                            (g - want).abs() <= bound,
+                            "linear {what} {dtype} on {device} [{r}, {o}]: got {g}, want {want} (bound {bound})"
+                        );
                     }
                 }
-                let (rtol, atol) = tol(dtype);
-                let got = values(&y)?;
-                for (g, w) in got.iter().zip(&want) {
-                    assert!((g - w).abs() <= 4.0 * (atol + rtol * w.abs()), "linear {dtype} on {device}: {g} vs {w}");
+            };
+            let rows3: Vec<Vec<f64>> = xv.chunks(in_f).map(<[f64]>::to_vec).collect();
+            let y = F::linear(&x3, &w, Some(&b))?;
+            assert_eq!(y.shape(), &[2, 3, out_f]);
+            check(&values(&y)?, &rows3, true, 1.0, "3-D");
+            let y = F::linear(&x3, &w, None)?;
+            check(&values(&y)?, &rows3, false, 1.0, "without bias");
+            let y = F::linear(&x3.narrow(0, 1, 1)?.narrow(1, 2, 1)?.reshape([in_f])?, &w, Some(&b))?;
+            assert_eq!(y.shape(), &[out_f]);
+            check(&values(&y)?, &rows3[5..], true, 1.0, "1-D");
+            // A transposed input [in, 4] read as [4, in].
+            let (tv, t) = rand_tensor(&mut rng, &[in_f, 4], dtype, device)?;
+            let rows_t: Vec<Vec<f64>> = (0..4).map(|r| (0..in_f).map(|i| tv[i * 4 + r]).collect()).collect();
+            let y = F::linear(&t.t()?, &w, Some(&b))?;
+            check(&values(&y)?, &rows_t, true, 1.0, "transposed input");
+            // A bias of [1, out] broadcasts: added after the product, two roundings.
+            let b2 = b.reshape([1, out_f])?;
+            let y = F::linear(&x3, &w, Some(&b2))?;
+            check(&values(&y)?, &rows3, true, 2.0, "broadcast bias");
+            let ints = Tensor::from_slice(&[1i64; 29], [29], device)?;
+            assert!(F::linear(&x3, &w, Some(&ints)).is_err());
+            assert_eq!(values(&F::linear(&x3, &w, Some(&b))?)?.len(), 6 * out_f, "usable after an error");
+        }
+    }
+    Ok(())
+}
+
+/// `F.gelu(x, "tanh")` is one rounding of the float64 value (within one ulp of the dtype,
+/// subnormal steps included; `f32` within its few ulp of the exponential's argument) on random
+/// values of either sign out to |x| = 6 (the tail, where `1 + tanh` cancels), read through a
+/// transposed, narrowed (non-contiguous) view; integers are a typed error and the runtime stays
+/// usable.
+#[test]
+fn gelu_tanh_is_one_rounding_of_float64_on_strided_input() -> Result<()> {
+    let mut rng = Rng::new(4011);
+    let k = (2.0 / std::f64::consts::PI).sqrt();
+    // `x/2 · (1 + tanh(u))` is `x / (1 + e^(-2u))` exactly; the latter keeps float64's accuracy
+    // where `1 + tanh(u)` cancels (x < -3).
+    let reference = |v: f64| v / (1.0 + (-2.0 * k * (v + 0.044715 * v * v * v)).exp());
+    assert!((reference(1.3) - 0.65 * (1.0 + (k * (1.3 + 0.044715 * 1.3f64.powi(3))).tanh())).abs() < 1e-15);
+    for device in devices() {
+        for dtype in FLOATS {
+            let xv: Vec<f64> =
+                sample(&mut rng, dtype, 41 * 7, Domain::Any).iter().map(|v| round_to(dtype, v * 2.4)).collect();
+            let x = tensor(&xv, &[41, 7], dtype, device)?;
+            let view = x.t()?.narrow(1, 2, 37)?;
+            assert!(!view.is_contiguous());
+            let got = values(&F::gelu(&view, "tanh")?)?;
+            let (rel, step) = match dtype {
+                DType::BF16 => (2f64.powi(-7), 2f64.powi(-133)),
+                DType::F16 => (2f64.powi(-10), 2f64.powi(-24)),
+                DType::F32 => (1e-5, 2f64.powi(-149)),
+                _ => (1e-13, 0.0),
+            };
+            for i in 0..7 {
+                for j in 0..37 {
+                    let (g, w) = (got[i * 37 + j], reference(xv[(j + 2) * 7 + i]));
+                    let ok = (g - w).abs() <= (rel * w.abs()).max(step);
+                    assert!(ok, "gelu tanh {dtype} on {device} of {}: got {g}, want {w}", xv[(j + 2) * 7 + i]);
                 }
             }
         }
+        let ints = Tensor::from_slice(&[1i64, -2, 3], [3], device)?;
+        assert!(matches!(F::gelu(&ints, "tanh"), Err(Error::UnsupportedDType { .. })));
+        let one = Tensor::from_slice(&[1.0f32], [1], device)?;
+        let want = reference(1.0);
+        assert!((F::gelu(&one, "tanh")?.to_vec::<f32>()?[0] as f64 - want).abs() < 1e-6 * want);
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `nn::functional`'s fused ops inside a CUDA graph capture: a captured pre-LN attention step
-//! (RMS norm, layer norm, and attention over many keys, whose split-key partials live in the
-//! capture's own scratch on a GPU) replays to what eager calls give for the new inputs. One test
+//! (RMS norm, layer norm, attention over many keys, whose split-key partials live in the
+//! capture's own scratch on a GPU, then a linear layer with its bias in the product, in the
+//! capture's cuBLASLt workspace, and GELU's tanh form) replays to what eager calls give for the new inputs. One test
 //! (a capture in global mode refuses other threads' blocking calls).
 
 mod common;
@@ -25,10 +26,13 @@ fn a_captured_norm_and_attention_step_replays_as_eager() -> Result<()> {
     let k = Tensor::from_slice(&data(2, b * h * s * e), [b, h, s, e], dev)?;
     let v = Tensor::from_slice(&data(3, b * h * s * e), [b, h, s, e], dev)?;
     let w = Tensor::from_slice(&data(4, e), [e], dev)?;
+    let wl = Tensor::from_slice(&data(5, e * e), [e, e], dev)?.div(8.0)?;
+    let bl = Tensor::from_slice(&data(6, e), [e], dev)?;
     let step = || -> Result<Tensor> {
         let qn = F::rms_norm(&q, &[e], Some(&w), None)?;
         let kn = F::layer_norm(&k, &[e], Some(&w), None, 1e-5)?;
-        F::scaled_dot_product_attention(&qn, &kn, &v, None, 0.0, false, None, false)
+        let a = F::scaled_dot_product_attention(&qn, &kn, &v, None, 0.0, false, None, false)?;
+        F::gelu(&F::linear(&a, &wl, Some(&bl))?, "tanh")
     };
     let mut g = CUDAGraph::new();
     let out = cuda::graph(&mut g, GraphOptions::default(), step)?;

@@ -27,6 +27,10 @@ pub enum UnaryOp {
     Relu,
     /// `x · Φ(x)` with the exact normal CDF (erf form, PyTorch's default `approximate='none'`).
     Gelu,
+    /// GELU's tanh approximation (PyTorch's `approximate='tanh'`):
+    /// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`, computed as the equal
+    /// `x / (1 + e^(-2u))` with `u = √(2/π) · (x + 0.044715 x³)` (no cancellation for x < 0).
+    GeluTanh,
 }
 
 impl UnaryOp {
@@ -44,7 +48,7 @@ impl UnaryOp {
             UnaryOp::Tanh => "tanh",
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
+            UnaryOp::Gelu | UnaryOp::GeluTanh => "gelu",
         }
     }
 }

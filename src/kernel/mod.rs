@@ -205,8 +205,10 @@ pub enum KernelOp {
         /// Log-softmax instead of softmax.
         log: bool,
     },
-    /// Batched matrix product `dst[.., m, n] = Σ_k lhs[.., m, k] · rhs[.., k, n]` over equal batch
-    /// dimensions (broadcast ones have stride 0); one floating-point dtype throughout.
+    /// Batched matrix product `dst[.., m, n] = Σ_k lhs[.., m, k] · rhs[.., k, n] (+ bias[n])` over
+    /// equal batch dimensions (broadcast ones have stride 0); one floating-point dtype throughout.
+    /// The bias is added to the accumulator (`f32` for the half types) before the result's one
+    /// rounding (cuBLASLt's bias epilogue, PyTorch's `addmm` with a bias of the output's dtype).
     Gemm {
         /// `[.., M, K]`.
         lhs: BufferView,
@@ -214,6 +216,8 @@ pub enum KernelOp {
         rhs: BufferView,
         /// `[.., M, N]`.
         dst: BufferView,
+        /// `[N]`, added to every row of the product (`F.linear`'s bias), or `None`.
+        bias: Option<BufferView>,
         /// The scratch memory the product may use (cuBLASLt's workspace); `None`: the driver's own
         /// per-stream workspace. The runtime gives one to a product queued on a capturing stream:
         /// a block of the capture's private pool, which the graph keeps.
@@ -363,7 +367,10 @@ impl KernelOp {
             | KernelOp::Extreme { src, .. }
             | KernelOp::Softmax { src, .. }
             | KernelOp::BinaryScalar { lhs: src, .. } => vec![src],
-            KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => vec![lhs, rhs],
+            KernelOp::Binary { lhs, rhs, .. } => vec![lhs, rhs],
+            KernelOp::Gemm { lhs, rhs, bias, .. } => {
+                [Some(lhs), Some(rhs), bias.as_ref()].into_iter().flatten().collect()
+            }
             KernelOp::Where { cond, a, b, .. } => vec![cond, a, b],
             KernelOp::Norm { src, weight, bias, .. } => {
                 [Some(src), weight.as_ref(), bias.as_ref()].into_iter().flatten().collect()
@@ -388,9 +395,8 @@ impl KernelOp {
             | KernelOp::Reduce { src, .. }
             | KernelOp::Softmax { src, .. }
             | KernelOp::BinaryScalar { lhs: src, .. } => [Some(src), dst, None, None, None],
-            KernelOp::Binary { lhs, rhs, .. } | KernelOp::Gemm { lhs, rhs, .. } => {
-                [Some(lhs), Some(rhs), dst, None, None]
-            }
+            KernelOp::Binary { lhs, rhs, .. } => [Some(lhs), Some(rhs), dst, None, None],
+            KernelOp::Gemm { lhs, rhs, bias, .. } => [Some(lhs), Some(rhs), bias.as_ref(), dst, None],
             KernelOp::Where { cond, a, b, .. } => [Some(cond), Some(a), Some(b), dst, None],
             KernelOp::Norm { src, weight, bias, .. } => [Some(src), weight.as_ref(), bias.as_ref(), dst, None],
             KernelOp::Attention { q, k, v, mask, .. } => [Some(q), Some(k), Some(v), mask.as_ref(), dst],
@@ -493,7 +499,7 @@ impl KernelOp {
                 }
                 Ok(())
             }
-            KernelOp::Gemm { lhs, rhs, workspace, .. } => {
+            KernelOp::Gemm { lhs, rhs, bias, workspace, .. } => {
                 if let Some(w) = workspace {
                     if w.ptr.0 == 0
                         || w.ptr.0 % 256 != 0
@@ -517,11 +523,18 @@ impl KernelOp {
                     && lhs.shape[r - 1] == rhs.shape[r - 2]
                     && lhs.dtype == dst.dtype
                     && rhs.dtype == dst.dtype
-                    && dst.dtype.is_float();
+                    && dst.dtype.is_float()
+                    && bias.as_ref().is_none_or(|b| b.shape[..] == [dst.shape[r - 1]] && b.dtype == dst.dtype);
                 if !ok {
                     return Err(bad(format!(
-                        "gemm of {:?} ({}) by {:?} ({}) into {:?} ({})",
-                        lhs.shape, lhs.dtype, rhs.shape, rhs.dtype, dst.shape, dst.dtype
+                        "gemm of {:?} ({}) by {:?} ({}) into {:?} ({}), bias {:?}",
+                        lhs.shape,
+                        lhs.dtype,
+                        rhs.shape,
+                        rhs.dtype,
+                        dst.shape,
+                        dst.dtype,
+                        bias.as_ref().map(|b| (&b.shape, b.dtype))
                     )));
                 }
                 Ok(())
@@ -607,6 +620,7 @@ mod tests {
             lhs: view(&[2, 3], &[3, 1], 0),
             rhs: view(&[4, 5], &[5, 1], 0),
             dst: view(&[2, 5], &[5, 1], 0),
+            bias: None,
             workspace: None,
         };
         assert!(gemm.validate().is_err());
@@ -614,13 +628,25 @@ mod tests {
             lhs: view(&[2, 3], &[3, 1], 0),
             rhs: view(&[3, 5], &[5, 1], 0),
             dst: view(&[2, 5], &[5, 1], 0),
+            bias: None,
             workspace: Some(Workspace { ptr: DevicePtr(1 << 20), bytes: GEMM_WORKSPACE_BYTES }),
         };
         assert!(ok.validate().is_ok());
+        // A bias is `[N]` of the output's dtype.
+        for (shape, ok_bias) in [(&[5usize][..], true), (&[2][..], false), (&[1, 5][..], false)] {
+            let KernelOp::Gemm { lhs, rhs, dst, .. } = ok.clone() else { unreachable!() };
+            let strides = vec![1; shape.len()];
+            let bias = Some(view(shape, &strides, 0));
+            let op = KernelOp::Gemm { lhs, rhs, dst, bias, workspace: None };
+            assert_eq!(op.validate().is_ok(), ok_bias, "bias {shape:?}");
+        }
         for (ptr, bytes) in [(0, 1024), (1 << 20, 0), ((1 << 20) + 4, 1024), (u64::MAX - 255, 1024)] {
             let KernelOp::Gemm { lhs, rhs, dst, .. } = ok.clone() else { unreachable!() };
             let w = Some(Workspace { ptr: DevicePtr(ptr), bytes });
-            assert!(KernelOp::Gemm { lhs, rhs, dst, workspace: w }.validate().is_err(), "{ptr:#x}, {bytes}");
+            assert!(
+                KernelOp::Gemm { lhs, rhs, dst, bias: None, workspace: w }.validate().is_err(),
+                "{ptr:#x}, {bytes}"
+            );
         }
     }
 }

@@ -52,26 +52,12 @@ pub fn rms_norm(
 }
 
 /// `F.gelu(input, approximate)`: `approximate = "none"` uses the exact normal CDF,
-/// `"tanh"` the form `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))` (computed in `f32` for
-/// half types, as PyTorch's); any other string is an error.
+/// `"tanh"` the form `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))` (one elementwise kernel,
+/// computed in `f32` for half types, as PyTorch's); any other string is an error.
 pub fn gelu(input: &Tensor, approximate: &str) -> Result<Tensor> {
     match approximate {
         "none" => input.gelu(),
-        "tanh" => {
-            if !input.dtype().is_float() {
-                return Err(Error::UnsupportedDType { op: "gelu", dtype: input.dtype() });
-            }
-            let half = matches!(input.dtype(), DType::F16 | DType::BF16);
-            let x = if half { input.to_dtype(DType::F32)? } else { input.clone() };
-            let k = (2.0 / std::f64::consts::PI).sqrt();
-            let inner = x.mul(&x)?.mul(&x)?.mul(0.044715)?.add(&x)?.mul(k)?;
-            let y = inner.tanh()?.add(1.0)?.mul(&x)?.mul(0.5)?;
-            if half {
-                y.to_dtype(input.dtype())
-            } else {
-                Ok(y)
-            }
-        }
+        "tanh" => input.gelu_tanh(),
         other => Err(Error::InvalidArgument {
             op: "gelu",
             reason: format!("approximate must be \"none\" or \"tanh\", got {other:?}"),
@@ -80,9 +66,22 @@ pub fn gelu(input: &Tensor, approximate: &str) -> Result<Tensor> {
 }
 
 /// `F.linear(input, weight, bias)`: `input @ weight^T + bias`, with `weight` of `[out, in]` (or
-/// `[in]`) and `bias` of `[out]` (broadcast), one floating-point dtype. The bias is added after
-/// the product.
+/// `[in]`) and `bias` of `[out]` (broadcast), one floating-point dtype. A 2-D weight with a
+/// bias of `[out]` is one product of the input's rows folded into a matrix, the bias added to
+/// the accumulator before the one rounding (cuBLASLt's bias epilogue on a CUDA device, as
+/// PyTorch's `addmm`); other forms add the bias after the product.
 pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    if let (2, Some(b)) = (weight.dim(), bias) {
+        let (out_f, in_f) = (weight.shape()[0], weight.shape()[1]);
+        let folds = input.dim() >= 1 && input.shape().last() == Some(&in_f) && in_f > 0;
+        if folds && b.shape() == [out_f] && b.dtype() == input.dtype() && weight.dtype() == input.dtype() {
+            let rows = input.numel() / in_f;
+            let y = input.reshape([rows, in_f])?.matmul_with_bias(&weight.t()?, b)?;
+            let mut shape = input.shape()[..input.dim() - 1].to_vec();
+            shape.push(out_f);
+            return y.reshape(shape);
+        }
+    }
     let w = match weight.dim() {
         1 => weight.clone(),
         2 => weight.t()?,

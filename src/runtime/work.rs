@@ -199,11 +199,12 @@ impl Stream {
     fn launch_during_capture<T: Operand + ?Sized>(&self, op: &KernelOp, uses: &[&T]) -> Result<()> {
         let id = self.driver_id();
         self.note_captured_work(uses);
-        if let KernelOp::Gemm { lhs, rhs, dst, workspace: None } = op {
+        if let KernelOp::Gemm { lhs, rhs, dst, bias, workspace: None } = op {
             let needs_one = dst.numel() > 0 && lhs.shape.last().is_some_and(|&k| k > 0);
             if let Some(c) = capture::of_stream(id).filter(|_| needs_one) {
                 let workspace = Some(c.gemm_workspace(id, || self.gemm_workspace_block())?);
-                let op = KernelOp::Gemm { lhs: lhs.clone(), rhs: rhs.clone(), dst: dst.clone(), workspace };
+                let (lhs, rhs, dst, bias) = (lhs.clone(), rhs.clone(), dst.clone(), bias.clone());
+                let op = KernelOp::Gemm { lhs, rhs, dst, bias, workspace };
                 return rt()?.driver.launch(id, &op);
             }
         }

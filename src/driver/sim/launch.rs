@@ -222,6 +222,7 @@ mod tests {
             lhs: view(a, [2, 2]),
             rhs: view(a, [2, 2]),
             dst: view(c, [2, 2]),
+            bias: None,
             workspace: w,
         };
         d.launch(s, &gemm(Some(Workspace { ptr: ws0, bytes: GEMM_WORKSPACE_BYTES })))?;

@@ -54,6 +54,7 @@ fn unary_float(op: UnaryOp, x: f64) -> f64 {
             }
         }
         UnaryOp::Gelu => math::gelu(x),
+        UnaryOp::GeluTanh => math::gelu_tanh(x),
     }
 }
 

@@ -94,7 +94,7 @@ pub(crate) fn execute(op: &KernelOp, mem: &dyn Memory) -> Result<()> {
             }
         }
         KernelOp::Softmax { dim, log, .. } => reduce::softmax(arg(0), *dim, *log, &mut out, &dst),
-        KernelOp::Gemm { .. } => gemm::gemm(arg(0), arg(1), &mut out, &dst)?,
+        KernelOp::Gemm { bias, .. } => gemm::gemm(arg(0), arg(1), bias.as_ref().map(|_| arg(2)), &mut out, &dst)?,
         KernelOp::Norm { src, weight, bias, dims, eps, rms, .. } => {
             // Inputs in order: src, then the weight and bias that are given.
             let w = weight.as_ref().map(|_| arg(1));
@@ -204,10 +204,19 @@ mod tests {
         let s = f32s(&mem, 300, 3);
         assert!((s.iter().sum::<f32>() - 1.0).abs() < 1e-6 && s[0] < s[1] && s[1] < s[2]);
         let xt = view(0, DType::F32, &[3, 2], &[1, 3]);
-        let mm =
-            KernelOp::Gemm { lhs: x.clone(), rhs: xt, dst: view(400, DType::F32, &[2, 2], &[2, 1]), workspace: None };
+        let mm = KernelOp::Gemm {
+            lhs: x.clone(),
+            rhs: xt,
+            dst: view(400, DType::F32, &[2, 2], &[2, 1]),
+            bias: None,
+            workspace: None,
+        };
         execute(&mm, &mem).unwrap();
         assert_eq!(f32s(&mem, 400, 4), [14.0, 32.0, 32.0, 77.0]);
+        let bias = Some(view(0, DType::F32, &[2], &[1])); // [1, 2], added to each row
+        let KernelOp::Gemm { lhs, rhs, dst, .. } = mm else { unreachable!() };
+        execute(&KernelOp::Gemm { lhs, rhs, dst, bias, workspace: None }, &mem).unwrap();
+        assert_eq!(f32s(&mem, 400, 4), [15.0, 34.0, 33.0, 79.0]);
         let neg = KernelOp::Unary { op: UnaryOp::Neg, src: x.clone(), dst: view(500, DType::I32, &[2, 3], &[3, 1]) };
         execute(&neg, &mem).unwrap();
         assert_eq!(mem.0.borrow()[500..504], (-1i32).to_ne_bytes());

@@ -73,7 +73,13 @@ fn matmul<T: GemmElem>(m: usize, k: usize, n: usize, lhs: &[T], rhs: &[T], dst: 
     Ok(())
 }
 
-fn batched<T: GemmElem>(lhs: Operand<'_>, rhs: Operand<'_>, out: &mut [u8], dst: &BufferView) -> Result<()> {
+fn batched<T: GemmElem>(
+    lhs: Operand<'_>,
+    rhs: Operand<'_>,
+    bias: Option<Operand<'_>>,
+    out: &mut [u8],
+    dst: &BufferView,
+) -> Result<()> {
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.view.shape[r - 1]);
     let batch: usize = dst.shape[..r - 2].iter().product();
@@ -92,17 +98,32 @@ fn batched<T: GemmElem>(lhs: Operand<'_>, rhs: Operand<'_>, out: &mut [u8], dst:
             &mut c[i * m * n..(i + 1) * m * n],
         )?;
     }
+    if let Some(bias) = bias {
+        // Added to the accumulator (`f32` for the half types), rounded once by `scatter`.
+        let b = gather::<T>(bias.bytes, bias.view);
+        check_len("bias", b.len(), &[n])?;
+        for (j, v) in c.iter_mut().enumerate() {
+            *v = T::from_f64(v.to_f64() + b[j % n].to_f64());
+        }
+    }
     scatter(&c, out, dst);
     Ok(())
 }
 
-/// `dst = lhs · rhs` over the last two dimensions, batched over the others; an error if the
+/// `dst = lhs · rhs (+ bias)` over the last two dimensions, batched over the others, the bias
+/// `[N]` added to each row in the accumulator's type before the one rounding; an error if the
 /// operands do not hold the elements their shapes say (a broken invariant, not a misuse).
-pub(super) fn gemm(lhs: Operand<'_>, rhs: Operand<'_>, out: &mut [u8], dst: &BufferView) -> Result<()> {
+pub(super) fn gemm(
+    lhs: Operand<'_>,
+    rhs: Operand<'_>,
+    bias: Option<Operand<'_>>,
+    out: &mut [u8],
+    dst: &BufferView,
+) -> Result<()> {
     if dst.dtype == DType::F64 {
-        batched::<f64>(lhs, rhs, out, dst)
+        batched::<f64>(lhs, rhs, bias, out, dst)
     } else {
-        batched::<f32>(lhs, rhs, out, dst)
+        batched::<f32>(lhs, rhs, bias, out, dst)
     }
 }
 
@@ -183,7 +204,7 @@ mod tests {
         let lb: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_ne_bytes()).collect();
         let rb: Vec<u8> = (0..4).flat_map(|i| (i as f32).to_ne_bytes()).collect();
         let mut out = vec![0xABu8; 16];
-        let err = gemm(Operand { bytes: &lb, view: &lv }, Operand { bytes: &rb, view: &rv }, &mut out, &dv)
+        let err = gemm(Operand { bytes: &lb, view: &lv }, Operand { bytes: &rb, view: &rv }, None, &mut out, &dv)
             .expect_err("an rhs of 4 elements for a 3×2 matrix must be refused");
         assert!(matches!(&err, Error::Internal { reason, .. } if reason.contains("rhs")), "{err}");
         assert_eq!(out, [0xAB; 16], "nothing is written");

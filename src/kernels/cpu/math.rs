@@ -46,6 +46,15 @@ pub(crate) fn gelu(x: f64) -> f64 {
     0.5 * x * erfc(-x * FRAC_1_SQRT_2)
 }
 
+/// `√(2/π)`, the scale of GELU's tanh approximation.
+const GELU_TANH_BETA: f64 = 0.797_884_560_802_865_4;
+
+/// GELU's tanh approximation, `x/2 · (1 + tanh(u))` with `u = √(2/π) (x + 0.044715 x³)`, as the
+/// equal `x · σ(2u)` (accurate for x < 0, where `1 + tanh(u)` cancels).
+pub(crate) fn gelu_tanh(x: f64) -> f64 {
+    x * sigmoid(2.0 * GELU_TANH_BETA * (x + 0.044715 * x * x * x))
+}
+
 /// The logistic function, without overflow for large `|x|`.
 pub(crate) fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {

@@ -334,7 +334,9 @@ impl Tensor {
                 return Err(Error::UnsupportedDType { op: op.name(), dtype })
             }
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => dtype,
-            UnaryOp::Gelu if !dtype.is_float() => return Err(Error::UnsupportedDType { op: op.name(), dtype }),
+            UnaryOp::Gelu | UnaryOp::GeluTanh if !dtype.is_float() => {
+                return Err(Error::UnsupportedDType { op: op.name(), dtype })
+            }
             // Integer inputs of floating-point functions give the default float type.
             _ if !dtype.is_float() => DType::DEFAULT_FLOAT,
             _ => dtype,
@@ -404,6 +406,12 @@ impl Tensor {
     /// floating-point dtypes only.
     pub fn gelu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Gelu)
+    }
+
+    /// GELU's tanh approximation in one elementwise kernel (`F.gelu(x, approximate='tanh')`,
+    /// [`crate::nn::functional::gelu`]); floating-point dtypes only, half types computed in `f32`.
+    pub(crate) fn gelu_tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::GeluTanh)
     }
 
     /// `cond ? a : b` elementwise, all three broadcast (`torch.where(cond, a, b)`, in PyTorch's

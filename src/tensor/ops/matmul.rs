@@ -20,8 +20,10 @@ fn check_dtypes(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
 }
 
 impl Tensor {
-    /// `a [.., M, K] @ b [.., K, N]` with batch dimensions already broadcast-compatible.
-    fn batched_matmul(&self, op: &'static str, other: &Tensor) -> Result<Tensor> {
+    /// `a [.., M, K] @ b [.., K, N] (+ bias [N])` with batch dimensions already
+    /// broadcast-compatible; the bias (checked by the caller: `[N]`, the operands' dtype) is
+    /// added before the result's rounding.
+    fn batched_matmul(&self, op: &'static str, other: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let (ra, rb) = (self.dim(), other.dim());
         let (m, k) = (self.shape()[ra - 2], self.shape()[ra - 1]);
         let (k2, n) = (other.shape()[rb - 2], other.shape()[rb - 1]);
@@ -29,11 +31,14 @@ impl Tensor {
             return Err(Error::MatmulShapeMismatch { op, lhs: self.shape().to_vec(), rhs: other.shape().to_vec() });
         }
         let batch = broadcast_shapes(op, &self.shape()[..ra - 2], &other.shape()[..rb - 2])?;
-        let exec = Exec::for_operands(op, &[self, other])?;
+        let exec = match bias {
+            Some(b) => Exec::for_operands(op, &[self, other, b])?,
+            None => Exec::for_operands(op, &[self, other])?,
+        };
         let shape_of = |r: usize, c: usize| [batch.as_slice(), &[r, c]].concat();
-        // Matrices whose rows are not 16-byte aligned run on padded copies where that pays
-        // (`matmul_pad.rs`); the result is the dense tensor either way.
-        let pad = matmul_pad::plan(self, other, batch.iter().product(), m, n, k);
+        // Matrices whose rows are not 16-byte aligned run on padded copies when
+        // `MatmulPadding` asks for them (`matmul_pad.rs`; never by default); the result is the dense tensor either way.
+        let pad = matmul_pad::plan(self, other, m, n, k);
         let a = if pad.lhs { matmul_pad::padded(self)? } else { self.clone() };
         let b = if pad.rhs { matmul_pad::padded(other)? } else { other.clone() };
         let out = if pad.out {
@@ -45,9 +50,13 @@ impl Tensor {
             lhs: a.broadcast_view(op, &shape_of(m, k))?,
             rhs: b.broadcast_view(op, &shape_of(k, n))?,
             dst: out.buffer_view(),
+            bias: bias.map(Tensor::buffer_view),
             workspace: None, // the runtime gives a captured product one of its capture's pool
         };
-        exec.run(&k_op, &[&a, &b, &out])?;
+        match bias {
+            Some(bias) => exec.run(&k_op, &[&a, &b, bias, &out])?,
+            None => exec.run(&k_op, &[&a, &b, &out])?,
+        }
         if pad.out {
             out.contiguous()
         } else {
@@ -75,7 +84,7 @@ impl Tensor {
             || Error::MatmulShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: other.shape().to_vec() };
         let a = if self.dim() == 1 { self.unsqueeze(0)? } else { self.clone() };
         let b = if other.dim() == 1 { other.unsqueeze(-1)? } else { other.clone() };
-        let out = a.batched_matmul(OP, &b).map_err(|e| match e {
+        let out = a.batched_matmul(OP, &b, None).map_err(|e| match e {
             Error::MatmulShapeMismatch { .. } => mismatch(),
             e => e,
         })?;
@@ -104,6 +113,16 @@ impl Tensor {
         if self.shape()[0] != other.shape()[0] {
             return Err(Error::ShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: other.shape().to_vec() });
         }
-        self.batched_matmul(OP, other)
+        self.batched_matmul(OP, other, None)
+    }
+
+    /// `self [M, K] @ other [K, N] + bias [N]` as one product, the bias added before the
+    /// result's one rounding (`F.linear`'s fused path; the caller checks the shapes: 2-D
+    /// operands, a 1-D bias of `N`, one dtype).
+    pub(crate) fn matmul_with_bias(&self, other: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        const OP: &str = "linear";
+        check_dtypes(OP, self, other)?;
+        check_dtypes(OP, self, bias)?;
+        self.batched_matmul(OP, other, Some(bias))
     }
 }

@@ -17,11 +17,11 @@
 //! `[.., p, q']` block (`q'` = `q` rounded up to 16 bytes; the padding is never read: the logical
 //! sizes stay `m`, `n`, `k`), the output computed into such a block and copied out into the dense
 //! result PyTorch returns. The copies cost memory bandwidth (each matrix read and written once
-//! more); [`MatmulPadding::Auto`] pays it only on the CUDA driver, for the half types (whose
-//! products the Tensor Cores bound), and when the product's FLOPs are at least
-//! [`FLOPS_PER_COPIED_BYTE`] times the bytes copied — the decode step's `[8, 1024] @ [1024,
-//! 50257]`, bound by reading the weight once, never pads; the lm-head's `[8192, 1024] @ [1024,
-//! 50257]` does. The temporaries come from the caching allocator, like any op's.
+//! more). Measured on an H100 for the lm-head's bf16 `[8192, 1024] @ [1024, 50257]`, the copies
+//! cost more than cuBLASLt's unaligned kernels lose (no padding was the fastest, padding the
+//! operands alone slower, padding all three slower still: BENCHMARKS.md), so
+//! [`MatmulPadding::Auto`] never pads; the other modes stay to measure it on other cards and
+//! shapes. The temporaries come from the caching allocator, like any op's.
 
 use crate::dtype::DType;
 use crate::error::Result;
@@ -33,8 +33,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MatmulPadding {
-    /// Padded copies on the CUDA driver for `f16` / `bf16` products large enough to pay for the
-    /// copies (the default).
+    /// The default: no padded copies (measured faster than either padding on an H100).
     #[default]
     Auto,
     /// Never: cuBLASLt reads the matrices as they are.
@@ -83,11 +82,6 @@ pub fn matmul_padding() -> MatmulPadding {
 /// The alignment in bytes of pointers and leading dimensions cuBLASLt's fast kernels need.
 const ALIGN: usize = 16;
 
-/// The FLOPs per byte copied at which [`MatmulPadding::Auto`] pads: a GPU of ~750 dense half-type
-/// TFLOP/s and ~3 TB/s (an H100) does ~256 FLOPs in the time it reads and writes a byte, so the
-/// copies cost at most about a third of the aligned product's own time.
-pub(crate) const FLOPS_PER_COPIED_BYTE: u64 = 256;
-
 /// Which matrices of a product run on padded copies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct Padding {
@@ -116,33 +110,18 @@ fn aligned(t: &Tensor) -> bool {
     (ld * size).is_multiple_of(ALIGN) && t.data_ptr().is_multiple_of(ALIGN as u64) && batch
 }
 
-/// Which matrices of `a [.., m, k] @ b [.., k, n]` (`outputs` matrices of `m × n` in all) run on
-/// padded copies under the current [`MatmulPadding`].
-pub(super) fn plan(a: &Tensor, b: &Tensor, outputs: usize, m: usize, n: usize, k: usize) -> Padding {
+/// Which matrices of `a [.., m, k] @ b [.., k, n]` run on padded copies under the current [`MatmulPadding`].
+pub(super) fn plan(a: &Tensor, b: &Tensor, m: usize, n: usize, k: usize) -> Padding {
     let mode = matmul_padding();
     let gpu = matches!(a.device(), crate::Device::Cuda(_));
-    if mode == MatmulPadding::Off || !gpu || m == 0 || n == 0 || k == 0 {
+    if matches!(mode, MatmulPadding::Off | MatmulPadding::Auto) || !gpu || m == 0 || n == 0 || k == 0 {
         return Padding::default();
     }
     let size = a.dtype().size();
     let want = Padding { lhs: !aligned(a), rhs: !aligned(b), out: m > 1 && !(n * size).is_multiple_of(ALIGN) && n > 1 };
     match mode {
-        MatmulPadding::On => return want,
-        MatmulPadding::Inputs => return Padding { out: false, ..want },
-        _ if want == Padding::default() => return want,
-        _ => {}
-    }
-    let half = matches!(a.dtype(), DType::F16 | DType::BF16);
-    if !half || crate::runtime::driver_name() != "cuda" {
-        return Padding::default();
-    }
-    let matrices = want.lhs as usize * a.numel() + want.rhs as usize * b.numel() + want.out as usize * outputs * m * n;
-    let copied = 2 * size * matrices;
-    let flops = 2 * (outputs as u64) * (m as u64) * (n as u64) * (k as u64);
-    if flops >= copied as u64 * FLOPS_PER_COPIED_BYTE {
-        want
-    } else {
-        Padding::default()
+        MatmulPadding::Inputs => Padding { out: false, ..want },
+        _ => want,
     }
 }
 

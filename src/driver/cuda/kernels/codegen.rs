@@ -186,6 +186,7 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
             UnaryOp::Log => "__logf(x)".to_owned(),
             UnaryOp::Sqrt if c == DType::BF16 => "sqrt_approx(x)".to_owned(),
             UnaryOp::Gelu => "gelu_half(x)".to_owned(),
+            UnaryOp::GeluTanh => gelu_tanh("__expf", &lit),
             _ => float_unary(op, &f, &lit),
         },
         (DType::F32, UnaryOp::Gelu) => GELU_F32.to_owned(),
@@ -202,6 +203,18 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
 
 /// Gelu in `float`, PyTorch's form: `x · (1 + erf(x / √2)) / 2`.
 const GELU_F32: &str = "0.5f * x * (1.0f + erff(x * 0.70710678118654752440f))";
+
+/// GELU's tanh approximation of a float `x` as `x / (1 + e^(-2u))`, `u = √(2/π) (x + 0.044715 x³)`
+/// (equal to `x/2 · (1 + tanh(u))` without its cancellation for x < 0; an infinite `e^(-2u)`
+/// gives −0, as the tanh form's 0 · x), with the exponential `exp`.
+fn gelu_tanh(exp: &str, lit: &dyn Fn(&str) -> String) -> String {
+    format!(
+        "x / ({one} + {exp}({m2b} * (x + {kappa} * x * x * x)))",
+        one = lit("1.0"),
+        m2b = lit("-1.5957691216057308"),
+        kappa = lit("0.044715")
+    )
+}
 
 /// A unary function of a float `x` with the accurate library functions (`f`: the name in the
 /// domain, `lit`: a literal in it).
@@ -227,6 +240,7 @@ fn float_unary(op: UnaryOp, f: &dyn Fn(&str) -> String, lit: &dyn Fn(&str) -> St
             erfc = f("erfc"),
             r = lit("0.70710678118654752440")
         ),
+        UnaryOp::GeluTanh => gelu_tanh(&f("exp"), lit),
     }
 }
 

@@ -71,7 +71,7 @@ pub(in crate::driver::cuda) fn ew_per_thread(op: EwOp, out: DType, vec: usize) -
     match op {
         EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Gelu) if half => 4,
         EwOp::Unary(UnaryOp::Tanh) if half => 2 + 2 * (out == DType::F16) as u64,
-        EwOp::Unary(UnaryOp::Exp | UnaryOp::Sigmoid) if half => 2,
+        EwOp::Unary(UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::GeluTanh) if half => 2,
         EwOp::Binary(BinaryOp::Pow, c) if c.is_float() => {
             if half {
                 2
@@ -100,7 +100,7 @@ pub(in crate::driver::cuda) fn unrolled(op: EwOp, out: DType, vec: usize) -> boo
         EwOp::Binary(BinaryOp::Div, c) if vec >= 8 => !c.is_float(),
         EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Gelu) if vec >= 8 => false,
         EwOp::Unary(UnaryOp::Tanh | UnaryOp::Sqrt) if vec >= 8 => out != DType::F16,
-        EwOp::Unary(UnaryOp::Sigmoid | UnaryOp::Log) if out == DType::F32 => false,
+        EwOp::Unary(UnaryOp::Sigmoid | UnaryOp::Log | UnaryOp::GeluTanh) if out == DType::F32 => false,
         _ => true,
     }
 }

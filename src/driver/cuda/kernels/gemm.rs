@@ -15,6 +15,13 @@
 //! algorithm given the real pointer alignments and the workspace: the one given with the op (a
 //! capture's, a block of its private pool that the graph keeps, given by the runtime), else the
 //! stream's own of [`GEMM_WORKSPACE_BYTES`], made on its first product.
+//!
+//! A bias (`F.linear`'s, `[N]` of the output's dtype) is cuBLASLt's `CUBLASLT_EPILOGUE_BIAS`
+//! where its documented rules allow: a vector as long as the rows of the column-major `D` (so
+//! only for a row-major output, whose `D'` rows are the output's columns), packed, here also
+//! 16-byte aligned, one matrix (no batch), not `f64`; it is added to the `f32` accumulator
+//! before the one rounding. Elsewhere (and where cuBLASLt's heuristics find no algorithm with
+//! the epilogue) the product is followed by an elementwise add (a second rounding).
 
 use super::ctx::{addr, collapse, unsupported, Ctx};
 use super::elementwise::elementwise;
@@ -23,7 +30,7 @@ use crate::driver::cuda::status::{driver_error, lock};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{BufferView, Dims, Workspace, GEMM_WORKSPACE_BYTES};
+use crate::kernel::{BinaryOp, BufferView, Dims, Workspace, GEMM_WORKSPACE_BYTES};
 use cudarc::cublaslt::result as ltr;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::result as cu;
@@ -144,22 +151,32 @@ impl Drop for Temp<'_> {
     }
 }
 
-/// Queues `dst = lhs · rhs` (already validated; `dst` is not empty), with `workspace` as
-/// cuBLASLt's scratch (`None`: the stream's own).
+/// The views of a product `dst = lhs · rhs (+ bias)`.
+pub(in crate::driver::cuda) struct Operands<'a> {
+    pub lhs: &'a BufferView,
+    pub rhs: &'a BufferView,
+    pub dst: &'a BufferView,
+    /// `[N]`, added to each row.
+    pub bias: Option<&'a BufferView>,
+}
+
+/// Queues `dst = lhs · rhs (+ bias)` (already validated; `dst` is not empty), with `workspace`
+/// as cuBLASLt's scratch (`None`: the stream's own).
 pub(in crate::driver::cuda) fn gemm(
     c: &Ctx,
     blas: &Blas,
-    lhs: &BufferView,
-    rhs: &BufferView,
-    dst: &BufferView,
+    ops: Operands<'_>,
     workspace: Option<&Workspace>,
 ) -> Result<()> {
+    let Operands { lhs, rhs, dst, bias } = ops;
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     if k == 0 {
-        return elementwise(c, EwOp::Fill, dst, &[], 0, 0); // all-zero bits are 0.0 in every float dtype
+        elementwise(c, EwOp::Fill, dst, &[], 0, 0)?; // all-zero bits are 0.0 in every float dtype
+        return add_bias(c, dst, bias);
     }
-    if super::gemv::try_gemv(c, lhs, rhs, dst)? {
+    // A product with a bias goes to cuBLASLt, whose epilogue adds it before the rounding.
+    if bias.is_none() && super::gemv::try_gemv(c, lhs, rhs, dst)? {
         return Ok(());
     }
     let plan = |v: &BufferView, p: usize, q: usize| colmajor(p, q, v.strides[r - 2], v.strides[r - 1]);
@@ -179,14 +196,25 @@ pub(in crate::driver::cuda) fn gemm(
     let out_ok = colmajor(n, m, dst.strides[r - 1], dst.strides[r - 2]).is_some_and(|x| !x.0)
         || colmajor(m, n, dst.strides[r - 2], dst.strides[r - 1]).is_some_and(|x| !x.0);
     if out_ok {
-        return product(c, blas, &a, &b, dst, workspace);
+        return product(c, blas, Operands { lhs: &a, rhs: &b, dst, bias }, workspace);
     }
     let (t, view) = Temp::new(c, dst)?;
-    product(c, blas, &a, &b, &view, workspace)?;
+    product(c, blas, Operands { lhs: &a, rhs: &b, dst: &view, bias }, workspace)?;
     elementwise(c, EwOp::Copy, dst, &[&view], 0, 0)?;
     drop(t);
     drop(temps);
     Ok(())
+}
+
+/// Adds `bias` (`[N]`) to every row of `dst` in place: the products cuBLASLt's bias epilogue
+/// cannot take (a second rounding).
+fn add_bias(c: &Ctx, dst: &BufferView, bias: Option<&BufferView>) -> Result<()> {
+    let Some(b) = bias else { return Ok(()) };
+    let r = dst.shape.len();
+    let mut strides = Dims::from_elem(0, r);
+    strides[r - 1] = b.strides[0];
+    let row = BufferView { ptr: b.ptr, dtype: b.dtype, shape: dst.shape.clone(), strides, offset: b.offset };
+    elementwise(c, EwOp::Binary(BinaryOp::Add, dst.dtype), dst, &[dst, &row], 0, 0)
 }
 
 /// `(compute type, scale type, data type)` of a dtype.
@@ -206,14 +234,8 @@ fn types(dtype: DType) -> Result<(lt::cublasComputeType_t, lt::cudaDataType, lt:
 }
 
 /// The product with every operand readable by cuBLAS and a column-major-writable output.
-fn product(
-    c: &Ctx,
-    blas: &Blas,
-    lhs: &BufferView,
-    rhs: &BufferView,
-    dst: &BufferView,
-    workspace: Option<&Workspace>,
-) -> Result<()> {
+fn product(c: &Ctx, blas: &Blas, ops: Operands<'_>, workspace: Option<&Workspace>) -> Result<()> {
+    let Operands { lhs, rhs, dst, bias } = ops;
     let r = dst.shape.len();
     let (m, n, k) = (dst.shape[r - 2], dst.shape[r - 1], lhs.shape[r - 1]);
     let st = |v: &BufferView| (v.strides[r - 2], v.strides[r - 1]);
@@ -256,7 +278,6 @@ fn product(
         None => (c.gemm_workspace(GEMM_WORKSPACE_BYTES)?, GEMM_WORKSPACE_BYTES),
     };
     let handle = blas.handle()?;
-    let desc = MatmulDesc::new(compute, scale, [a_mat.0, b_mat.0])?;
     let count = i32::try_from(count).map_err(|_| unsupported(format!("a batch of {count} matrices")))?;
     let layouts = [
         Layout::new(data, d_mat, count, bstride[0])?,
@@ -264,7 +285,14 @@ fn product(
         Layout::new(data, b_mat, count, bstride[2])?,
     ];
     let pref = Preference::new(workspace_bytes as u64, [align(1), align(2), align(0), align(0)])?;
-    let Some(heuristic) = heuristic(handle.raw(), &desc, &layouts, &pref)? else {
+    // The bias epilogue's rules (module docs): D's rows are the output's columns (`swap`), the
+    // vector packed and 16-byte aligned, one matrix, not f64.
+    let epilogue = bias.filter(|b| {
+        swap && batch.n == 0 && dst.dtype != DType::F64 && (b.strides[0] == 1 || n == 1) && addr(b).is_multiple_of(16)
+    });
+    let types = (compute, scale, [a_mat.0, b_mat.0]);
+    let chosen = algorithm(handle.raw(), types, &layouts, &pref, epilogue.map(addr))?;
+    let Some((desc, heuristic, fused)) = chosen else {
         return Err(unsupported(format!(
             "cuBLASLt has no algorithm for a {} product of {m}×{k} by {k}×{n}",
             dst.dtype
@@ -295,7 +323,36 @@ fn product(
         plan.matmul(ptr(0), ptr(1), ptr(2))?;
     }
     drop(handle);
-    Ok(())
+    if fused {
+        Ok(())
+    } else {
+        add_bias(c, dst, bias)
+    }
+}
+
+/// The descriptor and cuBLASLt's best algorithm for a product of `types` (compute type, scale
+/// type, the operands' transposes), with the bias epilogue at `bias` if cuBLASLt has an
+/// algorithm for it (the `bool`), else without; `None` where it has none at all.
+fn algorithm(
+    handle: lt::cublasLtHandle_t,
+    types: (lt::cublasComputeType_t, lt::cudaDataType, [bool; 2]),
+    layouts: &[Layout; 3],
+    pref: &Preference,
+    bias: Option<u64>,
+) -> Result<Option<(MatmulDesc, lt::cublasLtMatmulHeuristicResult_t, bool)>> {
+    for bias_ptr in [bias, None] {
+        let desc = MatmulDesc::new(types.0, types.1, types.2)?;
+        if let Some(p) = bias_ptr {
+            desc.set_bias(p)?;
+        }
+        if let Some(h) = heuristic(handle, &desc, layouts, pref)? {
+            return Ok(Some((desc, h, bias_ptr.is_some())));
+        }
+        if bias_ptr.is_none() {
+            break;
+        }
+    }
+    Ok(None)
 }
 
 /// A cuBLASLt matmul descriptor with the operands' transposes set, destroyed on drop.
@@ -315,6 +372,35 @@ impl MatmulDesc {
                 .map_err(blas_error("cublasLtMatmulDescSetAttribute"))?;
         }
         Ok(desc)
+    }
+
+    /// Sets the bias epilogue (`CUBLASLT_EPILOGUE_BIAS`) with the bias vector at device address
+    /// `bias` (of the output's dtype, cuBLASLt's default bias type for non-FP8 products).
+    fn set_bias(&self, bias: u64) -> Result<()> {
+        use lt::cublasLtMatmulDescAttributes_t::*;
+        let epilogue = lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as u32;
+        // SAFETY:
+        // - `self.0` is live: made by `cublasLtMatmulDescCreate`, destroyed only when `self` drops;
+        // - the buffer is a live `u32` (the attribute's `uint32_t`), the 4 bytes passed.
+        unsafe {
+            ltr::set_matmul_desc_attribute(self.0, CUBLASLT_MATMUL_DESC_EPILOGUE, (&epilogue as *const u32).cast(), 4)
+        }
+        .map_err(blas_error("cublasLtMatmulDescSetAttribute"))?;
+        let ptr = bias as *const c_void;
+        let size = std::mem::size_of::<*const c_void>();
+        // SAFETY:
+        // - `self.0` is live (as above);
+        // - the buffer is a live pointer-sized value (the attribute's `void *`), its size passed;
+        //   cuBLASLt copies the address, which the caller keeps live until the product has run.
+        unsafe {
+            ltr::set_matmul_desc_attribute(
+                self.0,
+                CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                (&ptr as *const *const c_void).cast(),
+                size,
+            )
+        }
+        .map_err(blas_error("cublasLtMatmulDescSetAttribute"))
     }
 }
 

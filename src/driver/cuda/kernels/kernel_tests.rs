@@ -199,6 +199,24 @@ fn tol(d: DType) -> f64 {
     }
 }
 
+/// [`tol`], doubled for GELU's tanh approximation: its `e^(-2u)` carries the few roundings of
+/// `u = √(2/π) (x + 0.044715 x³)` times `|2u|` (up to 11 over the tests' x in [-4, 4]) into the
+/// result's relative error (about 3e-6 at worst in `f32`).
+fn gelu_tanh_tol(op: UnaryOp, d: DType) -> f64 {
+    tol(d) * if op == UnaryOp::GeluTanh { 2.0 } else { 1.0 }
+}
+
+/// One step of `d` in its subnormal range (the smallest positive value): an absolute tolerance
+/// of one ulp where the relative [`tol`] of a normal number is narrower than a step (softmax over
+/// a vocabulary's length gives f16 results near 2e-5, below f16's normal range).
+fn subnormal_step(d: DType) -> f64 {
+    match d {
+        DType::F16 => 2f64.powi(-24),
+        DType::BF16 => 2f64.powi(-133),
+        _ => 0.0,
+    }
+}
+
 #[test]
 fn elementwise_paths_contiguous_unaligned_broadcast_strided_and_large() {
     let Some(mut b) = Bench::new() else { return };
@@ -358,8 +376,8 @@ fn unary_and_binary_ops_for_every_dtype() {
             let out = b.dense(d, &[3, 333]);
             // Gelu's erf form (PyTorch's) cancels in `1 + erf(x/√2)` for x < −3: an absolute
             // error of a few f32 ulp of 1, times |x| / 2.
-            let abs = if op == UnaryOp::Gelu && d != DType::F64 { 1e-6 } else { 0.0 };
-            b.check_abs(&KernelOp::Unary { op, src: x.clone(), dst: out }, tol(d), abs);
+            let abs = if op == UnaryOp::Gelu && d != DType::F64 { 1e-6 } else { subnormal_step(d) };
+            b.check_abs(&KernelOp::Unary { op, src: x.clone(), dst: out }, gelu_tanh_tol(op, d), abs);
         }
         for op in binary {
             // Mixed operand dtypes: the rhs is i64 or f32 converted to the compute dtype.
@@ -400,11 +418,18 @@ fn heavy_functions_on_large_tensors_take_several_vectors_per_thread() {
     let n = (9 << 20) + 13;
     for d in [DType::F32, DType::BF16, DType::F16] {
         let (x, y, out) = (b.dense(d, &[n]), b.dense(d, &[n]), b.dense(d, &[n]));
-        for op in
-            [UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Gelu, UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Log]
-        {
-            let abs = if op == UnaryOp::Gelu { 1e-6 } else { 0.0 };
-            b.check_abs(&KernelOp::Unary { op, src: x.clone(), dst: out.clone() }, tol(d), abs);
+        for op in [
+            UnaryOp::Sin,
+            UnaryOp::Cos,
+            UnaryOp::Gelu,
+            UnaryOp::GeluTanh,
+            UnaryOp::Tanh,
+            UnaryOp::Exp,
+            UnaryOp::Sigmoid,
+            UnaryOp::Log,
+        ] {
+            let abs = if op == UnaryOp::Gelu { 1e-6 } else { subnormal_step(d) };
+            b.check_abs(&KernelOp::Unary { op, src: x.clone(), dst: out.clone() }, gelu_tanh_tol(op, d), abs);
         }
         let pow = KernelOp::Binary { op: BinaryOp::Pow, lhs: x.clone(), rhs: y.clone(), dst: out.clone(), compute: d };
         // Half types' `pow` (`pow_half`) is within an ulp of the type, so a subnormal f16 result
@@ -540,7 +565,7 @@ fn softmax_of_few_long_rows_split_over_blocks() {
     let check = |b: &mut Bench, src: BufferView, dst: BufferView, dim: usize| {
         let d = dst.dtype;
         for log in [false, true] {
-            let abs = if log && d != DType::F64 { 1e-5 } else { 0.0 };
+            let abs = if log && d != DType::F64 { 1e-5 } else { subnormal_step(d) };
             b.check_abs(&KernelOp::Softmax { src: src.clone(), dst: dst.clone(), dim, log }, tol(d) * 2.0, abs);
         }
     };
@@ -579,12 +604,51 @@ fn softmax_of_many_rows_of_odd_lengths() {
                 (Bench::view(sp, d, &[rows, n], &[n, 1], 1), Bench::view(dq, d, &[rows, n], &[n, 1], 0)),
             ] {
                 for log in [false, true] {
-                    let abs = if log && d != DType::F64 { 1e-5 } else { 0.0 };
+                    let abs = if log && d != DType::F64 { 1e-5 } else { subnormal_step(d) };
                     let op = KernelOp::Softmax { src: src.clone(), dst: dst.clone(), dim: 1, log };
                     b.check_abs(&op, tol(d) * 2.0, abs);
                 }
             }
         }
+    }
+}
+
+/// Products with a bias `[N]` (`F.linear`'s): cuBLASLt's bias epilogue for a row-major output
+/// and a packed, aligned bias (one row as well, which the bias keeps from the gemv kernel), the
+/// product and an elementwise add for a column-major output, a strided or unaligned bias and a
+/// batch; each against the CPU's product with the bias added before the one rounding.
+#[test]
+fn matrix_products_with_a_bias_on_every_path() {
+    let Some(mut b) = Bench::new() else { return };
+    for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let t = match d {
+            DType::F64 => 1e-12,
+            DType::F32 => 1e-5,
+            _ => tol(d) * 2.0,
+        };
+        let (m, k, n) = (33, 70, 45);
+        let (a, w) = (b.dense(d, &[m, k]), b.dense(d, &[k, n]));
+        let bias = b.dense(d, &[n]);
+        let strided = Bench::view(b.buffer(d, 2 * n + 1, false), d, &[n], &[2], 1);
+        let c = b.dense(d, &[m, n]);
+        let ct = b.dense(d, &[n, m]);
+        let ctv = Bench::view(ct.ptr, d, &[m, n], &[1, m], 0);
+        let gemm = |lhs: &BufferView, dst: &BufferView, bias: &BufferView| KernelOp::Gemm {
+            lhs: lhs.clone(),
+            rhs: w.clone(),
+            dst: dst.clone(),
+            bias: Some(bias.clone()),
+            workspace: None,
+        };
+        for (dst, bias) in [(&c, &bias), (&ctv, &bias), (&c, &strided)] {
+            b.check_abs(&gemm(&a, dst, bias), t, t * 70.0 * 16.0);
+        }
+        let (row, c1) = (b.dense(d, &[1, k]), b.dense(d, &[1, n]));
+        b.check_abs(&gemm(&row, &c1, &bias), t, t * 70.0 * 16.0);
+        let (ab, cb) = (b.dense(d, &[3, m, k]), b.dense(d, &[3, m, n]));
+        let wb = Bench::view(w.ptr, d, &[3, k, n], &[0, n, 1], 0);
+        let op = KernelOp::Gemm { lhs: ab, rhs: wb, dst: cb, bias: Some(bias.clone()), workspace: None };
+        b.check_abs(&op, t, t * 70.0 * 16.0);
     }
 }
 
@@ -602,7 +666,7 @@ fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
         let bb = b.dense(d, &[k, n]);
         let c = b.dense(d, &[m, n]);
         b.check_abs(
-            &KernelOp::Gemm { lhs: a.clone(), rhs: bb.clone(), dst: c.clone(), workspace: None },
+            &KernelOp::Gemm { lhs: a.clone(), rhs: bb.clone(), dst: c.clone(), bias: None, workspace: None },
             t,
             t * 70.0 * 16.0,
         );
@@ -614,34 +678,42 @@ fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
         let ct = b.dense(d, &[n, m]);
         let ctv = Bench::view(ct.ptr, d, &[m, n], &[1, m], 0);
         b.check_abs(
-            &KernelOp::Gemm { lhs: atv, rhs: btv.clone(), dst: c.clone(), workspace: None },
+            &KernelOp::Gemm { lhs: atv, rhs: btv.clone(), dst: c.clone(), bias: None, workspace: None },
             t,
             t * 70.0 * 16.0,
         );
-        b.check_abs(&KernelOp::Gemm { lhs: a.clone(), rhs: btv, dst: ctv, workspace: None }, t, t * 70.0 * 16.0);
+        b.check_abs(
+            &KernelOp::Gemm { lhs: a.clone(), rhs: btv, dst: ctv, bias: None, workspace: None },
+            t,
+            t * 70.0 * 16.0,
+        );
         // Batched, with the rhs broadcast over the batch (stride 0), and a strided lhs.
         let ab = b.dense(d, &[3, m, k]);
         let cb = b.dense(d, &[3, m, n]);
         let bb3 = Bench::view(bb.ptr, d, &[3, k, n], &[0, n, 1], 0);
         b.check_abs(
-            &KernelOp::Gemm { lhs: ab.clone(), rhs: bb3.clone(), dst: cb.clone(), workspace: None },
+            &KernelOp::Gemm { lhs: ab.clone(), rhs: bb3.clone(), dst: cb.clone(), bias: None, workspace: None },
             t,
             t * 70.0 * 16.0,
         );
         let wide = b.dense(d, &[3, m, 2 * k]);
         let strided = Bench::view(wide.ptr, d, &[3, m, k], &[m * 2 * k, 2 * k, 2], 1);
-        b.check_abs(&KernelOp::Gemm { lhs: strided, rhs: bb3, dst: cb, workspace: None }, t, t * 70.0 * 16.0);
+        b.check_abs(
+            &KernelOp::Gemm { lhs: strided, rhs: bb3, dst: cb, bias: None, workspace: None },
+            t,
+            t * 70.0 * 16.0,
+        );
         // K = 0 writes zeros.
         let e = Bench::view(a.ptr, d, &[m, 0], &[k, 1], 0);
         let e2 = Bench::view(bb.ptr, d, &[0, n], &[n, 1], 0);
-        b.check(&KernelOp::Gemm { lhs: e, rhs: e2, dst: c, workspace: None }, 0.0);
+        b.check(&KernelOp::Gemm { lhs: e, rhs: e2, dst: c, bias: None, workspace: None }, 0.0);
     }
     // TF32 is within its own (looser) tolerance.
     backends::matmul::set_allow_tf32(true);
     let a = b.dense(DType::F32, &[64, 256]);
     let bb = b.dense(DType::F32, &[256, 64]);
     let c = b.dense(DType::F32, &[64, 64]);
-    b.check_abs(&KernelOp::Gemm { lhs: a, rhs: bb, dst: c, workspace: None }, 1e-2, 1.0);
+    b.check_abs(&KernelOp::Gemm { lhs: a, rhs: bb, dst: c, bias: None, workspace: None }, 1e-2, 1.0);
     backends::matmul::set_allow_tf32(false);
 }
 
@@ -661,7 +733,7 @@ fn matrix_products_use_a_workspace_given_with_the_op_of_any_size() {
             let t = if d == DType::F32 { 1e-5 } else { tol(d) * 2.0 };
             let (m, k, n) = (256, 1024, 192);
             let (x, y, z) = (b.dense(d, &[m, k]), b.dense(d, &[k, n]), b.dense(d, &[m, n]));
-            let op = KernelOp::Gemm { lhs: x, rhs: y, dst: z, workspace: Some(w) };
+            let op = KernelOp::Gemm { lhs: x, rhs: y, dst: z, bias: None, workspace: Some(w) };
             b.check_abs(&op, t, t * k as f64 * 16.0);
         }
     }

@@ -108,9 +108,12 @@ pub(in crate::driver::cuda) fn launch(
             }
         }
         KernelOp::Softmax { src, dst, dim, log } => super::reduce::softmax(&c, src, dst, *dim, *log),
-        KernelOp::Gemm { lhs, rhs, dst, workspace } => {
-            super::gemm::gemm(&c, &ops.blas, lhs, rhs, dst, workspace.as_ref())
-        }
+        KernelOp::Gemm { lhs, rhs, dst, bias, workspace } => super::gemm::gemm(
+            &c,
+            &ops.blas,
+            super::gemm::Operands { lhs, rhs, dst, bias: bias.as_ref() },
+            workspace.as_ref(),
+        ),
         KernelOp::Norm { src, weight, bias, dst, dims, eps, rms } => {
             let (weight, bias, dims, eps, rms) = (weight.as_ref(), bias.as_ref(), *dims, *eps, *rms);
             super::fused::norm(&c, super::fused::NormArgs { src, weight, bias, dst, dims, eps, rms })

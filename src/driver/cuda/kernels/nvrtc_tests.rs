@@ -19,9 +19,16 @@ fn sample_modules() -> Vec<ModuleKey> {
             v.push(ModuleKey::Elementwise { op: EwOp::Cast, out: d, ins: [s, Bool, Bool] });
         }
         v.push(ModuleKey::Elementwise { op: EwOp::Where, out: d, ins: [Bool, d, I64] });
-        for u in
-            [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Rsqrt]
-        {
+        for u in [
+            UnaryOp::Neg,
+            UnaryOp::Abs,
+            UnaryOp::Exp,
+            UnaryOp::Sigmoid,
+            UnaryOp::Relu,
+            UnaryOp::Gelu,
+            UnaryOp::GeluTanh,
+            UnaryOp::Rsqrt,
+        ] {
             v.push(ModuleKey::Elementwise { op: EwOp::Unary(u), out: d, ins: [d, Bool, Bool] });
         }
         for b in [BinaryOp::Add, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Pow, BinaryOp::Lt] {

@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Every unary op (the kernel tests launch the same lists).
-pub(super) const UNARY: [UnaryOp; 12] = [
+pub(super) const UNARY: [UnaryOp; 13] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -22,6 +22,7 @@ pub(super) const UNARY: [UnaryOp; 12] = [
     UnaryOp::Sigmoid,
     UnaryOp::Relu,
     UnaryOp::Gelu,
+    UnaryOp::GeluTanh,
 ];
 
 /// Every binary op.

@@ -60,6 +60,23 @@ struct AttnP {
     order: i32,
 }
 
+/// Every field of [`AttnP`] as (name, byte offset, size), and the struct's size: the layout
+/// `cu/attention_params.cu`'s struct must have (`fused_tests.rs` checks it).
+#[cfg(test)]
+pub(super) fn attn_p_layout() -> (Vec<(&'static str, usize, usize)>, usize) {
+    fn size<T>(_: fn(&AttnP) -> &T) -> usize {
+        std::mem::size_of::<T>()
+    }
+    macro_rules! fields {
+        ($($f:ident),*) => { vec![$((stringify!($f), std::mem::offset_of!(AttnP, $f), size(|p| &p.$f))),*] };
+    }
+    let fields = fields!(
+        q, k, v, mask, dst, part, b, hq, hkv, l, s, e, ev, qst, kst, vst, mst, ost, chunk, scale, splits, mask_kind,
+        causal, order
+    );
+    (fields, std::mem::size_of::<AttnP>())
+}
+
 /// The norm's operands (validated): `src`, `dst` and the parameters must be contiguous.
 pub(in crate::driver::cuda) struct NormArgs<'a> {
     pub src: &'a BufferView,

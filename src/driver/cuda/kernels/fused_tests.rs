@@ -33,6 +33,49 @@ fn norm_and_attention_modules_compile() {
     }
 }
 
+/// The host's `AttnP` (kernels/fused.rs) and the kernels' (`cu/attention_params.cu`) agree field
+/// for field: the same names in the same order (the host's by offset, packed with no gaps; the
+/// kernels' as declared), and NVRTC compiles static assertions of the size of every field and of
+/// the struct into each attention module (NVRTC has no `offsetof`: the same order and sizes give
+/// the same offsets in both C layouts).
+#[test]
+fn the_attention_parameters_have_one_layout_on_both_sides() {
+    let (mut fields, total) = super::fused::attn_p_layout();
+    fields.sort_by_key(|f| f.1);
+    let mut end = 0;
+    for &(name, at, size) in &fields {
+        assert_eq!(at, end, "AttnP::{name} follows the field before it");
+        end = at + size;
+    }
+    assert_eq!(end, total, "the fields listed fill AttnP");
+    let cu = include_str!("cu/attention_params.cu");
+    let body = &cu[cu.find("struct AttnP {").expect("AttnP in attention_params.cu") + 14..];
+    let body = &body[..body.find("};").expect("AttnP's end")];
+    let declared: Vec<&str> = body
+        .split(';')
+        .flat_map(|decl| decl.split(','))
+        .map(|item| item.split('[').next().unwrap_or("").rsplit([' ', '*', '\n']).next().unwrap_or("").trim())
+        .filter(|name| !name.is_empty())
+        .collect();
+    let names: Vec<&str> = fields.iter().map(|f| f.0).collect();
+    assert_eq!(declared, names, "attention_params.cu declares AttnP's fields in the host's order");
+    if !nvrtc_present() {
+        crate::testing::skip(1, "libnvrtc not found");
+        return;
+    }
+    let mut asserts = format!("static_assert(sizeof(AttnP) == {total}, \"sizeof(AttnP) == {total}\");\n");
+    for (name, _, size) in &fields {
+        asserts
+            .push_str(&format!("static_assert(sizeof(AttnP::{name}) == {size}, \"AttnP::{name} of {size} bytes\");\n"));
+    }
+    for m in [ModuleKey::Attention { dtype: DType::F32 }, ModuleKey::AttentionMma { dtype: DType::BF16 }] {
+        let src = m.source() + &asserts;
+        if let Err(e) = image(&m.program(&src), 9, 0, None) {
+            panic!("{m:?}: the host's AttnP {fields:?} of {total} bytes is not the kernels': {e}");
+        }
+    }
+}
+
 #[test]
 fn attention_tiles_fit_static_shared_memory() {
     for ep in ATTN_HEAD_DIMS {

@@ -1,6 +1,6 @@
 // The parameters of an attention module's kernels (`AttnP` of kernels/fused.rs, field for field),
-// after fused_head.cu: read by attention.cu (the FMA flash kernel and the merge of key splits) and
-// attention_mma.cu (the tensor-core kernel, which ignores part, chunk and splits).
+// after fused_head.cu: read by attention.cu (the FMA flash kernel and the merge of key splits),
+// attention_mma.cu and attention_wg.cu (the tensor-core kernels, which ignore part, chunk and splits).
 // Strides are in elements, [B, H, L, E] order for q (qst), [B, Hkv, S, E] for k and v, [B, H, L, S]
 // for the mask and [B, H, L, Ev] for the output dst (ost): a kernel writes output element
 // (b, h, i, d) at dst[b*ost[0] + h*ost[1] + i*ost[2] + d*ost[3]] (PyTorch's SDPA output is
@@ -17,8 +17,8 @@ struct AttnP {
 };
 
 /* The query tile qt and the (batch, head) bh = bi * hq + h of block task `task` of qtiles * B * Hq
-   tasks (a kernel with a block per query tile), in the order p.order chooses (`AttnOrder` of
-   kernels/fused.rs): 0, the heaviest first across the grid (every (batch, head)'s last query tile,
+   tasks (a kernel with a block per query tile), in the order p.order chooses (`attn_order` of
+   kernels/fused.rs, from `config::AttentionOrder`): 0, the heaviest first across the grid (every (batch, head)'s last query tile,
    then the tiles before them, so a causal grid, whose later tiles see more keys, ends on its
    lightest blocks); 1, each (batch, head)'s tiles together, its last first; 2, each (batch,
    head)'s tiles together, in order. */

@@ -110,9 +110,12 @@ impl KernelCache {
 
 /// The CUDA driver's launch shapes, for benchmark runs (not an API): the most waves of blocks an
 /// elementwise grid holds (0: no cap), the vectors per thread of a fast elementwise pass (0: each
-/// op's own), and the waves of blocks a row split over blocks uses (at least 1). The defaults
-/// are `256,0,1` (the string form, `CUDASEM_BENCH_TUNING`, gives these three), with the
-/// attention kernel chosen per case.
+/// op's own), the waves of blocks a row split over blocks uses (at least 1), and optionally the
+/// strided elementwise kernel's lanes (bit 1: a vector per thread where the innermost dim is
+/// dense and aligned; bit 2: multiply-shift index division; 0 runs that kernel as before them,
+/// an element and a hardware division per dim per thread). The defaults are `256,0,1,3` (the
+/// string form, `CUDASEM_BENCH_TUNING`, gives these three or four), with the attention kernel
+/// chosen per case.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(try_from = "String")]
@@ -125,6 +128,9 @@ pub struct LaunchTuning {
     pub reduce_waves: u32,
     /// Which kernel scaled dot-product attention runs (`CUDASEM_SDPA_KERNEL`).
     pub attention: AttentionKernel,
+    /// The strided elementwise kernel's lanes allowed: bit 1 vectors, bit 2 multiply-shift
+    /// division (default 3: both; 0: neither, for comparing against the kernel before them).
+    pub strided_lanes: u32,
 }
 
 impl Default for LaunchTuning {
@@ -134,6 +140,7 @@ impl Default for LaunchTuning {
             vectors_per_thread: 0,
             reduce_waves: 1,
             attention: AttentionKernel::Auto,
+            strided_lanes: 3,
         }
     }
 }
@@ -198,20 +205,29 @@ impl TryFrom<String> for LaunchTuning {
 }
 
 impl LaunchTuning {
-    /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES` (three integers).
+    /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (three or four integers; the
+    /// lanes default to 3).
     pub fn parse(value: &str) -> Result<LaunchTuning> {
         let bad = || Error::InvalidConfig {
             key: LAUNCH_TUNING_ENV.into(),
             value: crate::error::quote_prefix(value, 80),
-            reason: "expected three integers, EW_WAVES,VECTORS,REDUCE_WAVES (e.g. `256,0,1`)".into(),
+            reason: "expected three or four integers, EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES] (e.g. `256,0,1` \
+                     or `256,0,1,0`)"
+                .into(),
         };
         let parsed: Vec<u32> = value
             .split(',')
             .map(|x| x.trim().parse::<u32>())
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| bad())?;
-        let [elementwise_waves, vectors_per_thread, reduce_waves] = parsed[..] else { return Err(bad()) };
-        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, attention: AttentionKernel::Auto })
+        let (fields, lanes) = parsed.split_at(parsed.len().min(3));
+        let &[elementwise_waves, vectors_per_thread, reduce_waves] = fields else { return Err(bad()) };
+        let strided_lanes = match *lanes {
+            [] => LaunchTuning::default().strided_lanes,
+            [l] if l <= 3 => l,
+            _ => return Err(bad()),
+        };
+        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, strided_lanes, ..Default::default() })
     }
 }
 
@@ -237,7 +253,10 @@ mod tests {
         assert_eq!(s.nccl_lib, Some(PathBuf::from("/opt/nccl")));
         let want = LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3, ..Default::default() };
         assert_eq!(s.launch_tuning, want);
-        for bad in ["1,2", "a,b,c", "1,2,3,4", "-1,0,1"] {
+        let four = with(&[(LAUNCH_TUNING_ENV, "8,2,3, 0")]).unwrap().launch_tuning;
+        assert_eq!(four, LaunchTuning { strided_lanes: 0, ..want });
+        assert_eq!(want.strided_lanes, 3, "three fields leave the strided lanes on");
+        for bad in ["1,2", "a,b,c", "1,2,3,4,5", "1,2,3,4", "-1,0,1"] {
             let e = with(&[(LAUNCH_TUNING_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == LAUNCH_TUNING_ENV), "{bad}: {e}");
         }

@@ -410,6 +410,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
+            strided_lanes: next(4),
         };
         let settings = CudaSettings {
             kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
@@ -421,10 +422,13 @@ fn the_driver_holds_the_settings_it_was_built_with() {
         assert_eq!(d.nccl_lib, settings.nccl_lib);
         let held = |d: &CudaDriver| {
             let t = &d.tuning;
-            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), t.attention())
+            let lanes = t.strided_lanes.load(Relaxed);
+            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), t.attention(), lanes)
         };
         let reduce = |w: u32| w.max(1);
-        let want = |t: LaunchTuning| (t.elementwise_waves, t.vectors_per_thread, reduce(t.reduce_waves), t.attention);
+        let want = |t: LaunchTuning| {
+            (t.elementwise_waves, t.vectors_per_thread, reduce(t.reduce_waves), t.attention, t.strided_lanes)
+        };
         assert_eq!(held(&d), want(tuning));
         // The hidden setter's path: every device's launcher shares the one tuning the driver holds.
         let again = LaunchTuning {
@@ -432,6 +436,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
+            strided_lanes: next(4),
         };
         d.set_launch_tuning(again);
         assert_eq!(held(&d), want(again));

@@ -30,12 +30,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// handles in a single pass (0: the op's own, `elementwise_policy::ew_per_thread`).
 /// `reduce_waves`: waves of blocks a reduction split over blocks uses. `attention`: the
 /// attention kernel ([`AttentionKernel`] as its discriminant, `fused::attention_path`).
+/// `strided_lanes`: the strided elementwise kernel's lanes allowed (bits of `strided.rs`:
+/// `LANE_VECTORS`, `LANE_DIVISION`; 0 runs it as before them, to measure the difference).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
     pub ew_vectors: AtomicU32,
     pub reduce_waves: AtomicU32,
     pub attention: AtomicU32,
+    pub strided_lanes: AtomicU32,
 }
 
 impl Tuning {
@@ -45,6 +48,7 @@ impl Tuning {
             ew_vectors: AtomicU32::new(0),
             reduce_waves: AtomicU32::new(1),
             attention: AtomicU32::new(0),
+            strided_lanes: AtomicU32::new(0),
         };
         tuning.set(t);
         tuning
@@ -56,6 +60,7 @@ impl Tuning {
         self.ew_vectors.store(t.vectors_per_thread, Ordering::Relaxed);
         self.reduce_waves.store(t.reduce_waves.max(1), Ordering::Relaxed);
         self.attention.store(t.attention as u32, Ordering::Relaxed);
+        self.strided_lanes.store(t.strided_lanes, Ordering::Relaxed);
     }
 
     /// The attention kernel chosen ([`LaunchTuning::attention`]).

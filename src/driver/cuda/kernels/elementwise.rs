@@ -15,6 +15,7 @@
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
 use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
+use super::strided::{magic_divider, strided_dims, strided_lane, Operands, StridedDims};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -33,14 +34,12 @@ struct EwFast {
     pad: i32,
 }
 
-/// Parameters of the strided elementwise kernel (`EwStrided`).
+/// Parameters of the strided elementwise kernel (`EwStrided`): its dims laid out for its lane
+/// (`strided.rs`).
 #[repr(C)]
 struct EwStrided {
     b: EwFast,
-    ndim: i32,
-    pad: i32,
-    shape: [i64; MAXD],
-    st: [[i64; MAXD]; 4],
+    s: StridedDims,
 }
 
 /// Parameters of the two-dimensional elementwise kernel (`EwTwo`): a dense output of rows of
@@ -58,15 +57,6 @@ struct EwTwo {
     shift: u32,
     wide: i32,
     pad: i32,
-}
-
-/// `(magic, shift)` with `x / d == (umulhi(x, magic) + x) >> shift` for every `x < 2^32`
-/// (`1 <= d < 2^32`; the sum taken in 64 bits).
-pub(in crate::driver::cuda) fn magic_divider(d: u64) -> (u32, u32) {
-    debug_assert!((1..1 << 32).contains(&d));
-    let shift = if d <= 1 { 0 } else { 64 - (d - 1).leading_zeros() };
-    let magic = ((1u128 << 32) * ((1u128 << shift) - d as u128)) / d as u128 + 1;
-    (magic as u32, shift)
 }
 
 /// Queues a dense binary op (already validated): the fast kernel at once, with no views to
@@ -262,15 +252,29 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         let grid = c.grid(f, work);
         return c.run(f, grid, &mut t);
     }
-    let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
+    let mut size = [out_dtype.size(), 1, 1, 1];
+    for (s, dtype) in size[1..].iter_mut().zip(dtypes) {
+        *s = dtype.size();
+    }
+    let ops = Operands { addr: [p.out, p.ins[0], p.ins[1], p.ins[2]], size, nin: ins.len() };
+    strided(c, module, &dims, p, &ops, ew_vec(op, out_dtype, dtypes))
+}
+
+/// Queues the strided kernel over the collapsed dims `d` in the lane `strided::strided_lane`
+/// chooses for `ops` (`vec`: the module's vector width).
+fn strided(c: &Ctx, module: ModuleKey, d: &Dims<4>, mut b: EwFast, ops: &Operands, vec: usize) -> Result<()> {
+    let lane = strided_lane(d, ops, vec, c.ops.tuning.strided_lanes.load(Ordering::Relaxed));
+    b.vec = (lane.vec > 1) as i32;
+    let work = b.n / lane.vec as u64;
+    let mut p = EwStrided { b, s: strided_dims(d, lane) };
     let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
-    let grid = c.grid(f, n);
-    c.run(f, grid, &mut s)
+    let grid = c.grid(f, work);
+    c.run(f, grid, &mut p)
 }
 
 /// The shape and the strides of the output and then of each input, with the dims sorted by the
 /// output's strides, largest first (the order unchanged when it already is).
-fn memory_order(dst: &BufferView, ins: &[&BufferView]) -> (Vec<usize>, Vec<Vec<usize>>) {
+pub(in crate::driver::cuda) fn memory_order(dst: &BufferView, ins: &[&BufferView]) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut order: Vec<usize> = (0..dst.shape.len()).collect();
     order.sort_by_key(|&d| std::cmp::Reverse(dst.strides[d]));
     let pick = |v: &[usize]| order.iter().map(|&d| v[d]).collect::<Vec<usize>>();
@@ -328,51 +332,6 @@ mod tests {
 
     fn view(shape: &[usize], strides: &[usize]) -> BufferView {
         BufferView { ptr: DevicePtr(4096), dtype: DType::F32, shape: shape.into(), strides: strides.into(), offset: 0 }
-    }
-
-    /// The multiply-shift division agrees with `/` (the kernel's arithmetic, in 64 bits).
-    #[test]
-    fn magic_division_divides() {
-        let div = |x: u32, (m, s): (u32, u32)| ((((x as u64) * (m as u64)) >> 32) + x as u64) >> s;
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        let ds = [
-            1u64,
-            2,
-            3,
-            7,
-            128,
-            1000,
-            4096,
-            4097,
-            65535,
-            1 << 20,
-            (1 << 31) - 1,
-            1 << 31,
-            (1 << 31) + 1,
-            u32::MAX as u64,
-        ];
-        for &d in &ds {
-            let md = magic_divider(d);
-            for x in [0u32, 1, d as u32 - 1, d as u32, u32::MAX, u32::MAX - 1] {
-                assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
-            }
-            for _ in 0..20_000 {
-                let x = next() as u32;
-                assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
-            }
-        }
-        for _ in 0..2_000 {
-            let d = (next() % u32::MAX as u64) + 1;
-            let md = magic_divider(d);
-            let x = next() as u32;
-            assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
-        }
     }
 
     /// The classification without collapsing agrees with the collapse wherever it answers, and

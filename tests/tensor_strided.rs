@@ -151,3 +151,35 @@ fn elementwise_ops_of_permuted_and_broadcast_operands() -> Result<()> {
     }
     Ok(())
 }
+
+/// Writes through permuted and narrowed outputs: `copy_` of rows into a `[B, H, T, E]` tensor's
+/// transpose (the kernel takes the output's memory order), into a narrowed head dim (a base off
+/// the vector boundary), and `fill_` of a permuted view; elements outside the views untouched.
+#[test]
+fn writes_into_permuted_and_narrowed_outputs() -> Result<()> {
+    let mut rng = Rng::new(44);
+    for device in devices() {
+        for dtype in DTYPES {
+            for (start, e) in [(0usize, 64usize), (1, 64), (0, 7)] {
+                let (b, h, t) = (2usize, 3usize, 5usize);
+                let wide = [b, h, t, e + start];
+                let (base, dst) = random(&mut rng, &wide, dtype, device)?;
+                let (rows, src) = random(&mut rng, &[b, t, h, e], dtype, device)?;
+                dst.narrow(3, start, e)?.transpose(1, 2)?.copy_(&src, false)?;
+                // rows[b, t, h, e'] lands at dst[b, h, t, start + e'].
+                let mut want = base.clone();
+                for (i, &v) in rows.iter().enumerate() {
+                    let (x, hh, tt, bb) = (i % e, (i / e) % h, (i / (e * h)) % t, i / (e * h * t));
+                    want[((bb * h + hh) * t + tt) * (e + start) + start + x] = v;
+                }
+                let what = format!("{dtype} E={e} from {start} on {device}");
+                assert_eq!(values(&dst)?, want, "copy_ into a transposed view, {what}");
+                dst.narrow(3, start, e)?.permute(&[2, 0, 1, 3])?.fill_(2.0)?;
+                let filled: Vec<f64> =
+                    want.iter().enumerate().map(|(i, &v)| if i % (e + start) >= start { 2.0 } else { v }).collect();
+                assert_eq!(values(&dst)?, filled, "fill_ of a permuted view, {what}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 pub(crate) const KERNEL_CACHE_ENV: &str = "CUDASEM_KERNEL_CACHE";
 /// The variable naming the NCCL library (or its directory).
 pub(crate) const NCCL_LIB_ENV: &str = "CUDASEM_NCCL_LIB";
-/// The variable giving the launch tuning, `EW_WAVES,VECTORS,REDUCE_WAVES` (for benchmark runs).
+/// The variable giving the launch tuning, `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (for benchmark runs).
 pub(crate) const LAUNCH_TUNING_ENV: &str = "CUDASEM_BENCH_TUNING";
 /// The variable choosing the attention kernel, `auto`, `fma` or `mma` (for benchmark and test runs).
 pub(crate) const SDPA_KERNEL_ENV: &str = "CUDASEM_SDPA_KERNEL";
@@ -111,8 +111,8 @@ impl KernelCache {
 /// The CUDA driver's launch shapes, for benchmark runs (not an API): the most waves of blocks an
 /// elementwise grid holds (0: no cap), the vectors per thread of a fast elementwise pass (0: each
 /// op's own), the waves of blocks a row split over blocks uses (at least 1), and optionally the
-/// strided elementwise kernel's lanes (bit 1: a vector per thread where the innermost dim is
-/// dense and aligned; bit 2: multiply-shift index division; 0 runs that kernel as before them,
+/// strided elementwise kernel's lanes (a sum of 1: a vector per thread where the innermost dim
+/// is dense and aligned, and 2: multiply-shift index division; 0 runs that kernel as before them,
 /// an element and a hardware division per dim per thread). The defaults are `256,0,1,3` (the
 /// string form, `CUDASEM_BENCH_TUNING`, gives these three or four), with the attention kernel
 /// chosen per case.
@@ -128,8 +128,8 @@ pub struct LaunchTuning {
     pub reduce_waves: u32,
     /// Which kernel scaled dot-product attention runs (`CUDASEM_SDPA_KERNEL`).
     pub attention: AttentionKernel,
-    /// The strided elementwise kernel's lanes allowed: bit 1 vectors, bit 2 multiply-shift
-    /// division (default 3: both; 0: neither, for comparing against the kernel before them).
+    /// The strided elementwise kernel's lanes allowed: a sum of 1 (vectors) and 2 (multiply-shift
+    /// division); the default 3 allows both, 0 neither (the kernel before them, for comparing).
     pub strided_lanes: u32,
 }
 

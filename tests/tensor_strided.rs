@@ -183,3 +183,42 @@ fn writes_into_permuted_and_narrowed_outputs() -> Result<()> {
     }
     Ok(())
 }
+
+/// Batched transposes (`k.transpose(-2, -1).contiguous()` of `[B, H, T, E]`): every dtype,
+/// sides of whole tiles and ragged ones, a narrowed base, and a binary op of a transposed and a
+/// broadcast operand, against the host's permute.
+#[test]
+fn batched_transposes_copy_exactly() -> Result<()> {
+    let mut rng = Rng::new(45);
+    for device in devices() {
+        for dtype in DTYPES {
+            for shape in [[2usize, 3, 64, 64], [2, 3, 33, 17], [1, 5, 16, 40], [3, 1, 70, 20]] {
+                let (vals, x) = random(&mut rng, &shape, dtype, device)?;
+                let y = x.transpose(2, 3)?.contiguous()?;
+                let what = format!("{dtype} {shape:?} on {device}");
+                assert_eq!(values(&y)?, permute_ref(&vals, &shape, &[0, 1, 3, 2]), "{what}");
+            }
+            let wide = [2usize, 3, 33, 20];
+            let (vals, x) = random(&mut rng, &wide, dtype, device)?;
+            let y = x.narrow(3, 1, 17)?.transpose(2, 3)?.contiguous()?;
+            let full = permute_ref(&vals, &wide, &[0, 1, 3, 2]);
+            // Rows 1..18 of each [20, 33] matrix of the full transpose.
+            let want: Vec<f64> = full.chunks(20 * 33).flat_map(|m| m[33..18 * 33].iter().copied()).collect();
+            assert_eq!(values(&y)?, want, "narrowed {dtype} on {device}");
+            let shape = [2usize, 32, 48];
+            let (vals, x) = random(&mut rng, &shape, dtype, device)?;
+            let (row, r) = random(&mut rng, &[32], dtype, device)?;
+            let got = x.transpose(1, 2)?.add(&r)?;
+            let xt = permute_ref(&vals, &shape, &[0, 2, 1]);
+            let want: Vec<f64> = xt.iter().enumerate().map(|(i, &v)| round_to(dtype, v + row[i % 32])).collect();
+            assert_close(
+                &values(&got)?,
+                &want,
+                "add",
+                dtype,
+                &format!("add of a transposed batch, {dtype} on {device}"),
+            );
+        }
+    }
+    Ok(())
+}

@@ -112,8 +112,9 @@ impl KernelCache {
 /// elementwise grid holds (0: no cap), the vectors per thread of a fast elementwise pass (0: each
 /// op's own), the waves of blocks a row split over blocks uses (at least 1), and optionally the
 /// strided elementwise kernel's lanes (a sum of 1: a vector per thread where the innermost dim
-/// is dense and aligned, and 2: multiply-shift index division; 0 runs that kernel as before them,
-/// an element and a hardware division per dim per thread). The defaults are `256,0,1,3` (the
+/// is dense and aligned, 2: multiply-shift index division, and 4: batched transposes through
+/// the tiled transpose kernel; 0 runs that kernel as before them, an element and a hardware
+/// division per dim per thread, batched transposes included). The defaults are `256,0,1,7` (the
 /// string form, `CUDASEM_BENCH_TUNING`, gives these three or four), with the attention kernel
 /// chosen per case.
 #[doc(hidden)]
@@ -128,8 +129,9 @@ pub struct LaunchTuning {
     pub reduce_waves: u32,
     /// Which kernel scaled dot-product attention runs (`CUDASEM_SDPA_KERNEL`).
     pub attention: AttentionKernel,
-    /// The strided elementwise kernel's lanes allowed: a sum of 1 (vectors) and 2 (multiply-shift
-    /// division); the default 3 allows both, 0 neither (the kernel before them, for comparing).
+    /// The strided elementwise kernel's lanes allowed: a sum of 1 (vectors), 2 (multiply-shift
+    /// division) and 4 (batched transposes tiled); the default 7 allows all, 0 none (the kernel
+    /// before them, for comparing).
     pub strided_lanes: u32,
 }
 
@@ -140,7 +142,7 @@ impl Default for LaunchTuning {
             vectors_per_thread: 0,
             reduce_waves: 1,
             attention: AttentionKernel::Auto,
-            strided_lanes: 3,
+            strided_lanes: 7,
         }
     }
 }
@@ -206,7 +208,7 @@ impl TryFrom<String> for LaunchTuning {
 
 impl LaunchTuning {
     /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (three or four integers; the
-    /// lanes default to 3).
+    /// lanes default to 7).
     pub fn parse(value: &str) -> Result<LaunchTuning> {
         let bad = || Error::InvalidConfig {
             key: LAUNCH_TUNING_ENV.into(),
@@ -224,7 +226,7 @@ impl LaunchTuning {
         let &[elementwise_waves, vectors_per_thread, reduce_waves] = fields else { return Err(bad()) };
         let strided_lanes = match *lanes {
             [] => LaunchTuning::default().strided_lanes,
-            [l] if l <= 3 => l,
+            [l] if l <= 7 => l,
             _ => return Err(bad()),
         };
         Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, strided_lanes, ..Default::default() })
@@ -255,8 +257,8 @@ mod tests {
         assert_eq!(s.launch_tuning, want);
         let four = with(&[(LAUNCH_TUNING_ENV, "8,2,3, 0")]).unwrap().launch_tuning;
         assert_eq!(four, LaunchTuning { strided_lanes: 0, ..want });
-        assert_eq!(want.strided_lanes, 3, "three fields leave the strided lanes on");
-        for bad in ["1,2", "a,b,c", "1,2,3,4,5", "1,2,3,4", "-1,0,1"] {
+        assert_eq!(want.strided_lanes, 7, "three fields leave the strided lanes on");
+        for bad in ["1,2", "a,b,c", "1,2,3,4,5", "1,2,3,8", "-1,0,1"] {
             let e = with(&[(LAUNCH_TUNING_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == LAUNCH_TUNING_ENV), "{bad}: {e}");
         }

@@ -69,7 +69,7 @@ fn tuning_from_env() -> Result<(), String> {
     else {
         return Err(bad());
     };
-    if lanes.len() > 1 || lanes.iter().any(|&l| l > 3) {
+    if lanes.len() > 1 || lanes.iter().any(|&l| l > 7) {
         return Err(bad());
     }
     cudasem::cuda::set_launch_tuning(waves, vectors, reduce_waves);

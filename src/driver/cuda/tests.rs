@@ -410,7 +410,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
-            strided_lanes: next(4),
+            strided_lanes: next(8),
         };
         let settings = CudaSettings {
             kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
@@ -436,7 +436,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
-            strided_lanes: next(4),
+            strided_lanes: next(8),
         };
         d.set_launch_tuning(again);
         assert_eq!(held(&d), want(again));

@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `reduce_waves`: waves of blocks a reduction split over blocks uses. `attention`: the
 /// attention kernel ([`AttentionKernel`] as its discriminant, `fused::attention_path`).
 /// `strided_lanes`: the strided elementwise kernel's lanes allowed (bits of `strided.rs`:
-/// `LANE_VECTORS`, `LANE_DIVISION`; 0 runs it as before them, to measure the difference).
+/// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
+/// difference).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,

@@ -15,7 +15,7 @@
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
 use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
-use super::strided::{magic_divider, strided_dims, strided_lane, Operands, StridedDims};
+use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -57,6 +57,9 @@ struct EwTwo {
     shift: u32,
     wide: i32,
     pad: i32,
+    rows: u64,
+    batch: u64,
+    sb: [i64; 3],
 }
 
 /// Queues a dense binary op (already validated): the fast kernel at once, with no views to
@@ -238,11 +241,17 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         return ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p);
     }
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
-    if let Some(mut t) = two_dims(&dims, p, ins.len(), out_dtype, &dtypes, ew_vec(op, out_dtype, dtypes)) {
+    let vec = ew_vec(op, out_dtype, dtypes);
+    let lanes = c.ops.tuning.strided_lanes.load(Ordering::Relaxed);
+    let two = match batched_tile(&dims, ins.len(), lanes) {
+        true => tile_batch(&dims, p, ins.len(), out_dtype, &dtypes),
+        false => two_dims(&dims, p, ins.len(), out_dtype, &dtypes, vec),
+    };
+    if let Some(mut t) = two {
         if t.cls.contains(&3) {
             // Square tiles, a block of 256 threads each.
             let edge = tile_edge(op, out_dtype, dtypes);
-            let tiles = t.inner.div_ceil(edge) * (n / t.inner).div_ceil(edge);
+            let tiles = t.inner.div_ceil(edge) * t.rows.div_ceil(edge) * t.batch;
             let f = c.kernel(KernelId { module, entry: Entry::Tile })?;
             let grid = c.grid(f, tiles * 256);
             return c.run(f, grid, &mut t);
@@ -257,13 +266,12 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         *s = dtype.size();
     }
     let ops = Operands { addr: [p.out, p.ins[0], p.ins[1], p.ins[2]], size, nin: ins.len() };
-    strided(c, module, &dims, p, &ops, ew_vec(op, out_dtype, dtypes))
+    let lane = strided_lane(&dims, &ops, vec, lanes);
+    strided(c, module, &dims, p, lane)
 }
 
-/// Queues the strided kernel over the collapsed dims `d` in the lane `strided::strided_lane`
-/// chooses for `ops` (`vec`: the module's vector width).
-fn strided(c: &Ctx, module: ModuleKey, d: &Dims<4>, mut b: EwFast, ops: &Operands, vec: usize) -> Result<()> {
-    let lane = strided_lane(d, ops, vec, c.ops.tuning.strided_lanes.load(Ordering::Relaxed));
+/// Queues the strided kernel over the collapsed dims `d` in `lane` (`strided::strided_lane`).
+fn strided(c: &Ctx, module: ModuleKey, d: &Dims<4>, mut b: EwFast, lane: StridedLane) -> Result<()> {
     b.vec = (lane.vec > 1) as i32;
     let work = b.n / lane.vec as u64;
     let mut p = EwStrided { b, s: strided_dims(d, lane) };
@@ -300,7 +308,21 @@ fn two_dims<const K: usize>(
     let outer = |k: usize| if d.n == 2 { d.st[k][1] } else { 0 };
     let vec = vec as u64;
     let fits = |a: u64, size: usize| a.is_multiple_of(size as u64 * vec);
-    let mut t = EwTwo { b, inner, so: [0; 3], si: [0; 3], cls: [0; 3], magic: 0, shift: 0, wide: 0, pad: 0 };
+    let rows = if d.n == 2 { d.shape[1] as u64 } else { 1 };
+    let mut t = EwTwo {
+        b,
+        inner,
+        so: [0; 3],
+        si: [0; 3],
+        cls: [0; 3],
+        magic: 0,
+        shift: 0,
+        wide: 0,
+        pad: 0,
+        rows,
+        batch: 1,
+        sb: [0; 3],
+    };
     let mut aligned = vec > 1 && inner.is_multiple_of(vec) && fits(b.out, out.size());
     for (k, dtype) in dtypes.iter().enumerate().take(nin) {
         let (si, so) = (d.st[k + 1][0], outer(k + 1));
@@ -321,6 +343,20 @@ fn two_dims<const K: usize>(
         t.wide = 1;
     } else {
         (t.magic, t.shift) = magic_divider(inner);
+    }
+    Some(t)
+}
+
+/// The tiled kernel's parameters for a batch of transposes (`strided::batched_tile`): the
+/// two-dimensional parameters of dims 0 and 1, and dim 2 as the batch (the output's matrices
+/// one after another, each input's `st[k][2]` apart).
+fn tile_batch(d: &Dims<4>, b: EwFast, nin: usize, out: DType, dtypes: &[DType; 3]) -> Option<EwTwo> {
+    let matrix = Dims { n: 2, ..*d };
+    // The vector flag is the two-dimensional kernel's; the tiled one checks its own alignment.
+    let mut t = two_dims(&matrix, b, nin, out, dtypes, 1)?;
+    t.batch = d.shape[2] as u64;
+    for k in 0..nin {
+        t.sb[k] = d.st[k + 1][2];
     }
     Some(t)
 }

@@ -15,9 +15,13 @@
 //!   32 bits, each dim's index comes from a multiply-high and a shift by the host's magic numbers
 //!   ([`magic_divider`]), not a hardware division, and the last dim's index is the last quotient.
 //!
-//! Either lane can be turned off for a measuring run (`LaunchTuning::strided_lanes`, the fourth
-//! field of `CUDASEM_BENCH_TUNING`): with both off the kernel runs as before them, an element
-//! per thread and a hardware division per dim.
+//! * **Batched tiles** ([`batched_tile`]): three dims where an input is transposed against the
+//!   output (dense along dim 1, not dim 0) go to the tiled transpose kernel instead, one batch
+//!   of its tiles per matrix.
+//!
+//! Each lane can be turned off for a measuring run (`LaunchTuning::strided_lanes`, the fourth
+//! field of `CUDASEM_BENCH_TUNING`): with all off the kernel runs as before them, an element
+//! per thread and a hardware division per dim, and batched transposes take it too.
 
 use super::ctx::Dims;
 use super::vocab::MAXD;
@@ -26,6 +30,29 @@ use super::vocab::MAXD;
 pub(in crate::driver::cuda) const LANE_VECTORS: u32 = 1;
 /// [`LaunchTuning::strided_lanes`](crate::config::LaunchTuning) bit: the multiply-shift division.
 pub(in crate::driver::cuda) const LANE_DIVISION: u32 = 2;
+/// [`LaunchTuning::strided_lanes`](crate::config::LaunchTuning) bit: batched transposes tiled.
+pub(in crate::driver::cuda) const LANE_TILES: u32 = 4;
+
+/// The smallest matrix edge, in elements, a batched transpose is tiled for ([`batched_tile`]).
+const TILE_MIN_EDGE: i64 = 16;
+
+/// Whether collapsed dims `d` (output, then inputs) are a batch of transposes for the tiled
+/// kernel (`ew_tile` with a batch): three dims, the output dense over them, and some input
+/// dense along dim 1 but not dim 0 (a `[B, R, C]` read from a `[B, C, R]`, such as
+/// `k.transpose(-2, -1).contiguous()` of a `[B * H, T, E]`), each matrix at least
+/// [`TILE_MIN_EDGE`] on both sides, with [`LANE_TILES`] in `lanes`.
+///
+/// Why: the strided kernel gathers such an input along the output's rows, a sector of memory
+/// per element read, while the tiles read and write whole rows on both sides (the 2-D case's
+/// kernel, `elementwise_policy::tile_edge`); a matrix smaller than a tile's quarter edge would
+/// leave most of each block's threads idle (unmeasured: a bound chosen, not tuned).
+pub(in crate::driver::cuda) fn batched_tile(d: &Dims<4>, nin: usize, lanes: u32) -> bool {
+    if lanes & LANE_TILES == 0 || d.n != 3 || d.shape[0] < TILE_MIN_EDGE || d.shape[1] < TILE_MIN_EDGE {
+        return false;
+    }
+    let dense = d.st[0][0] == 1 && d.st[0][1] == d.shape[0] && d.st[0][2] == d.shape[0] * d.shape[1];
+    dense && (1..=nin.min(3)).any(|k| d.st[k][1] == 1 && d.st[k][0] > 1)
+}
 
 /// How the strided kernel runs one launch ([`strided_lane`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

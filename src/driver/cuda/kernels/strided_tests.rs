@@ -5,7 +5,7 @@
 
 use super::ctx::{addr, collapse, Dims};
 use super::elementwise::memory_order;
-use super::strided::{magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
+use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use crate::driver::DevicePtr;
 use crate::dtype::DType;
 use crate::kernel::BufferView;
@@ -272,4 +272,30 @@ fn magic_division_divides() {
         let x = next() as u32;
         assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
     }
+}
+
+/// Batched transposes of matrices at least 16 on a side go to the tiled kernel (with its lane
+/// allowed), smaller ones, four-dim layouts and layouts with no transposed input do not.
+#[test]
+fn batched_transposes_of_large_enough_matrices_are_tiled() {
+    let tiled = |shape: &[usize], perm: &[usize], lanes: u32| {
+        let x = permuted(&view(DType::BF16, shape, &dense_strides(shape), 0), perm);
+        let dst = view(DType::BF16, &x.shape, &dense_strides(&x.shape), 0);
+        let (d, _, _) = plan(&dst, &[&x], lanes);
+        batched_tile(&d, 1, lanes)
+    };
+    assert!(tiled(&[6, 64, 32], &[0, 2, 1], 7), "k.transpose(-2, -1) of [B * H, T, E]");
+    assert!(tiled(&[2, 3, 33, 17], &[0, 1, 3, 2], 4), "[B, H] collapse into one batch dim");
+    assert!(!tiled(&[6, 64, 32], &[0, 2, 1], 3), "the lane off");
+    assert!(!tiled(&[6, 64, 8], &[0, 2, 1], 7), "a matrix 8 wide");
+    assert!(!tiled(&[2, 3, 64, 32], &[1, 0, 3, 2], 7), "four dims after collapsing");
+    assert!(!tiled(&[2, 3, 64, 32], &[0, 2, 1, 3], 7), "the inner dim kept");
+    // Both inputs transposed against a third, dense one: the output stays the reference.
+    let x = permuted(&view(DType::F32, &[4, 32, 48], &dense_strides(&[4, 32, 48]), 0), &[0, 2, 1]);
+    let y = view(DType::F32, &x.shape, &dense_strides(&x.shape), 0);
+    let dst = view(DType::F32, &x.shape, &dense_strides(&x.shape), 0);
+    let (d, _, _) = plan(&dst, &[&y, &x], 7);
+    assert!(batched_tile(&d, 2, 7), "a dense and a transposed input");
+    let (d, _, _) = plan(&dst, &[&y, &y], 7);
+    assert!(!batched_tile(&d, 2, 7), "no transposed input");
 }

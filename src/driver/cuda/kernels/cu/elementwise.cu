@@ -98,8 +98,11 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
 /* Two collapsed dims (inner `inner` elements, then rows) and a dense output: every input is
    dense along the inner dim (class 0: vector loads), constant along it (class 1: a row value,
    a broadcast column, a number), or strided (class 2: gathered). Row and column come from one
-   multiply-shift division (`magic`, `shift`) unless the elements pass 2^32 (`wide`). */
-struct EwTwo { EwFast b; u64 inner; i64 so[3]; i64 si[3]; int cls[3]; u32 magic; u32 shift; int wide; int pad; };
+   multiply-shift division (`magic`, `shift`) unless the elements pass 2^32 (`wide`). The tiled
+   kernel also takes `batch` such matrices of `rows` rows each, the output's one after another
+   and each input's `sb` elements apart (a batched transpose; `batch` 1 otherwise). */
+struct EwTwo { EwFast b; u64 inner; i64 so[3]; i64 si[3]; int cls[3]; u32 magic; u32 shift; int wide; int pad;
+               u64 rows; u64 batch; i64 sb[3]; };
 
 __device__ __forceinline__ u64 two_row(const EwTwo& p, u64 e) {
     if (p.wide) return e / p.inner;
@@ -190,7 +193,7 @@ __device__ __forceinline__ int pair_word(int r, int w) { return r * 32 + (w ^ ((
 template <typename T>
 __device__ __forceinline__ bool tile_fits(const EwTwo& p, int k, const T* base, u64 rows) {
     if (k >= NIN || p.cls[k] == 1) return true;
-    if (p.cls[k] == 2 || ((u64)base % (TV * sizeof(T))) != 0) return false;
+    if (p.cls[k] == 2 || ((u64)base % (TV * sizeof(T))) != 0 || p.sb[k] % TV != 0) return false;
     return p.cls[k] == 3 ? (p.si[k] % TV == 0 && rows % TV == 0) : (p.so[k] % TV == 0);
 }
 __device__ __forceinline__ bool tile_vec(const EwTwo& p, u64 rows) {
@@ -257,16 +260,18 @@ extern "C" __global__ void TILE_BOUNDS ew_tile(const __grid_constant__ EwTwo p) 
     __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T0)) T0 t0[NIN > 0 ? TILE : 1][TILE + TPAD(T0)];
     __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T1)) T1 t1[NIN > 1 ? TILE : 1][TILE + TPAD(T1)];
     __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T2)) T2 t2[NIN > 2 ? TILE : 1][TILE + TPAD(T2)];
-    const u64 inner = p.inner, rows = p.wide ? p.b.n / inner : (u64)((u32)p.b.n / (u32)inner);
+    const u64 inner = p.inner, rows = p.rows;
     const u64 tc = (inner + TILE - 1) / TILE, tiles = tc * ((rows + TILE - 1) / TILE);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    TO* out = (TO*)p.b.out;
-    const T0* a = (const T0*)p.b.in0;
-    const T1* b = (const T1*)p.b.in1;
-    const T2* c = (const T2*)p.b.in2;
-    const T1 sb = (NIN > 1 && !b) ? imm<T1>(p.b.value) : T1();
+    const T1 sb = (NIN > 1 && !p.b.in1) ? imm<T1>(p.b.value) : T1();
     const bool vec = tile_vec(p, rows);
-    for (u64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (u64 bt = blockIdx.x; bt < tiles * p.batch; bt += gridDim.x) {
+        /* The matrix of the batch (one division per tile, none without a batch) and its bases. */
+        const u64 m = p.batch > 1 ? bt / tiles : 0, t = bt - m * tiles;
+        TO* out = (TO*)p.b.out + m * rows * inner;
+        const T0* a = (const T0*)p.b.in0 + (i64)m * p.sb[0];
+        const T1* b = p.b.in1 ? (const T1*)p.b.in1 + (i64)m * p.sb[1] : (const T1*)0;
+        const T2* c = (const T2*)p.b.in2 + (i64)m * p.sb[2];
         const u64 tr = tiles <= 0xffffffffull ? (u64)((u32)t / (u32)tc) : t / tc;
         const u64 r0 = tr * TILE, c0 = (t - tr * tc) * TILE;
         __syncthreads();

@@ -9,9 +9,10 @@
 //! transposed input), the *two-dimensional* kernel runs: the row and column of each element come
 //! from one multiply-shift division, inputs dense along the row are loaded as vectors, inputs
 //! constant along it once per vector; a transposed input sends the op to the *tiled* kernel
-//! instead (square tiles through shared memory). Any other layout runs the *strided* kernel,
-//! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
-//! `#[repr(C)]` structs on the stack.
+//! instead (square tiles through shared memory), as does a batch of transposes (three dims,
+//! `strided::batched_tile`). Any other layout runs the *strided* kernel, which takes the
+//! collapsed shape and strides (up to [`MAXD`] dims) by value, a vector or an element per thread
+//! as `strided::strided_lane` chooses. Parameters are `#[repr(C)]` structs on the stack.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
 use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
@@ -45,7 +46,8 @@ struct EwStrided {
 /// Parameters of the two-dimensional elementwise kernel (`EwTwo`): a dense output of rows of
 /// `inner` elements, each input's inner and outer strides and class (0: dense along the inner
 /// dim, 1: constant along it, 2: strided, 3: transposed — dense along the outer dim, staged
-/// through shared memory by the tiled kernel), and the multiply-shift division by `inner`.
+/// through shared memory by the tiled kernel), and the multiply-shift division by `inner`; the
+/// tiled kernel also takes `batch` matrices of `rows` rows (inputs `sb` elements apart).
 #[repr(C)]
 struct EwTwo {
     b: EwFast,
@@ -220,7 +222,8 @@ fn tiny_threads(work: u64) -> u32 {
 }
 
 /// [`elementwise`] for every layout the short path does not take: the dimensions collapsed,
-/// then the fast kernel when they make one dense run, the strided kernel otherwise.
+/// then the fast kernel when they make one dense run, the two-dimensional or tiled kernel for
+/// two dims (or a batch of transposes), the strided kernel otherwise.
 #[inline(never)]
 fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
     let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
@@ -243,9 +246,10 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
     let vec = ew_vec(op, out_dtype, dtypes);
     let lanes = c.ops.tuning.strided_lanes.load(Ordering::Relaxed);
-    let two = match batched_tile(&dims, ins.len(), lanes) {
-        true => tile_batch(&dims, p, ins.len(), out_dtype, &dtypes),
-        false => two_dims(&dims, p, ins.len(), out_dtype, &dtypes, vec),
+    let two = if batched_tile(&dims, ins.len(), lanes) {
+        tile_batch(&dims, p, ins.len(), out_dtype, &dtypes)
+    } else {
+        two_dims(&dims, p, ins.len(), out_dtype, &dtypes, vec)
     };
     if let Some(mut t) = two {
         if t.cls.contains(&3) {

@@ -70,7 +70,8 @@ pub use crate::driver::cuda::backends;
 /// (0: each op's own), and the waves of blocks a row split over blocks uses. The defaults are
 /// `(256, 0, 1)`. The setting is [`Config::cuda`](crate::Config::cuda)'s `launch_tuning`
 /// (`CUDASEM_BENCH_TUNING` in the environment); this call starts the runtime and changes it in
-/// the runtime's driver, the one place it is held (the simulated machine ignores it).
+/// the runtime's driver, the one place it is held (the simulated machine ignores it). The
+/// configuration's attention kernel and strided lanes stay as they are.
 #[doc(hidden)]
 pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
     let held = crate::runtime::resolved_config().map(|c| c.cuda.launch_tuning).unwrap_or_default();

@@ -404,11 +404,11 @@ fn an_unknown_figure_is_a_clear_error() {
 
 #[test]
 fn a_malformed_tuning_variable_is_a_clear_error_and_a_good_one_is_echoed() {
-    for bad in ["8", "256,0,x", "256,0,1,8", ""] {
+    for bad in ["8", "256,0,x", "256,0,1,8", "256,0,1,3,0", ""] {
         let o = bench(&["--quick", "--no-pytorch", "--only", "small_op"], &[("CUDASEM_BENCH_TUNING", bad)], None);
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("CUDASEM_BENCH_TUNING") && err.contains("three integers"), "{bad:?}: {err}");
+        assert!(err.contains("CUDASEM_BENCH_TUNING") && err.contains("three or four integers"), "{bad:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
     let dir = temp_dir("tuning");

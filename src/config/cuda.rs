@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 pub(crate) const KERNEL_CACHE_ENV: &str = "CUDASEM_KERNEL_CACHE";
 /// The variable naming the NCCL library (or its directory).
 pub(crate) const NCCL_LIB_ENV: &str = "CUDASEM_NCCL_LIB";
-/// The variable giving the launch tuning, `EW_WAVES,VECTORS,REDUCE_WAVES` (for benchmark runs).
+/// The variable giving the launch tuning, `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (for benchmark runs).
 pub(crate) const LAUNCH_TUNING_ENV: &str = "CUDASEM_BENCH_TUNING";
 /// The variable choosing the attention kernel, `auto`, `fma`, `mma`, … and optionally the order of
 /// its query tiles after a colon, `wg64:head` (for benchmark and test runs).
@@ -111,9 +111,13 @@ impl KernelCache {
 
 /// The CUDA driver's launch shapes, for benchmark runs (not an API): the most waves of blocks an
 /// elementwise grid holds (0: no cap), the vectors per thread of a fast elementwise pass (0: each
-/// op's own), and the waves of blocks a row split over blocks uses (at least 1). The defaults
-/// are `256,0,1` (the string form, `CUDASEM_BENCH_TUNING`, gives these three), with the
-/// attention kernel chosen per case.
+/// op's own), the waves of blocks a row split over blocks uses (at least 1), and optionally the
+/// strided elementwise kernel's lanes (a sum of 1: a vector per thread where the innermost dim
+/// is dense and aligned, 2: multiply-shift index division, and 4: batched transposes through
+/// the tiled transpose kernel; 0 runs that kernel as before them, an element and a hardware
+/// division per dim per thread, batched transposes included). The defaults are `256,0,1,7` (the
+/// string form, `CUDASEM_BENCH_TUNING`, gives these three or four), with the attention kernel
+/// chosen per case.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(try_from = "String")]
@@ -129,6 +133,10 @@ pub struct LaunchTuning {
     /// The order in which its tensor-core kernels take their query tiles (`CUDASEM_SDPA_KERNEL`'s
     /// suffix, `:heavy`, `:head` or `:natural`).
     pub attention_order: AttentionOrder,
+    /// The strided elementwise kernel's lanes allowed: a sum of 1 (vectors), 2 (multiply-shift
+    /// division) and 4 (batched transposes tiled); the default 7 allows all, 0 none (the kernel
+    /// before them, for comparing).
+    pub strided_lanes: u32,
 }
 
 impl Default for LaunchTuning {
@@ -139,6 +147,7 @@ impl Default for LaunchTuning {
             reduce_waves: 1,
             attention: AttentionKernel::Auto,
             attention_order: AttentionOrder::Heavy,
+            strided_lanes: 7,
         }
     }
 }
@@ -250,20 +259,29 @@ impl TryFrom<String> for LaunchTuning {
 }
 
 impl LaunchTuning {
-    /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES` (three integers).
+    /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (three or four integers; the
+    /// lanes default to 7).
     pub fn parse(value: &str) -> Result<LaunchTuning> {
         let bad = || Error::InvalidConfig {
             key: LAUNCH_TUNING_ENV.into(),
             value: crate::error::quote_prefix(value, 80),
-            reason: "expected three integers, EW_WAVES,VECTORS,REDUCE_WAVES (e.g. `256,0,1`)".into(),
+            reason: "expected three or four integers, EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES] (e.g. `256,0,1` \
+                     or `256,0,1,0`)"
+                .into(),
         };
         let parsed: Vec<u32> = value
             .split(',')
             .map(|x| x.trim().parse::<u32>())
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| bad())?;
-        let [elementwise_waves, vectors_per_thread, reduce_waves] = parsed[..] else { return Err(bad()) };
-        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, ..LaunchTuning::default() })
+        let (fields, lanes) = parsed.split_at(parsed.len().min(3));
+        let &[elementwise_waves, vectors_per_thread, reduce_waves] = fields else { return Err(bad()) };
+        let strided_lanes = match *lanes {
+            [] => LaunchTuning::default().strided_lanes,
+            [l] if l <= 7 => l,
+            _ => return Err(bad()),
+        };
+        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, strided_lanes, ..Default::default() })
     }
 }
 
@@ -289,7 +307,10 @@ mod tests {
         assert_eq!(s.nccl_lib, Some(PathBuf::from("/opt/nccl")));
         let want = LaunchTuning { elementwise_waves: 8, vectors_per_thread: 2, reduce_waves: 3, ..Default::default() };
         assert_eq!(s.launch_tuning, want);
-        for bad in ["1,2", "a,b,c", "1,2,3,4", "-1,0,1"] {
+        let four = with(&[(LAUNCH_TUNING_ENV, "8,2,3, 0")]).unwrap().launch_tuning;
+        assert_eq!(four, LaunchTuning { strided_lanes: 0, ..want });
+        assert_eq!(want.strided_lanes, 7, "three fields leave the strided lanes on");
+        for bad in ["1,2", "a,b,c", "1,2,3,4,5", "1,2,3,8", "-1,0,1"] {
             let e = with(&[(LAUNCH_TUNING_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == LAUNCH_TUNING_ENV), "{bad}: {e}");
         }

@@ -50,19 +50,30 @@ pub fn default_script(ops: bool) -> PathBuf {
 }
 
 /// The environment variable that overrides the CUDA driver's launch shapes for a tuning run:
-/// `EW_WAVES,VECTORS,REDUCE_WAVES` — the arguments of `cudasem::cuda::set_launch_tuning`
-/// (elementwise waves, vectors per thread, waves of a row split over blocks).
+/// `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` — the arguments of
+/// `cudasem::cuda::set_launch_tuning` (elementwise waves, vectors per thread, waves of a row
+/// split over blocks), and the strided elementwise kernel's lanes, which the runtime's
+/// configuration reads from the same variable (`LaunchTuning::strided_lanes`; 0 turns them off).
 const TUNING_VAR: &str = "CUDASEM_BENCH_TUNING";
 
 /// Applies [`TUNING_VAR`] when it is set (and says so on stderr).
 fn tuning_from_env() -> Result<(), String> {
     let Ok(v) = std::env::var(TUNING_VAR) else { return Ok(()) };
-    let bad = || format!("{TUNING_VAR}={v:?}: expected three integers, EW_WAVES,VECTORS,REDUCE_WAVES");
+    let bad = || {
+        format!("{TUNING_VAR}={v:?}: expected three or four integers, EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]")
+    };
     let parsed: Vec<u32> =
         v.split(',').map(|x| x.trim().parse::<u32>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-    let [waves, vectors, reduce_waves] = parsed[..] else { return Err(bad()) };
+    let (&[waves, vectors, reduce_waves], lanes) =
+        (parsed.get(..3).unwrap_or_default(), parsed.get(3..).unwrap_or_default())
+    else {
+        return Err(bad());
+    };
+    if lanes.len() > 1 || lanes.iter().any(|&l| l > 7) {
+        return Err(bad());
+    }
     cudasem::cuda::set_launch_tuning(waves, vectors, reduce_waves);
-    eprintln!("tuning from {TUNING_VAR}: {waves},{vectors},{reduce_waves}");
+    eprintln!("tuning from {TUNING_VAR}: {v}");
     Ok(())
 }
 

@@ -411,6 +411,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
             attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
+            strided_lanes: next(8),
         };
         let settings = CudaSettings {
             kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
@@ -423,11 +424,18 @@ fn the_driver_holds_the_settings_it_was_built_with() {
         let held = |d: &CudaDriver| {
             let t = &d.tuning;
             let attention = (t.attention(), t.attention_order());
-            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), attention)
+            let lanes = t.strided_lanes.load(Relaxed);
+            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), attention, lanes)
         };
         let reduce = |w: u32| w.max(1);
         let want = |t: LaunchTuning| {
-            (t.elementwise_waves, t.vectors_per_thread, reduce(t.reduce_waves), (t.attention, t.attention_order))
+            (
+                t.elementwise_waves,
+                t.vectors_per_thread,
+                reduce(t.reduce_waves),
+                (t.attention, t.attention_order),
+                t.strided_lanes,
+            )
         };
         assert_eq!(held(&d), want(tuning));
         // The hidden setter's path: every device's launcher shares the one tuning the driver holds.
@@ -437,6 +445,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
             attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
+            strided_lanes: next(8),
         };
         d.set_launch_tuning(again);
         assert_eq!(held(&d), want(again));

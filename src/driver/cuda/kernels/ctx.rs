@@ -29,8 +29,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// bounds huge grids. `ew_vectors`: 16-byte vectors each thread of a fast elementwise kernel
 /// handles in a single pass (0: the op's own, `elementwise_policy::ew_per_thread`).
 /// `reduce_waves`: waves of blocks a reduction split over blocks uses. `attention`: the
-/// attention kernel ([`AttentionKernel`] as its discriminant, `fused::attention_path`), and
+/// attention kernel ([`AttentionKernel`] as its discriminant, `fused::attention_path`),
 /// `attention_order` the order of its query tiles ([`AttentionOrder`] as its discriminant).
+/// `strided_lanes`: the strided elementwise kernel's lanes allowed (bits of `strided.rs`:
+/// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
+/// difference).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -38,6 +41,7 @@ pub(in crate::driver::cuda) struct Tuning {
     pub reduce_waves: AtomicU32,
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
+    pub strided_lanes: AtomicU32,
 }
 
 impl Tuning {
@@ -48,6 +52,7 @@ impl Tuning {
             reduce_waves: AtomicU32::new(1),
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
+            strided_lanes: AtomicU32::new(0),
         };
         tuning.set(t);
         tuning
@@ -59,6 +64,7 @@ impl Tuning {
         self.ew_vectors.store(t.vectors_per_thread, Ordering::Relaxed);
         self.reduce_waves.store(t.reduce_waves.max(1), Ordering::Relaxed);
         self.attention.store(t.attention as u32, Ordering::Relaxed);
+        self.strided_lanes.store(t.strided_lanes, Ordering::Relaxed);
         self.attention_order.store(t.attention_order as u32, Ordering::Relaxed);
     }
 

@@ -9,12 +9,14 @@
 //! transposed input), the *two-dimensional* kernel runs: the row and column of each element come
 //! from one multiply-shift division, inputs dense along the row are loaded as vectors, inputs
 //! constant along it once per vector; a transposed input sends the op to the *tiled* kernel
-//! instead (square tiles through shared memory). Any other layout runs the *strided* kernel,
-//! which takes the collapsed shape and strides (up to [`MAXD`] dims) by value. Parameters are
-//! `#[repr(C)]` structs on the stack.
+//! instead (square tiles through shared memory), as does a batch of transposes (three dims,
+//! `strided::batched_tile`). Any other layout runs the *strided* kernel, which takes the
+//! collapsed shape and strides (up to [`MAXD`] dims) by value, a vector or an element per thread
+//! as `strided::strided_lane` chooses. Parameters are `#[repr(C)]` structs on the stack.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
 use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
+use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -33,20 +35,19 @@ struct EwFast {
     pad: i32,
 }
 
-/// Parameters of the strided elementwise kernel (`EwStrided`).
+/// Parameters of the strided elementwise kernel (`EwStrided`): its dims laid out for its lane
+/// (`strided.rs`).
 #[repr(C)]
 struct EwStrided {
     b: EwFast,
-    ndim: i32,
-    pad: i32,
-    shape: [i64; MAXD],
-    st: [[i64; MAXD]; 4],
+    s: StridedDims,
 }
 
 /// Parameters of the two-dimensional elementwise kernel (`EwTwo`): a dense output of rows of
 /// `inner` elements, each input's inner and outer strides and class (0: dense along the inner
 /// dim, 1: constant along it, 2: strided, 3: transposed — dense along the outer dim, staged
-/// through shared memory by the tiled kernel), and the multiply-shift division by `inner`.
+/// through shared memory by the tiled kernel), and the multiply-shift division by `inner`; the
+/// tiled kernel also takes `batch` matrices of `rows` rows (inputs `sb` elements apart).
 #[repr(C)]
 struct EwTwo {
     b: EwFast,
@@ -58,15 +59,9 @@ struct EwTwo {
     shift: u32,
     wide: i32,
     pad: i32,
-}
-
-/// `(magic, shift)` with `x / d == (umulhi(x, magic) + x) >> shift` for every `x < 2^32`
-/// (`1 <= d < 2^32`; the sum taken in 64 bits).
-pub(in crate::driver::cuda) fn magic_divider(d: u64) -> (u32, u32) {
-    debug_assert!((1..1 << 32).contains(&d));
-    let shift = if d <= 1 { 0 } else { 64 - (d - 1).leading_zeros() };
-    let magic = ((1u128 << 32) * ((1u128 << shift) - d as u128)) / d as u128 + 1;
-    (magic as u32, shift)
+    rows: u64,
+    batch: u64,
+    sb: [i64; 3],
 }
 
 /// Queues a dense binary op (already validated): the fast kernel at once, with no views to
@@ -227,7 +222,8 @@ fn tiny_threads(work: u64) -> u32 {
 }
 
 /// [`elementwise`] for every layout the short path does not take: the dimensions collapsed,
-/// then the fast kernel when they make one dense run, the strided kernel otherwise.
+/// then the fast kernel when they make one dense run, the two-dimensional or tiled kernel for
+/// two dims (or a batch of transposes), the strided kernel otherwise.
 #[inline(never)]
 fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView], value: u64, imm: u8) -> Result<()> {
     let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
@@ -248,11 +244,18 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         return ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p);
     }
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
-    if let Some(mut t) = two_dims(&dims, p, ins.len(), out_dtype, &dtypes, ew_vec(op, out_dtype, dtypes)) {
+    let vec = ew_vec(op, out_dtype, dtypes);
+    let lanes = c.ops.tuning.strided_lanes.load(Ordering::Relaxed);
+    let two = if batched_tile(&dims, ins.len(), lanes) {
+        tile_batch(&dims, p, ins.len(), out_dtype, &dtypes)
+    } else {
+        two_dims(&dims, p, ins.len(), out_dtype, &dtypes, vec)
+    };
+    if let Some(mut t) = two {
         if t.cls.contains(&3) {
             // Square tiles, a block of 256 threads each.
             let edge = tile_edge(op, out_dtype, dtypes);
-            let tiles = t.inner.div_ceil(edge) * (n / t.inner).div_ceil(edge);
+            let tiles = t.inner.div_ceil(edge) * t.rows.div_ceil(edge) * t.batch;
             let f = c.kernel(KernelId { module, entry: Entry::Tile })?;
             let grid = c.grid(f, tiles * 256);
             return c.run(f, grid, &mut t);
@@ -262,15 +265,28 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         let grid = c.grid(f, work);
         return c.run(f, grid, &mut t);
     }
-    let mut s = EwStrided { b: p, ndim: dims.n as i32, pad: 0, shape: dims.shape, st: dims.st };
+    let mut size = [out_dtype.size(), 1, 1, 1];
+    for (s, dtype) in size[1..].iter_mut().zip(dtypes) {
+        *s = dtype.size();
+    }
+    let ops = Operands { addr: [p.out, p.ins[0], p.ins[1], p.ins[2]], size, nin: ins.len() };
+    let lane = strided_lane(&dims, &ops, vec, lanes);
+    strided(c, module, &dims, p, lane)
+}
+
+/// Queues the strided kernel over the collapsed dims `d` in `lane` (`strided::strided_lane`).
+fn strided(c: &Ctx, module: ModuleKey, d: &Dims<4>, mut b: EwFast, lane: StridedLane) -> Result<()> {
+    b.vec = (lane.vec > 1) as i32;
+    let work = b.n / lane.vec as u64;
+    let mut p = EwStrided { b, s: strided_dims(d, lane) };
     let f = c.kernel(KernelId { module, entry: Entry::Strided })?;
-    let grid = c.grid(f, n);
-    c.run(f, grid, &mut s)
+    let grid = c.grid(f, work);
+    c.run(f, grid, &mut p)
 }
 
 /// The shape and the strides of the output and then of each input, with the dims sorted by the
 /// output's strides, largest first (the order unchanged when it already is).
-fn memory_order(dst: &BufferView, ins: &[&BufferView]) -> (Vec<usize>, Vec<Vec<usize>>) {
+pub(in crate::driver::cuda) fn memory_order(dst: &BufferView, ins: &[&BufferView]) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut order: Vec<usize> = (0..dst.shape.len()).collect();
     order.sort_by_key(|&d| std::cmp::Reverse(dst.strides[d]));
     let pick = |v: &[usize]| order.iter().map(|&d| v[d]).collect::<Vec<usize>>();
@@ -296,7 +312,21 @@ fn two_dims<const K: usize>(
     let outer = |k: usize| if d.n == 2 { d.st[k][1] } else { 0 };
     let vec = vec as u64;
     let fits = |a: u64, size: usize| a.is_multiple_of(size as u64 * vec);
-    let mut t = EwTwo { b, inner, so: [0; 3], si: [0; 3], cls: [0; 3], magic: 0, shift: 0, wide: 0, pad: 0 };
+    let rows = if d.n == 2 { d.shape[1] as u64 } else { 1 };
+    let mut t = EwTwo {
+        b,
+        inner,
+        so: [0; 3],
+        si: [0; 3],
+        cls: [0; 3],
+        magic: 0,
+        shift: 0,
+        wide: 0,
+        pad: 0,
+        rows,
+        batch: 1,
+        sb: [0; 3],
+    };
     let mut aligned = vec > 1 && inner.is_multiple_of(vec) && fits(b.out, out.size());
     for (k, dtype) in dtypes.iter().enumerate().take(nin) {
         let (si, so) = (d.st[k + 1][0], outer(k + 1));
@@ -321,6 +351,20 @@ fn two_dims<const K: usize>(
     Some(t)
 }
 
+/// The tiled kernel's parameters for a batch of transposes (`strided::batched_tile`): the
+/// two-dimensional parameters of dims 0 and 1, and dim 2 as the batch (the output's matrices
+/// one after another, each input's `st[k][2]` apart).
+fn tile_batch(d: &Dims<4>, b: EwFast, nin: usize, out: DType, dtypes: &[DType; 3]) -> Option<EwTwo> {
+    let matrix = Dims { n: 2, ..*d };
+    // The vector flag is the two-dimensional kernel's; the tiled one checks its own alignment.
+    let mut t = two_dims(&matrix, b, nin, out, dtypes, 1)?;
+    t.batch = d.shape[2] as u64;
+    for k in 0..nin {
+        t.sb[k] = d.st[k + 1][2];
+    }
+    Some(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,51 +372,6 @@ mod tests {
 
     fn view(shape: &[usize], strides: &[usize]) -> BufferView {
         BufferView { ptr: DevicePtr(4096), dtype: DType::F32, shape: shape.into(), strides: strides.into(), offset: 0 }
-    }
-
-    /// The multiply-shift division agrees with `/` (the kernel's arithmetic, in 64 bits).
-    #[test]
-    fn magic_division_divides() {
-        let div = |x: u32, (m, s): (u32, u32)| ((((x as u64) * (m as u64)) >> 32) + x as u64) >> s;
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        let ds = [
-            1u64,
-            2,
-            3,
-            7,
-            128,
-            1000,
-            4096,
-            4097,
-            65535,
-            1 << 20,
-            (1 << 31) - 1,
-            1 << 31,
-            (1 << 31) + 1,
-            u32::MAX as u64,
-        ];
-        for &d in &ds {
-            let md = magic_divider(d);
-            for x in [0u32, 1, d as u32 - 1, d as u32, u32::MAX, u32::MAX - 1] {
-                assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
-            }
-            for _ in 0..20_000 {
-                let x = next() as u32;
-                assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
-            }
-        }
-        for _ in 0..2_000 {
-            let d = (next() % u32::MAX as u64) + 1;
-            let md = magic_divider(d);
-            let x = next() as u32;
-            assert_eq!(div(x, md), x as u64 / d, "{x} / {d}");
-        }
     }
 
     /// The classification without collapsing agrees with the collapse wherever it answers, and

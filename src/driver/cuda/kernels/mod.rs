@@ -8,7 +8,7 @@
 //!   in memory and on disk, and loads it as a module; [`table`] keeps each device's loaded tensor
 //!   kernels, [`spin`] the delay kernel.
 //! * Launchers with their policies beside them: [`launch`] dispatches a [`crate::kernel::KernelOp`]
-//!   to [`elementwise`] ([`elementwise_policy`]), [`reduce`] ([`reduce_layouts`],
+//!   to [`elementwise`] ([`elementwise_policy`], [`strided`]), [`reduce`] ([`reduce_layouts`],
 //!   [`softmax_layouts`]), [`gemv`] and [`gemm`] (cuBLASLt), over the per-launch context [`ctx`].
 
 pub(super) mod codegen;
@@ -28,6 +28,7 @@ pub(super) mod reduce_layouts;
 pub(super) mod softmax_layouts;
 pub(super) mod sources;
 pub(super) mod spin;
+pub(super) mod strided;
 pub(super) mod table;
 pub(super) mod vocab;
 
@@ -43,3 +44,5 @@ mod nvrtc_tests;
 mod resource_tests;
 #[cfg(test)]
 mod source_hash_tests;
+#[cfg(test)]
+mod strided_tests;

@@ -2,7 +2,11 @@
 // The entry points (ew_f<mask>, ew_t<mask>) are appended per module by kernels/codegen.rs.
 
 struct EwFast { char* out; const char* in0; const char* in1; const char* in2; u64 n; u64 value; int vec; int pad; };
-struct EwStrided { EwFast b; int ndim; int pad; i64 shape[MAXD]; i64 st[4][MAXD]; };
+/* Up to MAXD collapsed dims, innermost first: sizes, each operand's strides (output first),
+   and with `div` set each size's multiply-shift division (`magic`, `shift`: the index fits
+   32 bits). With `b.vec` set (the vector lane, `strided.rs`), the dims count vectors of VEC
+   elements: dim 0's size is in vectors and its strides are VEC times the elements' strides. */
+struct EwStrided { EwFast b; int ndim; int div; i64 shape[MAXD]; i64 st[4][MAXD]; u32 magic[MAXD]; u32 shift[MAXD]; };
 
 template <typename T, bool SCALAR, bool ACTIVE>
 __device__ __forceinline__ Pack<T, VEC> get_vec(const T* p, u64 i, T s) {
@@ -94,8 +98,11 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
 /* Two collapsed dims (inner `inner` elements, then rows) and a dense output: every input is
    dense along the inner dim (class 0: vector loads), constant along it (class 1: a row value,
    a broadcast column, a number), or strided (class 2: gathered). Row and column come from one
-   multiply-shift division (`magic`, `shift`) unless the elements pass 2^32 (`wide`). */
-struct EwTwo { EwFast b; u64 inner; i64 so[3]; i64 si[3]; int cls[3]; u32 magic; u32 shift; int wide; int pad; };
+   multiply-shift division (`magic`, `shift`) unless the elements pass 2^32 (`wide`). The tiled
+   kernel also takes `batch` such matrices of `rows` rows each, the output's one after another
+   and each input's `sb` elements apart (a batched transpose; `batch` 1 otherwise). */
+struct EwTwo { EwFast b; u64 inner; i64 so[3]; i64 si[3]; int cls[3]; u32 magic; u32 shift; int wide; int pad;
+               u64 rows; u64 batch; i64 sb[3]; };
 
 __device__ __forceinline__ u64 two_row(const EwTwo& p, u64 e) {
     if (p.wide) return e / p.inner;
@@ -186,7 +193,7 @@ __device__ __forceinline__ int pair_word(int r, int w) { return r * 32 + (w ^ ((
 template <typename T>
 __device__ __forceinline__ bool tile_fits(const EwTwo& p, int k, const T* base, u64 rows) {
     if (k >= NIN || p.cls[k] == 1) return true;
-    if (p.cls[k] == 2 || ((u64)base % (TV * sizeof(T))) != 0) return false;
+    if (p.cls[k] == 2 || ((u64)base % (TV * sizeof(T))) != 0 || p.sb[k] % TV != 0) return false;
     return p.cls[k] == 3 ? (p.si[k] % TV == 0 && rows % TV == 0) : (p.so[k] % TV == 0);
 }
 __device__ __forceinline__ bool tile_vec(const EwTwo& p, u64 rows) {
@@ -253,16 +260,18 @@ extern "C" __global__ void TILE_BOUNDS ew_tile(const __grid_constant__ EwTwo p) 
     __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T0)) T0 t0[NIN > 0 ? TILE : 1][TILE + TPAD(T0)];
     __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T1)) T1 t1[NIN > 1 ? TILE : 1][TILE + TPAD(T1)];
     __shared__ __align__(TILE_PAIRS ? 16 : sizeof(T2)) T2 t2[NIN > 2 ? TILE : 1][TILE + TPAD(T2)];
-    const u64 inner = p.inner, rows = p.wide ? p.b.n / inner : (u64)((u32)p.b.n / (u32)inner);
+    const u64 inner = p.inner, rows = p.rows;
     const u64 tc = (inner + TILE - 1) / TILE, tiles = tc * ((rows + TILE - 1) / TILE);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    TO* out = (TO*)p.b.out;
-    const T0* a = (const T0*)p.b.in0;
-    const T1* b = (const T1*)p.b.in1;
-    const T2* c = (const T2*)p.b.in2;
-    const T1 sb = (NIN > 1 && !b) ? imm<T1>(p.b.value) : T1();
+    const T1 sb = (NIN > 1 && !p.b.in1) ? imm<T1>(p.b.value) : T1();
     const bool vec = tile_vec(p, rows);
-    for (u64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (u64 bt = blockIdx.x; bt < tiles * p.batch; bt += gridDim.x) {
+        /* The matrix of the batch (one division per tile, none without a batch) and its bases. */
+        const u64 m = p.batch > 1 ? bt / tiles : 0, t = bt - m * tiles;
+        TO* out = (TO*)p.b.out + m * rows * inner;
+        const T0* a = (const T0*)p.b.in0 + (i64)m * p.sb[0];
+        const T1* b = p.b.in1 ? (const T1*)p.b.in1 + (i64)m * p.sb[1] : (const T1*)0;
+        const T2* c = (const T2*)p.b.in2 + (i64)m * p.sb[2];
         const u64 tr = tiles <= 0xffffffffull ? (u64)((u32)t / (u32)tc) : t / tc;
         const u64 r0 = tr * TILE, c0 = (t - tr * tc) * TILE;
         __syncthreads();
@@ -327,43 +336,110 @@ extern "C" __global__ void TILE_BOUNDS ew_tile(const __grid_constant__ EwTwo p) 
     }
 }
 
+/* Adds index k of dim d to every operand's offset. */
+__device__ __forceinline__ void s_add(const EwStrided& p, i64 (&o)[4], i64 k, int d) {
+    o[0] += k * p.st[0][d];
+    if (NIN > 0) o[1] += k * p.st[1][d];
+    if (NIN > 1) o[2] += k * p.st[2][d];
+    if (NIN > 2) o[3] += k * p.st[3][d];
+}
+/* Every operand's offset of item i (an element, or in the vector lane a vector): one
+   multiply-shift division per dim but the last (whose index is the last quotient) when `div`
+   is set, else a hardware division per dim, in 32 bits where the count fits. */
+__device__ __forceinline__ void s_offsets(const EwStrided& p, u64 count, u64 i, i64 (&o)[4]) {
+    o[0] = o[1] = o[2] = o[3] = 0;
+    if (p.div) {
+        u32 rem = (u32)i;
+        const int last = p.ndim - 1;
+#pragma unroll 1
+        for (int d = 0; d < last; ++d) {
+            const u32 q = (u32)(((u64)__umulhi(rem, p.magic[d]) + rem) >> p.shift[d]);
+            const i64 k = (i64)(rem - q * (u32)p.shape[d]);
+            rem = q;
+            s_add(p, o, k, d);
+        }
+        s_add(p, o, (i64)rem, last);
+    } else if (count <= 0xffffffffull) {
+        u32 rem = (u32)i;
+#pragma unroll 1
+        for (int d = 0; d < p.ndim; ++d) {
+            const u32 sz = (u32)p.shape[d];
+            const u32 q = rem / sz;
+            const i64 k = (i64)(rem - q * sz);
+            rem = q;
+            s_add(p, o, k, d);
+        }
+    } else {
+        u64 rem = i;
+#pragma unroll 1
+        for (int d = 0; d < p.ndim; ++d) {
+            const u64 sz = (u64)p.shape[d];
+            const u64 q = rem / sz;
+            const i64 k = (i64)(rem - q * sz);
+            rem = q;
+            s_add(p, o, k, d);
+        }
+    }
+}
+/* VEC consecutive elements of input K along dim 0 from offset o: one vector load where the
+   input is dense along it (stride VEC in vector units; the host checked the alignment), its
+   one element where it is constant along it (or the number in `value`), else gathered. */
+template <typename T, int K>
+__device__ __forceinline__ Pack<T, VEC> s_vec(const EwStrided& p, const T* base, i64 o, T s) {
+    Pack<T, VEC> v;
+    if (K >= NIN || !base) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v.v[j] = s;
+        return v;
+    }
+    const i64 s0 = p.st[K + 1][0];
+    if (s0 == VEC) return ldv<T, VEC>(base + o);
+    if (s0 == 0) {
+        const T x = base[o];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v.v[j] = x;
+        return v;
+    }
+    const i64 e = s0 / VEC;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v.v[j] = base[o + j * e];
+    return v;
+}
+/* The vector lane: a thread per VEC consecutive output elements of dim 0 (dense in the
+   output), the index arithmetic once per vector. */
+__device__ __forceinline__ void ew_s_vec(const EwStrided& p) {
+    const u64 nv = p.b.n / VEC;
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 step = (u64)gridDim.x * blockDim.x;
+    const T1 sb = (NIN > 1 && !p.b.in1) ? imm<T1>(p.b.value) : T1();
+    for (u64 i = tid; i < nv; i += step) {
+        i64 o[4];
+        s_offsets(p, nv, i, o);
+        const Pack<T0, VEC> x0 = s_vec<T0, 0>(p, (const T0*)p.b.in0, o[1], T0());
+        const Pack<T1, VEC> x1 = s_vec<T1, 1>(p, (const T1*)p.b.in1, o[2], sb);
+        const Pack<T2, VEC> x2 = s_vec<T2, 2>(p, (const T2*)p.b.in2, o[3], T2());
+        Pack<TO, VEC> r;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) r.v[j] = apply(x0.v[j], x1.v[j], x2.v[j], p.b.value);
+        stv<TO, VEC>((TO*)p.b.out + o[0], r);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) ew_s(const __grid_constant__ EwStrided p) {
     cs_enter();
+    if (VEC > 1 && p.b.vec) {
+        ew_s_vec(p);
+        return;
+    }
     const u64 n = p.b.n;
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 step = (u64)gridDim.x * blockDim.x;
     for (u64 i = tid; i < n; i += step) {
-        i64 o0 = 0, o1 = 0, o2 = 0, o3 = 0;
-        if (n <= 0xffffffffull) {
-            u32 rem = (u32)i;
-#pragma unroll 1
-            for (int d = 0; d < p.ndim; ++d) {
-                const u32 sz = (u32)p.shape[d];
-                const u32 q = rem / sz;
-                const i64 k = (i64)(rem - q * sz);
-                rem = q;
-                o0 += k * p.st[0][d];
-                if (NIN > 0) o1 += k * p.st[1][d];
-                if (NIN > 1) o2 += k * p.st[2][d];
-                if (NIN > 2) o3 += k * p.st[3][d];
-            }
-        } else {
-            u64 rem = i;
-#pragma unroll 1
-            for (int d = 0; d < p.ndim; ++d) {
-                const u64 sz = (u64)p.shape[d];
-                const u64 q = rem / sz;
-                const i64 k = (i64)(rem - q * sz);
-                rem = q;
-                o0 += k * p.st[0][d];
-                if (NIN > 0) o1 += k * p.st[1][d];
-                if (NIN > 1) o2 += k * p.st[2][d];
-                if (NIN > 2) o3 += k * p.st[3][d];
-            }
-        }
-        const T0 x0 = NIN > 0 ? ((const T0*)p.b.in0)[o1] : T0();
-        const T1 x1 = NIN > 1 ? (p.b.in1 ? ((const T1*)p.b.in1)[o2] : imm<T1>(p.b.value)) : T1();
-        const T2 x2 = NIN > 2 ? ((const T2*)p.b.in2)[o3] : T2();
-        ((TO*)p.b.out)[o0] = apply(x0, x1, x2, p.b.value);
+        i64 o[4];
+        s_offsets(p, n, i, o);
+        const T0 x0 = NIN > 0 ? ((const T0*)p.b.in0)[o[1]] : T0();
+        const T1 x1 = NIN > 1 ? (p.b.in1 ? ((const T1*)p.b.in1)[o[2]] : imm<T1>(p.b.value)) : T1();
+        const T2 x2 = NIN > 2 ? ((const T2*)p.b.in2)[o[3]] : T2();
+        ((TO*)p.b.out)[o[0]] = apply(x0, x1, x2, p.b.value);
     }
 }

@@ -51,18 +51,26 @@ pub fn default_script(ops: bool) -> PathBuf {
 
 /// The environment variable that overrides the CUDA driver's launch shapes for a tuning run:
 /// `EW_WAVES,VECTORS,REDUCE_WAVES` — the arguments of `cudasem::cuda::set_launch_tuning`
-/// (elementwise waves, vectors per thread, waves of a row split over blocks).
+/// (elementwise waves, vectors per thread, waves of a row split over blocks) — then any of the
+/// card profile's choices as `key=value` (`heavy_vectors=2,sum_blocks=4,sum_loads=8`:
+/// `cudasem::cuda::set_card_overrides`; `bench/sweep_card.sh` sweeps them).
 const TUNING_VAR: &str = "CUDASEM_BENCH_TUNING";
 
-/// Applies [`TUNING_VAR`] when it is set (and says so on stderr).
+/// Applies [`TUNING_VAR`] when it is set (and says so on stderr, with the card profile it gives
+/// the first device).
 fn tuning_from_env() -> Result<(), String> {
     let Ok(v) = std::env::var(TUNING_VAR) else { return Ok(()) };
-    let bad = || format!("{TUNING_VAR}={v:?}: expected three integers, EW_WAVES,VECTORS,REDUCE_WAVES");
-    let parsed: Vec<u32> =
-        v.split(',').map(|x| x.trim().parse::<u32>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-    let [waves, vectors, reduce_waves] = parsed[..] else { return Err(bad()) };
-    cudasem::cuda::set_launch_tuning(waves, vectors, reduce_waves);
-    eprintln!("tuning from {TUNING_VAR}: {waves},{vectors},{reduce_waves}");
+    if v.trim().is_empty() {
+        return Ok(());
+    }
+    let t = cudasem::LaunchTuning::parse(&v).map_err(|e| e.to_string())?;
+    if v.split(',').next().is_some_and(|first| !first.contains('=')) {
+        cudasem::cuda::set_launch_tuning(t.elementwise_waves, t.vectors_per_thread, t.reduce_waves);
+    }
+    cudasem::cuda::set_card_overrides(t.card).map_err(|e| e.to_string())?;
+    let (w, n, r) = (t.elementwise_waves, t.vectors_per_thread, t.reduce_waves);
+    let card = cudasem::cuda::card_profile(0).map_or_else(|e| format!("unknown ({e})"), |p| p.to_string());
+    eprintln!("tuning from {TUNING_VAR}: {w},{n},{r}; card profile: {card}");
     Ok(())
 }
 

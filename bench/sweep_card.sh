@@ -11,6 +11,7 @@
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
 #   sum  VARIANT  sum_f32_1gib=GB/s/ratio      (ratio = cudasem GB/s / PyTorch GB/s)
 set -euo pipefail
+unset CUDASEM_BENCH_TUNING
 BIN=${1:-.gpu/bin/bin-cudasem}
 [ -x "$BIN" ] || BIN=target/release/cudasem
 OUT=${2:-${OUT:-/tmp}/sweep_card}
@@ -18,7 +19,7 @@ mkdir -p "$OUT"
 export CUDASEM_DRIVER=${CUDASEM_DRIVER:-cuda}
 CASES=sin_f16,sin_bf16,cos_f16,cos_bf16,tanh_f16,pow_f32,neg_f16,relu_f16,add_bf16,mul_bf16_scalar
 
-"$BIN" info | grep -E "cuda:0|launch profile" || true
+"$BIN" info | grep -E "^  cuda:0|launch profile" | head -2 || true
 
 # line PART VARIANT JSON BASE: one line from a run's JSON (BASE: the run with PyTorch's figures).
 line() {
@@ -43,7 +44,8 @@ run() {
   local part=$1 name=$2 tuning=$3 json="$OUT/$1_$2.json" extra=(--no-pytorch)
   [ "$name" = default ] && extra=()
   if [ "$part" = ops ]; then set -- bench --ops --only "$CASES"; else set -- bench --only sum_f32_1gib; fi
-  CUDASEM_BENCH_TUNING=$tuning "$BIN" "$@" "${extra[@]}" --json "$json" >"$OUT/${part}_$name.log" 2>&1 ||
+  if [ -n "$tuning" ]; then export CUDASEM_BENCH_TUNING=$tuning; else unset CUDASEM_BENCH_TUNING; fi
+  "$BIN" "$@" "${extra[@]}" --json "$json" >"$OUT/${part}_$name.log" 2>&1 ||
     { echo "$part $name failed: see $OUT/${part}_$name.log"; return 0; }
   line "$part" "$name" "$json" "$OUT/${part}_default.json"
 }

@@ -60,9 +60,6 @@ const TUNING_VAR: &str = "CUDASEM_BENCH_TUNING";
 /// the first device).
 fn tuning_from_env() -> Result<(), String> {
     let Ok(v) = std::env::var(TUNING_VAR) else { return Ok(()) };
-    if v.trim().is_empty() {
-        return Ok(());
-    }
     let t = cudasem::LaunchTuning::parse(&v).map_err(|e| e.to_string())?;
     if v.split(',').next().is_some_and(|first| !first.contains('=')) {
         cudasem::cuda::set_launch_tuning(t.elementwise_waves, t.vectors_per_thread, t.reduce_waves);

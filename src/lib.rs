@@ -237,7 +237,7 @@ pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
 pub use config::{DriverKind, PeerSpec, SimConfig, SimGpu};
 pub use device::{Device, IntoCudaDevice, IntoDevice};
 #[doc(hidden)]
-pub use driver::card::{CardFacts, CardProfile};
+pub use driver::card::{CardFacts, CardProfile, RICH_BYTES_PER_SM_CYCLE};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use runtime::init;

@@ -5,9 +5,9 @@
 mod common;
 
 use common::is_sim;
-use cudasem::{cuda, CardFacts, CardProfile, Result};
+use cudasem::{cuda, CardFacts, CardProfile, Result, RICH_BYTES_PER_SM_CYCLE};
 
-/// Bandwidth per SM cycle of at least 16 bytes (or unknown) gives four vectors per thread to
+/// Bandwidth per SM cycle of at least 15 bytes (or unknown) gives four vectors per thread to
 /// the heavy functions, less two; the one-output reduction takes one wave and the wide kernel.
 #[test]
 fn the_card_profile_follows_the_device_properties() -> Result<()> {
@@ -25,7 +25,7 @@ fn the_card_profile_follows_the_device_properties() -> Result<()> {
             continue;
         }
         assert_eq!(p, CardProfile::from_properties(&props));
-        let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= 16.0);
+        let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
         assert_eq!(p.heavy_vectors, if rich { 4 } else { 2 }, "{p}");
         assert_eq!((p.sum_blocks, p.sum_loads), (0, 8), "{p}");
         if is_sim() {

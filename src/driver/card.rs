@@ -15,7 +15,7 @@
 //! Choices:
 //! * `heavy_vectors` — the 16-byte vectors each thread of the fast elementwise kernel takes for
 //!   the functions that are compute-bound on a card of much bandwidth (half-type `sin` / `cos`,
-//!   f16 `tanh`, f32 `pow`: `elementwise_policy::ew_heavy`): 4 at [`RICH_BYTES_PER_SM_CYCLE`] or
+//!   f16 `tanh`, f32 `pow`: `elementwise_policy::ew_heavy`): 4 at [`RICH_BYTES_PER_SM_CYCLE`] (15) or
 //!   more (their loads then overlap the math of the vectors before them: measured best on the
 //!   H200, 4–7 % over one), else 2 — the shape of the functions that stay memory-bound on both
 //!   cards (`exp`, `sigmoid`, bf16 `tanh` of half types: at parity with PyTorch on the H100 with
@@ -43,8 +43,9 @@ use super::DeviceProperties;
 use crate::config::CardOverrides;
 
 /// Bytes of memory bandwidth per SM and SM clock cycle from which a card counts as rich in
-/// bandwidth (between the H100 SXM's 12.8 and the H200's 18.8).
-pub const RICH_BYTES_PER_SM_CYCLE: f64 = 16.0;
+/// bandwidth: between the H100 SXM's 12.8 and the H200's 18.8, below their midpoint so that an
+/// H200 whose driver reported a slower memory clock (2.6 GHz: 15.4) would still count.
+pub const RICH_BYTES_PER_SM_CYCLE: f64 = 15.0;
 
 /// What the card profile is computed from: the device's properties that set its balance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -194,8 +195,8 @@ mod tests {
         // An A100 SXM (108 SMs at 1.41 GHz, 1.555 TB/s): 10.2 bytes a cycle per SM.
         let a100 = CardFacts { sms: 108, clock_khz: 1_410_000, memory_clock_khz: 1_215_000, ..h100() };
         assert_eq!(CardProfile::of(a100).heavy_vectors, 2);
-        // The threshold itself counts as rich.
-        let edge = CardFacts { sms: 1, clock_khz: 1000, memory_clock_khz: 1000, bus_bits: 64, ..h100() };
+        // The threshold itself counts as rich (2 × 1 MHz × 60 bits / 8 over one SM at 1 MHz).
+        let edge = CardFacts { sms: 1, clock_khz: 1000, memory_clock_khz: 1000, bus_bits: 60, ..h100() };
         assert_eq!(edge.bytes_per_sm_cycle(), Some(RICH_BYTES_PER_SM_CYCLE));
         assert_eq!(CardProfile::of(edge).heavy_vectors, 4);
     }

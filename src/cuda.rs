@@ -70,14 +70,35 @@ pub use crate::driver::cuda::backends;
 /// (0: each op's own), and the waves of blocks a row split over blocks uses. The defaults are
 /// `(256, 0, 1)`. The setting is [`Config::cuda`](crate::Config::cuda)'s `launch_tuning`
 /// (`CUDASEM_BENCH_TUNING` in the environment); this call starts the runtime and changes it in
-/// the runtime's driver, the one place it is held (the simulated machine ignores it). The
-/// configuration's attention kernel and strided lanes stay as they are.
+/// the runtime's driver, the one place it is held (the simulated machine ignores it), keeping the
+/// configuration's attention kernel, query-tile order, strided lanes and card overrides.
 #[doc(hidden)]
 pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
-    let held = crate::runtime::resolved_config().map(|c| c.cuda.launch_tuning).unwrap_or_default();
-    let tuning = crate::config::LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, ..held };
+    let base = crate::runtime::resolved_config().map(|c| c.cuda.launch_tuning).unwrap_or_default();
+    let tuning = crate::config::LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, ..base };
     // A runtime that cannot start has no driver to tune; its error comes with the next call.
     let _ = crate::runtime::set_launch_tuning(tuning);
+}
+
+/// Sets the card profile's launch choices by hand for the launches that follow (benchmark
+/// tuning, not an API; `None` keeps the card's own, [`card_profile`]), with the configuration's
+/// other launch shapes. `CUDASEM_BENCH_TUNING`'s `key=value` items in the environment.
+#[doc(hidden)]
+pub fn set_card_overrides(card: crate::CardOverrides) -> crate::Result<()> {
+    let tuning = crate::runtime::resolved_config()?.cuda.launch_tuning;
+    crate::runtime::set_launch_tuning(crate::config::LaunchTuning { card, ..tuning })
+}
+
+/// The card profile of `device` (`None`: the current one): the launch choices the CUDA driver
+/// computes from the device's properties ([`get_device_properties`], `driver::card` documents
+/// each choice), with the configuration's overrides (`CUDASEM_BENCH_TUNING`) in their place.
+/// For benchmark runs, not an API (the simulated machine computes it from its properties too,
+/// and launches nothing by it).
+#[doc(hidden)]
+pub fn card_profile(device: impl crate::IntoCudaDevice) -> crate::Result<crate::CardProfile> {
+    let props = get_device_properties(device)?;
+    let overrides = crate::runtime::resolved_config()?.cuda.launch_tuning.card;
+    Ok(crate::CardProfile::from_properties(&props).with(&overrides))
 }
 
 /// How matrix products treat matrices whose rows are not 16-byte aligned (padded copies for

@@ -232,10 +232,12 @@ pub mod testing;
 pub mod top;
 
 #[doc(hidden)]
-pub use config::{AttentionKernel, AttentionOrder};
+pub use config::{AttentionKernel, AttentionOrder, CardOverrides};
 pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
 pub use config::{DriverKind, PeerSpec, SimConfig, SimGpu};
 pub use device::{Device, IntoCudaDevice, IntoDevice};
+#[doc(hidden)]
+pub use driver::card::{CardFacts, CardProfile, RICH_BYTES_PER_SM_CYCLE};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use runtime::init;

@@ -88,6 +88,7 @@ fn print_device(i: usize) -> cudasem::Result<()> {
         yes_no(p.is_multi_gpu_board)
     );
     println!("          uuid {}  PCI {}", p.uuid.nvml_form(), p.pci_address());
+    println!("          launch profile: {}", cuda::card_profile(i)?);
     println!("          now: {}", readings(i));
     Ok(())
 }

@@ -115,9 +115,14 @@ impl KernelCache {
 /// strided elementwise kernel's lanes (a sum of 1: a vector per thread where the innermost dim
 /// is dense and aligned, 2: multiply-shift index division, and 4: batched transposes through
 /// the tiled transpose kernel; 0 runs that kernel as before them, an element and a hardware
-/// division per dim per thread, batched transposes included). The defaults are `256,0,1,7` (the
-/// string form, `CUDASEM_BENCH_TUNING`, gives these three or four), with the attention kernel
-/// chosen per case.
+/// division per dim per thread, batched transposes included). The defaults are `256,0,1,7`,
+/// with the attention kernel chosen per case and the card profile's choices (`driver::card`)
+/// unless [`CardOverrides`] names them.
+///
+/// The string form, `CUDASEM_BENCH_TUNING`, is comma-separated items: the integers
+/// `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (three or four, or none, first), then any of
+/// the card profile's choices as `key=value` (`heavy_vectors=2,sum_blocks=4,sum_loads=8`;
+/// [`CardOverrides::parse_item`]).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(try_from = "String")]
@@ -137,6 +142,56 @@ pub struct LaunchTuning {
     /// division) and 4 (batched transposes tiled); the default 7 allows all, 0 none (the kernel
     /// before them, for comparing).
     pub strided_lanes: u32,
+    /// The card profile's choices set by hand (`None`: the card's own).
+    pub card: CardOverrides,
+}
+
+/// The card profile's launch choices (`driver::card::CardProfile`, computed from the device's
+/// properties) set by hand for a tuning run; `None` keeps the card's choice. Named in
+/// `CUDASEM_BENCH_TUNING` as `key=value` items.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CardOverrides {
+    /// `heavy_vectors=N` (1 to 16): 16-byte vectors per thread of the fast elementwise kernel of
+    /// the functions that are compute-bound on a card of much bandwidth (half-type `sin` and
+    /// `cos`, f16 `tanh`, f32 `pow`).
+    pub heavy_vectors: Option<u32>,
+    /// `sum_blocks=N` (0 to 64): blocks per SM of a reduction into one output split over blocks
+    /// (0: as many as fit at once, the occupancy's wave).
+    pub sum_blocks: Option<u32>,
+    /// `sum_loads=N` (4 or 8): the 16-byte loads of that reduction's loop (4: the narrow kernel,
+    /// one load in flight a thread as ptxas schedules it; 8: the sum and mean kernels' wide
+    /// variant, the next four in flight while the four before them are added).
+    pub sum_loads: Option<u32>,
+}
+
+impl CardOverrides {
+    /// The keys of [`CardOverrides::parse_item`], with their ranges.
+    pub const KEYS: &'static str = "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8)";
+
+    /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
+    /// the error).
+    pub fn parse_item(&mut self, item: &str, value: &str) -> Result<()> {
+        let bad = |reason: String| Error::InvalidConfig {
+            key: LAUNCH_TUNING_ENV.into(),
+            value: crate::error::quote_prefix(value, 80),
+            reason,
+        };
+        let (key, v) = item.split_once('=').ok_or_else(|| bad(format!("`{item}` is not `key=value`")))?;
+        let (key, v) = (key.trim(), v.trim());
+        let n = v.parse::<u32>().map_err(|_| bad(format!("`{key}={v}`: the value is not a whole number")))?;
+        let (slot, ok) = match key {
+            "heavy_vectors" => (&mut self.heavy_vectors, (1..=16).contains(&n)),
+            "sum_blocks" => (&mut self.sum_blocks, n <= 64),
+            "sum_loads" => (&mut self.sum_loads, n == 4 || n == 8),
+            _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
+        };
+        if !ok {
+            return Err(bad(format!("`{key}={n}` is out of range; expected {}", Self::KEYS)));
+        }
+        *slot = Some(n);
+        Ok(())
+    }
 }
 
 impl Default for LaunchTuning {
@@ -148,6 +203,7 @@ impl Default for LaunchTuning {
             attention: AttentionKernel::Auto,
             attention_order: AttentionOrder::Heavy,
             strided_lanes: 7,
+            card: CardOverrides::default(),
         }
     }
 }
@@ -259,29 +315,39 @@ impl TryFrom<String> for LaunchTuning {
 }
 
 impl LaunchTuning {
-    /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (three or four integers; the
-    /// lanes default to 7).
+    /// Parses `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` (three or four integers, or none:
+    /// the defaults; the lanes default to 7), then any `key=value` items of [`CardOverrides`].
     pub fn parse(value: &str) -> Result<LaunchTuning> {
         let bad = || Error::InvalidConfig {
             key: LAUNCH_TUNING_ENV.into(),
             value: crate::error::quote_prefix(value, 80),
-            reason: "expected three or four integers, EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES] (e.g. `256,0,1` \
-                     or `256,0,1,0`)"
-                .into(),
+            reason: format!(
+                "expected three or four integers, EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES] (e.g. `256,0,1` or \
+                 `256,0,1,0`), then any of {} as `key=value`",
+                CardOverrides::KEYS
+            ),
         };
-        let parsed: Vec<u32> = value
-            .split(',')
-            .map(|x| x.trim().parse::<u32>())
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|_| bad())?;
-        let (fields, lanes) = parsed.split_at(parsed.len().min(3));
-        let &[elementwise_waves, vectors_per_thread, reduce_waves] = fields else { return Err(bad()) };
-        let strided_lanes = match *lanes {
-            [] => LaunchTuning::default().strided_lanes,
-            [l] if l <= 7 => l,
+        let items: Vec<&str> = value.split(',').map(str::trim).collect();
+        let named = items.iter().position(|i| i.contains('=')).unwrap_or(items.len());
+        let mut t = LaunchTuning::default();
+        let n = |x: &str| x.parse::<u32>().map_err(|_| bad());
+        match &items[..named] {
+            [] => {}
+            [w, v, r, lanes @ ..] if lanes.len() <= 1 => {
+                (t.elementwise_waves, t.vectors_per_thread, t.reduce_waves) = (n(w)?, n(v)?, n(r)?);
+                if let [l] = lanes {
+                    t.strided_lanes = n(l)?;
+                    if t.strided_lanes > 7 {
+                        return Err(bad());
+                    }
+                }
+            }
             _ => return Err(bad()),
-        };
-        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, strided_lanes, ..Default::default() })
+        }
+        for item in &items[named..] {
+            t.card.parse_item(item, value)?;
+        }
+        Ok(t)
     }
 }
 
@@ -346,6 +412,48 @@ mod tests {
             let e = with(&[(SDPA_KERNEL_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == SDPA_KERNEL_ENV), "{bad}: {e}");
         }
+    }
+
+    /// The card profile's choices parse as `key=value` items after the three integers (or
+    /// alone); a bad key, value, range or form is a typed error naming the variable.
+    #[test]
+    fn card_overrides_parse_with_typed_errors() {
+        let t = |v: &str| with(&[(LAUNCH_TUNING_ENV, v)]).map(|s| s.launch_tuning);
+        let card = |h, b, l| CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l };
+        assert_eq!(
+            t("heavy_vectors=2").unwrap(),
+            LaunchTuning { card: card(Some(2), None, None), ..Default::default() }
+        );
+        let all = t("8,1,2, sum_loads=8 ,sum_blocks=0,heavy_vectors=16").unwrap();
+        let want = LaunchTuning {
+            elementwise_waves: 8,
+            vectors_per_thread: 1,
+            reduce_waves: 2,
+            card: card(Some(16), Some(0), Some(8)),
+            ..Default::default()
+        };
+        assert_eq!(all, want);
+        assert_eq!(t("sum_blocks=64,sum_blocks=3").unwrap().card, card(None, Some(3), None), "the last one counts");
+        for bad in [
+            "heavy_vectors=0",
+            "heavy_vectors=17",
+            "sum_blocks=65",
+            "sum_loads=2",
+            "sum_loads=x",
+            "sum_loads=-4",
+            "loads=8",
+            "heavy_vectors",
+            "sum_loads=8,1,2,3",
+            "1,2,sum_loads=8",
+            "sum_blocks=4,",
+        ] {
+            let e = t(bad).unwrap_err();
+            assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == LAUNCH_TUNING_ENV), "{bad}: {e}");
+        }
+        let e = t("sum_loads=6").unwrap_err().to_string();
+        assert!(e.contains("sum_loads=6") && e.contains("4 or 8"), "{e}");
+        let e = t("sum_load=8").unwrap_err().to_string();
+        assert!(e.contains("unknown key `sum_load`") && e.contains("heavy_vectors"), "{e}");
     }
 
     #[test]

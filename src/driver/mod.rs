@@ -12,12 +12,14 @@
 //! reports only what callers cannot foresee (out of memory, device failures, unsupported
 //! operations). Handles are opaque numbers, unique within one driver instance.
 
-//! Files: the trait and its handles (`api.rs`), device properties (`properties.rs`), NVML-like
+//! Files: the trait and its handles (`api.rs`), device properties (`properties.rs`), the launch
+//! choices computed from them (`card.rs`), NVML-like
 //! readings (`telemetry.rs`), building the driver a
 //! [`Config`](crate::Config) asks for (`select.rs`), collectives (`comm.rs`), NVIDIA's NVTX library
 //! loaded at run time (`nvtx_lib.rs`), and the two backends.
 
 mod api;
+pub mod card;
 pub mod comm;
 pub mod cuda;
 pub(crate) mod dlpack;

@@ -53,27 +53,23 @@ pub fn default_script(ops: bool) -> PathBuf {
 /// `EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]` — the arguments of
 /// `cudasem::cuda::set_launch_tuning` (elementwise waves, vectors per thread, waves of a row
 /// split over blocks), and the strided elementwise kernel's lanes, which the runtime's
-/// configuration reads from the same variable (`LaunchTuning::strided_lanes`; 0 turns them off).
+/// configuration reads from the same variable (`LaunchTuning::strided_lanes`; 0 turns them off) —
+/// then any of the card profile's choices as `key=value` (`heavy_vectors=2,sum_blocks=4,sum_loads=8`:
+/// `cudasem::cuda::set_card_overrides`; `bench/sweep_card.sh` sweeps them).
 const TUNING_VAR: &str = "CUDASEM_BENCH_TUNING";
 
-/// Applies [`TUNING_VAR`] when it is set (and says so on stderr).
+/// Applies [`TUNING_VAR`] when it is set (and says so on stderr, with the card profile it gives
+/// the first device).
 fn tuning_from_env() -> Result<(), String> {
     let Ok(v) = std::env::var(TUNING_VAR) else { return Ok(()) };
-    let bad = || {
-        format!("{TUNING_VAR}={v:?}: expected three or four integers, EW_WAVES,VECTORS,REDUCE_WAVES[,STRIDED_LANES]")
-    };
-    let parsed: Vec<u32> =
-        v.split(',').map(|x| x.trim().parse::<u32>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-    let (&[waves, vectors, reduce_waves], lanes) =
-        (parsed.get(..3).unwrap_or_default(), parsed.get(3..).unwrap_or_default())
-    else {
-        return Err(bad());
-    };
-    if lanes.len() > 1 || lanes.iter().any(|&l| l > 7) {
-        return Err(bad());
+    let t = cudasem::LaunchTuning::parse(&v).map_err(|e| e.to_string())?;
+    if v.split(',').next().is_some_and(|first| !first.contains('=')) {
+        cudasem::cuda::set_launch_tuning(t.elementwise_waves, t.vectors_per_thread, t.reduce_waves);
     }
-    cudasem::cuda::set_launch_tuning(waves, vectors, reduce_waves);
-    eprintln!("tuning from {TUNING_VAR}: {v}");
+    cudasem::cuda::set_card_overrides(t.card).map_err(|e| e.to_string())?;
+    let (w, n, r) = (t.elementwise_waves, t.vectors_per_thread, t.reduce_waves);
+    let card = cudasem::cuda::card_profile(0).map_or_else(|e| format!("unknown ({e})"), |p| p.to_string());
+    eprintln!("tuning from {TUNING_VAR}: {w},{n},{r}; card profile: {card}");
     Ok(())
 }
 

@@ -395,7 +395,7 @@ fn vmm_ranges_are_reachable_from_a_peer() {
 
 #[test]
 fn the_driver_holds_the_settings_it_was_built_with() {
-    use crate::config::{AttentionKernel, AttentionOrder, CudaSettings, KernelCache, LaunchTuning};
+    use crate::config::{AttentionKernel, AttentionOrder, CardOverrides, CudaSettings, KernelCache, LaunchTuning};
     use std::sync::atomic::Ordering::Relaxed;
     let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ std::process::id() as u64;
     let mut next = |n: u64| {
@@ -412,6 +412,11 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
             attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
             strided_lanes: next(8),
+            card: CardOverrides {
+                heavy_vectors: [None, Some(1 + next(16))][next(2) as usize],
+                sum_blocks: [None, Some(next(65))][next(2) as usize],
+                sum_loads: [None, Some(4), Some(8)][next(3) as usize],
+            },
         };
         let settings = CudaSettings {
             kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
@@ -425,16 +430,16 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             let t = &d.tuning;
             let attention = (t.attention(), t.attention_order());
             let lanes = t.strided_lanes.load(Relaxed);
-            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), attention, lanes)
+            let w = (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed));
+            (w, attention, lanes, t.card_overrides())
         };
         let reduce = |w: u32| w.max(1);
         let want = |t: LaunchTuning| {
             (
-                t.elementwise_waves,
-                t.vectors_per_thread,
-                reduce(t.reduce_waves),
+                (t.elementwise_waves, t.vectors_per_thread, reduce(t.reduce_waves)),
                 (t.attention, t.attention_order),
                 t.strided_lanes,
+                t.card,
             )
         };
         assert_eq!(held(&d), want(tuning));
@@ -446,6 +451,11 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
             attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
             strided_lanes: next(8),
+            card: CardOverrides {
+                heavy_vectors: [None, Some(1 + next(16))][next(2) as usize],
+                sum_blocks: [None, Some(next(65))][next(2) as usize],
+                sum_loads: [None, Some(4), Some(8)][next(3) as usize],
+            },
         };
         d.set_launch_tuning(again);
         assert_eq!(held(&d), want(again));

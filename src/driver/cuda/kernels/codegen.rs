@@ -21,7 +21,7 @@ use super::elementwise_policy::{ew_vec, tile_edge, tile_pairs, unrolled};
 use super::gemv::gemv_vec;
 use super::jit::code as jit_code;
 use super::nvrtc::Program;
-use super::reduce_layouts::{cols_x, half_runs};
+use super::reduce_layouts::{cols_x, half_runs, wide_block};
 use super::softmax_layouts::{
     softmax_big_layouts, softmax_layouts, softmax_mid_layouts, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
     SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
@@ -491,6 +491,12 @@ fn reduce(s: &mut String, op: ReduceOp, src: DType, dst: DType, values: bool) {
         let _ = writeln!(s, "__device__ __forceinline__ float tof(TS x) {{ return {}; }}", conv(src, DType::F32, "x"));
     }
     s.push_str(REDUCE);
+    if wide_block(op, src, values) {
+        s.push_str(
+            "extern \"C\" __global__ void __launch_bounds__(256) red_block8(const __grid_constant__ RedP p) \
+             { cs_enter(); red_block_tasks<8>(p); }\n",
+        );
+    }
 }
 
 /// When a later element `v` replaces the extreme `a.v` of earlier ones in an arg-reduction

@@ -6,7 +6,8 @@
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::table::{Func, Kernels};
 use super::vocab::{KernelId, MAXD, PDL_MAX_GRID, THREADS};
-use crate::config::{AttentionKernel, AttentionOrder, LaunchTuning};
+use crate::config::{AttentionKernel, AttentionOrder, CardOverrides, LaunchTuning};
+use crate::driver::card::{CardFacts, CardProfile};
 use crate::driver::cuda::fxmap::FxMap;
 use crate::driver::cuda::status::{driver_error, lock, DRIVER};
 use crate::error::{Error, Result, Sticky};
@@ -33,7 +34,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `attention_order` the order of its query tiles ([`AttentionOrder`] as its discriminant).
 /// `strided_lanes`: the strided elementwise kernel's lanes allowed (bits of `strided.rs`:
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
-/// difference).
+/// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
+/// `heavy_vectors`, `sum_blocks`, `sum_loads`, [`NO_OVERRIDE`] where the card's own hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -42,7 +44,11 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
+    pub card: [AtomicU32; 3],
 }
+
+/// A [`Tuning::card`] slot that overrides nothing.
+const NO_OVERRIDE: u32 = u32::MAX;
 
 impl Tuning {
     pub(in crate::driver::cuda) fn new(t: LaunchTuning) -> Tuning {
@@ -53,6 +59,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
+            card: [NO_OVERRIDE; 3].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -66,6 +73,10 @@ impl Tuning {
         self.attention.store(t.attention as u32, Ordering::Relaxed);
         self.strided_lanes.store(t.strided_lanes, Ordering::Relaxed);
         self.attention_order.store(t.attention_order as u32, Ordering::Relaxed);
+        let c = t.card;
+        for (slot, v) in self.card.iter().zip([c.heavy_vectors, c.sum_blocks, c.sum_loads]) {
+            slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
+        }
     }
 
     /// The order of the attention kernels' query tiles ([`LaunchTuning::attention_order`]).
@@ -73,6 +84,12 @@ impl Tuning {
         const ORDERS: [AttentionOrder; 3] = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
         let x = self.attention_order.load(Ordering::Relaxed);
         ORDERS.into_iter().find(|&o| o as u32 == x).unwrap_or_default()
+    }
+
+    /// The card profile's choices set by hand.
+    pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
+        let [h, b, l] = self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
+        CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l }
     }
 
     /// The attention kernel chosen ([`LaunchTuning::attention`]).
@@ -97,12 +114,14 @@ impl Tuning {
 /// with their partials combined by a thread per output.)
 pub(in crate::driver::cuda) const PARTIALS: usize = 1 << 16;
 
-/// What a launch needs to know about the device.
+/// What a launch needs to know about the device: its SMs, compute capability and card profile
+/// (the choices computed from its properties, before any set by hand).
 #[derive(Debug, Clone, Copy)]
 pub(in crate::driver::cuda) struct Info {
     pub sms: u32,
     pub major: u32,
     pub minor: u32,
+    pub card: CardProfile,
 }
 
 /// The scratch table's keys for captures (stream handles are small counters).
@@ -151,11 +170,17 @@ impl Launcher {
             Ok(v.map_err(|e| driver_error("cuDeviceGetAttribute", e))?.max(0) as u32)
         };
         use sys::CUdevice_attribute::*;
-        let info = Info {
+        // The same attributes as `DeviceProperties` (`telemetry::properties`) gives the profile.
+        let facts = CardFacts {
             sms: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1),
             major: attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             minor: attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            clock_khz: attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?,
+            memory_clock_khz: attr(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)?,
+            bus_bits: attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?,
+            l2_bytes: attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
         };
+        let info = Info { sms: facts.sms, major: facts.major, minor: facts.minor, card: CardProfile::of(facts) };
         Ok(*self.info.get_or_init(|| info))
     }
 
@@ -213,6 +238,13 @@ impl Ctx<'_> {
             0 => i32::MAX as u64,
             w => wave * w as u64,
         }
+    }
+
+    /// The card profile's choices for this launch: the device's own, with those set by hand
+    /// (`CUDASEM_BENCH_TUNING`'s `key=value` items) in their place.
+    #[inline]
+    pub(in crate::driver::cuda) fn card(&self) -> CardProfile {
+        self.info.card.with(&self.ops.tuning.card_overrides())
     }
 
     /// Threads of `f` the device holds at once (one full wave of blocks of [`THREADS`]).

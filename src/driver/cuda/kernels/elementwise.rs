@@ -15,7 +15,7 @@
 //! as `strided::strided_lane` chooses. Parameters are `#[repr(C)]` structs on the stack.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
-use super::elementwise_policy::{ew_per_thread, ew_vec, raw_dtype, tile_edge};
+use super::elementwise_policy::{ew_card_per_thread, ew_vec, raw_dtype, tile_edge};
 use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
@@ -199,8 +199,11 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     let f = c.kernel(KernelId { module, entry: Entry::Fast(mask) })?;
     let mut work = if aligned { p.n.div_ceil(vec) } else { p.n };
     let per_thread = match c.ops.tuning.ew_vectors.load(Ordering::Relaxed) {
-        // The op's own, but never so many that the grid would not fill the device once.
-        0 => ew_per_thread(op, out_dtype, vec as usize).min(work / c.full_wave_threads(f)).max(1),
+        // The op's own (on this card), but never so many that the grid would not fill the
+        // device once.
+        0 => ew_card_per_thread(op, out_dtype, vec as usize, || c.card().heavy_vectors)
+            .min(work / c.full_wave_threads(f))
+            .max(1),
         n => n as u64,
     };
     if aligned && per_thread > 1 {

@@ -65,7 +65,8 @@ pub(in crate::driver::cuda) fn tile_pairs(op: EwOp, out: DType, ins: [DType; 3])
 /// H200 over [4096, 4096] (docs/gpu-runs.md, session 7's kernel probes): `sin`, `cos`, `gelu` of a
 /// half type and f16 `tanh` gain 4–7 % with four; `exp`, `sigmoid`, bf16 `tanh` and `pow` of a
 /// half type, and f32 `gelu`, 2–3 % with two; f32 `pow` 7 % with four; the cheap functions lose
-/// a little with more.
+/// a little with more. This is the most a module is compiled for (`unrolled`); the launch takes
+/// the card's own number for the functions of [`ew_heavy`] ([`ew_card_per_thread`]).
 pub(in crate::driver::cuda) fn ew_per_thread(op: EwOp, out: DType, vec: usize) -> u64 {
     let half = vec >= 8 && matches!(out, DType::F16 | DType::BF16);
     match op {
@@ -83,6 +84,35 @@ pub(in crate::driver::cuda) fn ew_per_thread(op: EwOp, out: DType, vec: usize) -
         }
         EwOp::Unary(UnaryOp::Gelu) if out == DType::F32 => 2,
         _ => 1,
+    }
+}
+
+/// Whether `op` is one of the functions whose vectors per thread depend on the card: compute-bound
+/// on a card of much bandwidth, memory-bound on one of less (`driver::card`, `heavy_vectors`):
+/// half-type `sin` and `cos`, f16 `tanh` and f32 `pow`, the cases of the H100's op matrix below
+/// PyTorch with [`ew_per_thread`]'s four (session 21: 0.94, 0.98, 0.99).
+pub(in crate::driver::cuda) fn ew_heavy(op: EwOp, out: DType, vec: usize) -> bool {
+    let half = vec >= 8 && matches!(out, DType::F16 | DType::BF16);
+    match op {
+        EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos) => half,
+        EwOp::Unary(UnaryOp::Tanh) => half && out == DType::F16,
+        EwOp::Binary(BinaryOp::Pow, c) => c.is_float() && out == DType::F32,
+        _ => false,
+    }
+}
+
+/// Vectors each thread of a fast kernel takes on this card: `heavy()` (the card profile's
+/// `heavy_vectors`, read only for them) for the functions of [`ew_heavy`], else [`ew_per_thread`].
+pub(in crate::driver::cuda) fn ew_card_per_thread(
+    op: EwOp,
+    out: DType,
+    vec: usize,
+    heavy: impl FnOnce() -> u32,
+) -> u64 {
+    if ew_heavy(op, out, vec) {
+        heavy().max(1) as u64
+    } else {
+        ew_per_thread(op, out, vec)
     }
 }
 

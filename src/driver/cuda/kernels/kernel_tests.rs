@@ -787,3 +787,7 @@ fn loading_a_module_while_a_kernel_runs() {
     b.d.stream_synchronize(s2).unwrap();
     b.d.stream_synchronize(s1).unwrap();
 }
+
+/// The card profile's choices set by hand, on the GPU (`card_tests.rs`).
+#[path = "card_tests.rs"]
+mod card_tests;

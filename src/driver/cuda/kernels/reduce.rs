@@ -11,7 +11,8 @@
 //!   stream through one window of the row at a time; half a wave measured slower), whose
 //!   partial results go to per-stream scratch memory and are combined, in a fixed order, by the
 //!   last block to finish (an acquire-release atomic counter per output, no fences), all in one
-//!   launch;
+//!   launch; a reduction into one output takes the card profile's grid (`sum_blocks` per SM, 0:
+//!   one wave) and loads in flight (`sum_loads`: 8 runs the wide variant, `Entry::BlockWide`);
 //! * **warp**: a warp per output, for rows of up to [`WARP_ROW`] elements, or of up to
 //!   [`LONG_WARP_ROW`] when the outputs are enough to fill the GPU with warps;
 //! * **columns**: a reduction over an outer dim whose adjacent outputs are adjacent in memory
@@ -34,7 +35,7 @@
 //! `min.NaN`), integers accumulate in wrapping `i64`.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS};
-use super::reduce_layouts::cols_x;
+use super::reduce_layouts::{cols_x, wide_block};
 use super::softmax_layouts::{
     softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
     SOFTMAX_MID_THREADS, SOFTMAX_RAW_THREADS,
@@ -151,8 +152,19 @@ pub(in crate::driver::cuda) fn reduce(
     } else {
         Entry::Block
     };
+    // A reduction into one output takes its grid and loads in flight from the card profile (the
+    // wide kernel only where its vector loop runs: a dense, 16-byte aligned row).
+    let card = (entry == Entry::Block && n_out == 1).then(|| c.card());
+    let vector_row = red.n == 1 && red.st[0][0] == 1 && base.is_multiple_of(16);
+    let entry = match card {
+        Some(k) if k.sum_loads == 8 && vector_row && wide_block(op, src.dtype, values.is_some()) => Entry::BlockWide,
+        _ => entry,
+    };
     let f = c.kernel(KernelId { module, entry })?;
-    let wave = c.wave(f, &c.ops.tuning.reduce_waves) as i64;
+    let wave = match card {
+        Some(k) if k.sum_blocks > 0 => c.info.sms as i64 * k.sum_blocks as i64,
+        _ => c.wave(f, &c.ops.tuning.reduce_waves) as i64,
+    };
     // The column kernel's blocks: `colx` groups of outputs by `THREADS / colx` row lanes.
     let colx = cols_x(src.dtype) as i64;
     let col_blocks = match entry {
@@ -160,7 +172,7 @@ pub(in crate::driver::cuda) fn reduce(
         _ => 0,
     };
     let splits = match entry {
-        Entry::Block if n_out < wave => block_splits(c.info.sms as i64, wave, n_out, n_red),
+        Entry::Block | Entry::BlockWide if n_out < wave => block_splits(c.info.sms as i64, wave, n_out, n_red),
         Entry::Thread if n_out < wave * 64 => {
             (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
         }
@@ -176,10 +188,11 @@ pub(in crate::driver::cuda) fn reduce(
     // Thread and column tasks take contiguous chunks of their column; block tasks interleave
     // (`chunk` unused).
     let chunk = ceil_div(n_red, splits).max(1);
-    let splits = if entry == Entry::Block { splits } else { ceil_div(n_red, chunk).max(1) };
+    let block = matches!(entry, Entry::Block | Entry::BlockWide);
+    let splits = if block { splits } else { ceil_div(n_red, chunk).max(1) };
     let dense_rows = red.n == 1 && red.st[0][0] == 1;
     let aligned_rows = n_out == 1 || (0..kept.n).all(|d| kept.st[0][d] % vec == 0);
-    let vec_ok = matches!(entry, Entry::Block | Entry::Warp) && dense_rows && base.is_multiple_of(16) && aligned_rows;
+    let vec_ok = (block || entry == Entry::Warp) && dense_rows && base.is_multiple_of(16) && aligned_rows;
     let (partials, counters) = if splits > 1 { c.reduce_scratch()? } else { (0, 0) };
     let mut p = RedP {
         src: base,
@@ -204,7 +217,7 @@ pub(in crate::driver::cuda) fn reduce(
     };
     let tasks = (n_out * splits) as u64;
     let grid = match entry {
-        Entry::Block => (tasks.min(wave as u64)) as u32,
+        Entry::Block | Entry::BlockWide => (tasks.min(wave as u64)) as u32,
         Entry::Warp => c.grid(f, tasks * 32),
         Entry::Cols(_) => ((col_blocks * splits) as u64).min(wave as u64 * 16) as u32,
         _ => c.grid(f, tasks),

@@ -1,5 +1,6 @@
 //! The reduction kernels' layouts and variants (the column kernel's block shape, the size of a
-//! partial result, which modules add runs of elements in `f32`): a leaf of `codegen.rs`, which
+//! partial result, which modules add runs of elements in `f32`, which have the block kernel's
+//! wide variant): a leaf of `codegen.rs`, which
 //! generates the modules, and of `reduce.rs`, which launches them.
 
 use crate::dtype::DType;
@@ -29,4 +30,14 @@ pub(in crate::driver::cuda) const PARTIAL_BYTES: usize = 16;
 pub(in crate::driver::cuda) fn half_runs(op: ReduceOp, src: DType, dst: DType) -> bool {
     let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
     matches!(op, ReduceOp::Sum | ReduceOp::Mean) && half(src) && half(dst)
+}
+
+/// Whether a reduction module also holds the block kernel's wide variant (`red_block8`: the next
+/// four 16-byte loads of a thread in flight while it adds the four before them, the same result
+/// as `red_block`, whose loads ptxas issues one at a time), which a reduction into one output
+/// runs when the card profile's `sum_loads` is 8 (`driver::card`): sums and means of `f32` and
+/// `f64` (`sum_f32_1gib`; 64 registers in `f32`). Not the half types (82 registers in bf16, three
+/// blocks per SM: unmeasured) nor the extremes (the other modules' compile time).
+pub(in crate::driver::cuda) fn wide_block(op: ReduceOp, src: DType, values: bool) -> bool {
+    matches!(op, ReduceOp::Sum | ReduceOp::Mean) && matches!(src, DType::F32 | DType::F64) && !values
 }

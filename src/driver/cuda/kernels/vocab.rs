@@ -2,6 +2,7 @@
 //! ([`ModuleKey`]), its entry points ([`Entry`], [`KernelId`]) and their `extern "C"` names, the
 //! elementwise functions ([`EwOp`]), and the limits every kernel is compiled against.
 
+use super::reduce_layouts::wide_block;
 use super::softmax_layouts::{
     softmax_big_layouts, softmax_layouts, softmax_mid_layouts, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
 };
@@ -163,6 +164,9 @@ pub(in crate::driver::cuda) enum Entry {
     Tile,
     /// One block per (output, split) task.
     Block,
+    /// [`Entry::Block`] with the next four loads of a thread in flight while it adds the four
+    /// before them (`reduce_layouts::wide_block`).
+    BlockWide,
     /// One warp per output.
     Warp,
     /// One thread per (output, split) task.
@@ -249,6 +253,7 @@ impl Entry {
             Entry::Two => "ew_2d".into(),
             Entry::Tile => "ew_tile".into(),
             Entry::Block => format!("{prefix}_block"),
+            Entry::BlockWide => format!("{prefix}_block8"),
             Entry::Warp => format!("{prefix}_warp"),
             Entry::Thread => format!("{prefix}_thread"),
             Entry::Cols(1) => "red_cols1".into(),
@@ -341,8 +346,18 @@ impl ModuleKey {
                 .collect(),
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::JitMulti { .. } => vec![Entry::JitMulti],
-            ModuleKey::Reduce { src, .. } => {
-                vec![Entry::Block, Entry::Warp, Entry::Thread, Entry::Cols(1), Entry::Cols((16 / src.size()) as u8)]
+            ModuleKey::Reduce { op, src, values, .. } => {
+                let mut e = vec![
+                    Entry::Block,
+                    Entry::Warp,
+                    Entry::Thread,
+                    Entry::Cols(1),
+                    Entry::Cols((16 / src.size()) as u8),
+                ];
+                if wide_block(*op, *src, *values) {
+                    e.push(Entry::BlockWide);
+                }
+                e
             }
         }
     }

@@ -68,7 +68,11 @@ __device__ __forceinline__ acc fold(const Pack<TS, VEC>& v, i64 r) {
 __device__ __forceinline__ acc later(acc a, acc b) { return combine(a, b); }
 #endif
 
-/* Combines elements r0 + lane, r0 + lane + width, ... below r1 of the row at `base`. */
+/* Combines elements r0 + lane, r0 + lane + width, ... below r1 of the row at `base`; aligned
+   vectors four at a time (U = 4), or with U = 8 the next four loaded before the four before them
+   are added. Accumulator k folds the vectors lane + (k + 4j) * width in increasing j either way,
+   so U changes when loads are issued, not one bit of the result. */
+template <int U>
 __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0, i64 r1, i64 lane, i64 width) {
     acc a = identity();
     if (p.red_ndim > 1) {
@@ -81,6 +85,30 @@ __device__ __forceinline__ acc accumulate(const RedP& p, const TS* base, i64 r0,
         const TS* b = base + r0;
         acc a1 = identity(), a2 = identity(), a3 = identity();
         i64 i = lane;
+        if (U == 8 && i + 3 * width < nv) {
+            /* Two batches of four: the next batch's loads issued before this one is added (a
+               value carried round the loop, which ptxas cannot sink to its use: left to itself it
+               issued each load just before its additions, one 16-byte load in flight a thread). */
+            Pack<TS, VEC> v[4], w[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = ldv<TS, VEC>(b + (i + u * width) * VEC);
+            for (;;) {
+                const i64 j = i + 4 * width;
+                const bool next = j + 3 * width < nv;
+                if (next) {
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) w[u] = ldv<TS, VEC>(b + (j + u * width) * VEC);
+                }
+                a = later(a, fold(v[0], r0 + i * VEC));
+                a1 = later(a1, fold(v[1], r0 + (i + width) * VEC));
+                a2 = later(a2, fold(v[2], r0 + (i + 2 * width) * VEC));
+                a3 = later(a3, fold(v[3], r0 + (i + 3 * width) * VEC));
+                i = j;
+                if (!next) break;
+#pragma unroll
+                for (int u = 0; u < 4; ++u) v[u] = w[u];
+            }
+        }
         for (; i + 3 * width < nv; i += 4 * width) {
             const Pack<TS, VEC> v0 = ldv<TS, VEC>(b + i * VEC);
             const Pack<TS, VEC> v1 = ldv<TS, VEC>(b + (i + width) * VEC);
@@ -148,8 +176,9 @@ __device__ __forceinline__ acc block_reduce(acc a, acc* sh) {
     return a;
 }
 
-extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constant__ RedP p) {
-    cs_enter();
+/* A block per (output, split) task, its vectors U loads at a time (`accumulate`). */
+template <int U>
+__device__ __forceinline__ void red_block_tasks(const RedP& p) {
     __shared__ acc sh[32];
     __shared__ int last;
     const i64 tasks = p.n_out * p.splits;
@@ -159,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constan
         out_offsets(p, o, so, dof);
         /* The splits of a row interleave (block s reads vectors s*B + tid, + splits*B, ...), so
            the whole GPU streams through one window of the row at a time. */
-        acc a = accumulate(p, (const TS*)p.src + so, 0, p.n_red, s * blockDim.x + threadIdx.x, p.splits * blockDim.x);
+        acc a = accumulate<U>(p, (const TS*)p.src + so, 0, p.n_red, s * blockDim.x + threadIdx.x, p.splits * blockDim.x);
         a = block_reduce(a, sh);
         if (p.splits == 1) {
             if (threadIdx.x == 0) store_out(p, dof, a);
@@ -195,6 +224,9 @@ extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constan
         __syncthreads();
     }
 }
+extern "C" __global__ void __launch_bounds__(256) red_block(const __grid_constant__ RedP p) { cs_enter(); red_block_tasks<4>(p); }
+/* kernels/codegen.rs appends the wide variant, `red_block8` (`red_block_tasks<8>`), to the modules
+   of `reduce_layouts::wide_block`. */
 
 extern "C" __global__ void __launch_bounds__(256) red_warp(const __grid_constant__ RedP p) {
     cs_enter();
@@ -203,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(256) red_warp(const __grid_constant
     for (i64 o = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < p.n_out; o += warps) {
         i64 so, dof;
         out_offsets(p, o, so, dof);
-        acc a = warp_reduce(accumulate(p, (const TS*)p.src + so, 0, p.n_red, lane, 32));
+        acc a = warp_reduce(accumulate<4>(p, (const TS*)p.src + so, 0, p.n_red, lane, 32));
         if (lane == 0) store_out(p, dof, a);
     }
 }
@@ -218,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(256) red_thread(const __grid_consta
         out_offsets(p, o, so, dof);
         const i64 r0 = s * p.chunk;
         const i64 r1 = min(p.n_red, r0 + p.chunk);
-        const acc a = accumulate(p, (const TS*)p.src + so, r0, r1, 0, 1);
+        const acc a = accumulate<4>(p, (const TS*)p.src + so, r0, r1, 0, 1);
         if (p.splits == 1) {
             store_out(p, dof, a);
             continue;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Sweeps the card profile's launch choices (src/driver/card.rs) on one GPU, one line per variant.
+#
+#   CUDASEM_DRIVER=cuda bench/sweep_card.sh [BINARY] [OUT_DIR]     # from the repository root
+#
+# BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
+# Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks,
+# sum_loads; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
+# part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
+# ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
+#   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
+#   sum  VARIANT  sum_f32_1gib=GB/s/ratio      (ratio = cudasem GB/s / PyTorch GB/s)
+set -euo pipefail
+unset CUDASEM_BENCH_TUNING
+BIN=${1:-.gpu/bin/bin-cudasem}
+[ -x "$BIN" ] || BIN=target/release/cudasem
+OUT=${2:-${OUT:-/tmp}/sweep_card}
+mkdir -p "$OUT"
+export CUDASEM_DRIVER=${CUDASEM_DRIVER:-cuda}
+CASES=sin_f16,sin_bf16,cos_f16,cos_bf16,tanh_f16,pow_f32,neg_f16,relu_f16,add_bf16,mul_bf16_scalar
+
+"$BIN" info | grep -E "^  cuda:0|launch profile" | head -2 || true
+
+# line PART VARIANT JSON BASE: one line from a run's JSON (BASE: the run with PyTorch's figures).
+line() {
+  python3 - "$@" <<'EOF'
+import json, sys
+part, name, path, base = sys.argv[1:5]
+run, ref = json.load(open(path)), json.load(open(base))
+if part == "ops":
+    theirs = {c["name"]: c["pytorch_us"] for c in ref["cases"]}
+    cells = [f'{c["name"]}={c["cudasem_us"]:.2f}/{(theirs.get(c["name"]) or 0) / c["cudasem_us"]:.3f}'
+             for c in run["cases"] if c.get("cudasem_us")]
+else:
+    theirs = {r["name"]: r["pytorch"] for r in ref["results"]}
+    cells = [f'{r["name"]}={r["cudasem"]:.0f}/{r["cudasem"] / (theirs.get(r["name"]) or float("inf")):.3f}'
+             for r in run["results"] if r.get("cudasem")]
+print(f"{part:4} {name:28} " + " ".join(cells), flush=True)
+EOF
+}
+
+# run PART VARIANT TUNING: one variant of a part (ops or sum).
+run() {
+  local part=$1 name=$2 tuning=$3 json="$OUT/$1_$2.json" extra=(--no-pytorch)
+  [ "$name" = default ] && extra=()
+  if [ "$part" = ops ]; then set -- bench --ops --only "$CASES"; else set -- bench --only sum_f32_1gib; fi
+  if [ -n "$tuning" ]; then export CUDASEM_BENCH_TUNING=$tuning; else unset CUDASEM_BENCH_TUNING; fi
+  "$BIN" "$@" "${extra[@]}" --json "$json" >"$OUT/${part}_$name.log" 2>&1 ||
+    { echo "$part $name failed: see $OUT/${part}_$name.log"; return 0; }
+  line "$part" "$name" "$json" "$OUT/${part}_default.json"
+}
+
+run ops default ""
+for v in 1 2 4 8; do run ops "heavy_vectors=$v" "heavy_vectors=$v"; done
+for v in 1 2 4; do run ops "all_vectors=$v" "256,$v,1"; done
+run sum default ""
+for b in 1 2 4 8 16 32; do
+  for l in 4 8; do run sum "sum_blocks=$b,sum_loads=$l" "sum_blocks=$b,sum_loads=$l"; done
+done
+run sum "sum_loads=4" "sum_loads=4"

@@ -1,0 +1,221 @@
+//! The card profile: the launch choices that depend on the card rather than on the op, computed
+//! once per device from its properties ([`CardFacts`], from [`DeviceProperties`] or the CUDA
+//! driver's attributes) by one function, [`CardProfile::of`], and overridden by hand for tuning
+//! runs ([`CardOverrides`], `CUDASEM_BENCH_TUNING`'s `key=value` items).
+//!
+//! The card's balance is its memory bandwidth per SM and per SM clock cycle
+//! ([`CardFacts::bytes_per_sm_cycle`]: `2 × memory clock × bus width / 8 / (SMs × SM clock)`, the
+//! double data rate of HBM and GDDR as the driver reports their clocks). An H100 SXM (132 SMs at
+//! 1.98 GHz, HBM3 at 2.619 GHz on 5,120 bits: 3.35 TB/s) has 12.8 bytes a cycle per SM; an H200
+//! (the same SMs, HBM3e at 3.2 GHz on 6,144 bits: 4.9 TB/s) 18.8; an A100 SXM or an H100 PCIe
+//! about 10. A half-type `sin` of a [4096, 4096] tensor (4 bytes moved per element and about 40
+//! instructions) computes at about 11 bytes a cycle per SM (22.5 µs on both cards, session 20
+//! and 21's op matrices): on the H200 it is compute-bound, on the H100 memory-bound.
+//!
+//! Choices:
+//! * `heavy_vectors` — the 16-byte vectors each thread of the fast elementwise kernel takes for
+//!   the functions that are compute-bound on a card of much bandwidth (half-type `sin` / `cos`,
+//!   f16 `tanh`, f32 `pow`: `elementwise_policy::ew_heavy`): 4 at [`RICH_BYTES_PER_SM_CYCLE`] (15) or
+//!   more (their loads then overlap the math of the vectors before them: measured best on the
+//!   H200, 4–7 % over one), else 2 — the shape of the functions that stay memory-bound on both
+//!   cards (`exp`, `sigmoid`, bf16 `tanh` of half types: at parity with PyTorch on the H100 with
+//!   two, where the four of the heavy ones left `sin` / `cos` at 0.94); 4 when a clock is unknown
+//!   (the H200's measured choice, kept before this profile).
+//! * `sum_blocks` and `sum_loads` — the grid and the loads in flight of a reduction into one
+//!   output (`sum_f32_1gib`: `a.sum()` of 2^28 f32): 0 blocks per SM (as many as fit at once:
+//!   one wave of 256-thread blocks) and the wide kernel (`sum_loads=8`; sums and means of `f32`
+//!   and `f64`, `reduce_layouts::wide_block`) on every card. The
+//!   arithmetic: the 1 GiB read takes 0.32 ms at the H100's 3.35 TB/s; keeping it busy wants
+//!   bandwidth × latency ≈ 3.35 TB/s × 0.7 µs ≈ 2.3 MB in flight, 18 KB per SM (26 KB on the
+//!   H200), more under load. The narrow kernel (`red_block`, 40 registers, six blocks per SM)
+//!   unrolls four loads, but ptxas issues each just before its additions (NVRTC 12.9's SASS:
+//!   `LDG.E.128` then at once `F2F.F64.F32` of its registers), so a thread has one 16-byte load in
+//!   flight: 24 KB per SM, at the edge of the need. The wide kernel (`red_block8`, 64 registers,
+//!   four blocks per SM) issues the next four loads before it adds the four before them (a value
+//!   carried round the loop): four in flight a thread, 64 KB per SM, with the same additions in
+//!   the same order (the same bits). PyTorch's `reduce_kernel` (`Reduce.cuh`: blocks of 512
+//!   threads, 16-byte loads into four `float` accumulators, `ctas_per_output` = 2,048 blocks,
+//!   about four waves, the last block combining their partials) stays at 0.98–0.99 × of it
+//!   with the narrow kernel on the H100 (session 21). The grid stays one wave: the bytes in flight,
+//!   not more blocks, are what the arithmetic asks for; `bench/sweep_card.sh` measures both.
+
+use super::DeviceProperties;
+use crate::config::CardOverrides;
+
+/// Bytes of memory bandwidth per SM and SM clock cycle from which a card counts as rich in
+/// bandwidth: between the H100 SXM's 12.8 and the H200's 18.8, below their midpoint so that an
+/// H200 whose driver reported a slower memory clock (2.6 GHz: 15.4) would still count.
+pub const RICH_BYTES_PER_SM_CYCLE: f64 = 15.0;
+
+/// What the card profile is computed from: the device's properties that set its balance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CardFacts {
+    /// Streaming multiprocessors.
+    pub sms: u32,
+    /// Compute capability, major part.
+    pub major: u32,
+    /// Compute capability, minor part.
+    pub minor: u32,
+    /// Peak SM clock in kHz (0: unknown).
+    pub clock_khz: u32,
+    /// Peak memory clock in kHz (0: unknown).
+    pub memory_clock_khz: u32,
+    /// Memory bus width in bits (0: unknown).
+    pub bus_bits: u32,
+    /// L2 cache in bytes.
+    pub l2_bytes: usize,
+}
+
+impl From<&DeviceProperties> for CardFacts {
+    fn from(p: &DeviceProperties) -> CardFacts {
+        CardFacts {
+            sms: p.multi_processor_count,
+            major: p.major,
+            minor: p.minor,
+            clock_khz: p.clock_rate,
+            memory_clock_khz: p.memory_clock_rate,
+            bus_bits: p.memory_bus_width,
+            l2_bytes: p.l2_cache_size,
+        }
+    }
+}
+
+impl CardFacts {
+    /// Peak memory bandwidth in bytes per second (double data rate: two transfers a memory
+    /// clock), 0 when the clock or the bus is unknown.
+    pub fn bandwidth(&self) -> f64 {
+        2.0 * self.memory_clock_khz as f64 * 1e3 * self.bus_bits as f64 / 8.0
+    }
+
+    /// [`CardFacts::bandwidth`] per SM and SM clock cycle; `None` when a figure is unknown.
+    pub fn bytes_per_sm_cycle(&self) -> Option<f64> {
+        let compute = self.sms as f64 * self.clock_khz as f64 * 1e3;
+        let b = self.bandwidth();
+        (compute > 0.0 && b > 0.0).then(|| b / compute)
+    }
+}
+
+/// The launch choices of one card (see the module documentation for each and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CardProfile {
+    /// What the choices were computed from.
+    pub facts: CardFacts,
+    /// Vectors per thread of the fast elementwise kernel of the heavy functions.
+    pub heavy_vectors: u32,
+    /// Blocks per SM of a reduction into one output (0: as many as fit at once).
+    pub sum_blocks: u32,
+    /// 16-byte loads of that reduction's loop (4: the narrow kernel, 8: the wide one, whose next
+    /// four are in flight while it adds the four before them).
+    pub sum_loads: u32,
+}
+
+impl CardProfile {
+    /// The card's own choices.
+    pub fn of(facts: CardFacts) -> CardProfile {
+        let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
+        CardProfile { facts, heavy_vectors: if rich { 4 } else { 2 }, sum_blocks: 0, sum_loads: 8 }
+    }
+
+    /// [`CardProfile::of`] the device's properties.
+    pub fn from_properties(p: &DeviceProperties) -> CardProfile {
+        CardProfile::of(p.into())
+    }
+
+    /// These choices with the ones `o` sets by hand in their place.
+    pub fn with(self, o: &CardOverrides) -> CardProfile {
+        CardProfile {
+            heavy_vectors: o.heavy_vectors.unwrap_or(self.heavy_vectors),
+            sum_blocks: o.sum_blocks.unwrap_or(self.sum_blocks),
+            sum_loads: o.sum_loads.unwrap_or(self.sum_loads),
+            ..self
+        }
+    }
+}
+
+impl std::fmt::Display for CardProfile {
+    /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`:
+    /// the choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.facts;
+        write!(
+            f,
+            "heavy_vectors={} sum_blocks={} sum_loads={} (",
+            self.heavy_vectors, self.sum_blocks, self.sum_loads
+        )?;
+        match c.bytes_per_sm_cycle() {
+            Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
+            None => f.write_str("bandwidth unknown")?,
+        }
+        write!(f, ", {} SMs, cc {}.{})", c.sms, c.major, c.minor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An H100 SXM's and an H200's figures as their drivers report them.
+    fn h100() -> CardFacts {
+        CardFacts {
+            sms: 132,
+            major: 9,
+            minor: 0,
+            clock_khz: 1_980_000,
+            memory_clock_khz: 2_619_000,
+            bus_bits: 5120,
+            l2_bytes: 50 << 20,
+        }
+    }
+
+    fn h200() -> CardFacts {
+        CardFacts { memory_clock_khz: 3_201_000, bus_bits: 6144, l2_bytes: 60 << 20, ..h100() }
+    }
+
+    #[test]
+    fn the_balance_is_bandwidth_per_sm_cycle() {
+        assert!((h100().bandwidth() / 1e12 - 3.352).abs() < 1e-3, "{}", h100().bandwidth());
+        assert!((h200().bandwidth() / 1e12 - 4.917).abs() < 1e-3, "{}", h200().bandwidth());
+        let b = |f: CardFacts| f.bytes_per_sm_cycle().unwrap();
+        assert!((b(h100()) - 12.82).abs() < 0.01, "{}", b(h100()));
+        assert!((b(h200()) - 18.81).abs() < 0.01, "{}", b(h200()));
+        assert_eq!(CardFacts { clock_khz: 0, ..h100() }.bytes_per_sm_cycle(), None);
+        assert_eq!(CardFacts { memory_clock_khz: 0, ..h100() }.bytes_per_sm_cycle(), None);
+        assert_eq!(CardFacts { sms: 0, ..h100() }.bytes_per_sm_cycle(), None);
+    }
+
+    /// The H100 takes two vectors a thread for the heavy functions, the H200 four; a card of
+    /// unknown clocks keeps the H200's measured four; the reduction's choices are the same on all.
+    #[test]
+    fn the_choices_follow_the_balance() {
+        let p = CardProfile::of(h100());
+        assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads), (2, 0, 8));
+        let p = CardProfile::of(h200());
+        assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads), (4, 0, 8));
+        assert_eq!(CardProfile::of(CardFacts { clock_khz: 0, ..h100() }).heavy_vectors, 4);
+        // An A100 SXM (108 SMs at 1.41 GHz, 1.555 TB/s): 10.2 bytes a cycle per SM.
+        let a100 = CardFacts { sms: 108, clock_khz: 1_410_000, memory_clock_khz: 1_215_000, ..h100() };
+        assert_eq!(CardProfile::of(a100).heavy_vectors, 2);
+        // The threshold itself counts as rich (2 × 1 MHz × 60 bits / 8 over one SM at 1 MHz).
+        let edge = CardFacts { sms: 1, clock_khz: 1000, memory_clock_khz: 1000, bus_bits: 60, ..h100() };
+        assert_eq!(edge.bytes_per_sm_cycle(), Some(RICH_BYTES_PER_SM_CYCLE));
+        assert_eq!(CardProfile::of(edge).heavy_vectors, 4);
+    }
+
+    #[test]
+    fn overrides_replace_only_what_they_name() {
+        let p = CardProfile::of(h100());
+        assert_eq!(p.with(&CardOverrides::default()), p);
+        let o = CardOverrides { heavy_vectors: Some(8), sum_blocks: None, sum_loads: Some(4) };
+        let q = p.with(&o);
+        assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.facts), (8, 0, 4, p.facts));
+        assert_eq!(
+            p.to_string(),
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+        );
+        let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
+        assert_eq!(
+            unknown.to_string(),
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 (bandwidth unknown, 132 SMs, cc 9.0)"
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! The card profile's launch choices set by hand (`CUDASEM_BENCH_TUNING`'s `key=value` items,
+//! `driver::card`) against the CPU kernels, on the GPU (skipped without one): every variant a
+//! sweep may pick computes the same values.
+
+use super::{subnormal_step, tol, Bench};
+use crate::config::{CardOverrides, LaunchTuning};
+use crate::driver::Driver;
+use crate::dtype::DType;
+use crate::kernel::{BinaryOp, KernelOp, ReduceOp, UnaryOp};
+
+fn set(b: &Bench, card: CardOverrides) {
+    b.d.set_launch_tuning(LaunchTuning { card, ..Default::default() });
+}
+
+/// A reduction into one output under grids of one wave and of 1, 3 and 16 blocks per SM, with
+/// four and eight loads in flight: within the tolerance of the CPU's, and the eight loads' result
+/// bit for bit the four's (the wide variant adds in the same order). Sums and means of f32 run
+/// the wide kernel (`red_block8`); bf16 and the maximum fall back to the narrow one.
+#[test]
+fn one_output_reductions_agree_under_every_grid_and_load_width() {
+    let Some(mut b) = Bench::new() else { return };
+    let n = (5 << 20) + 13;
+    for d in [DType::F32, DType::BF16] {
+        let src = b.dense(d, &[n]);
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+            for blocks in [None, Some(1), Some(3), Some(16)] {
+                let mut got = Vec::new();
+                for loads in [4, 8] {
+                    set(&b, CardOverrides { heavy_vectors: None, sum_blocks: blocks, sum_loads: Some(loads) });
+                    let dst = b.dense(d, &[1]);
+                    b.check(&KernelOp::Reduce { op, src: src.clone(), dst: dst.clone(), dims: vec![0] }, tol(d) * 2.0);
+                    let mut bytes = vec![0u8; d.size()];
+                    b.d.memcpy_dtoh(&mut bytes, dst.ptr, b.s).unwrap();
+                    got.push(bytes);
+                }
+                assert_eq!(got[0], got[1], "{op:?} of {d} with {blocks:?} blocks per SM: 4 and 8 loads differ");
+            }
+        }
+    }
+    set(&b, CardOverrides::default());
+}
+
+/// The functions whose vectors per thread are the card's (`elementwise_policy::ew_heavy`) under
+/// 1, 2, 3 and 8 vectors a thread, with a tail past the last whole vector.
+#[test]
+fn heavy_functions_agree_under_every_vectors_per_thread() {
+    let Some(mut b) = Bench::new() else { return };
+    let n = (9 << 20) + 13;
+    for v in [1, 2, 3, 8] {
+        set(&b, CardOverrides { heavy_vectors: Some(v), ..Default::default() });
+        for d in [DType::BF16, DType::F16] {
+            let (x, out) = (b.dense(d, &[n]), b.dense(d, &[n]));
+            for op in [UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Tanh] {
+                let check = KernelOp::Unary { op, src: x.clone(), dst: out.clone() };
+                b.check_abs(&check, tol(d), subnormal_step(d));
+            }
+        }
+        let (x, y, out) = (b.dense(DType::F32, &[n]), b.dense(DType::F32, &[n]), b.dense(DType::F32, &[n]));
+        let pow = KernelOp::Binary { op: BinaryOp::Pow, lhs: x, rhs: y, dst: out, compute: DType::F32 };
+        b.check(&pow, tol(DType::F32) * 4.0);
+    }
+    set(&b, CardOverrides::default());
+}

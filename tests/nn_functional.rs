@@ -538,8 +538,8 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
 /// The CUDA driver's attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s setting:
 /// the FMA flash kernel, the tensor-core kernels wherever they apply — f16 / bf16 with head dims
 /// 64 and 128, here also for a single query: the `mma.sync` one and on compute capability 9.0
-/// Hopper's wgmma one with either key tile, with and without its warpgroups taking turns — and
-/// the default choice), against the float64
+/// Hopper's wgmma one with either key tile, with and without its warpgroups taking turns, and on
+/// FlashAttention 3's schedule — and the default choice), against the float64
 /// reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples of the
 /// 64- and 128-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
 /// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
@@ -581,6 +581,9 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
             AttentionKernel::Wg128,
             AttentionKernel::Pp64,
             AttentionKernel::Pp128,
+            AttentionKernel::Fa128,
+            AttentionKernel::Fa128g,
+            AttentionKernel::Fa128n,
             AttentionKernel::Auto,
         ][..]
     } else {
@@ -621,6 +624,40 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
                     .collect();
                 assert_near(&values(&y)?, &want, dtype, &format!("offset query {what}"));
             }
+        }
+    }
+    cudasem::cuda::set_attention_kernel(AttentionKernel::Auto)
+}
+
+/// Hopper's kernels on FlashAttention 3's schedule run persistent blocks (one an SM for head dim
+/// 128, two for 64), each taking several query tiles in turn when there are more than blocks:
+/// causal (the heaviest tiles first) and not, grouped heads, ragged tiles, L > S, against the
+/// float64 reference for each choice of them (`fa128`, `fa128g` a block per tile, `fa128n`
+/// without turns); more tiles than an H100's or H200's 132 SMs hold at once. The simulator
+/// ignores the choice: one pass there.
+#[test]
+fn sdpa_persistent_hopper_blocks_take_every_query_tile() -> Result<()> {
+    use cudasem::AttentionKernel;
+    let mut rng = Rng::new(4012);
+    let half = &[DType::BF16, DType::F16][..];
+    let cases = [
+        // 2 query tiles × 80 heads = 160 tasks of head dim 128.
+        Case { causal: true, ..case(2, 40, 10, 200, 200, 128, 128) },
+        case(2, 40, 40, 130, 77, 128, 128),
+        // 2 × 144 = 288 tasks of head dim 64 (two blocks an SM: 264).
+        Case { causal: true, ..case(1, 144, 48, 129, 129, 64, 64) },
+        Case { causal: true, ..case(1, 144, 144, 150, 100, 64, 64) },
+    ];
+    let kernels = if cudasem::cuda::driver_name() == "cuda" {
+        &[AttentionKernel::Fa128, AttentionKernel::Fa128g, AttentionKernel::Fa128n][..]
+    } else {
+        &[AttentionKernel::Auto][..]
+    };
+    for &kernel in kernels {
+        cudasem::cuda::set_attention_kernel(kernel)?;
+        let label = format!("(attention kernel {kernel:?})");
+        for c in cases {
+            run_case_as(&mut rng, c, half, &label)?;
         }
     }
     cudasem::cuda::set_attention_kernel(AttentionKernel::Auto)
@@ -689,6 +726,9 @@ fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
             AttentionKernel::Wg128,
             AttentionKernel::Pp64,
             AttentionKernel::Pp128,
+            AttentionKernel::Fa128,
+            AttentionKernel::Fa128g,
+            AttentionKernel::Fa128n,
             AttentionKernel::Auto,
         ][..]
     } else {

@@ -357,11 +357,11 @@ impl ModuleKey {
                 .flat_map(|&(e, bn)| {
                     [false, true].map(|pp| Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp })
                 })
-                .chain(
-                    ATTN_FA_TILES
-                        .iter()
-                        .map(|&(e, bn, pp)| Entry::AttnFa { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp }),
-                )
+                .chain(ATTN_FA_TILES.iter().map(|&(e, bn, pp)| Entry::AttnFa {
+                    e16: (e / 16) as u8,
+                    bn16: (bn / 16) as u8,
+                    pp,
+                }))
                 .collect(),
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::JitMulti { .. } => vec![Entry::JitMulti],

@@ -73,8 +73,8 @@ pub use crate::driver::cuda::backends;
 /// the runtime's driver, the one place it is held (the simulated machine ignores it).
 #[doc(hidden)]
 pub fn set_launch_tuning(elementwise_waves: u32, vectors_per_thread: u32, reduce_waves: u32) {
-    let attention = crate::runtime::resolved_config().map(|c| c.cuda.launch_tuning.attention).unwrap_or_default();
-    let tuning = crate::config::LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, attention };
+    let held = crate::runtime::resolved_config().map(|c| c.cuda.launch_tuning).unwrap_or_default();
+    let tuning = crate::config::LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, ..held };
     // A runtime that cannot start has no driver to tune; its error comes with the next call.
     let _ = crate::runtime::set_launch_tuning(tuning);
 }
@@ -105,4 +105,17 @@ pub fn matmul_padding() -> crate::MatmulPadding {
 pub fn set_attention_kernel(attention: crate::config::AttentionKernel) -> crate::Result<()> {
     let tuning = crate::runtime::resolved_config()?.cuda.launch_tuning;
     crate::runtime::set_launch_tuning(crate::config::LaunchTuning { attention, ..tuning })
+}
+
+/// [`set_attention_kernel`] with the order in which the tensor-core kernels take their query
+/// tiles ([`AttentionOrder`](crate::AttentionOrder): the heaviest first across the grid by
+/// default), for benchmark and test runs, not an API (`CUDASEM_SDPA_KERNEL=KERNEL:ORDER` in the
+/// environment).
+#[doc(hidden)]
+pub fn set_attention(
+    attention: crate::config::AttentionKernel,
+    attention_order: crate::config::AttentionOrder,
+) -> crate::Result<()> {
+    let tuning = crate::runtime::resolved_config()?.cuda.launch_tuning;
+    crate::runtime::set_launch_tuning(crate::config::LaunchTuning { attention, attention_order, ..tuning })
 }

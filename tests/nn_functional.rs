@@ -409,6 +409,30 @@ fn make_mask(rng: &mut Rng, c: &Case, dtype: DType, device: Device) -> Result<Op
     })
 }
 
+/// PyTorch's layout of a 4-D attention output `y` of `[B, H, L, Ev]` (its flash / efficient /
+/// cuDNN kernels'): `[B, L, H, Ev]` memory, strides `(L·H·Ev, Ev, H·Ev, 1)`, so the transformer's
+/// `y.transpose(1, 2).reshape([B, L, H·Ev])` is a view (the same storage and first element, no
+/// copy) holding `want` (the `[B, H, L, Ev]` reference) at `[b, i, h·Ev + d]`.
+#[track_caller]
+fn assert_pytorch_layout(y: &Tensor, want: &[f64], what: &str) -> Result<()> {
+    let [b, h, l, ev] = y.shape()[..] else { panic!("{what}: a 4-D output, got {:?}", y.shape()) };
+    assert_eq!(y.stride(), &[l * h * ev, ev, h * ev, 1][..], "{what}: PyTorch's strides");
+    let flat = y.transpose(1, 2)?.reshape([b, l, h * ev])?;
+    assert!(flat.shares_storage(y) && flat.data_ptr() == y.data_ptr(), "{what}: the reshape is a view");
+    assert!(flat.is_contiguous(), "{what}: [B, L, H·Ev] is the memory's own order");
+    if h > 1 && l > 1 {
+        // As PyTorch's: H and L do not merge without a copy (`view` refuses, `reshape` copies).
+        assert!(matches!(y.view([b, h * l * ev]), Err(Error::InvalidShape { .. })), "{what}: view of [B, H·L·Ev]");
+    }
+    let mut permuted = vec![0.0; want.len()];
+    for (x, &w) in want.iter().enumerate() {
+        let (bi, hi, i, d) = (x / (h * l * ev), x / (l * ev) % h, x / ev % l, x % ev);
+        permuted[((bi * l + i) * h + hi) * ev + d] = w;
+    }
+    assert_near(&values(&flat)?, &permuted, y.dtype(), &format!("{what}: [B, L, H·Ev] view"));
+    Ok(())
+}
+
 fn run_case(rng: &mut Rng, c: Case, dtypes: &[DType]) -> Result<()> {
     run_case_as(rng, c, dtypes, "")
 }
@@ -443,6 +467,7 @@ fn run_case_as(rng: &mut Rng, c: Case, dtypes: &[DType], label: &str) -> Result<
             let want = sdpa_reference(&c, &qv, &kv, &vv, &mv, bool_mask, 1.0 / (c.e as f64).sqrt());
             let want: Vec<f64> = want.iter().map(|&x| round_to(dtype, x)).collect();
             assert_near(&values(&y)?, &want, dtype, &what);
+            assert_pytorch_layout(&y, &want, &what)?;
         }
     }
     Ok(())
@@ -463,7 +488,9 @@ fn sdpa_plain_and_causal_match_float64() -> Result<()> {
     run_case(&mut rng, Case { causal: true, ..case(1, 2, 2, 20, 45, 128, 128) }, all)?;
     run_case(&mut rng, Case { causal: true, ..case(1, 1, 1, 45, 20, 64, 96) }, all)?;
     run_case(&mut rng, case(1, 2, 2, 3, 130, 256, 256), all)?;
-    run_case(&mut rng, case(1, 1, 1, 70, 33, 24, 200), all)
+    run_case(&mut rng, case(1, 1, 1, 70, 33, 24, 200), all)?;
+    // An odd Ev: the output's head and row strides are odd (the FMA kernel writes it anywhere).
+    run_case(&mut rng, Case { causal: true, ..case(2, 3, 3, 9, 12, 16, 33) }, all)
 }
 
 /// Bool masks (broadcast over heads, rows with every key masked give zeros), additive masks with
@@ -504,6 +531,7 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
             let m = tensor(&mv, &[6, 11], DType::Bool, device)?;
             let y = F::scaled_dot_product_attention(&q, &k, &v, Some(&m), 0.0, false, Some(0.3), false)?;
             assert_eq!(y.shape(), &[3, 6, 16], "{what}");
+            assert!(y.is_contiguous(), "{what}: a 3-D output is contiguous (no heads to interleave)");
             let c = Case { mask: Mask::Bool, ..case(3, 1, 1, 6, 11, 40, 16) };
             let wide: Vec<f64> = (0..3 * 6 * 11).map(|x| mv[x % 66]).collect();
             let want: Vec<f64> =
@@ -530,6 +558,7 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
             let want: Vec<f64> =
                 sdpa_reference(&c, &qd, &kv, &vv, &[], false, 0.125).iter().map(|&x| round_to(dtype, x)).collect();
             assert_near(&values(&y)?, &want, dtype, &format!("strided query {what}"));
+            assert_pytorch_layout(&y, &want, &format!("strided query {what}"))?;
         }
     }
     Ok(())
@@ -543,11 +572,13 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
 /// reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples of the
 /// 64- and 128-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
 /// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
-/// query starting off 16 bytes (the tensor-core kernel then falls back). A failure names the
-/// kernel. The simulator computes every case in float64 whatever the choice.
+/// query starting off 16 bytes (the tensor-core kernel then falls back); each with the
+/// tensor-core kernels' query tiles in every order (`CUDASEM_SDPA_KERNEL`'s `:heavy`, `:head`,
+/// `:natural`), every output in PyTorch's `[B, L, H, Ev]` memory. A failure names the kernel and
+/// order. The simulator computes every case in float64 whatever the choice.
 #[test]
 fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
-    use cudasem::AttentionKernel;
+    use cudasem::{AttentionKernel, AttentionOrder};
     let mut rng = Rng::new(4010);
     let half = &[DType::BF16, DType::F16][..];
     let cases = [
@@ -571,10 +602,9 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
         Case { causal: true, ..case(1, 2, 2, 100, 450, 64, 64) },
         case(1, 4, 1, 64, 1000, 64, 64),
     ];
-    // The simulator ignores the choice: one pass there.
-    let kernels = if cudasem::cuda::driver_name() == "cuda" {
-        &[
-            AttentionKernel::Fma,
+    // The simulator ignores the choice: one pass there. (The FMA kernel ignores the order.)
+    let choices: Vec<(AttentionKernel, AttentionOrder)> = if cudasem::cuda::driver_name() == "cuda" {
+        let tensor = [
             AttentionKernel::Mma,
             AttentionKernel::Mma1,
             AttentionKernel::Wg64,
@@ -585,13 +615,16 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
             AttentionKernel::Fa128g,
             AttentionKernel::Fa128n,
             AttentionKernel::Auto,
-        ][..]
+        ];
+        let orders = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
+        let tensor = tensor.into_iter().flat_map(|k| orders.map(|o| (k, o)));
+        std::iter::once((AttentionKernel::Fma, AttentionOrder::Heavy)).chain(tensor).collect()
     } else {
-        &[AttentionKernel::Auto][..]
+        vec![(AttentionKernel::Auto, AttentionOrder::Heavy)]
     };
-    for &kernel in kernels {
-        cudasem::cuda::set_attention_kernel(kernel)?;
-        let label = format!("(attention kernel {kernel:?})");
+    for (kernel, order) in choices {
+        cudasem::cuda::set_attention(kernel, order)?;
+        let label = format!("(attention kernel {kernel:?}, order {order:?})");
         for c in cases {
             run_case_as(&mut rng, c, half, &label)?;
         }
@@ -613,6 +646,7 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
                 let want: Vec<f64> =
                     sdpa_reference(&c, &qd, &kv, &vv, &[], false, 0.125).iter().map(|&x| round_to(dtype, x)).collect();
                 assert_near(&values(&y)?, &want, dtype, &format!("transposed query {what}"));
+                assert_pytorch_layout(&y, &want, &format!("transposed query {what}"))?;
                 // A query starting one element into its buffer: not 16-byte aligned.
                 let (qv, q) = rand_tensor(&mut rng, &[1 + b * h * l * e], dtype, device)?;
                 let q = q.narrow(0, 1, b * h * l * e)?.reshape([b, h, l, e])?;
@@ -623,10 +657,11 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
                     .map(|&x| round_to(dtype, x))
                     .collect();
                 assert_near(&values(&y)?, &want, dtype, &format!("offset query {what}"));
+                assert_pytorch_layout(&y, &want, &format!("offset query {what}"))?;
             }
         }
     }
-    cudasem::cuda::set_attention_kernel(AttentionKernel::Auto)
+    cudasem::cuda::set_attention(AttentionKernel::Auto, AttentionOrder::Heavy)
 }
 
 /// Hopper's kernels on FlashAttention 3's schedule run persistent blocks (one an SM for head dim
@@ -718,13 +753,14 @@ fn sdpa_arguments_are_checked() -> Result<()> {
 /// query i is `160 · e_π(i)`, so with scale 1/8 the keys j ≡ π(i) (mod E) score 20 above the
 /// rest (weights below 2^-28) and row i of the output is the mean of their value rows (small
 /// integers, exact in f16 / bf16). Every CUDA kernel choice, head dims 64 and 128, one key tile's
-/// worth and several (ragged), 200 queries (a ragged block of 128). A mismatch names the value
-/// rows the output holds instead, so a misplaced fragment shows where it went.
+/// worth and several (ragged), 200 queries (a ragged block of 128), non-causal and causal (key j
+/// kept for query i when j <= i), the query tiles in every order. A mismatch names the value rows
+/// the output holds instead, so a misplaced fragment or tile shows where it went.
 #[test]
 fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
-    use cudasem::AttentionKernel;
-    let kernels = if cudasem::cuda::driver_name() == "cuda" {
-        &[
+    use cudasem::{AttentionKernel, AttentionOrder};
+    let choices: Vec<(AttentionKernel, AttentionOrder)> = if cudasem::cuda::driver_name() == "cuda" {
+        let kernels = [
             AttentionKernel::Mma1,
             AttentionKernel::Wg64,
             AttentionKernel::Wg128,
@@ -734,65 +770,80 @@ fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
             AttentionKernel::Fa128g,
             AttentionKernel::Fa128n,
             AttentionKernel::Auto,
-        ][..]
+        ];
+        let orders = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
+        kernels.into_iter().flat_map(|k| orders.map(|o| (k, o))).collect()
     } else {
-        &[AttentionKernel::Auto][..]
+        vec![(AttentionKernel::Auto, AttentionOrder::Heavy)]
     };
-    let (b, h, l) = (1, 2, 200);
-    for &kernel in kernels {
-        cudasem::cuda::set_attention_kernel(kernel)?;
+    for (kernel, order) in choices {
+        cudasem::cuda::set_attention(kernel, order)?;
         for device in devices() {
             for dtype in [DType::BF16, DType::F16] {
                 for e in [64, 128] {
                     for s in [e, 2 * e + 37] {
-                        let pick = |i: usize| (i * 37 + 11) % e;
-                        let value = |j: usize, c: usize| ((j * 7 + c) % 61) as f64 - 30.0;
-                        let mut q = vec![0.0; b * h * l * e];
-                        for r in 0..b * h * l {
-                            q[r * e + pick(r % l)] = 160.0;
-                        }
-                        let mut k = vec![0.0; b * h * s * e];
-                        let mut v = vec![0.0; b * h * s * e];
-                        for r in 0..b * h * s {
-                            k[r * e + (r % s) % e] = 1.0;
-                            for c in 0..e {
-                                v[r * e + c] = value(r % s, c);
-                            }
-                        }
-                        let qt = tensor(&q, &[b, h, l, e], dtype, device)?;
-                        let kt = tensor(&k, &[b, h, s, e], dtype, device)?;
-                        let vt = tensor(&v, &[b, h, s, e], dtype, device)?;
-                        let y = F::scaled_dot_product_attention(&qt, &kt, &vt, None, 0.0, false, Some(0.125), false)?;
-                        let got = values(&y)?;
-                        let rows_of = |p: usize| (0..s).filter(move |j| j % e == p);
-                        for r in 0..b * h * l {
-                            let chosen: Vec<usize> = rows_of(pick(r % l)).collect();
-                            for c in 0..e {
-                                let want = chosen.iter().map(|&j| value(j, c)).sum::<f64>() / chosen.len() as f64;
-                                let g = got[r * e + c];
-                                if (g - want).abs() > 0.02 * (1.0 + want.abs()) {
-                                    let row = &got[r * e..(r + 1) * e];
-                                    let near = (0..s)
-                                        .min_by(|&a, &z| {
-                                            let d =
-                                                |j: usize| (0..e).map(|c| (row[c] - value(j, c)).abs()).sum::<f64>();
-                                            d(a).total_cmp(&d(z))
-                                        })
-                                        .unwrap_or(0);
-                                    panic!(
-                                        "{kernel:?} {dtype} on {device}, E {e}, S {s}: output row {r} (query {}) column \
-                                         {c}: got {g}, want {want} (value rows {chosen:?}); the row is nearest value \
-                                         row {near}; row head {:?}",
-                                        r % l,
-                                        &row[..8]
-                                    );
-                                }
-                            }
+                        for causal in [false, true] {
+                            let what =
+                                format!("{kernel:?} ({order:?}) {dtype} on {device}, E {e}, S {s}, causal {causal}");
+                            picks_value_rows(device, dtype, e, s, causal, &what)?;
                         }
                     }
                 }
             }
         }
     }
-    cudasem::cuda::set_attention_kernel(AttentionKernel::Auto)
+    cudasem::cuda::set_attention(AttentionKernel::Auto, AttentionOrder::Heavy)
+}
+
+/// One case of [`sdpa_picks_the_value_rows_its_query_selects`]: 2 heads of 200 queries over `s`
+/// keys of head dim `e`. Causal query i keeps keys 0..=i: the mean of the value rows it selects
+/// among them, or of all of them (every score 0) when it selects none.
+fn picks_value_rows(device: Device, dtype: DType, e: usize, s: usize, causal: bool, what: &str) -> Result<()> {
+    let (b, h, l) = (1, 2, 200);
+    let pick = |i: usize| (i * 37 + 11) % e;
+    let value = |j: usize, c: usize| ((j * 7 + c) % 61) as f64 - 30.0;
+    let mut q = vec![0.0; b * h * l * e];
+    for r in 0..b * h * l {
+        q[r * e + pick(r % l)] = 160.0;
+    }
+    let mut k = vec![0.0; b * h * s * e];
+    let mut v = vec![0.0; b * h * s * e];
+    for r in 0..b * h * s {
+        k[r * e + (r % s) % e] = 1.0;
+        for c in 0..e {
+            v[r * e + c] = value(r % s, c);
+        }
+    }
+    let qt = tensor(&q, &[b, h, l, e], dtype, device)?;
+    let kt = tensor(&k, &[b, h, s, e], dtype, device)?;
+    let vt = tensor(&v, &[b, h, s, e], dtype, device)?;
+    let y = F::scaled_dot_product_attention(&qt, &kt, &vt, None, 0.0, causal, Some(0.125), false)?;
+    let got = values(&y)?;
+    for r in 0..b * h * l {
+        let i = r % l;
+        let kept = if causal { (i + 1).min(s) } else { s };
+        let mut chosen: Vec<usize> = (0..kept).filter(|j| j % e == pick(i)).collect();
+        if chosen.is_empty() {
+            chosen = (0..kept).collect();
+        }
+        for c in 0..e {
+            let want = chosen.iter().map(|&j| value(j, c)).sum::<f64>() / chosen.len() as f64;
+            let g = got[r * e + c];
+            if (g - want).abs() > 0.02 * (1.0 + want.abs()) {
+                let row = &got[r * e..(r + 1) * e];
+                let near = (0..s)
+                    .min_by(|&a, &z| {
+                        let d = |j: usize| (0..e).map(|c| (row[c] - value(j, c)).abs()).sum::<f64>();
+                        d(a).total_cmp(&d(z))
+                    })
+                    .unwrap_or(0);
+                panic!(
+                    "{what}: output row {r} (query {i}) column {c}: got {g}, want {want} (value rows {chosen:?}); \
+                     the row is nearest value row {near}; row head {:?}",
+                    &row[..8]
+                );
+            }
+        }
+    }
+    Ok(())
 }

@@ -12,7 +12,8 @@ pub(crate) const KERNEL_CACHE_ENV: &str = "CUDASEM_KERNEL_CACHE";
 pub(crate) const NCCL_LIB_ENV: &str = "CUDASEM_NCCL_LIB";
 /// The variable giving the launch tuning, `EW_WAVES,VECTORS,REDUCE_WAVES` (for benchmark runs).
 pub(crate) const LAUNCH_TUNING_ENV: &str = "CUDASEM_BENCH_TUNING";
-/// The variable choosing the attention kernel, `auto`, `fma` or `mma` (for benchmark and test runs).
+/// The variable choosing the attention kernel, `auto`, `fma`, `mma`, … and optionally the order of
+/// its query tiles after a colon, `wg64:head` (for benchmark and test runs).
 pub(crate) const SDPA_KERNEL_ENV: &str = "CUDASEM_SDPA_KERNEL";
 
 /// The CUDA driver's settings (unused by the simulated machine). `Config::cuda`.
@@ -49,7 +50,7 @@ impl CudaSettings {
             _ => LaunchTuning::default(),
         };
         if let Some(v) = lookup(SDPA_KERNEL_ENV)? {
-            launch_tuning.attention = AttentionKernel::parse(&v)?;
+            (launch_tuning.attention, launch_tuning.attention_order) = parse_sdpa_kernel(&v)?;
         }
         Ok(CudaSettings { kernel_cache, nccl_lib, launch_tuning })
     }
@@ -125,6 +126,9 @@ pub struct LaunchTuning {
     pub reduce_waves: u32,
     /// Which kernel scaled dot-product attention runs (`CUDASEM_SDPA_KERNEL`).
     pub attention: AttentionKernel,
+    /// The order in which its tensor-core kernels take their query tiles (`CUDASEM_SDPA_KERNEL`'s
+    /// suffix, `:heavy`, `:head` or `:natural`).
+    pub attention_order: AttentionOrder,
 }
 
 impl Default for LaunchTuning {
@@ -134,13 +138,15 @@ impl Default for LaunchTuning {
             vectors_per_thread: 0,
             reduce_waves: 1,
             attention: AttentionKernel::Auto,
+            attention_order: AttentionOrder::Heavy,
         }
     }
 }
 
 /// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
 /// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma`, `mma`,
-/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g` or `fa128n`.
+/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g` or `fa128n`, optionally followed by `:` and
+/// an [`AttentionOrder`] (`pp128:natural`; the `fa128*` kernels keep their own order).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttentionKernel {
@@ -206,6 +212,52 @@ impl AttentionKernel {
     }
 }
 
+/// The order in which the CUDA driver's tensor-core attention kernels (`mma.sync` and Hopper's)
+/// take their query tiles, a block each, for benchmark runs (not an API): the suffix of
+/// `CUDASEM_SDPA_KERNEL` (`auto:head`). A causal query tile sees the keys up to its last query, so
+/// the last tiles of each (batch, head) do the most work; blocks launched last decide the tail.
+/// Non-causal launches, whose tiles all do the same work, keep each (batch, head)'s tiles
+/// together whatever the choice ([`AttentionOrder::Head`]: they share its keys and values in L2).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttentionOrder {
+    /// The heaviest tiles first across the grid: every (batch, head)'s last query tile, then the
+    /// tiles before them, so the grid ends on its lightest blocks (FlashAttention 3's longest-
+    /// processing-time-first order, without its L2 swizzle). The default; `heavy`.
+    #[default]
+    Heavy,
+    /// Each (batch, head)'s tiles together, its last (heaviest) first (FlashAttention 2's
+    /// reversed query-block index); `head`.
+    Head,
+    /// Each (batch, head)'s tiles together, in order (the launch order of the block index);
+    /// `natural`.
+    Natural,
+}
+
+impl AttentionOrder {
+    /// Parses `heavy`, `head` or `natural` (empty: `heavy`).
+    pub fn parse(value: &str) -> Result<AttentionOrder> {
+        match value.trim() {
+            "" | "heavy" => Ok(AttentionOrder::Heavy),
+            "head" => Ok(AttentionOrder::Head),
+            "natural" => Ok(AttentionOrder::Natural),
+            _ => Err(Error::InvalidConfig {
+                key: SDPA_KERNEL_ENV.into(),
+                value: crate::error::quote_prefix(value, 80),
+                reason: "expected the query-tile order `heavy`, `head` or `natural` after the colon".into(),
+            }),
+        }
+    }
+}
+
+/// Parses `CUDASEM_SDPA_KERNEL`'s `KERNEL[:ORDER]`.
+fn parse_sdpa_kernel(value: &str) -> Result<(AttentionKernel, AttentionOrder)> {
+    match value.split_once(':') {
+        Some((kernel, order)) => Ok((AttentionKernel::parse(kernel)?, AttentionOrder::parse(order)?)),
+        None => Ok((AttentionKernel::parse(value)?, AttentionOrder::Heavy)),
+    }
+}
+
 impl TryFrom<String> for LaunchTuning {
     type Error = Error;
     fn try_from(value: String) -> Result<LaunchTuning> {
@@ -227,7 +279,7 @@ impl LaunchTuning {
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| bad())?;
         let [elementwise_waves, vectors_per_thread, reduce_waves] = parsed[..] else { return Err(bad()) };
-        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, attention: AttentionKernel::Auto })
+        Ok(LaunchTuning { elementwise_waves, vectors_per_thread, reduce_waves, ..LaunchTuning::default() })
     }
 }
 
@@ -275,7 +327,20 @@ mod tests {
         }
         let s = with(&[(LAUNCH_TUNING_ENV, "8,2,3"), (SDPA_KERNEL_ENV, "mma ")]).unwrap();
         assert_eq!(s.launch_tuning, LaunchTuning { attention: AttentionKernel::Mma, ..want });
-        for bad in ["MMA", "wmma", "1", "wg", "wg256", "mma2"] {
+        let orders = [
+            ("wg64", AttentionKernel::Wg64, AttentionOrder::Heavy),
+            ("pp128:natural", AttentionKernel::Pp128, AttentionOrder::Natural),
+            (" auto : head ", AttentionKernel::Auto, AttentionOrder::Head),
+            ("mma1:heavy", AttentionKernel::Mma1, AttentionOrder::Heavy),
+            (":natural", AttentionKernel::Auto, AttentionOrder::Natural),
+            ("mma:", AttentionKernel::Mma, AttentionOrder::Heavy),
+        ];
+        for (v, k, o) in orders {
+            let t = with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning;
+            assert_eq!((t.attention, t.attention_order), (k, o), "{v:?}");
+        }
+        assert_eq!(LaunchTuning::default().attention_order, AttentionOrder::Heavy);
+        for bad in ["MMA", "wmma", "1", "wg", "wg256", "mma2", "wg64:last", "wg64:head:x", "wg65:head", "head"] {
             let e = with(&[(SDPA_KERNEL_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == SDPA_KERNEL_ENV), "{bad}: {e}");
         }

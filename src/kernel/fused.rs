@@ -54,7 +54,7 @@ pub(super) fn check_norm(
 }
 
 /// Attention's operands: `[B, Hq, L, E]`, `[B, Hkv, S, E]`, `[B, Hkv, S, Ev]`, a `[B, Hq, L, S]`
-/// mask, a `[B, Hq, L, Ev]` output; one float dtype (a bool mask); head dims up to
+/// mask, a `[B, Hq, L, Ev]` output (any strides); one float dtype (a bool mask); head dims up to
 /// [`ATTENTION_MAX_HEAD_DIM`].
 pub(super) fn check_attention(q: Arg<'_>, k: Arg<'_>, v: Arg<'_>, mask: Option<Arg<'_>>, dst: Arg<'_>) -> Result<()> {
     let wrong = || bad(format!("attention of q {:?}, k {:?}, v {:?} into {:?}", q.shape, k.shape, v.shape, dst.shape));

@@ -259,7 +259,8 @@ pub enum KernelOp {
         /// `[B, Hq, L, S]` (broadcast views have stride 0): bool (keep where true) or `q`'s dtype
         /// (added to the scores).
         mask: Option<BufferView>,
-        /// `[B, Hq, L, Ev]`, `q`'s dtype.
+        /// `[B, Hq, L, Ev]`, `q`'s dtype, any non-overlapping strides (the tensor layer passes
+        /// PyTorch's layout: `[B, L, Hq, Ev]` memory).
         dst: BufferView,
         /// Factor of the scores.
         scale: f64,

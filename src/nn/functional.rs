@@ -108,8 +108,13 @@ pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<
 /// `F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
 /// enable_gqa)`, PyTorch's math-backend semantics: `softmax(q kᵀ · scale + mask) v` with
 /// `query [B, H, L, E]` (or `[B, L, E]`), `key [B, Hkv, S, E]`, `value [B, Hkv, S, Ev]`, the
-/// result `[B, H, L, Ev]`.
+/// result `[B, H, L, Ev]` (or `[B, L, Ev]`).
 ///
+/// * Layout: as PyTorch's flash / efficient / cuDNN kernels, a 4-D result is `[B, L, H, Ev]` in
+///   memory, viewed as `[B, H, L, Ev]`: strides `(L·H·Ev, Ev, H·Ev, 1)`, not contiguous, so the
+///   usual `out.transpose(1, 2)?.reshape([B, L, H·Ev])` is a view (no copy), while a `view` that
+///   merges its `H` and `L` dims is an error, as in PyTorch (`reshape` copies). A 3-D result is
+///   contiguous.
 /// * `attn_mask`: broadcastable to `[B, H, L, S]`; bool keeps where true, a mask of the query's
 ///   dtype is added to the scores. Not with `is_causal`.
 /// * `is_causal`: key `j` is masked for query `i` where `j > i` (the lower-left-aligned
@@ -120,6 +125,19 @@ pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<
 /// * `dropout_p > 0` is an [`Error::Unsupported`] until the device random generator lands.
 /// * Head dims up to [`ATTENTION_MAX_HEAD_DIM`](crate::kernel::ATTENTION_MAX_HEAD_DIM); a query
 ///   whose every key is masked gets zeros (PyTorch's safe softmax).
+///
+/// ```
+/// use cudasem::nn::functional as F;
+/// use cudasem::{DType, Device, Tensor};
+/// # fn main() -> cudasem::Result<()> {
+/// let (b, h, l, e) = (2, 4, 8, 16);
+/// let q = Tensor::randn([b, h, l, e], DType::F32, Device::Cpu)?;
+/// let y = F::scaled_dot_product_attention(&q, &q, &q, None, 0.0, true, None, false)?;
+/// assert_eq!(y.stride(), &[l * h * e, e, h * e, 1]);
+/// let heads_merged = y.transpose(1, 2)?.reshape([b, l, h * e])?; // a view: no copy
+/// assert_eq!(heads_merged.data_ptr(), y.data_ptr());
+/// # Ok(()) }
+/// ```
 #[allow(clippy::too_many_arguments)] // PyTorch's signature, argument for argument
 pub fn scaled_dot_product_attention(
     query: &Tensor,

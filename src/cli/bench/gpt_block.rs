@@ -54,6 +54,7 @@ impl Block {
         let qkv = qkv.view([b as isize, t as isize, 3, h, e])?.permute(&[2, 0, 3, 1, 4])?;
         let part = |i: usize| qkv.narrow(0, i, 1)?.squeeze_dim(0);
         let att = F::scaled_dot_product_attention(&part(0)?, &part(1)?, &part(2)?, None, 0.0, true, None, false)?;
+        // A view, no copy: the attention output is [B, T, H, E] memory (PyTorch's layout).
         let att = att.transpose(1, 2)?.reshape([b, t, d])?;
         let h1 = x.add(&F::linear(&att, &self.proj.0, Some(&self.proj.1))?)?;
         let m = F::layer_norm(&h1, &[d], Some(&self.ln2.0), Some(&self.ln2.1), 1e-5)?;

@@ -395,7 +395,7 @@ fn vmm_ranges_are_reachable_from_a_peer() {
 
 #[test]
 fn the_driver_holds_the_settings_it_was_built_with() {
-    use crate::config::{AttentionKernel, CudaSettings, KernelCache, LaunchTuning};
+    use crate::config::{AttentionKernel, AttentionOrder, CudaSettings, KernelCache, LaunchTuning};
     use std::sync::atomic::Ordering::Relaxed;
     let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ std::process::id() as u64;
     let mut next = |n: u64| {
@@ -410,6 +410,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
+            attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
         };
         let settings = CudaSettings {
             kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
@@ -421,10 +422,13 @@ fn the_driver_holds_the_settings_it_was_built_with() {
         assert_eq!(d.nccl_lib, settings.nccl_lib);
         let held = |d: &CudaDriver| {
             let t = &d.tuning;
-            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), t.attention())
+            let attention = (t.attention(), t.attention_order());
+            (t.ew_waves.load(Relaxed), t.ew_vectors.load(Relaxed), t.reduce_waves.load(Relaxed), attention)
         };
         let reduce = |w: u32| w.max(1);
-        let want = |t: LaunchTuning| (t.elementwise_waves, t.vectors_per_thread, reduce(t.reduce_waves), t.attention);
+        let want = |t: LaunchTuning| {
+            (t.elementwise_waves, t.vectors_per_thread, reduce(t.reduce_waves), (t.attention, t.attention_order))
+        };
         assert_eq!(held(&d), want(tuning));
         // The hidden setter's path: every device's launcher shares the one tuning the driver holds.
         let again = LaunchTuning {
@@ -432,6 +436,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
+            attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
         };
         d.set_launch_tuning(again);
         assert_eq!(held(&d), want(again));

@@ -49,7 +49,8 @@ pub(super) struct Attn<'a> {
     pub causal: bool,
 }
 
-/// Scaled dot-product attention (see [`KernelOp::Attention`](crate::kernel::KernelOp::Attention)).
+/// Scaled dot-product attention (see [`KernelOp::Attention`](crate::kernel::KernelOp::Attention)),
+/// written through `dst`'s strides (the tensor layer's: `[B, L, H, Ev]` memory).
 pub(super) fn attention(a: Attn<'_>, out: &mut [u8], dst: &BufferView) {
     let (qs, ks, vs) = (&a.q.view.shape, &a.k.view.shape, &a.v.view.shape);
     let (b, hq, l, e) = (qs[0], qs[1], qs[2], qs[3]);

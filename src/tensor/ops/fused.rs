@@ -82,7 +82,9 @@ impl Tensor {
         Ok(out)
     }
 
-    /// Scaled dot-product attention of `self` (the query) over `key` and `value`.
+    /// Scaled dot-product attention of `self` (the query) over `key` and `value`: a 4-D result
+    /// `[B, Hq, L, Ev]` over `[B, L, Hq, Ev]` memory (PyTorch's fused kernels' layout), a 3-D one
+    /// contiguous.
     pub(crate) fn sdpa_op(
         &self,
         key: &Tensor,
@@ -105,7 +107,9 @@ impl Tensor {
         all.extend(attn_mask);
         let exec = Exec::for_operands(OP, &all)?;
         let mask = attn_mask.map(|m| m.broadcast_view(OP, &[b, hq, l, s])).transpose()?;
-        let out = exec.empty(&[b, hq, l, ev], self.dtype())?;
+        // PyTorch's flash / efficient / cuDNN layout: [B, L, Hq, Ev] memory viewed as [B, Hq, L, Ev],
+        // so `out.transpose(1, 2).reshape([B, L, Hq * Ev])` is a view.
+        let out = exec.empty(&[b, l, hq, ev], self.dtype())?.transpose(1, 2)?;
         let kop = KernelOp::Attention {
             q: self.buffer_view(),
             k: key.buffer_view(),

@@ -6,7 +6,7 @@
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::table::{Func, Kernels};
 use super::vocab::{KernelId, MAXD, PDL_MAX_GRID, THREADS};
-use crate::config::{AttentionKernel, LaunchTuning};
+use crate::config::{AttentionKernel, AttentionOrder, LaunchTuning};
 use crate::driver::cuda::fxmap::FxMap;
 use crate::driver::cuda::status::{driver_error, lock, DRIVER};
 use crate::error::{Error, Result, Sticky};
@@ -29,13 +29,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// bounds huge grids. `ew_vectors`: 16-byte vectors each thread of a fast elementwise kernel
 /// handles in a single pass (0: the op's own, `elementwise_policy::ew_per_thread`).
 /// `reduce_waves`: waves of blocks a reduction split over blocks uses. `attention`: the
-/// attention kernel ([`AttentionKernel`] as its discriminant, `fused::attention_path`).
+/// attention kernel ([`AttentionKernel`] as its discriminant, `fused::attention_path`), and
+/// `attention_order` the order of its query tiles ([`AttentionOrder`] as its discriminant).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
     pub ew_vectors: AtomicU32,
     pub reduce_waves: AtomicU32,
     pub attention: AtomicU32,
+    pub attention_order: AtomicU32,
 }
 
 impl Tuning {
@@ -45,6 +47,7 @@ impl Tuning {
             ew_vectors: AtomicU32::new(0),
             reduce_waves: AtomicU32::new(1),
             attention: AtomicU32::new(0),
+            attention_order: AtomicU32::new(0),
         };
         tuning.set(t);
         tuning
@@ -56,6 +59,14 @@ impl Tuning {
         self.ew_vectors.store(t.vectors_per_thread, Ordering::Relaxed);
         self.reduce_waves.store(t.reduce_waves.max(1), Ordering::Relaxed);
         self.attention.store(t.attention as u32, Ordering::Relaxed);
+        self.attention_order.store(t.attention_order as u32, Ordering::Relaxed);
+    }
+
+    /// The order of the attention kernels' query tiles ([`LaunchTuning::attention_order`]).
+    pub(in crate::driver::cuda) fn attention_order(&self) -> AttentionOrder {
+        const ORDERS: [AttentionOrder; 3] = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
+        let x = self.attention_order.load(Ordering::Relaxed);
+        ORDERS.into_iter().find(|&o| o as u32 == x).unwrap_or_default()
     }
 
     /// The attention kernel chosen ([`LaunchTuning::attention`]).

@@ -8,7 +8,7 @@ use super::vocab::{
     attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD,
     NORM_VECTORS_PER_THREAD,
 };
-use crate::config::AttentionKernel;
+use crate::config::{AttentionKernel, AttentionOrder};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::BufferView;
@@ -27,7 +27,9 @@ struct NormP {
     pad: i32,
 }
 
-/// `AttnP` of `cu/attention.cu`.
+/// `AttnP` of `cu/attention_params.cu` (field for field): the operands' addresses, sizes and
+/// strides in elements (`ost`: the output's, `[B, Hq, L, Ev]` order; kernels write wherever they
+/// say).
 #[repr(C)]
 struct AttnP {
     q: u64,
@@ -56,6 +58,23 @@ struct AttnP {
     causal: i32,
     /// The order of the tensor-core kernels' query tiles ([`attn_order`]).
     order: i32,
+}
+
+/// Every field of [`AttnP`] as (name, byte offset, size), and the struct's size: the layout
+/// `cu/attention_params.cu`'s struct must have (`fused_tests.rs` checks it).
+#[cfg(test)]
+pub(super) fn attn_p_layout() -> (Vec<(&'static str, usize, usize)>, usize) {
+    fn size<T>(_: fn(&AttnP) -> &T) -> usize {
+        std::mem::size_of::<T>()
+    }
+    macro_rules! fields {
+        ($($f:ident),*) => { vec![$((stringify!($f), std::mem::offset_of!(AttnP, $f), size(|p| &p.$f))),*] };
+    }
+    let fields = fields!(
+        q, k, v, mask, dst, part, b, hq, hkv, l, s, e, ev, qst, kst, vst, mst, ost, chunk, scale, splits, mask_kind,
+        causal, order
+    );
+    (fields, std::mem::size_of::<AttnP>())
 }
 
 /// The norm's operands (validated): `src`, `dst` and the parameters must be contiguous.
@@ -204,11 +223,19 @@ const MMA_ROWS: u64 = 64;
 /// Threads per block of the tensor-core kernel (`AM_THREADS`).
 const MMA_THREADS: u32 = 128;
 
+/// Whether the tensor-core kernels may write `dst`: its last dim contiguous, its other strides
+/// (of dims longer than 1) even and its start 4-byte aligned (their 4-byte stores of two values).
+fn out_aligned(dst: &BufferView) -> bool {
+    dst.strides[3] == 1
+        && (0..3).all(|d| dst.shape[d] == 1 || dst.strides[d].is_multiple_of(2))
+        && addr(dst).is_multiple_of(4)
+}
+
 /// The kernel for `a` on a device of compute capability `major.minor` under `choice`: a
 /// tensor-core kernel where it applies — f16 / bf16, `E == Ev` of 64 or 128, compute capability
-/// 8.0 or later, and q, k, v each with a contiguous last dim, its other strides (of dims longer
+/// 8.0 or later, q, k, v each with a contiguous last dim, its other strides (of dims longer
 /// than 1) multiples of 8 elements and a 16-byte aligned start (its 16-byte copies and 4-byte
-/// loads) — unless `choice` is `Fma`, and under `Auto` only from [`MMA_MIN_QUERIES`] queries or
+/// loads), and an output as [`out_aligned`] — unless `choice` is `Fma`, and under `Auto` only from [`MMA_MIN_QUERIES`] queries or
 /// [`MMA_MIN_BLOCKS`] blocks; every other case the FMA kernel. The tensor-core kernel is
 /// Hopper's (wgmma) on compute capability 9.0 from [`WG_MIN_QUERIES`] queries (any number when
 /// `choice` names its tile), else the `mma.sync` kernel.
@@ -227,7 +254,8 @@ pub(in crate::driver::cuda) fn attention_path(
         && e == ev
         && ATTN_MMA_HEAD_DIMS.contains(&e)
         && major >= 8
-        && [a.q, a.k, a.v].into_iter().all(aligned);
+        && [a.q, a.k, a.v].into_iter().all(aligned)
+        && out_aligned(a.dst);
     // Hopper's kernel indexes queries and keys of a (batch, head), and rows within a tile, with ints.
     let small = |v: &BufferView| v.strides[2] < WG_MAX_ROW_STRIDE;
     // (Mask tensors take the mma.sync kernel: its registers hold their reads.)
@@ -270,13 +298,14 @@ pub(in crate::driver::cuda) fn attention_path(
     }
 }
 
-/// `attn_task`'s order code (`cu/attention_params.cu`): the heaviest query tiles first when
-/// causal, else each (batch, head)'s tiles together.
-fn attn_order(causal: bool) -> i32 {
-    if causal {
-        0
-    } else {
-        1
+/// `attn_task`'s order code (`cu/attention_params.cu`) of `order`: non-causal blocks all do the
+/// same work and keep each (batch, head)'s tiles together ([`AttentionOrder::Head`]).
+pub(in crate::driver::cuda) fn attn_order(order: AttentionOrder, causal: bool) -> i32 {
+    match order {
+        _ if !causal => 1,
+        AttentionOrder::Heavy => 0,
+        AttentionOrder::Head => 1,
+        AttentionOrder::Natural => 2,
     }
 }
 
@@ -284,9 +313,6 @@ fn attn_order(causal: bool) -> i32 {
 /// flash kernel over (query tile, head, batch, key split), and with several splits the merge of
 /// their partials (flash-decoding).
 pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()> {
-    if !a.dst.is_contiguous() {
-        return Err(unsupported("attention into a non-contiguous output (the tensor layer passes a new one)"));
-    }
     let (b, hq, l, e) = (a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3]);
     let (hkv, s, ev) = (a.k.shape[1], a.k.shape[2], a.v.shape[3]);
     let Some(&ep) = ATTN_HEAD_DIMS.iter().find(|&&d| d >= e.max(ev)) else {
@@ -322,7 +348,7 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         splits: 1,
         mask_kind,
         causal: a.causal as i32,
-        order: attn_order(a.causal),
+        order: attn_order(c.ops.tuning.attention_order(), a.causal),
     };
     match attention_path(c.ops.tuning.attention(), (c.info.major, c.info.minor), &a) {
         AttnPath::Mma(e) => {

@@ -36,6 +36,49 @@ fn norm_and_attention_modules_compile() {
     }
 }
 
+/// The host's `AttnP` (kernels/fused.rs) and the kernels' (`cu/attention_params.cu`) agree field
+/// for field: the same names in the same order (the host's by offset, packed with no gaps; the
+/// kernels' as declared), and NVRTC compiles static assertions of the size of every field and of
+/// the struct into each attention module (NVRTC has no `offsetof`: the same order and sizes give
+/// the same offsets in both C layouts).
+#[test]
+fn the_attention_parameters_have_one_layout_on_both_sides() {
+    let (mut fields, total) = super::fused::attn_p_layout();
+    fields.sort_by_key(|f| f.1);
+    let mut end = 0;
+    for &(name, at, size) in &fields {
+        assert_eq!(at, end, "AttnP::{name} follows the field before it");
+        end = at + size;
+    }
+    assert_eq!(end, total, "the fields listed fill AttnP");
+    let cu = include_str!("cu/attention_params.cu");
+    let body = &cu[cu.find("struct AttnP {").expect("AttnP in attention_params.cu") + 14..];
+    let body = &body[..body.find("};").expect("AttnP's end")];
+    let declared: Vec<&str> = body
+        .split(';')
+        .flat_map(|decl| decl.split(','))
+        .map(|item| item.split('[').next().unwrap_or("").rsplit([' ', '*', '\n']).next().unwrap_or("").trim())
+        .filter(|name| !name.is_empty())
+        .collect();
+    let names: Vec<&str> = fields.iter().map(|f| f.0).collect();
+    assert_eq!(declared, names, "attention_params.cu declares AttnP's fields in the host's order");
+    if !nvrtc_present() {
+        crate::testing::skip(1, "libnvrtc not found");
+        return;
+    }
+    let mut asserts = format!("static_assert(sizeof(AttnP) == {total}, \"sizeof(AttnP) == {total}\");\n");
+    for (name, _, size) in &fields {
+        asserts
+            .push_str(&format!("static_assert(sizeof(AttnP::{name}) == {size}, \"AttnP::{name} of {size} bytes\");\n"));
+    }
+    for m in [ModuleKey::Attention { dtype: DType::F32 }, ModuleKey::AttentionMma { dtype: DType::BF16 }] {
+        let src = m.source() + &asserts;
+        if let Err(e) = image(&m.program(&src), 9, 0, None) {
+            panic!("{m:?}: the host's AttnP {fields:?} of {total} bytes is not the kernels': {e}");
+        }
+    }
+}
+
 #[test]
 fn attention_tiles_fit_static_shared_memory() {
     for ep in ATTN_HEAD_DIMS {
@@ -179,7 +222,9 @@ fn dense(shape: &[usize]) -> Vec<usize> {
 /// aligned for its 16-byte copies; on 9.0 Hopper's (wgmma) from 64 queries, else the `mma.sync`
 /// one; `Fma` always the FMA kernel, `Mma` a tensor-core kernel wherever one applies, `Mma1` the
 /// `mma.sync` kernel, `Wg64` / `Wg128` Hopper's with that key tile on 9.0, `Fa128*` Hopper's on
-/// FlashAttention 3's schedule (persistent or not, with or without turns), `Auto` from 16 queries.
+/// FlashAttention 3's schedule (persistent or not, with or without turns), `Auto` from 16 queries;
+/// an output they write with 4-byte stores (last dim contiguous, even strides, 4-byte aligned),
+/// contiguous or PyTorch's `[B, L, H, Ev]` memory.
 #[test]
 fn the_attention_kernel_is_chosen_explicitly() {
     use super::fused::{attention_path, AttnArgs, AttnPath};
@@ -248,6 +293,27 @@ fn the_attention_kernel_is_chosen_explicitly() {
             let t = case(dtype, 100, e, e, Some(vec![100 * 4 * e, e, 4 * e, 1]), 0);
             assert_eq!(path(Auto, AMPERE, &t), AttnPath::Mma(e), "transposed query");
             assert_eq!(path(Auto, HOPPER, &t), wg, "transposed query on 9.0");
+            // An output laid out [B, L, H, Ev] (PyTorch's; the tensor layer's): still tensor cores.
+            let (q, k, v, _) = case(dtype, 100, e, e, None, 0);
+            let bl = |strides: &[usize], at: u64| view(dtype, &[2, 4, 100, e], strides, at);
+            let o = (q.clone(), k.clone(), v.clone(), bl(&[100 * 4 * e, e, 4 * e, 1], 1 << 24));
+            assert_eq!(
+                (path(Auto, AMPERE, &o), path(Auto, HOPPER, &o)),
+                (AttnPath::Mma(e), wg),
+                "[B, L, H, Ev] output"
+            );
+            // An output the tensor cores' 4-byte stores cannot write: the FMA kernel writes it.
+            for bad in [
+                bl(&[100 * 4 * e, e, 4 * e, 1], (1 << 24) + 2),
+                bl(&[1, 2 * 100 * e, 2 * e, 2], 1 << 24),
+                bl(&[4 * 100 * (e + 1), 100 * (e + 1), e + 1, 1], 1 << 24),
+            ] {
+                let c = (q.clone(), k.clone(), v.clone(), bad);
+                assert_eq!(
+                    [path(Auto, HOPPER, &c), path(Mma1, HOPPER, &c), path(Wg64, HOPPER, &c)],
+                    [AttnPath::Fma; 3]
+                );
+            }
             // Misaligned: a start off 16 bytes, a row stride not a multiple of 8, a strided last dim.
             for bad in [
                 case(dtype, 100, e, e, None, 8),
@@ -290,4 +356,14 @@ fn the_norm_kernel_is_chosen_by_length_and_alignment() {
     assert_eq!(norm_entry(4097, 2, true), Entry::NormRegs(32), "not whole vectors");
     assert_eq!(norm_entry(9000, 2, true), Entry::NormRows);
     assert_eq!(norm_entry(16384, 2, true), Entry::NormRows, "past 4 vectors a thread");
+}
+
+/// The query-tile order code the kernels read (`attn_task` of `cu/attention_params.cu`): the
+/// chosen order for causal launches, each (batch, head)'s tiles together (code 1) otherwise.
+#[test]
+fn the_query_tile_order_is_the_chosen_one_when_causal() {
+    use super::fused::attn_order;
+    use crate::config::AttentionOrder::{Head, Heavy, Natural};
+    assert_eq!([attn_order(Heavy, true), attn_order(Head, true), attn_order(Natural, true)], [0, 1, 2]);
+    assert_eq!([attn_order(Heavy, false), attn_order(Head, false), attn_order(Natural, false)], [1, 1, 1]);
 }

@@ -4,8 +4,8 @@
 // memory (as TC) by the whole block; each warp scores its query against the tile (G = 32 / KT
 // lanes per key), keeps a running maximum m, sum l and output accumulator (EP / 32 head elements
 // per lane) in registers. Scores never reach global memory. With one split the block writes
-// acc / l (zeros where every key is masked); with several it writes (m, l, acc) partials that
-// at_merge merges (flash-decoding). Entry points at_{EP} and at_merge are appended by
+// acc / l (zeros where every key is masked) where the output strides ost say; with several it
+// writes (m, l, acc) partials (rows in [B, H, L] order) that at_merge merges (flash-decoding). Entry points at_{EP} and at_merge are appended by
 // kernels/codegen.rs.
 
 #define AW 8
@@ -90,10 +90,11 @@ template <int EP, int KT> __device__ void at_tile(const AttnP& p) {
         const i64 row = (bi * p.hq + h) * p.l + i;
         if (p.splits == 1) {
             const TC inv = ls == (TC)0 ? (TC)0 : (TC)1 / ls;
+            TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1] + i * p.ost[2];
 #pragma unroll
             for (int n = 0; n < NE; ++n) {
                 const int d = lane + 32 * n;
-                if (d < p.ev) p.dst[row * p.ev + d] = from_c(acc[n] * inv);
+                if (d < p.ev) ob[d * p.ost[3]] = from_c(acc[n] * inv);
             }
         } else {
             TC* pp = p.part + (row * p.splits + sp) * (p.ev + 2);
@@ -123,6 +124,9 @@ __device__ void at_merge_rows(const AttnP& p) {
                 if (ms != c_neg_inf()) tot += base[s * stride + 1] * ex(ms - mx);
             }
         const TC inv = (mx == c_neg_inf() || tot == (TC)0) ? (TC)0 : (TC)1 / tot;
+        // Row r is query i of (batch, head) bh = bi * hq + h.
+        const i64 i = r % p.l, bh = r / p.l;
+        TS* ob = p.dst + (bh / p.hq) * p.ost[0] + (bh % p.hq) * p.ost[1] + i * p.ost[2];
         for (i64 d = lane; d < p.ev; d += 32) {
             TC o = (TC)0;
             if (mx != c_neg_inf())
@@ -130,7 +134,7 @@ __device__ void at_merge_rows(const AttnP& p) {
                     const TC ms = base[s * stride];
                     if (ms != c_neg_inf()) o += base[s * stride + 2 + d] * ex(ms - mx);
                 }
-            p.dst[r * p.ev + d] = from_c(o * inv);
+            ob[d * p.ost[3]] = from_c(o * inv);
         }
     }
 }

@@ -9,7 +9,9 @@
 // their last query's key; masks (bool or additive, broadcast by strides) are read per score.
 // Rows whose every key is masked get zeros. The host (`fused.rs`) launches AM_THREADS threads
 // and sends here only q / k / v whose last dim is contiguous and whose other strides are
-// multiples of 8 elements from 16-byte aligned bases. Entry points am_{E} are appended by
+// multiples of 8 elements from 16-byte aligned bases, and an output whose last dim is contiguous
+// and whose other strides are even from a 4-byte aligned base (its 4-byte stores). The query tiles
+// run in the order p.order chooses (attn_task). Entry points am_{E} are appended by
 // kernels/fused_codegen.rs; AM_MMA_T (the PTX type, "f16" or "bf16") is defined there.
 //
 // Fragment layouts of mma.m16n8k16 (.f16/.bf16 inputs, .f32 accumulators), PTX ISA 9.7.14.5.8,
@@ -95,11 +97,10 @@ template <int E> __device__ void am_tile(const AttnP& p) {
     const i64 qtiles = (p.l + AM_ROWS - 1) / AM_ROWS;
     const i64 tasks = qtiles * p.hq * p.b;
     for (i64 task = blockIdx.x; task < tasks; task += gridDim.x) {
-        i64 tt = task;
-        const i64 qt = qtiles - 1 - tt % qtiles;  // the last (longest causal) query tiles first
-        tt /= qtiles;
-        const i64 h = tt % p.hq;
-        const i64 bi = tt / p.hq;
+        i64 qt, bh;
+        attn_task(p, task, qtiles, qt, bh);
+        const i64 h = bh % p.hq;
+        const i64 bi = bh / p.hq;
         const i64 hk = h / (p.hq / p.hkv);
         const i64 q0 = qt * AM_ROWS;
         const i64 r0 = q0 + w * 16 + g, r1 = r0 + 8;  // this thread's two query rows
@@ -239,11 +240,13 @@ template <int E> __device__ void am_tile(const AttnP& p) {
         l1 += __shfl_xor_sync(FULL, l1, 1);
         l1 += __shfl_xor_sync(FULL, l1, 2);
         const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
-        TS* ob = p.dst + (bi * p.hq + h) * p.l * E;
+        TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
 #pragma unroll
         for (int n = 0; n < OT; ++n) {
-            if (r0 < p.l) *reinterpret_cast<u32*>(ob + r0 * E + 8 * n + 2 * t) = am_pack(o[n][0] * i0, o[n][1] * i0);
-            if (r1 < p.l) *reinterpret_cast<u32*>(ob + r1 * E + 8 * n + 2 * t) = am_pack(o[n][2] * i1, o[n][3] * i1);
+            if (r0 < p.l)
+                *reinterpret_cast<u32*>(ob + r0 * p.ost[2] + 8 * n + 2 * t) = am_pack(o[n][0] * i0, o[n][1] * i0);
+            if (r1 < p.l)
+                *reinterpret_cast<u32*>(ob + r1 * p.ost[2] + 8 * n + 2 * t) = am_pack(o[n][2] * i1, o[n][3] * i1);
         }
     }
 #else

@@ -28,7 +28,9 @@
 // threads, the dynamic shared memory `attn_wg_bytes(E, BN)` (vocab.rs), a scale whose product with
 // log2 e is a positive normal float, no mask tensor, L and S below 2^30, and q / k / v whose last
 // dim is contiguous, whose row strides are below 2^24 and whose other strides are multiples of 8
-// elements from 16-byte aligned bases.
+// elements from 16-byte aligned bases, and an output whose last dim is contiguous and whose other
+// strides are even from a 4-byte aligned base (its 4-byte stores). The query tiles run in the
+// order p.order chooses (attn_task): by default the heaviest (the last, causal) first.
 
 #define AW_ROWS 128
 #define AW_THREADS 256
@@ -236,10 +238,9 @@ template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
     const int g = lane >> 2, t = lane & 3;
     const float sl2 = (float)(p.scale * AW_LOG2E);
     const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS;
-    i64 task = blockIdx.x;
-    const i64 qt = qtiles - 1 - task % qtiles;  // the last (longest causal) query tiles first
-    task /= qtiles;
-    const i64 h = task % p.hq, bi = task / p.hq;
+    i64 qt, bh;
+    attn_task(p, blockIdx.x, qtiles, qt, bh);
+    const i64 h = bh % p.hq, bi = bh / p.hq;
     const i64 hk = h / (p.hq / p.hkv);
     const int q0 = (int)qt * AW_ROWS;
     const int w0 = q0 + 64 * wg;                  // this warpgroup's first query
@@ -296,13 +297,13 @@ template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
     l1 += __shfl_xor_sync(FULL, l1, 1);
     l1 += __shfl_xor_sync(FULL, l1, 2);
     const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
-    TS* ob = p.dst + (bi * p.hq + h) * p.l * E;
+    TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
 #pragma unroll
     for (int c = 0; c < E / 8; ++c) {
         if (r0 < p.l)
-            *reinterpret_cast<u32*>(ob + (i64)r0 * E + 8 * c + 2 * t) = aw_pack(o[4 * c] * i0, o[4 * c + 1] * i0);
+            *reinterpret_cast<u32*>(ob + r0 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c] * i0, o[4 * c + 1] * i0);
         if (r1 < p.l)
-            *reinterpret_cast<u32*>(ob + (i64)r1 * E + 8 * c + 2 * t) = aw_pack(o[4 * c + 2] * i1, o[4 * c + 3] * i1);
+            *reinterpret_cast<u32*>(ob + r1 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c + 2] * i1, o[4 * c + 3] * i1);
     }
 #else
     __trap();  // the host launches this kernel only on compute capability 9.0 (sm_90a)

@@ -567,8 +567,8 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
 /// The CUDA driver's attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s setting:
 /// the FMA flash kernel, the tensor-core kernels wherever they apply — f16 / bf16 with head dims
 /// 64 and 128, here also for a single query: the `mma.sync` one and on compute capability 9.0
-/// Hopper's wgmma one with either key tile, with and without its warpgroups taking turns — and
-/// the default choice), against the float64
+/// Hopper's wgmma one with either key tile, with and without its warpgroups taking turns, and on
+/// FlashAttention 3's schedule — and the default choice), against the float64
 /// reference: causal with L = S, L > S and S shorter than a tile, lengths not multiples of the
 /// 64- and 128-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
 /// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
@@ -611,6 +611,9 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
             AttentionKernel::Wg128,
             AttentionKernel::Pp64,
             AttentionKernel::Pp128,
+            AttentionKernel::Fa128,
+            AttentionKernel::Fa128g,
+            AttentionKernel::Fa128n,
             AttentionKernel::Auto,
         ];
         let orders = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
@@ -660,6 +663,44 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
         }
     }
     cudasem::cuda::set_attention(AttentionKernel::Auto, AttentionOrder::Heavy)
+}
+
+/// Hopper's kernels on FlashAttention 3's schedule run persistent blocks (one an SM for head dim
+/// 128, two for 64), each taking several query tiles in turn when there are more than blocks:
+/// causal (the heaviest tiles first) and not, grouped heads, ragged tiles (a last tile of one
+/// row), L > S, against the float64 reference for each choice of them (`fa128`, `fa128g` a block
+/// per tile, `fa128n` without turns); more tiles than an H100's or H200's 132 SMs hold at once.
+/// The simulator ignores the choice and computes every case alike: one case there.
+#[test]
+fn sdpa_persistent_hopper_blocks_take_every_query_tile() -> Result<()> {
+    use cudasem::AttentionKernel;
+    let mut rng = Rng::new(4012);
+    let cases = [
+        // 2 query tiles × 70 heads = 140 tasks of head dim 128.
+        Case { causal: true, ..case(1, 70, 14, 129, 40, 128, 128) },
+        case(2, 35, 35, 129, 70, 128, 128),
+        // 2 × 140 = 280 tasks of head dim 64 (two blocks an SM: 264).
+        Case { causal: true, ..case(1, 140, 35, 129, 50, 64, 64) },
+        case(1, 140, 140, 150, 70, 64, 64),
+    ];
+    let cuda = cudasem::cuda::driver_name() == "cuda";
+    let (kernels, cases, dtypes) = if cuda {
+        (
+            &[AttentionKernel::Fa128, AttentionKernel::Fa128g, AttentionKernel::Fa128n][..],
+            &cases[..],
+            &[DType::BF16, DType::F16][..],
+        )
+    } else {
+        (&[AttentionKernel::Auto][..], &cases[..1], &[DType::BF16][..])
+    };
+    for &kernel in kernels {
+        cudasem::cuda::set_attention_kernel(kernel)?;
+        let label = format!("(attention kernel {kernel:?})");
+        for &c in cases {
+            run_case_as(&mut rng, c, dtypes, &label)?;
+        }
+    }
+    cudasem::cuda::set_attention_kernel(AttentionKernel::Auto)
 }
 
 #[test]
@@ -726,6 +767,9 @@ fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
             AttentionKernel::Wg128,
             AttentionKernel::Pp64,
             AttentionKernel::Pp128,
+            AttentionKernel::Fa128,
+            AttentionKernel::Fa128g,
+            AttentionKernel::Fa128n,
             AttentionKernel::Auto,
         ];
         let orders = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];

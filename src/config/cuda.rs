@@ -210,8 +210,8 @@ impl Default for LaunchTuning {
 
 /// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
 /// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma`, `mma`,
-/// `mma1`, `wg64`, `wg128`, `pp64` or `pp128`, optionally followed by `:` and an
-/// [`AttentionOrder`] (`pp128:natural`).
+/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g` or `fa128n`, optionally followed by `:` and
+/// an [`AttentionOrder`] (`pp128:natural`; the `fa128*` kernels keep their own order).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttentionKernel {
@@ -238,10 +238,21 @@ pub enum AttentionKernel {
     Pp64,
     /// [`AttentionKernel::Wg128`] with the warpgroups taking turns.
     Pp128,
+    /// Hopper's wgmma kernel on FlashAttention 3's schedule wherever it applies (compute
+    /// capability 9.0; else as [`AttentionKernel::Mma1`]): persistent blocks taking the heaviest
+    /// query tiles first, three stages of keys and values, each warpgroup's softmax beside its
+    /// previous tile's values product; tiles of 64 keys for head dim 64, of 128 with the
+    /// warpgroups taking turns for 128.
+    Fa128,
+    /// [`AttentionKernel::Fa128`] with a block per query tile instead of persistent blocks.
+    Fa128g,
+    /// [`AttentionKernel::Fa128`] without the warpgroups' turns.
+    Fa128n,
 }
 
 impl AttentionKernel {
-    /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64` or `pp128` (empty: `auto`).
+    /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`
+    /// or `fa128n` (empty: `auto`).
     pub fn parse(value: &str) -> Result<AttentionKernel> {
         match value.trim() {
             "" | "auto" => Ok(AttentionKernel::Auto),
@@ -252,10 +263,15 @@ impl AttentionKernel {
             "wg128" => Ok(AttentionKernel::Wg128),
             "pp64" => Ok(AttentionKernel::Pp64),
             "pp128" => Ok(AttentionKernel::Pp128),
+            "fa128" => Ok(AttentionKernel::Fa128),
+            "fa128g" => Ok(AttentionKernel::Fa128g),
+            "fa128n" => Ok(AttentionKernel::Fa128n),
             _ => Err(Error::InvalidConfig {
                 key: SDPA_KERNEL_ENV.into(),
                 value: crate::error::quote_prefix(value, 80),
-                reason: "expected `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64` or `pp128`".into(),
+                reason: "expected `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, \
+                         `fa128g` or `fa128n`"
+                    .into(),
             }),
         }
     }
@@ -389,6 +405,9 @@ mod tests {
             (" wg128", AttentionKernel::Wg128),
             ("pp64", AttentionKernel::Pp64),
             ("pp128 ", AttentionKernel::Pp128),
+            ("fa128", AttentionKernel::Fa128),
+            ("fa128g", AttentionKernel::Fa128g),
+            (" fa128n", AttentionKernel::Fa128n),
         ];
         for (v, k) in kinds {
             assert_eq!(with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning.attention, k, "{v:?}");

@@ -170,6 +170,10 @@ pub(in crate::driver::cuda) enum AttnPath {
     /// Hopper's tensor-core kernel of head dim `E` with tiles of `BN` keys, its warpgroups taking
     /// turns on the tensor cores when `pp` (`cu/attention_wg.cu`).
     Wg { e: usize, bn: usize, pp: bool },
+    /// Hopper's kernel on FlashAttention 3's schedule (`cu/attention_fa.cu`), of head dim `E`
+    /// with tiles of `BN` keys, its warpgroups taking turns when `pp`, on a persistent grid (SMs
+    /// × blocks an SM) when `persistent`, else a block per query tile.
+    Fa { e: usize, bn: usize, pp: bool, persistent: bool },
 }
 
 /// Queries from which [`AttentionKernel::Auto`] takes the tensor-core kernel (a block of it
@@ -190,6 +194,16 @@ const WG_MIN_QUERIES: usize = 64;
 /// an SM, whose products and softmax interleave anyway; 128 runs one, whose two warpgroups would
 /// otherwise compute their softmax at once while the tensor cores wait.
 fn wg_default(e: usize) -> (usize, bool) {
+    if e <= 64 {
+        (64, false)
+    } else {
+        (128, true)
+    }
+}
+/// Keys per tile of the FlashAttention 3 schedule's kernel by head dim, and whether its
+/// warpgroups take turns unless chosen ([`AttentionKernel::Fa128n`]): head dim 64 runs two blocks
+/// an SM (tiles of 64 keys keep its registers within 128 a thread), 128 one.
+pub(in crate::driver::cuda) fn fa_default(e: usize) -> (usize, bool) {
     if e <= 64 {
         (64, false)
     } else {
@@ -254,6 +268,7 @@ pub(in crate::driver::cuda) fn attention_path(
         && l.max(a.k.shape[2]) < WG_MAX_LEN
         && [a.q, a.k, a.v].into_iter().all(small);
     let wg = |bn, pp| AttnPath::Wg { e, bn, pp };
+    let fa = |pp, persistent| AttnPath::Fa { e, bn: fa_default(e).0, pp, persistent };
     let (bn, pp) = wg_default(e);
     let tensor = if hopper && l >= WG_MIN_QUERIES { wg(bn, pp) } else { AttnPath::Mma(e) };
     match choice {
@@ -264,9 +279,16 @@ pub(in crate::driver::cuda) fn attention_path(
         AttentionKernel::Wg128 if hopper => wg(128, false),
         AttentionKernel::Pp64 if hopper => wg(64, true),
         AttentionKernel::Pp128 if hopper => wg(128, true),
-        AttentionKernel::Wg64 | AttentionKernel::Wg128 | AttentionKernel::Pp64 | AttentionKernel::Pp128 => {
-            AttnPath::Mma(e)
-        }
+        AttentionKernel::Fa128 if hopper => fa(fa_default(e).1, true),
+        AttentionKernel::Fa128g if hopper => fa(fa_default(e).1, false),
+        AttentionKernel::Fa128n if hopper => fa(false, true),
+        AttentionKernel::Wg64
+        | AttentionKernel::Wg128
+        | AttentionKernel::Pp64
+        | AttentionKernel::Pp128
+        | AttentionKernel::Fa128
+        | AttentionKernel::Fa128g
+        | AttentionKernel::Fa128n => AttnPath::Mma(e),
         AttentionKernel::Mma => tensor,
         AttentionKernel::Auto if l >= MMA_MIN_QUERIES => tensor,
         AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
@@ -341,6 +363,15 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let f = c.kernel(KernelId { module, entry })?;
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
             let grid = tasks.clamp(1, i32::MAX as u64) as u32;
+            return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut p);
+        }
+        AttnPath::Fa { e, bn, pp, persistent } => {
+            let module = ModuleKey::AttentionWg { dtype };
+            let entry = Entry::AttnFa { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp };
+            let f = c.kernel(KernelId { module, entry })?;
+            let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
+            let wave = c.info.sms as u64 * f.blocks_per_sm as u64;
+            let grid = if persistent { tasks.min(wave) } else { tasks }.clamp(1, i32::MAX as u64) as u32;
             return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut p);
         }
         AttnPath::Fma => {}

@@ -3,7 +3,10 @@
 //! arrays of every padded head dim), and each entry point the launcher asks for is defined.
 
 use super::nvrtc::{image, nvrtc_present, resource_report, resource_report_of};
-use super::vocab::{attn_keys_per_tile, attn_wg_bytes, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, ATTN_WG_TILES};
+use super::vocab::{
+    attn_fa_bytes, attn_keys_per_tile, attn_wg_bytes, ModuleKey, ATTN_FA_TILES, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS,
+    ATTN_WG_TILES,
+};
 use crate::dtype::DType;
 
 const FLOATS: [DType; 4] = [DType::F32, DType::BF16, DType::F16, DType::F64];
@@ -129,7 +132,9 @@ fn tensor_core_attention_compiles_without_spills() {
 /// PTX, and ptxas keeps their accumulators (scores, outputs) and P's fragments in registers
 /// within each kernel's launch bound: no stack frame, no spills, and no serialized wgmma (ptxas
 /// warns when it must wait for each product, C7510 / C7515); the ping-pong kernels use the two
-/// named barriers of their turns besides the block's.
+/// named barriers of their turns besides the block's. The same for the kernels on
+/// FlashAttention 3's schedule (`af_*`, `cu/attention_fa.cu`), where ptxas injects at most one
+/// wait of its own (C7517: on the trap path that keeps the softmax above the products' wait).
 #[test]
 fn hopper_attention_compiles_to_wgmma_without_spills() {
     if !nvrtc_present() {
@@ -145,8 +150,11 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
         }
         let (_, log) = resource_report_of(&m.program(&src), 9, 0).unwrap_or_else(|e| panic!("{m:?}: {e}"));
         assert!(!log.contains("C7510") && !log.contains("C7515") && !log.contains("serialized"), "{m:?}:\n{log}");
-        for name in ATTN_WG_TILES.iter().flat_map(|(e, bn)| [format!("aw_{e}_{bn}"), format!("aw_{e}_{bn}p")]) {
-            let at = log.find(&format!("'{name}'")).unwrap_or_else(|| panic!("{name} in the report:\n{log}"));
+        let fa = ATTN_FA_TILES.iter().map(|(e, bn, pp)| format!("af_{e}_{bn}{}", if *pp { "p" } else { "" }));
+        for name in ATTN_WG_TILES.iter().flat_map(|(e, bn)| [format!("aw_{e}_{bn}"), format!("aw_{e}_{bn}p")]).chain(fa)
+        {
+            let at =
+                log.find(&format!("entry function '{name}'")).unwrap_or_else(|| panic!("{name} in the report:\n{log}"));
             let tail = &log[at..];
             let end = tail[1..].find("Compiling entry function").map_or(tail.len(), |i| i + 1);
             let part = &tail[..end];
@@ -156,14 +164,27 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
             assert!(part.contains("0 bytes spill stores"), "{name} ({d}) spills:\n{part}");
             let barriers = if name.ends_with('p') { "used 3 barriers" } else { "used 1 barriers" };
             assert!(part.contains(barriers), "{name} ({d}): {barriers} (the turns' named barriers):\n{part}");
+            // ptxas adds a wait for the products only on the never-taken trap path that ends the
+            // softmax's block in the `af_*` kernels (`cu/attention_fa.cu`), nowhere else.
+            let injected = log.lines().filter(|l| l.contains("C7517") && l.contains(&format!("'{name}'"))).count();
+            let allowed = usize::from(name.starts_with("af_"));
+            assert!(injected <= allowed, "{name} ({d}): {injected} waits injected by ptxas:\n{log}");
         }
     }
 }
 
 /// Hopper's attention tiles fit a block's 227 KiB of shared memory on 9.0, two blocks an SM
-/// for head dim 64 with tiles of 64 keys (as its launch bound asks).
+/// for head dim 64 with tiles of 64 keys (as its launch bound asks); so do the three stages of
+/// the kernels on FlashAttention 3's schedule.
 #[test]
 fn hopper_attention_tiles_fit_shared_memory() {
+    for (e, bn, _) in ATTN_FA_TILES {
+        let bytes = attn_fa_bytes(e, bn);
+        let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
+        assert!(bytes <= 227 * 1024, "head dim {e}, {bn} keys: {bytes} bytes in a block");
+        assert!(blocks * (bytes + 1024) <= 228 * 1024, "head dim {e}, {bn} keys: {bytes} bytes, {blocks} blocks");
+        assert_eq!(bytes, 1024 + 2 * 128 * e + 12 * bn * e, "queries, three stages of keys and values");
+    }
     for (e, bn) in ATTN_WG_TILES {
         let bytes = attn_wg_bytes(e, bn);
         let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
@@ -200,13 +221,14 @@ fn dense(shape: &[usize]) -> Vec<usize> {
 /// bf16 with `E == Ev` of 64 or 128 on compute capability 8.0 or later, with each of q, k, v
 /// aligned for its 16-byte copies; on 9.0 Hopper's (wgmma) from 64 queries, else the `mma.sync`
 /// one; `Fma` always the FMA kernel, `Mma` a tensor-core kernel wherever one applies, `Mma1` the
-/// `mma.sync` kernel, `Wg64` / `Wg128` Hopper's with that key tile on 9.0, `Auto` from 16 queries;
+/// `mma.sync` kernel, `Wg64` / `Wg128` Hopper's with that key tile on 9.0, `Fa128*` Hopper's on
+/// FlashAttention 3's schedule (persistent or not, with or without turns), `Auto` from 16 queries;
 /// an output they write with 4-byte stores (last dim contiguous, even strides, 4-byte aligned),
 /// contiguous or PyTorch's `[B, L, H, Ev]` memory.
 #[test]
 fn the_attention_kernel_is_chosen_explicitly() {
     use super::fused::{attention_path, AttnArgs, AttnPath};
-    use crate::config::AttentionKernel::{Auto, Fma, Mma, Mma1, Pp128, Pp64, Wg128, Wg64};
+    use crate::config::AttentionKernel::{Auto, Fa128, Fa128g, Fa128n, Fma, Mma, Mma1, Pp128, Pp64, Wg128, Wg64};
     const AMPERE: (u32, u32) = (8, 6);
     const HOPPER: (u32, u32) = (9, 0);
     let case = |dtype: DType, l: usize, e: usize, ev: usize, q_strides: Option<Vec<usize>>, at: u64| {
@@ -237,6 +259,15 @@ fn the_attention_kernel_is_chosen_explicitly() {
             assert_eq!(path(Pp128, HOPPER, &c), AttnPath::Wg { e, bn: 128, pp: true });
             assert_eq!(path(Wg128, AMPERE, &c), AttnPath::Mma(e), "no wgmma before 9.0");
             assert_eq!(path(Pp64, AMPERE, &c), AttnPath::Mma(e));
+            let bn = if e == 64 { 64 } else { 128 };
+            let fa = |pp, persistent| AttnPath::Fa { e, bn, pp, persistent };
+            assert_eq!(path(Fa128, HOPPER, &c), fa(e == 128, true), "turns for head dim 128 only");
+            assert_eq!(path(Fa128g, HOPPER, &c), fa(e == 128, false));
+            assert_eq!(path(Fa128n, HOPPER, &c), fa(false, true));
+            for k in [Fa128, Fa128g, Fa128n] {
+                assert_eq!(path(k, AMPERE, &c), AttnPath::Mma(e), "no wgmma before 9.0");
+                assert_eq!(path(k, HOPPER, &case(dtype, 40, e, e, None, 0)), fa(k != Fa128n && e == 128, k != Fa128g));
+            }
             assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");
             assert_eq!(path(Fma, HOPPER, &c), AttnPath::Fma, "forced FMA");
             assert_eq!(path(Auto, (7, 5), &c), AttnPath::Fma, "before sm_80");
@@ -289,8 +320,13 @@ fn the_attention_kernel_is_chosen_explicitly() {
                 case(dtype, 100, e, e, Some(vec![4 * 100 * (e + 2), 100 * (e + 2), e + 2, 1]), 0),
                 case(dtype, 100, e, e, Some(vec![1, 2 * 100 * e, 2 * e, 2]), 0),
             ] {
-                let paths = [path(Auto, HOPPER, &bad), path(Mma, HOPPER, &bad), path(Wg128, HOPPER, &bad)];
-                assert_eq!(paths, [AttnPath::Fma; 3]);
+                let paths = [
+                    path(Auto, HOPPER, &bad),
+                    path(Mma, HOPPER, &bad),
+                    path(Wg128, HOPPER, &bad),
+                    path(Fa128, HOPPER, &bad),
+                ];
+                assert_eq!(paths, [AttnPath::Fma; 4]);
             }
         }
         // Head dims without a tensor-core kernel, or E != Ev.

@@ -68,6 +68,9 @@ pub(in crate::driver::cuda) const ATTENTION_MMA: &str = body(include_str!("cu/at
 /// The Hopper tensor-core attention kernel (wgmma, sm_90a), after [`ATTENTION_PARAMS`], a
 /// define of `AW_CVT2` and the generated wgmma wrappers.
 pub(in crate::driver::cuda) const ATTENTION_WG: &str = body(include_str!("cu/attention_wg.cu"));
+/// The Hopper tensor-core attention kernel on FlashAttention 3's schedule (persistent blocks,
+/// three stages, intra-warpgroup overlap), after [`ATTENTION_WG`] (whose helpers it calls).
+pub(in crate::driver::cuda) const ATTENTION_FA: &str = body(include_str!("cu/attention_fa.cu"));
 /// The kernel `jm` of a jiterator module of many inputs or several outputs, after its generated
 /// part (`jit.rs`: `NIN`, `CsJitP` and `cs_jit_apply`).
 pub(in crate::driver::cuda) const JIT_MULTI: &str = body(include_str!("cu/jit_multi.cu"));

@@ -40,6 +40,18 @@ pub(in crate::driver::cuda) const fn attn_wg_bytes(e: usize, bn: usize) -> usize
     1024 + 128 * e * 2 + 4 * bn * e * 2
 }
 
+/// (Head dim, keys per tile, warpgroups taking turns) of the Hopper attention kernels on
+/// FlashAttention 3's schedule (`cu/attention_fa.cu`), one entry point each.
+pub(in crate::driver::cuda) const ATTN_FA_TILES: [(usize, usize, bool); 3] =
+    [(64, 64, false), (128, 128, true), (128, 128, false)];
+
+/// Dynamic shared memory of the Hopper attention kernel on FlashAttention 3's schedule of head
+/// dim `e` and `bn` keys per tile: 128 queries, three stages of keys and values (16-bit
+/// elements), and 1 KiB to align the tiles to the 1024 bytes of their swizzle pattern.
+pub(in crate::driver::cuda) const fn attn_fa_bytes(e: usize, bn: usize) -> usize {
+    1024 + 128 * e * 2 + 6 * bn * e * 2
+}
+
 /// Keys per shared-memory tile of attention's kernel for head dims padded to `ep`, with
 /// accumulators of `acc_bytes` bytes (the tiles of keys and values fit the 48 KiB of static
 /// shared memory).
@@ -218,6 +230,9 @@ pub(in crate::driver::cuda) enum Entry {
     /// Hopper tensor-core attention tiles of head dim `16 · e16` and `16 · bn16` keys, with `pp`
     /// the two warpgroups taking turns on the tensor cores (`cu/attention_wg.cu`).
     AttnWg { e16: u8, bn16: u8, pp: bool },
+    /// [`Entry::AttnWg`] on FlashAttention 3's schedule: persistent blocks, three stages, each
+    /// warpgroup's softmax beside its previous tile's values product (`cu/attention_fa.cu`).
+    AttnFa { e16: u8, bn16: u8, pp: bool },
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
     /// A jiterator function's every output from its inputs: a thread per element (`jm`).
@@ -278,6 +293,9 @@ impl Entry {
             Entry::AttnWg { e16, bn16, pp } => {
                 format!("{prefix}_{}_{}{}", 16 * e16 as u32, 16 * bn16 as u32, if pp { "p" } else { "" })
             }
+            Entry::AttnFa { e16, bn16, pp } => {
+                format!("af_{}_{}{}", 16 * e16 as u32, 16 * bn16 as u32, if pp { "p" } else { "" })
+            }
             Entry::Random | Entry::JitMulti => prefix.into(),
         }
     }
@@ -288,6 +306,7 @@ impl Entry {
     pub(in crate::driver::cuda) fn dynamic_smem(self) -> usize {
         match self {
             Entry::AttnWg { e16, bn16, .. } => attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize),
+            Entry::AttnFa { e16, bn16, .. } => attn_fa_bytes(16 * e16 as usize, 16 * bn16 as usize),
             _ => 0,
         }
     }
@@ -343,6 +362,11 @@ impl ModuleKey {
                 .flat_map(|&(e, bn)| {
                     [false, true].map(|pp| Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp })
                 })
+                .chain(ATTN_FA_TILES.iter().map(|&(e, bn, pp)| Entry::AttnFa {
+                    e16: (e / 16) as u8,
+                    bn16: (bn / 16) as u8,
+                    pp,
+                }))
                 .collect(),
             ModuleKey::Random { .. } => vec![Entry::Random],
             ModuleKey::JitMulti { .. } => vec![Entry::JitMulti],

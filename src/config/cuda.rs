@@ -136,7 +136,7 @@ pub struct LaunchTuning {
     /// Which kernel scaled dot-product attention runs (`CUDASEM_SDPA_KERNEL`).
     pub attention: AttentionKernel,
     /// The order in which its tensor-core kernels take their query tiles (`CUDASEM_SDPA_KERNEL`'s
-    /// suffix, `:heavy`, `:head` or `:natural`).
+    /// suffix, `:heavy`, `:head`, `:natural` or `:swizzle`).
     pub attention_order: AttentionOrder,
     /// The strided elementwise kernel's lanes allowed: a sum of 1 (vectors), 2 (multiply-shift
     /// division) and 4 (batched transposes tiled); the default 7 allows all, 0 none (the kernel
@@ -297,19 +297,29 @@ pub enum AttentionOrder {
     /// Each (batch, head)'s tiles together, in order (the launch order of the block index);
     /// `natural`.
     Natural,
+    /// FlashAttention 3's head swizzle: the (batch, head)s in sections whose keys and values
+    /// fit in half the device's L2 cache, section after section (the shortest first, so the grid
+    /// ends on a whole section), the heaviest tiles first inside each (every head's last tile of
+    /// the section, then the tiles before them); `swizzle`.
+    Swizzle,
 }
 
 impl AttentionOrder {
-    /// Parses `heavy`, `head` or `natural` (empty: `heavy`).
+    /// Every order, in the order of their discriminants.
+    pub const ALL: [AttentionOrder; 4] =
+        [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural, AttentionOrder::Swizzle];
+
+    /// Parses `heavy`, `head`, `natural` or `swizzle` (empty: `heavy`).
     pub fn parse(value: &str) -> Result<AttentionOrder> {
         match value.trim() {
             "" | "heavy" => Ok(AttentionOrder::Heavy),
             "head" => Ok(AttentionOrder::Head),
             "natural" => Ok(AttentionOrder::Natural),
+            "swizzle" => Ok(AttentionOrder::Swizzle),
             _ => Err(Error::InvalidConfig {
                 key: SDPA_KERNEL_ENV.into(),
                 value: crate::error::quote_prefix(value, 80),
-                reason: "expected the query-tile order `heavy`, `head` or `natural` after the colon".into(),
+                reason: "expected the query-tile order `heavy`, `head`, `natural` or `swizzle` after the colon".into(),
             }),
         }
     }
@@ -421,13 +431,28 @@ mod tests {
             ("mma1:heavy", AttentionKernel::Mma1, AttentionOrder::Heavy),
             (":natural", AttentionKernel::Auto, AttentionOrder::Natural),
             ("mma:", AttentionKernel::Mma, AttentionOrder::Heavy),
+            ("auto:swizzle", AttentionKernel::Auto, AttentionOrder::Swizzle),
+            (" pp128 : swizzle", AttentionKernel::Pp128, AttentionOrder::Swizzle),
         ];
         for (v, k, o) in orders {
             let t = with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning;
             assert_eq!((t.attention, t.attention_order), (k, o), "{v:?}");
         }
         assert_eq!(LaunchTuning::default().attention_order, AttentionOrder::Heavy);
-        for bad in ["MMA", "wmma", "1", "wg", "wg256", "mma2", "wg64:last", "wg64:head:x", "wg65:head", "head"] {
+        for bad in [
+            "MMA",
+            "wmma",
+            "1",
+            "wg",
+            "wg256",
+            "mma2",
+            "wg64:last",
+            "wg64:head:x",
+            "wg65:head",
+            "head",
+            "auto:swizzled",
+            "swizzle",
+        ] {
             let e = with(&[(SDPA_KERNEL_ENV, bad)]).unwrap_err();
             assert!(matches!(&e, Error::InvalidConfig { key, .. } if key == SDPA_KERNEL_ENV), "{bad}: {e}");
         }

@@ -410,7 +410,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
-            attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
+            attention_order: AttentionOrder::ALL[next(4) as usize],
             strided_lanes: next(8),
             card: CardOverrides {
                 heavy_vectors: [None, Some(1 + next(16))][next(2) as usize],
@@ -449,7 +449,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
             vectors_per_thread: next(8),
             reduce_waves: next(4),
             attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
-            attention_order: [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural][next(3) as usize],
+            attention_order: AttentionOrder::ALL[next(4) as usize],
             strided_lanes: next(8),
             card: CardOverrides {
                 heavy_vectors: [None, Some(1 + next(16))][next(2) as usize],

@@ -81,9 +81,8 @@ impl Tuning {
 
     /// The order of the attention kernels' query tiles ([`LaunchTuning::attention_order`]).
     pub(in crate::driver::cuda) fn attention_order(&self) -> AttentionOrder {
-        const ORDERS: [AttentionOrder; 3] = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
         let x = self.attention_order.load(Ordering::Relaxed);
-        ORDERS.into_iter().find(|&o| o as u32 == x).unwrap_or_default()
+        AttentionOrder::ALL.into_iter().find(|&o| o as u32 == x).unwrap_or_default()
     }
 
     /// The card profile's choices set by hand.

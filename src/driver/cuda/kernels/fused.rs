@@ -1,6 +1,7 @@
 //! Norm rows and scaled dot-product attention on the CUDA driver: the kernel and its parameters
 //! (`cu/norm.cu`, `cu/attention.cu`, `cu/attention_mma.cu`) and which attention kernel runs a case.
 
+use super::attn_order::{attn_order, swizzle_section, TileGrid};
 use super::ctx::{addr, unsupported, Ctx, PARTIALS};
 use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
@@ -8,7 +9,7 @@ use super::vocab::{
     attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD,
     NORM_VECTORS_PER_THREAD,
 };
-use crate::config::{AttentionKernel, AttentionOrder};
+use crate::config::AttentionKernel;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::BufferView;
@@ -56,7 +57,8 @@ struct AttnP {
     splits: i32,
     mask_kind: i32,
     causal: i32,
-    /// The order of the tensor-core kernels' query tiles ([`attn_order`]).
+    /// The order of the tensor-core kernels' query tiles, with the swizzle's section in its
+    /// upper bits ([`attn_order`]).
     order: i32,
 }
 
@@ -298,15 +300,17 @@ pub(in crate::driver::cuda) fn attention_path(
     }
 }
 
-/// `attn_task`'s order code (`cu/attention_params.cu`) of `order`: non-causal blocks all do the
-/// same work and keep each (batch, head)'s tiles together ([`AttentionOrder::Head`]).
-pub(in crate::driver::cuda) fn attn_order(order: AttentionOrder, causal: bool) -> i32 {
-    match order {
-        _ if !causal => 1,
-        AttentionOrder::Heavy => 0,
-        AttentionOrder::Head => 1,
-        AttentionOrder::Natural => 2,
-    }
+/// The query-tile order code ([`attn_order`]) of a tensor-core launch for `a` of `rows` queries a
+/// block whose kernel fits `blocks` blocks an SM: the chosen order, with swizzle sections
+/// ([`swizzle_section`]) from the keys and values a query head reads (its key head's, shared by
+/// Hq / Hkv of them) and the device's L2 cache.
+fn tile_order(c: &Ctx, a: &AttnArgs<'_>, rows: u64, blocks: u32) -> i32 {
+    let [b, hq, l, e] = [0, 1, 2, 3].map(|d| a.q.shape[d] as u64);
+    let (hkv, s, ev) = (a.k.shape[1] as u64, a.k.shape[2] as u64, a.v.shape[3] as u64);
+    let head_kv = s * (e + ev) * a.q.dtype.size() as u64 / (hq / hkv.max(1)).max(1);
+    let grid = TileGrid { heads: b * hq, qtiles: l.div_ceil(rows), slots: c.info.sms as u64 * blocks as u64 };
+    let section = swizzle_section(grid, head_kv, c.info.card.facts.l2_bytes as u64);
+    attn_order(c.ops.tuning.attention_order(), a.causal, section)
 }
 
 /// Queues attention: the tensor-core kernel where [`attention_path`] picks it, else the FMA
@@ -348,12 +352,13 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         splits: 1,
         mask_kind,
         causal: a.causal as i32,
-        order: attn_order(c.ops.tuning.attention_order(), a.causal),
+        order: 0,
     };
     match attention_path(c.ops.tuning.attention(), (c.info.major, c.info.minor), &a) {
         AttnPath::Mma(e) => {
             let module = ModuleKey::AttentionMma { dtype };
             let f = c.kernel(KernelId { module, entry: Entry::AttnMma((e / 16) as u8) })?;
+            p.order = tile_order(c, &a, MMA_ROWS, f.blocks_per_sm);
             let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
             return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
         }
@@ -361,6 +366,7 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let module = ModuleKey::AttentionWg { dtype };
             let entry = Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp };
             let f = c.kernel(KernelId { module, entry })?;
+            p.order = tile_order(c, &a, WG_ROWS, f.blocks_per_sm);
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
             let grid = tasks.clamp(1, i32::MAX as u64) as u32;
             return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut p);

@@ -357,13 +357,3 @@ fn the_norm_kernel_is_chosen_by_length_and_alignment() {
     assert_eq!(norm_entry(9000, 2, true), Entry::NormRows);
     assert_eq!(norm_entry(16384, 2, true), Entry::NormRows, "past 4 vectors a thread");
 }
-
-/// The query-tile order code the kernels read (`attn_task` of `cu/attention_params.cu`): the
-/// chosen order for causal launches, each (batch, head)'s tiles together (code 1) otherwise.
-#[test]
-fn the_query_tile_order_is_the_chosen_one_when_causal() {
-    use super::fused::attn_order;
-    use crate::config::AttentionOrder::{Head, Heavy, Natural};
-    assert_eq!([attn_order(Heavy, true), attn_order(Head, true), attn_order(Natural, true)], [0, 1, 2]);
-    assert_eq!([attn_order(Heavy, false), attn_order(Head, false), attn_order(Natural, false)], [1, 1, 1]);
-}

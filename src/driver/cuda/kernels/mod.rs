@@ -11,6 +11,7 @@
 //!   to [`elementwise`] ([`elementwise_policy`], [`strided`]), [`reduce`] ([`reduce_layouts`],
 //!   [`softmax_layouts`]), [`gemv`] and [`gemm`] (cuBLASLt), over the per-launch context [`ctx`].
 
+pub(super) mod attn_order;
 pub(super) mod codegen;
 pub(super) mod ctx;
 pub(super) mod elementwise;
@@ -32,6 +33,8 @@ pub(super) mod strided;
 pub(super) mod table;
 pub(super) mod vocab;
 
+#[cfg(test)]
+mod attn_order_tests;
 #[cfg(test)]
 mod codegen_tests;
 #[cfg(test)]

@@ -5,7 +5,8 @@
 // for the mask and [B, H, L, Ev] for the output dst (ost): a kernel writes output element
 // (b, h, i, d) at dst[b*ost[0] + h*ost[1] + i*ost[2] + d*ost[3]] (PyTorch's SDPA output is
 // [B, H, L, Ev] over [B, L, H, Ev] memory: ost = {L*H*Ev, Ev, H*Ev, 1}). `order`: the order in
-// which the tensor-core kernels take their query tiles (attn_task).
+// which the tensor-core kernels take their query tiles (attn_task), with the swizzle's section
+// size in its upper bits.
 
 struct AttnP {
     const TS* q; const TS* k; const TS* v; const u8* mask; TS* dst; TC* part;
@@ -18,19 +19,39 @@ struct AttnP {
 
 /* The query tile qt and the (batch, head) bh = bi * hq + h of block task `task` of qtiles * B * Hq
    tasks (a kernel with a block per query tile), in the order p.order chooses (`attn_order` of
-   kernels/fused.rs, from `config::AttentionOrder`): 0, the heaviest first across the grid (every (batch, head)'s last query tile,
-   then the tiles before them, so a causal grid, whose later tiles see more keys, ends on its
-   lightest blocks); 1, each (batch, head)'s tiles together, its last first; 2, each (batch,
-   head)'s tiles together, in order. */
+   kernels/attn_order.rs, from `config::AttentionOrder`). Its low 8 bits name the order: 0, the
+   heaviest first across the grid (every (batch, head)'s last query tile, then the tiles before
+   them, so a causal grid, whose later tiles see more keys, ends on its lightest blocks); 1, each
+   (batch, head)'s tiles together, its last first; 2, each (batch, head)'s tiles together, in
+   order; 3, the swizzle: sections of G = p.order >> 8 consecutive (batch, head)s (1 <= G; the
+   host sizes them to half the L2), one section after another, the heaviest tiles first inside
+   each; when G does not divide B * Hq the short section (B * Hq % G heads) runs first, so the
+   grid ends on a whole section's lightest tiles. The bits above the low 8 are 0 for orders 0-2. */
 __device__ __forceinline__ void attn_task(const AttnP& p, i64 task, i64 qtiles, i64& qt, i64& bh) {
-    if (p.order == 0) {
-        const i64 heads = p.b * p.hq;
+    const int kind = p.order & 0xff;
+    const i64 heads = p.b * p.hq;
+    if (kind == 0) {
         qt = qtiles - 1 - task / heads;
         bh = task % heads;
+    } else if (kind == 3) {
+        const i64 g = (i64)(p.order >> 8);
+        const i64 first = heads % g;  // the short section's heads (0: none)
+        i64 h0, n, r;
+        if (task < first * qtiles) {
+            h0 = 0;
+            n = first;
+            r = task;
+        } else {
+            const i64 t = task - first * qtiles;
+            h0 = first + t / (g * qtiles) * g;
+            n = g;
+            r = t % (g * qtiles);
+        }
+        qt = qtiles - 1 - r / n;
+        bh = h0 + r % n;
     } else {
         const i64 r = task % qtiles;
-        qt = p.order == 1 ? qtiles - 1 - r : r;
+        qt = kind == 1 ? qtiles - 1 - r : r;
         bh = task / qtiles;
     }
 }
-

@@ -141,3 +141,25 @@ pub fn set_attention(
     let tuning = crate::runtime::resolved_config()?.cuda.launch_tuning;
     crate::runtime::set_launch_tuning(crate::config::LaunchTuning { attention, attention_order, ..tuning })
 }
+
+/// [`set_attention`] with the swizzled query-tile order
+/// ([`AttentionOrder::Swizzle`](crate::AttentionOrder::Swizzle)) in sections of `heads` (batch,
+/// head)s (`None`: as many as fill half the device's L2 with their keys and values), for test and
+/// benchmark runs, not an API (`CUDASEM_SDPA_KERNEL=KERNEL:swizzle` with
+/// `CUDASEM_BENCH_TUNING=swizzle_heads=N` in the environment). `heads` of 0 or past
+/// [`MAX_SWIZZLE_HEADS`](crate::MAX_SWIZZLE_HEADS) is an
+/// [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+#[doc(hidden)]
+pub fn set_attention_swizzle(attention: crate::config::AttentionKernel, heads: Option<u32>) -> crate::Result<()> {
+    if let Some(n) = heads.filter(|n| !(1..=crate::config::MAX_SWIZZLE_HEADS).contains(n)) {
+        return Err(crate::Error::InvalidConfig {
+            key: "swizzle_heads".into(),
+            value: n.to_string(),
+            reason: format!("a swizzle section holds 1 to {} (batch, head)s", crate::config::MAX_SWIZZLE_HEADS),
+        });
+    }
+    let tuning = crate::runtime::resolved_config()?.cuda.launch_tuning;
+    let card = crate::CardOverrides { swizzle_heads: heads, ..tuning.card };
+    let attention_order = crate::config::AttentionOrder::Swizzle;
+    crate::runtime::set_launch_tuning(crate::config::LaunchTuning { attention, attention_order, card, ..tuning })
+}

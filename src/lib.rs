@@ -232,7 +232,7 @@ pub mod testing;
 pub mod top;
 
 #[doc(hidden)]
-pub use config::{AttentionKernel, AttentionOrder, CardOverrides};
+pub use config::{AttentionKernel, AttentionOrder, CardOverrides, MAX_SWIZZLE_HEADS};
 pub use config::{Config, CudaSettings, KernelCache, LaunchTuning};
 pub use config::{DriverKind, PeerSpec, SimConfig, SimGpu};
 pub use device::{Device, IntoCudaDevice, IntoDevice};

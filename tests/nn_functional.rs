@@ -276,6 +276,44 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
     Ok(())
 }
 
+/// A CUDA attention kernel, its query-tile order and, for the swizzle, its section's (batch,
+/// head)s (`None`: the device's own, from its L2).
+#[derive(Debug, Clone, Copy)]
+struct Choice {
+    kernel: cudasem::AttentionKernel,
+    order: cudasem::AttentionOrder,
+    section: Option<u32>,
+}
+
+impl Choice {
+    /// Makes this the attention the launches that follow run.
+    fn set(self) -> Result<()> {
+        match self.order {
+            cudasem::AttentionOrder::Swizzle => cudasem::cuda::set_attention_swizzle(self.kernel, self.section),
+            order => cudasem::cuda::set_attention(self.kernel, order),
+        }
+    }
+}
+
+/// Every kernel of `kernels` in every query-tile order, the swizzle in sections of each of
+/// `sections` (batch, head)s (several sections, the first short, where B·Hq is past one and not a
+/// multiple of it), and the default kernel's swizzle also in the device's own sections (one on
+/// these sizes: the heaviest-first order's grid through the swizzle's arithmetic).
+fn attention_choices(kernels: &[cudasem::AttentionKernel], sections: &[u32]) -> Vec<Choice> {
+    use cudasem::{AttentionKernel, AttentionOrder};
+    let mut v = Vec::new();
+    for &kernel in kernels {
+        for order in [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural] {
+            v.push(Choice { kernel, order, section: None });
+        }
+        for &section in sections {
+            v.push(Choice { kernel, order: AttentionOrder::Swizzle, section: Some(section) });
+        }
+    }
+    v.push(Choice { kernel: AttentionKernel::Auto, order: AttentionOrder::Swizzle, section: None });
+    v
+}
+
 /// The CUDA driver's attention kernels, each chosen in turn (`CUDASEM_SDPA_KERNEL`'s setting:
 /// the FMA flash kernel, the tensor-core kernels wherever they apply — f16 / bf16 with head dims
 /// 64 and 128, here also for a single query: the `mma.sync` one and on compute capability 9.0
@@ -285,9 +323,10 @@ fn sdpa_three_d_strided_and_scaled() -> Result<()> {
 /// 64- and 128-row tiles, several key tiles, bool masks with fully masked rows and grouped heads,
 /// additive masks with −inf, a prefix mask, decoding, a query viewed from `[B, L, H, E]`, and a
 /// query starting off 16 bytes (the tensor-core kernel then falls back); each with the
-/// tensor-core kernels' query tiles in every order (`CUDASEM_SDPA_KERNEL`'s `:heavy`, `:head`,
-/// `:natural`), every output in PyTorch's `[B, L, H, Ev]` memory. A failure names the kernel and
-/// order. The simulator computes every case in float64 whatever the choice.
+/// tensor-core kernels' query tiles in every order ([`attention_choices`]: `CUDASEM_SDPA_KERNEL`'s
+/// `:heavy`, `:head`, `:natural`, `:swizzle` in several sections and in the device's own), every
+/// output in PyTorch's `[B, L, H, Ev]` memory. A failure names the kernel and order. The simulator
+/// computes every case in float64 whatever the choice.
 #[test]
 fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
     use cudasem::{AttentionKernel, AttentionOrder};
@@ -315,7 +354,7 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
         case(1, 4, 1, 64, 1000, 64, 64),
     ];
     // The simulator ignores the choice: one pass there. (The FMA kernel ignores the order.)
-    let choices: Vec<(AttentionKernel, AttentionOrder)> = if cudasem::cuda::driver_name() == "cuda" {
+    let choices = if cudasem::cuda::driver_name() == "cuda" {
         let tensor = [
             AttentionKernel::Mma,
             AttentionKernel::Mma1,
@@ -328,15 +367,16 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
             AttentionKernel::Fa128n,
             AttentionKernel::Auto,
         ];
-        let orders = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
-        let tensor = tensor.into_iter().flat_map(|k| orders.map(|o| (k, o)));
-        std::iter::once((AttentionKernel::Fma, AttentionOrder::Heavy)).chain(tensor).collect()
+        let fma = Choice { kernel: AttentionKernel::Fma, order: AttentionOrder::Heavy, section: None };
+        // Sections of 3: the 8 (batch, head)s of the first case in three (2, 3, 3), the 4 in two.
+        std::iter::once(fma).chain(attention_choices(&tensor, &[3])).collect()
     } else {
-        vec![(AttentionKernel::Auto, AttentionOrder::Heavy)]
+        vec![Choice { kernel: AttentionKernel::Auto, order: AttentionOrder::Heavy, section: None }]
     };
-    for (kernel, order) in choices {
-        cudasem::cuda::set_attention(kernel, order)?;
-        let label = format!("(attention kernel {kernel:?}, order {order:?})");
+    for choice in choices {
+        choice.set()?;
+        let Choice { kernel, order, section } = choice;
+        let label = format!("(attention kernel {kernel:?}, order {order:?}, section {section:?})");
         // The order applies to causal launches only (the others keep each head's tiles together).
         for c in cases.into_iter().filter(|c| c.causal || order == AttentionOrder::Heavy) {
             run_case_as(&mut rng, c, half, &label)?;
@@ -462,17 +502,37 @@ fn sdpa_arguments_are_checked() -> Result<()> {
     Ok(())
 }
 
+/// The swizzle's section set by hand: 0 or past the most an `int`'s upper bits hold is a typed
+/// error naming the key, and attention runs afterwards.
+#[test]
+fn a_bad_swizzle_section_is_a_typed_error() -> Result<()> {
+    use cudasem::{AttentionKernel, AttentionOrder};
+    for bad in [0, cudasem::MAX_SWIZZLE_HEADS + 1, u32::MAX] {
+        match cudasem::cuda::set_attention_swizzle(AttentionKernel::Auto, Some(bad)) {
+            Err(Error::InvalidConfig { key, value, .. }) => {
+                assert_eq!((key.as_str(), value), ("swizzle_heads", bad.to_string()))
+            }
+            other => panic!("swizzle_heads {bad}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+    cudasem::cuda::set_attention_swizzle(AttentionKernel::Auto, Some(cudasem::MAX_SWIZZLE_HEADS))?;
+    let mut rng = Rng::new(4011);
+    run_case_as(&mut rng, Case { causal: true, ..case(1, 2, 2, 70, 70, 64, 64) }, &[DType::BF16], "(swizzle)")?;
+    cudasem::cuda::set_attention(AttentionKernel::Auto, AttentionOrder::Heavy)
+}
+
 /// Attention whose query i selects one key direction: keys are unit vectors `e_(j mod E)` and
 /// query i is `160 · e_π(i)`, so with scale 1/8 the keys j ≡ π(i) (mod E) score 20 above the
 /// rest (weights below 2^-28) and row i of the output is the mean of their value rows (small
 /// integers, exact in f16 / bf16). Every CUDA kernel choice, head dims 64 and 128, one key tile's
 /// worth and several (ragged), 200 queries (a ragged block of 128), non-causal and causal (key j
-/// kept for query i when j <= i), the query tiles in every order. A mismatch names the value rows
-/// the output holds instead, so a misplaced fragment or tile shows where it went.
+/// kept for query i when j <= i), the query tiles in every order ([`attention_choices`]). A
+/// mismatch names the value rows the output holds instead, so a misplaced fragment or tile shows
+/// where it went.
 #[test]
 fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
     use cudasem::{AttentionKernel, AttentionOrder};
-    let choices: Vec<(AttentionKernel, AttentionOrder)> = if cudasem::cuda::driver_name() == "cuda" {
+    let choices = if cudasem::cuda::driver_name() == "cuda" {
         let kernels = [
             AttentionKernel::Mma1,
             AttentionKernel::Wg64,
@@ -484,21 +544,22 @@ fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
             AttentionKernel::Fa128n,
             AttentionKernel::Auto,
         ];
-        let orders = [AttentionOrder::Heavy, AttentionOrder::Head, AttentionOrder::Natural];
-        kernels.into_iter().flat_map(|k| orders.map(|o| (k, o))).collect()
+        attention_choices(&kernels, &[1]) // its 2 (batch, head)s in two sections
     } else {
-        vec![(AttentionKernel::Auto, AttentionOrder::Heavy)]
+        vec![Choice { kernel: AttentionKernel::Auto, order: AttentionOrder::Heavy, section: None }]
     };
-    for (kernel, order) in choices {
-        cudasem::cuda::set_attention(kernel, order)?;
+    for choice in choices {
+        choice.set()?;
+        let Choice { kernel, order, section } = choice;
         for device in devices() {
             for dtype in [DType::BF16, DType::F16] {
                 for e in [64, 128] {
                     for s in [e, 2 * e + 37] {
                         // (Non-causal launches ignore the order.)
                         for causal in [false, true].into_iter().filter(|&c| c || order == AttentionOrder::Heavy) {
-                            let what =
-                                format!("{kernel:?} ({order:?}) {dtype} on {device}, E {e}, S {s}, causal {causal}");
+                            let what = format!(
+                                "{kernel:?} ({order:?} {section:?}) {dtype} on {device}, E {e}, S {s}, causal {causal}"
+                            );
                             picks_value_rows(device, dtype, e, s, causal, &what)?;
                         }
                     }

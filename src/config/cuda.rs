@@ -163,11 +163,21 @@ pub struct CardOverrides {
     /// one load in flight a thread as ptxas schedules it; 8: the sum and mean kernels' wide
     /// variant, the next four in flight while the four before them are added).
     pub sum_loads: Option<u32>,
+    /// `swizzle_heads=N` (1 to [`MAX_SWIZZLE_HEADS`]): the (batch, head)s of a section of the
+    /// attention kernels' swizzled query-tile order ([`AttentionOrder::Swizzle`]), in place of as
+    /// many as fill half the device's L2 with their keys and values (and span two waves of blocks).
+    pub swizzle_heads: Option<u32>,
 }
+
+#[doc(hidden)]
+/// The most (batch, head)s a swizzle section may hold ([`CardOverrides::swizzle_heads`]): the
+/// section travels to the kernels in the bits of an `int` above its low 8.
+pub const MAX_SWIZZLE_HEADS: u32 = (i32::MAX >> 8) as u32;
 
 impl CardOverrides {
     /// The keys of [`CardOverrides::parse_item`], with their ranges.
-    pub const KEYS: &'static str = "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8)";
+    pub const KEYS: &'static str =
+        "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -184,6 +194,7 @@ impl CardOverrides {
             "heavy_vectors" => (&mut self.heavy_vectors, (1..=16).contains(&n)),
             "sum_blocks" => (&mut self.sum_blocks, n <= 64),
             "sum_loads" => (&mut self.sum_loads, n == 4 || n == 8),
+            "swizzle_heads" => (&mut self.swizzle_heads, (1..=MAX_SWIZZLE_HEADS).contains(&n)),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -463,7 +474,7 @@ mod tests {
     #[test]
     fn card_overrides_parse_with_typed_errors() {
         let t = |v: &str| with(&[(LAUNCH_TUNING_ENV, v)]).map(|s| s.launch_tuning);
-        let card = |h, b, l| CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l };
+        let card = |h, b, l| CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l, swizzle_heads: None };
         assert_eq!(
             t("heavy_vectors=2").unwrap(),
             LaunchTuning { card: card(Some(2), None, None), ..Default::default() }
@@ -478,6 +489,9 @@ mod tests {
         };
         assert_eq!(all, want);
         assert_eq!(t("sum_blocks=64,sum_blocks=3").unwrap().card, card(None, Some(3), None), "the last one counts");
+        let swizzle = |n| CardOverrides { swizzle_heads: Some(n), ..Default::default() };
+        assert_eq!(t("swizzle_heads=5").unwrap().card, swizzle(5));
+        assert_eq!(t("swizzle_heads=8388607").unwrap().card, swizzle(MAX_SWIZZLE_HEADS));
         for bad in [
             "heavy_vectors=0",
             "heavy_vectors=17",
@@ -485,6 +499,8 @@ mod tests {
             "sum_loads=2",
             "sum_loads=x",
             "sum_loads=-4",
+            "swizzle_heads=0",
+            "swizzle_heads=8388608",
             "loads=8",
             "heavy_vectors",
             "sum_loads=8,1,2,3",

@@ -31,7 +31,9 @@ mod env;
 pub(crate) mod sim;
 
 pub use allocator::AllocatorSettings;
-pub use cuda::{AttentionKernel, AttentionOrder, CardOverrides, CudaSettings, KernelCache, LaunchTuning};
+pub use cuda::{
+    AttentionKernel, AttentionOrder, CardOverrides, CudaSettings, KernelCache, LaunchTuning, MAX_SWIZZLE_HEADS,
+};
 pub use driver_kind::DriverKind;
 pub(crate) use env::{env_var, Lookup};
 pub use sim::{parse_bytes, PeerSpec, SimConfig, SimGpu};

@@ -205,7 +205,7 @@ mod tests {
     fn overrides_replace_only_what_they_name() {
         let p = CardProfile::of(h100());
         assert_eq!(p.with(&CardOverrides::default()), p);
-        let o = CardOverrides { heavy_vectors: Some(8), sum_blocks: None, sum_loads: Some(4) };
+        let o = CardOverrides { heavy_vectors: Some(8), sum_loads: Some(4), ..Default::default() };
         let q = p.with(&o);
         assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.facts), (8, 0, 4, p.facts));
         assert_eq!(

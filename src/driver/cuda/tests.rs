@@ -416,6 +416,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
                 heavy_vectors: [None, Some(1 + next(16))][next(2) as usize],
                 sum_blocks: [None, Some(next(65))][next(2) as usize],
                 sum_loads: [None, Some(4), Some(8)][next(3) as usize],
+                swizzle_heads: [None, Some(1 + next(1000))][next(2) as usize],
             },
         };
         let settings = CudaSettings {
@@ -455,6 +456,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
                 heavy_vectors: [None, Some(1 + next(16))][next(2) as usize],
                 sum_blocks: [None, Some(next(65))][next(2) as usize],
                 sum_loads: [None, Some(4), Some(8)][next(3) as usize],
+                swizzle_heads: [None, Some(1 + next(1000))][next(2) as usize],
             },
         };
         d.set_launch_tuning(again);

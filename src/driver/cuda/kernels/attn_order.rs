@@ -44,8 +44,8 @@ pub(super) const ORDER_HEAD: i32 = 1;
 pub(super) const ORDER_NATURAL: i32 = 2;
 /// Sections of (batch, head)s, the heaviest tiles first inside each.
 pub(super) const ORDER_SWIZZLE: i32 = 3;
-/// The largest section the code holds (a positive `int` above [`ORDER_BITS`]).
-pub(super) const MAX_SECTION: u64 = (i32::MAX >> ORDER_BITS) as u64;
+/// The largest section the code holds (a positive `int` above [`ORDER_BITS`] bits).
+pub(super) const MAX_SECTION: u64 = crate::config::MAX_SWIZZLE_HEADS as u64;
 
 /// A tensor-core attention grid: `heads` (batch, head)s (B·Hq) of `qtiles` query tiles each, a
 /// block a tile, on a device that holds `slots` blocks at once (SMs × blocks an SM).

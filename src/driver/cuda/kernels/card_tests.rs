@@ -26,7 +26,7 @@ fn one_output_reductions_agree_under_every_grid_and_load_width() {
             for blocks in [None, Some(1), Some(3), Some(16)] {
                 let mut got = Vec::new();
                 for loads in [4, 8] {
-                    set(&b, CardOverrides { heavy_vectors: None, sum_blocks: blocks, sum_loads: Some(loads) });
+                    set(&b, CardOverrides { sum_blocks: blocks, sum_loads: Some(loads), ..Default::default() });
                     let dst = b.dense(d, &[1]);
                     b.check(&KernelOp::Reduce { op, src: src.clone(), dst: dst.clone(), dims: vec![0] }, tol(d) * 2.0);
                     let mut bytes = vec![0u8; d.size()];

@@ -35,7 +35,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `strided_lanes`: the strided elementwise kernel's lanes allowed (bits of `strided.rs`:
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
 /// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
-/// `heavy_vectors`, `sum_blocks`, `sum_loads`, [`NO_OVERRIDE`] where the card's own hold).
+/// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, [`NO_OVERRIDE`] where the card's
+/// own hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -44,7 +45,7 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
-    pub card: [AtomicU32; 3],
+    pub card: [AtomicU32; 4],
 }
 
 /// A [`Tuning::card`] slot that overrides nothing.
@@ -59,7 +60,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
-            card: [NO_OVERRIDE; 3].map(AtomicU32::new),
+            card: [NO_OVERRIDE; 4].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -74,7 +75,7 @@ impl Tuning {
         self.strided_lanes.store(t.strided_lanes, Ordering::Relaxed);
         self.attention_order.store(t.attention_order as u32, Ordering::Relaxed);
         let c = t.card;
-        for (slot, v) in self.card.iter().zip([c.heavy_vectors, c.sum_blocks, c.sum_loads]) {
+        for (slot, v) in self.card.iter().zip([c.heavy_vectors, c.sum_blocks, c.sum_loads, c.swizzle_heads]) {
             slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
         }
     }
@@ -87,8 +88,8 @@ impl Tuning {
 
     /// The card profile's choices set by hand.
     pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
-        let [h, b, l] = self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
-        CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l }
+        let [h, b, l, s] = self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
+        CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l, swizzle_heads: s }
     }
 
     /// The attention kernel chosen ([`LaunchTuning::attention`]).

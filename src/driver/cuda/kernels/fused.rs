@@ -303,13 +303,17 @@ pub(in crate::driver::cuda) fn attention_path(
 /// The query-tile order code ([`attn_order`]) of a tensor-core launch for `a` of `rows` queries a
 /// block whose kernel fits `blocks` blocks an SM: the chosen order, with swizzle sections
 /// ([`swizzle_section`]) from the keys and values a query head reads (its key head's, shared by
-/// Hq / Hkv of them) and the device's L2 cache.
+/// Hq / Hkv of them) and the device's L2 cache, or as many heads as `CUDASEM_BENCH_TUNING`'s
+/// `swizzle_heads` names.
 fn tile_order(c: &Ctx, a: &AttnArgs<'_>, rows: u64, blocks: u32) -> i32 {
     let [b, hq, l, e] = [0, 1, 2, 3].map(|d| a.q.shape[d] as u64);
     let (hkv, s, ev) = (a.k.shape[1] as u64, a.k.shape[2] as u64, a.v.shape[3] as u64);
     let head_kv = s * (e + ev) * a.q.dtype.size() as u64 / (hq / hkv.max(1)).max(1);
     let grid = TileGrid { heads: b * hq, qtiles: l.div_ceil(rows), slots: c.info.sms as u64 * blocks as u64 };
-    let section = swizzle_section(grid, head_kv, c.info.card.facts.l2_bytes as u64);
+    let section = match c.ops.tuning.card_overrides().swizzle_heads {
+        Some(heads) => heads as u64,
+        None => swizzle_section(grid, head_kv, c.info.card.facts.l2_bytes as u64),
+    };
     attn_order(c.ops.tuning.attention_order(), a.causal, section)
 }
 

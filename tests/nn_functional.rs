@@ -355,18 +355,8 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
     ];
     // The simulator ignores the choice: one pass there. (The FMA kernel ignores the order.)
     let choices = if cudasem::cuda::driver_name() == "cuda" {
-        let tensor = [
-            AttentionKernel::Mma,
-            AttentionKernel::Mma1,
-            AttentionKernel::Wg64,
-            AttentionKernel::Wg128,
-            AttentionKernel::Pp64,
-            AttentionKernel::Pp128,
-            AttentionKernel::Fa128,
-            AttentionKernel::Fa128g,
-            AttentionKernel::Fa128n,
-            AttentionKernel::Auto,
-        ];
+        // Every kernel but the FMA one, each in every order (the FMA kernel ignores the order).
+        let tensor: Vec<_> = AttentionKernel::ALL.into_iter().filter(|&k| k != AttentionKernel::Fma).collect();
         let fma = Choice { kernel: AttentionKernel::Fma, order: AttentionOrder::Heavy, section: None };
         // Sections of 3: the 8 (batch, head)s of the first case in three (2, 3, 3), the 4 in two.
         std::iter::once(fma).chain(attention_choices(&tensor, &[3])).collect()
@@ -533,17 +523,9 @@ fn a_bad_swizzle_section_is_a_typed_error() -> Result<()> {
 fn sdpa_picks_the_value_rows_its_query_selects() -> Result<()> {
     use cudasem::{AttentionKernel, AttentionOrder};
     let choices = if cudasem::cuda::driver_name() == "cuda" {
-        let kernels = [
-            AttentionKernel::Mma1,
-            AttentionKernel::Wg64,
-            AttentionKernel::Wg128,
-            AttentionKernel::Pp64,
-            AttentionKernel::Pp128,
-            AttentionKernel::Fa128,
-            AttentionKernel::Fa128g,
-            AttentionKernel::Fa128n,
-            AttentionKernel::Auto,
-        ];
+        // Every tensor-core kernel by its name, and `auto` (not `fma`, nor `mma`, which picks among them).
+        let one = |k: &AttentionKernel| !matches!(k, AttentionKernel::Fma | AttentionKernel::Mma);
+        let kernels: Vec<_> = AttentionKernel::ALL.into_iter().filter(one).collect();
         attention_choices(&kernels, &[1]) // its 2 (batch, head)s in two sections
     } else {
         vec![Choice { kernel: AttentionKernel::Auto, order: AttentionOrder::Heavy, section: None }]

@@ -262,29 +262,47 @@ pub enum AttentionKernel {
 }
 
 impl AttentionKernel {
+    /// Every kernel with its name in `CUDASEM_SDPA_KERNEL`, in the order of their discriminants.
+    const NAMED: [(&'static str, AttentionKernel); 11] = [
+        ("auto", AttentionKernel::Auto),
+        ("fma", AttentionKernel::Fma),
+        ("mma", AttentionKernel::Mma),
+        ("mma1", AttentionKernel::Mma1),
+        ("wg64", AttentionKernel::Wg64),
+        ("wg128", AttentionKernel::Wg128),
+        ("pp64", AttentionKernel::Pp64),
+        ("pp128", AttentionKernel::Pp128),
+        ("fa128", AttentionKernel::Fa128),
+        ("fa128g", AttentionKernel::Fa128g),
+        ("fa128n", AttentionKernel::Fa128n),
+    ];
+
+    /// Every kernel, in the order of their discriminants.
+    pub const ALL: [AttentionKernel; 11] = {
+        let mut all = [AttentionKernel::Auto; 11];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = Self::NAMED[i].1;
+            i += 1;
+        }
+        all
+    };
+
     /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`
     /// or `fa128n` (empty: `auto`).
     pub fn parse(value: &str) -> Result<AttentionKernel> {
-        match value.trim() {
-            "" | "auto" => Ok(AttentionKernel::Auto),
-            "fma" => Ok(AttentionKernel::Fma),
-            "mma" => Ok(AttentionKernel::Mma),
-            "mma1" => Ok(AttentionKernel::Mma1),
-            "wg64" => Ok(AttentionKernel::Wg64),
-            "wg128" => Ok(AttentionKernel::Wg128),
-            "pp64" => Ok(AttentionKernel::Pp64),
-            "pp128" => Ok(AttentionKernel::Pp128),
-            "fa128" => Ok(AttentionKernel::Fa128),
-            "fa128g" => Ok(AttentionKernel::Fa128g),
-            "fa128n" => Ok(AttentionKernel::Fa128n),
-            _ => Err(Error::InvalidConfig {
+        let name = match value.trim() {
+            "" => "auto",
+            name => name,
+        };
+        Self::NAMED.iter().find(|(n, _)| *n == name).map(|&(_, k)| k).ok_or_else(|| {
+            let names: Vec<String> = Self::NAMED.iter().map(|(n, _)| format!("`{n}`")).collect();
+            Error::InvalidConfig {
                 key: SDPA_KERNEL_ENV.into(),
                 value: crate::error::quote_prefix(value, 80),
-                reason: "expected `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, \
-                         `fa128g` or `fa128n`"
-                    .into(),
-            }),
-        }
+                reason: format!("expected one of {}", names.join(", ")),
+            }
+        })
     }
 }
 

@@ -94,21 +94,8 @@ impl Tuning {
 
     /// The attention kernel chosen ([`LaunchTuning::attention`]).
     pub(in crate::driver::cuda) fn attention(&self) -> AttentionKernel {
-        const KINDS: [AttentionKernel; 11] = [
-            AttentionKernel::Auto,
-            AttentionKernel::Fma,
-            AttentionKernel::Mma,
-            AttentionKernel::Mma1,
-            AttentionKernel::Wg64,
-            AttentionKernel::Wg128,
-            AttentionKernel::Pp64,
-            AttentionKernel::Pp128,
-            AttentionKernel::Fa128,
-            AttentionKernel::Fa128g,
-            AttentionKernel::Fa128n,
-        ];
         let x = self.attention.load(Ordering::Relaxed);
-        KINDS.into_iter().find(|&k| k as u32 == x).unwrap_or(AttentionKernel::Auto)
+        AttentionKernel::ALL.into_iter().find(|&k| k as u32 == x).unwrap_or(AttentionKernel::Auto)
     }
 }
 

@@ -73,71 +73,6 @@ __device__ __forceinline__ void af_values(float (&o)[E / 2], const u32 (&pa)[BN 
     aw_commit();
 }
 
-/* aw_softmax's step without touching O: the scores `s` of the tile from key j0 masked, the
-   running maxima m and sums l updated, the exponentials left in `s` and the factors by which O
-   must be scaled before this tile's product in c0, c1. */
-template <int BN>
-__device__ __forceinline__ void af_softmax(const AttnP& p, float (&s)[BN / 2], int j0, int w0, int r0, int r1, int t,
-                                           float sl2, float& m0, float& m1, float& l0, float& l1, float& c0,
-                                           float& c1) {
-    constexpr int NS = BN / 8;  // 8-key column tiles of S
-    // s[4c + e] is row (e < 2 ? r0 : r1), key j0 + 8c + 2t + (e & 1); row r keeps the keys
-    // before min(S, r + 1 if causal).
-    if (j0 + BN > p.s || (p.causal && j0 + BN - 1 > w0)) {
-        const int j = j0 + 2 * t, sn = (int)p.s;
-        const int n0 = max(0, min(BN, min(sn, p.causal ? r0 + 1 : sn) - j));
-        const int n1 = max(0, min(BN, min(sn, p.causal ? r1 + 1 : sn) - j));
-#pragma unroll
-        for (int c = 0; c < NS; ++c) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int n = e < 2 ? n0 : n1;
-                if (8 * c + (e & 1) >= n) s[4 * c + e] = AW_NEG_INF;
-            }
-        }
-    }
-    float x0 = AW_NEG_INF, x1 = AW_NEG_INF;
-#pragma unroll
-    for (int c = 0; c < NS; ++c) {
-        x0 = fmaxf(x0, fmaxf(s[4 * c], s[4 * c + 1]));
-        x1 = fmaxf(x1, fmaxf(s[4 * c + 2], s[4 * c + 3]));
-    }
-    x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 1));
-    x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 2));
-    x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 1));
-    x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 2));
-    x0 = fmaxf(m0, x0 * sl2);
-    x1 = fmaxf(m1, x1 * sl2);
-    // A row with nothing kept yet subtracts 0 (its exponentials are all exp2(-inf) = 0).
-    const float b0 = x0 == AW_NEG_INF ? 0.0f : x0, b1 = x1 == AW_NEG_INF ? 0.0f : x1;
-    c0 = aw_exp2(m0 - b0);
-    c1 = aw_exp2(m1 - b1);
-    m0 = x0;
-    m1 = x1;
-    float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-    for (int c = 0; c < NS; ++c) {
-        s[4 * c] = aw_exp2(fmaf(s[4 * c], sl2, -b0));
-        s[4 * c + 1] = aw_exp2(fmaf(s[4 * c + 1], sl2, -b0));
-        s[4 * c + 2] = aw_exp2(fmaf(s[4 * c + 2], sl2, -b1));
-        s[4 * c + 3] = aw_exp2(fmaf(s[4 * c + 3], sl2, -b1));
-        ps0 += s[4 * c] + s[4 * c + 1];
-        ps1 += s[4 * c + 2] + s[4 * c + 3];
-    }
-    l0 = l0 * c0 + ps0;
-    l1 = l1 * c1 + ps1;
-}
-
-/* P (the exponentials in `s`) packed to 16 bits as A fragments: k-step kk (keys 16kk ..
-   16kk + 15) is column tiles 2kk, 2kk + 1. */
-template <int BN> __device__ __forceinline__ void af_pack(const float (&s)[BN / 2], u32 (&pa)[BN / 16][4]) {
-#pragma unroll
-    for (int c = 0; c < BN / 8; ++c) {
-        pa[c >> 1][(c & 1) * 2] = aw_pack(s[4 * c], s[4 * c + 1]);
-        pa[c >> 1][(c & 1) * 2 + 1] = aw_pack(s[4 * c + 2], s[4 * c + 3]);
-    }
-}
-
 /* One task: query tile qt of (batch, head) bh, into the shared tiles at sq (queries), sk and sv
    (three stages of keys and values, KB bytes each). The caller's block barrier precedes it. */
 template <int E, int BN, bool PP>
@@ -190,8 +125,8 @@ __device__ __forceinline__ void af_task(const AttnP& p, u32 sq, u32 sk, u32 sv, 
         if (PP) aw_turn_pass(wg);
         aw_wait0();
         aw_hold(s);
-        af_softmax<BN>(p, s, 0, w0, r0, r1, t, sl2, m0, m1, l0, l1, c0, c1);
-        af_pack<BN>(s, pa);
+        aw_softmax_step<BN>(p, s, 0, w0, r0, r1, t, sl2, m0, m1, l0, l1, c0, c1);
+        aw_pack_p<BN>(s, pa);
     }
 #pragma unroll 1
     for (int i = 1; i < n; ++i) {
@@ -207,7 +142,7 @@ __device__ __forceinline__ void af_task(const AttnP& p, u32 sq, u32 sk, u32 sv, 
         if (PP) aw_turn_pass(wg);
         af_wait1();  // the scores (the older group); the values' product still runs
         aw_hold(s);
-        af_softmax<BN>(p, s, i * BN, w0, r0, r1, t, sl2, m0, m1, l0, l1, c0, c1);
+        aw_softmax_step<BN>(p, s, i * BN, w0, r0, r1, t, sl2, m0, m1, l0, l1, c0, c1);
         // The exponentials computed before the wait, packed after it. ptxas moves the wait to
         // the top of its basic block (above the softmax, which then no longer overlaps the
         // product), so a branch it cannot remove ends the block here: never taken (a task has
@@ -217,7 +152,7 @@ __device__ __forceinline__ void af_task(const AttnP& p, u32 sq, u32 sk, u32 sv, 
         aw_wait0();  // the product that read P of tile i - 1 from registers
         aw_hold(s);
         aw_hold(o);
-        af_pack<BN>(s, pa);
+        aw_pack_p<BN>(s, pa);
     }
     if (n > 0) {
         // The last value tile (group B or g_(n-2)) landed.
@@ -230,19 +165,7 @@ __device__ __forceinline__ void af_task(const AttnP& p, u32 sq, u32 sk, u32 sv, 
     }
     if (PP && wg == 0) aw_turn_wait(0);  // warpgroup 1's last pass
     asm volatile("cp.async.wait_group 0;" ::: "memory");  // (only empty groups are left but the queries' when n = 0)
-    l0 += __shfl_xor_sync(FULL, l0, 1);
-    l0 += __shfl_xor_sync(FULL, l0, 2);
-    l1 += __shfl_xor_sync(FULL, l1, 1);
-    l1 += __shfl_xor_sync(FULL, l1, 2);
-    const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
-    TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
-#pragma unroll
-    for (int c = 0; c < E / 8; ++c) {
-        if (r0 < p.l)
-            *reinterpret_cast<u32*>(ob + r0 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c] * i0, o[4 * c + 1] * i0);
-        if (r1 < p.l)
-            *reinterpret_cast<u32*>(ob + r1 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c + 2] * i1, o[4 * c + 3] * i1);
-    }
+    aw_store_rows<E>(p, o, l0, l1, bi, h, r0, r1, t);
 }
 #endif
 

@@ -87,21 +87,17 @@ template <int E, int R> __device__ __forceinline__ void aw_load(u32 dst, const T
 }
 __device__ __forceinline__ void aw_commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
-/* The scores `s` of one tile (keys from j0) masked, the online softmax's step in base 2
-   (running maxima m of the scaled scores, sums l; O rescaled) and P packed into `pa`. The
-   scores stay unscaled: the scale times log2 e, `sl2`, is a positive normal float (`fused.rs`),
-   so the maxima of the raw scores scale to the maxima of the scaled ones (masked -inf stays
-   -inf), and each exponent is one fma. */
-template <int E, int BN>
-__device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u32 (&pa)[BN / 16][4], int j0, int w0,
-                                           int r0, int r1, int t, float sl2, float (&o)[E / 2], float& m0,
-                                           float& m1, float& l0, float& l1) {
+/* The online softmax's step without touching O: the scores `s` of the tile from key j0 masked, the
+   running maxima m and sums l updated, the exponentials left in `s` and the factors by which O
+   must be scaled before this tile's product in c0, c1. */
+template <int BN>
+__device__ __forceinline__ void aw_softmax_step(const AttnP& p, float (&s)[BN / 2], int j0, int w0, int r0, int r1, int t,
+                                           float sl2, float& m0, float& m1, float& l0, float& l1, float& c0,
+                                           float& c1) {
     constexpr int NS = BN / 8;  // 8-key column tiles of S
-    // Mask: s[4c + e] is row (e < 2 ? r0 : r1), key j0 + 8c + 2t + (e & 1). Inside the keys and
-    // below the causal diagonal nothing is masked; else row r keeps the keys before min(S, r + 1
-    // if causal). Queries past L are never stored (their zero rows give finite scores).
+    // s[4c + e] is row (e < 2 ? r0 : r1), key j0 + 8c + 2t + (e & 1); row r keeps the keys
+    // before min(S, r + 1 if causal).
     if (j0 + BN > p.s || (p.causal && j0 + BN - 1 > w0)) {
-        // The keys kept by each row, counted from this thread's first key j0 + 2t (a tile's worth at most).
         const int j = j0 + 2 * t, sn = (int)p.s;
         const int n0 = max(0, min(BN, min(sn, p.causal ? r0 + 1 : sn) - j));
         const int n1 = max(0, min(BN, min(sn, p.causal ? r1 + 1 : sn) - j));
@@ -114,7 +110,6 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
             }
         }
     }
-    // Online softmax: the rows' new maxima over the 4 lanes (t) sharing them, scaled.
     float x0 = AW_NEG_INF, x1 = AW_NEG_INF;
 #pragma unroll
     for (int c = 0; c < NS; ++c) {
@@ -129,21 +124,46 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
     x1 = fmaxf(m1, x1 * sl2);
     // A row with nothing kept yet subtracts 0 (its exponentials are all exp2(-inf) = 0).
     const float b0 = x0 == AW_NEG_INF ? 0.0f : x0, b1 = x1 == AW_NEG_INF ? 0.0f : x1;
-    const float a0 = aw_exp2(m0 - b0), a1 = aw_exp2(m1 - b1);
+    c0 = aw_exp2(m0 - b0);
+    c1 = aw_exp2(m1 - b1);
     m0 = x0;
     m1 = x1;
     float ps0 = 0.0f, ps1 = 0.0f;
 #pragma unroll
     for (int c = 0; c < NS; ++c) {
-        const float e0 = aw_exp2(fmaf(s[4 * c], sl2, -b0)), e1 = aw_exp2(fmaf(s[4 * c + 1], sl2, -b0));
-        const float e2 = aw_exp2(fmaf(s[4 * c + 2], sl2, -b1)), e3 = aw_exp2(fmaf(s[4 * c + 3], sl2, -b1));
-        ps0 += e0 + e1;
-        ps1 += e2 + e3;
-        pa[c >> 1][(c & 1) * 2] = aw_pack(e0, e1);
-        pa[c >> 1][(c & 1) * 2 + 1] = aw_pack(e2, e3);
+        s[4 * c] = aw_exp2(fmaf(s[4 * c], sl2, -b0));
+        s[4 * c + 1] = aw_exp2(fmaf(s[4 * c + 1], sl2, -b0));
+        s[4 * c + 2] = aw_exp2(fmaf(s[4 * c + 2], sl2, -b1));
+        s[4 * c + 3] = aw_exp2(fmaf(s[4 * c + 3], sl2, -b1));
+        ps0 += s[4 * c] + s[4 * c + 1];
+        ps1 += s[4 * c + 2] + s[4 * c + 3];
     }
-    l0 = l0 * a0 + ps0;
-    l1 = l1 * a1 + ps1;
+    l0 = l0 * c0 + ps0;
+    l1 = l1 * c1 + ps1;
+}
+
+/* P (the exponentials in `s`) packed to 16 bits as A fragments: k-step kk (keys 16kk ..
+   16kk + 15) is column tiles 2kk, 2kk + 1. */
+template <int BN> __device__ __forceinline__ void aw_pack_p(const float (&s)[BN / 2], u32 (&pa)[BN / 16][4]) {
+#pragma unroll
+    for (int c = 0; c < BN / 8; ++c) {
+        pa[c >> 1][(c & 1) * 2] = aw_pack(s[4 * c], s[4 * c + 1]);
+        pa[c >> 1][(c & 1) * 2 + 1] = aw_pack(s[4 * c + 2], s[4 * c + 3]);
+    }
+}
+
+/* The scores `s` of one tile (keys from j0) masked, the online softmax's step in base 2
+   (running maxima m of the scaled scores, sums l; O rescaled) and P packed into `pa`. The
+   scores stay unscaled: the scale times log2 e, `sl2`, is a positive normal float (`fused.rs`),
+   so the maxima of the raw scores scale to the maxima of the scaled ones (masked -inf stays
+   -inf), and each exponent is one fma. */
+template <int E, int BN>
+__device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u32 (&pa)[BN / 16][4], int j0, int w0,
+                                           int r0, int r1, int t, float sl2, float (&o)[E / 2], float& m0,
+                                           float& m1, float& l0, float& l1) {
+    float a0, a1;
+    aw_softmax_step<BN>(p, s, j0, w0, r0, r1, t, sl2, m0, m1, l0, l1, a0, a1);
+    aw_pack_p<BN>(s, pa);
     // O rescaled unless no row of the warp found a new maximum (most tiles past the first few).
     if (__any_sync(FULL, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
@@ -153,6 +173,26 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
             o[4 * c + 2] *= a1;
             o[4 * c + 3] *= a1;
         }
+    }
+}
+
+/* The end of a warpgroup's query rows r0, r1 of (batch bi, head h): the sums l over each row's 4
+   lanes, then O / l (zeros where nothing was kept) stored to the output, rows past L skipped. */
+template <int E>
+__device__ __forceinline__ void aw_store_rows(const AttnP& p, const float (&o)[E / 2], float l0, float l1, i64 bi, i64 h,
+                                              int r0, int r1, int t) {
+    l0 += __shfl_xor_sync(FULL, l0, 1);
+    l0 += __shfl_xor_sync(FULL, l0, 2);
+    l1 += __shfl_xor_sync(FULL, l1, 1);
+    l1 += __shfl_xor_sync(FULL, l1, 2);
+    const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
+    TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
+#pragma unroll
+    for (int c = 0; c < E / 8; ++c) {
+        if (r0 < p.l)
+            *reinterpret_cast<u32*>(ob + r0 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c] * i0, o[4 * c + 1] * i0);
+        if (r1 < p.l)
+            *reinterpret_cast<u32*>(ob + r1 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c + 2] * i1, o[4 * c + 3] * i1);
     }
 }
 
@@ -291,20 +331,7 @@ template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
     }
     if (PP && wg == 0) aw_turn_wait(0);  // warpgroup 1's last pass
     asm volatile("cp.async.wait_group 0;" ::: "memory");
-    // The sums over the row's 4 lanes, then O / l (zeros where nothing was kept).
-    l0 += __shfl_xor_sync(FULL, l0, 1);
-    l0 += __shfl_xor_sync(FULL, l0, 2);
-    l1 += __shfl_xor_sync(FULL, l1, 1);
-    l1 += __shfl_xor_sync(FULL, l1, 2);
-    const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
-    TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
-#pragma unroll
-    for (int c = 0; c < E / 8; ++c) {
-        if (r0 < p.l)
-            *reinterpret_cast<u32*>(ob + r0 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c] * i0, o[4 * c + 1] * i0);
-        if (r1 < p.l)
-            *reinterpret_cast<u32*>(ob + r1 * p.ost[2] + 8 * c + 2 * t) = aw_pack(o[4 * c + 2] * i1, o[4 * c + 3] * i1);
-    }
+    aw_store_rows<E>(p, o, l0, l1, bi, h, r0, r1, t);
 #else
     __trap();  // the host launches this kernel only on compute capability 9.0 (sm_90a)
 #endif

@@ -613,6 +613,15 @@ fn softmax_of_many_rows_of_odd_lengths() {
     }
 }
 
+/// The relative tolerance of a matrix product's elements in `d` (cuBLAS's own accumulation).
+fn gemm_tol(d: DType) -> f64 {
+    match d {
+        DType::F64 => 1e-12,
+        DType::F32 => 1e-5,
+        _ => tol(d) * 2.0,
+    }
+}
+
 /// Products with a bias `[N]` (`F.linear`'s): cuBLASLt's bias epilogue for a row-major output
 /// and a packed, aligned bias (one row as well, which the bias keeps from the gemv kernel), the
 /// product and an elementwise add for a column-major output, a strided or unaligned bias and a
@@ -621,11 +630,7 @@ fn softmax_of_many_rows_of_odd_lengths() {
 fn matrix_products_with_a_bias_on_every_path() {
     let Some(mut b) = Bench::new() else { return };
     for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
-        let t = match d {
-            DType::F64 => 1e-12,
-            DType::F32 => 1e-5,
-            _ => tol(d) * 2.0,
-        };
+        let t = gemm_tol(d);
         let (m, k, n) = (33, 70, 45);
         let (a, w) = (b.dense(d, &[m, k]), b.dense(d, &[k, n]));
         let bias = b.dense(d, &[n]);
@@ -656,11 +661,7 @@ fn matrix_products_with_a_bias_on_every_path() {
 fn matrix_products_plain_transposed_batched_broadcast_and_strided() {
     let Some(mut b) = Bench::new() else { return };
     for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
-        let t = match d {
-            DType::F64 => 1e-12,
-            DType::F32 => 1e-5,
-            _ => tol(d) * 2.0,
-        };
+        let t = gemm_tol(d);
         let (m, k, n) = (33, 70, 45);
         let a = b.dense(d, &[m, k]);
         let bb = b.dense(d, &[k, n]);

@@ -27,29 +27,6 @@ struct __align__(sizeof(TS) * E) RndPack { TS v[E]; };
 __device__ __forceinline__ double p2n(int k) { return __longlong_as_double((i64)(1023 - k) << 52); }
 __device__ __forceinline__ u64 u53(u32 a, u32 b) { return ((u64)a << 21) | ((u64)b >> 11); }
 
-__device__ __forceinline__ void philox(u64 seed, u64 block, u32 w[4]) {
-    u32 c0 = (u32)block, c1 = (u32)(block >> 32), c2 = 0u, c3 = 0u;
-    u32 k0 = (u32)seed, k1 = (u32)(seed >> 32);
-#pragma unroll
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        const u32 hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-        const u32 hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-        const u32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-        c0 = n0;
-        c1 = lo1;
-        c2 = n2;
-        c3 = lo0;
-    }
-    w[0] = c0;
-    w[1] = c1;
-    w[2] = c2;
-    w[3] = c3;
-}
-
 /* Philox's round keys of a seed (the key before round r, r = 0..9), computed once for a
    thread's many blocks. */
 struct PhiloxKeys {
@@ -87,6 +64,9 @@ __device__ __forceinline__ void philox_with(const K& k, u64 block, u32 w[4]) {
     w[2] = c2;
     w[3] = c3;
 }
+
+/* Philox4x32-10 of counter `block` under `seed` (its round keys computed here). */
+__device__ __forceinline__ void philox(u64 seed, u64 block, u32 w[4]) { philox_with(philox_keys(seed), block, w); }
 
 __device__ __forceinline__ void rnd_stream(const RndP& p, u64& seed, u64& base) {
     seed = p.seed;

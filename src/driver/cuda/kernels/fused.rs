@@ -183,9 +183,9 @@ pub(in crate::driver::cuda) enum AttnPath {
 /// unless the blocks fill the device anyway ([`MMA_MIN_BLOCKS`]).
 const MMA_MIN_QUERIES: usize = 16;
 /// Blocks (batch × query heads × query tiles) from which [`AttentionKernel::Auto`] takes the
-/// tensor-core kernel even for fewer than [`MMA_MIN_QUERIES`] queries: about one per SM of a
-/// large card, where the FMA kernel's key splits no longer buy parallelism (measured on an H100,
-/// BENCHMARKS.md: a decode of B 8 × H 32 ran 4.2 × faster on tensor cores).
+/// tensor-core kernel even for fewer than [`MMA_MIN_QUERIES`] queries (Hopper's on 9.0): about
+/// one per SM of a large card, where the FMA kernel's key splits no longer buy parallelism
+/// (measured on an H100, BENCHMARKS.md: a decode of B 8 × H 32 ran 4.2 × faster on tensor cores).
 const MMA_MIN_BLOCKS: usize = 128;
 /// Queries from which [`AttentionKernel::Auto`] and [`AttentionKernel::Mma`] take Hopper's
 /// kernel on compute capability 9.0 (a block of it covers 128; fewer take the `mma.sync`
@@ -239,8 +239,9 @@ fn out_aligned(dst: &BufferView) -> bool {
 /// than 1) multiples of 8 elements and a 16-byte aligned start (its 16-byte copies and 4-byte
 /// loads), and an output as [`out_aligned`] — unless `choice` is `Fma`, and under `Auto` only from [`MMA_MIN_QUERIES`] queries or
 /// [`MMA_MIN_BLOCKS`] blocks; every other case the FMA kernel. The tensor-core kernel is
-/// Hopper's (wgmma) on compute capability 9.0 from [`WG_MIN_QUERIES`] queries (any number when
-/// `choice` names its tile), else the `mma.sync` kernel.
+/// Hopper's (wgmma) on compute capability 9.0 from [`WG_MIN_QUERIES`] queries, under `Auto` for a
+/// decode of [`MMA_MIN_BLOCKS`] blocks too (any number when `choice` names its tile), else the
+/// `mma.sync` kernel.
 pub(in crate::driver::cuda) fn attention_path(
     choice: AttentionKernel,
     (major, minor): (u32, u32),
@@ -293,8 +294,16 @@ pub(in crate::driver::cuda) fn attention_path(
         | AttentionKernel::Fa128n => AttnPath::Mma(e),
         AttentionKernel::Mma => tensor,
         AttentionKernel::Auto if l >= MMA_MIN_QUERIES => tensor,
+        // A decode whose (batch, head)s fill the device reads its keys and values once: Hopper's
+        // kernel streams them faster than the mma.sync kernel (B 8 × H 32, S 8192, E 128 on an
+        // H100: 0.356 ms against 0.416; BENCHMARKS.md), the 128-query tile's idle rows cost no
+        // bandwidth.
         AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
-            tensor
+            if hopper {
+                wg(bn, pp)
+            } else {
+                tensor
+            }
         }
         AttentionKernel::Auto => AttnPath::Fma,
     }

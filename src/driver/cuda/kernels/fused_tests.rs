@@ -284,11 +284,14 @@ fn the_attention_kernel_is_chosen_explicitly() {
             // Decoding: few queries take the FMA kernel's key splits unless forced.
             let d = case(dtype, 1, e, e, None, 0);
             assert_eq!((path(Auto, HOPPER, &d), path(Mma, HOPPER, &d)), (AttnPath::Fma, AttnPath::Mma(e)));
-            // ... unless batch × heads fill the device: 8 × 32 decoding queries on tensor cores.
+            // ... unless batch × heads fill the device: 8 × 32 decoding queries on tensor cores,
+            // Hopper's where it runs.
             let (_, k, v, _) = case(dtype, 1, e, e, None, 0);
             let wide = [8, 32, 1, e];
             let (q, dst) = (view(dtype, &wide, &dense(&wide), 0), view(dtype, &wide, &dense(&wide), 1 << 24));
-            assert_eq!(path(Auto, HOPPER, &(q, k, v, dst)), AttnPath::Mma(e), "a wide decode");
+            let wide = (q, k, v, dst);
+            assert_eq!(path(Auto, HOPPER, &wide), wg, "a wide decode on 9.0: Hopper's kernel");
+            assert_eq!(path(Auto, AMPERE, &wide), AttnPath::Mma(e), "a wide decode");
             // A query viewed from [B, L, H, E] (strides multiples of 8): still tensor cores.
             let t = case(dtype, 100, e, e, Some(vec![100 * 4 * e, e, 4 * e, 1]), 0);
             assert_eq!(path(Auto, AMPERE, &t), AttnPath::Mma(e), "transposed query");

@@ -1,7 +1,8 @@
 //! Jiterator functions on the simulated machine: the user's C++ function compiled by the host's
 //! C++ compiler (`$CXX`, else `c++`) into a shared library, with the few CUDA names such a
 //! function may use defined for the host (`__device__` and the like as nothing, `__expf`,
-//! `rsqrtf`, `__fdividef`, … as their `<cmath>` equivalents), loaded once per (code, compute
+//! `rsqrtf`, `__fdividef`, … as their `<cmath>` equivalents, `__float_as_uint` and its kin as
+//! bit copies), loaded once per (code, compute
 //! type) and kept for the process's life; its entry runs on the stream's worker, in stream
 //! order, over the inputs converted to the compute type (`f32` for half types, as on the GPU).
 //!
@@ -53,6 +54,7 @@ const PRELUDE: &str = r#"#include <math.h>
 #define __forceinline__ inline
 #define __inline__ inline
 #define __restrict__
+#define __noinline__ __attribute__((noinline))
 static inline float cudasem___expf(float x) { return expf(x); }
 static inline float cudasem___logf(float x) { return logf(x); }
 static inline float cudasem___log2f(float x) { return log2f(x); }
@@ -71,6 +73,10 @@ static inline float cudasem_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double cudasem_rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float cudasem_exp10f(float x) { return powf(10.0f, x); }
 static inline float cudasem___fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline unsigned cudasem___float_as_uint(float x) { unsigned u; __builtin_memcpy(&u, &x, 4); return u; }
+static inline float cudasem___uint_as_float(unsigned u) { float x; __builtin_memcpy(&x, &u, 4); return x; }
+static inline int cudasem___float_as_int(float x) { int u; __builtin_memcpy(&u, &x, 4); return u; }
+static inline float cudasem___int_as_float(int u) { float x; __builtin_memcpy(&x, &u, 4); return x; }
 #define __expf cudasem___expf
 #define __logf cudasem___logf
 #define __log2f cudasem___log2f
@@ -89,6 +95,10 @@ static inline float cudasem___fmaf_rn(float a, float b, float c) { return fmaf(a
 #define rsqrt cudasem_rsqrt
 #define exp10f cudasem_exp10f
 #define __fmaf_rn cudasem___fmaf_rn
+#define __float_as_uint cudasem___float_as_uint
+#define __uint_as_float cudasem___uint_as_float
+#define __float_as_int cudasem___float_as_int
+#define __int_as_float cudasem___int_as_float
 "#;
 
 /// The library source of `code` computing in `compute`.

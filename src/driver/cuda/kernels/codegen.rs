@@ -28,7 +28,7 @@ use super::softmax_layouts::{
 };
 use super::sources::{
     fill, COMMON, ELEMENTWISE, ELEMENTWISE_HEAD, FUSED_HEAD, GEMV, GEMV_HEAD, JIT_MULTI, RANDOM, RANDOM_HEAD, REDUCE,
-    REDUCE_ACC, REDUCE_ARG, REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD,
+    REDUCE_ACC, REDUCE_ARG, REDUCE_HEAD, SOFTMAX, SOFTMAX_HEAD, TRIG_HALF,
 };
 use super::vocab::{fast_masks, EwOp, JitKey, ModuleKey, RandKind, JIT_INPUTS};
 use crate::dtype::DType;
@@ -162,9 +162,10 @@ fn fname(name: &str, m: DType) -> String {
 /// the half result), `tanh.approx` for bf16, and for bf16 the approximate square root, whose
 /// relative error (a few f32 ulp: CUDA documents `sqrtf` without `-prec-sqrt` at 1 to 3) is
 /// far inside the 2^-18 that separates the square root of a bf16 from a bf16 rounding
-/// midpoint, so the rounded result is still exact); `sin` and `cos` keep the library's (`__sinf`
-/// is only absolutely accurate, which `sin` of a tiny half value would show, and a reduction by π
-/// with a polynomial measured no faster than `sinf` on the H200), and gelu is `gelu_half` (the
+/// midpoint, so the rounded result is still exact); `sin` and `cos` are `cu/trig_half.cu`'s
+/// (the library's three-part reduction and polynomials of float accuracy without its conversions
+/// and its per-element slow path, which only bf16 values of 105615 or more take: `__sinf` is only
+/// absolutely accurate, which `sin` of a tiny half value would show), and gelu is `gelu_half` (the
 /// normal tail by a fitted rational form, one reciprocal and one `ex2`, relative error below
 /// 1e-5: libdevice's `erff` takes two branches that random data both enter); `f32` uses the
 /// accurate library functions too, and PyTorch's `erf` form of gelu (its cancellation for
@@ -187,6 +188,11 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
             UnaryOp::Sqrt if c == DType::BF16 => "sqrt_approx(x)".to_owned(),
             UnaryOp::Gelu => "gelu_half(x)".to_owned(),
             UnaryOp::GeluTanh => gelu_tanh("__expf", &lit),
+            // Every f16 is below the bound of `cu/trig_half.cu`'s branch-free path.
+            UnaryOp::Sin if c == DType::F16 => "sin_small(x)".to_owned(),
+            UnaryOp::Cos if c == DType::F16 => "cos_small(x)".to_owned(),
+            UnaryOp::Sin => "sin_wide(x)".to_owned(),
+            UnaryOp::Cos => "cos_wide(x)".to_owned(),
             _ => float_unary(op, &f, &lit),
         },
         (DType::F32, UnaryOp::Gelu) => GELU_F32.to_owned(),
@@ -199,6 +205,11 @@ fn unary_body(op: UnaryOp, src: DType, c: DType) -> String {
         _ => "x".to_owned(),
     };
     format!("    const {mt} x = {x};\n    const {mt} r = {r};\n    return {};\n", conv(m, c, "r"))
+}
+
+/// Whether the module of `op` with output `out` uses `cu/trig_half.cu` (a half-type `sin` or `cos`).
+fn half_trig(op: EwOp, out: DType) -> bool {
+    matches!(op, EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos)) && matches!(out, DType::F16 | DType::BF16)
 }
 
 /// Gelu in `float`, PyTorch's form: `x · (1 + erf(x / √2)) / 2`.
@@ -389,6 +400,9 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
         ("to", ctype(out).to_owned()),
         ("body", body),
     ];
+    if half_trig(op, out) {
+        s.push_str(TRIG_HALF);
+    }
     fill(s, ELEMENTWISE_HEAD, &pairs_of(&values));
     s.push_str(ELEMENTWISE);
     for mask in 0..fast_masks(op) {

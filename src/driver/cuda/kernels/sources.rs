@@ -4,7 +4,8 @@
 //! header for readers and are stripped here, so the compiled sources hold only the code.
 //!
 //! * `common.cu`: helpers every module starts with ([`COMMON`]);
-//! * `elementwise_head.cu`, `elementwise.cu`: an elementwise module ([`ELEMENTWISE_HEAD`], [`ELEMENTWISE`]);
+//! * `elementwise_head.cu`, `elementwise.cu`: an elementwise module ([`ELEMENTWISE_HEAD`], [`ELEMENTWISE`]),
+//!   after `trig_half.cu` ([`TRIG_HALF`]) in those of a half-type `sin` or `cos`;
 //! * `reduce_head.cu`, `reduce_acc.cu` / `reduce_arg.cu`, `reduce.cu`: a reduction module;
 //! * `softmax_head.cu`, `softmax.cu`: a softmax module; `gemv_head.cu`, `gemv.cu`: a vector-matrix module;
 //! * `fused_head.cu`, `norm.cu`, `attention_params.cu`, `attention.cu`, `attention_mma.cu`,
@@ -31,6 +32,9 @@ const fn body(text: &str) -> &str {
 
 /// Helpers every module shares.
 pub(in crate::driver::cuda) const COMMON: &str = body(include_str!("cu/common.cu"));
+/// sin and cos for half-type results (`sin_small`, `cos_small`, `sin_wide`, `cos_wide`), before
+/// [`ELEMENTWISE_HEAD`] in the modules of those functions.
+pub(in crate::driver::cuda) const TRIG_HALF: &str = body(include_str!("cu/trig_half.cu"));
 /// An elementwise module's defines, types and `apply` (placeholders: `n`, `vec`, `unroll`, `tile`,
 /// `pairs`, `bounds`, `t0`..`t2`, `to`, `body`).
 pub(in crate::driver::cuda) const ELEMENTWISE_HEAD: &str = body(include_str!("cu/elementwise_head.cu"));

@@ -404,8 +404,8 @@ fn the_driver_holds_the_settings_it_was_built_with() {
         seed ^= seed << 17;
         (seed % n) as u32
     };
-    for _ in 0..4 {
-        let tuning = LaunchTuning {
+    fn random_tuning(next: &mut impl FnMut(u64) -> u32) -> LaunchTuning {
+        LaunchTuning {
             elementwise_waves: next(512),
             vectors_per_thread: next(8),
             reduce_waves: next(4),
@@ -418,7 +418,10 @@ fn the_driver_holds_the_settings_it_was_built_with() {
                 sum_loads: [None, Some(4), Some(8)][next(3) as usize],
                 swizzle_heads: [None, Some(1 + next(1000))][next(2) as usize],
             },
-        };
+        }
+    }
+    for _ in 0..4 {
+        let tuning = random_tuning(&mut next);
         let settings = CudaSettings {
             kernel_cache: KernelCache::Dir(format!("/tmp/cudasem-k{}", next(1000)).into()),
             nccl_lib: Some(format!("/opt/nccl-{}", next(1000)).into()),
@@ -445,20 +448,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
         };
         assert_eq!(held(&d), want(tuning));
         // The hidden setter's path: every device's launcher shares the one tuning the driver holds.
-        let again = LaunchTuning {
-            elementwise_waves: next(512),
-            vectors_per_thread: next(8),
-            reduce_waves: next(4),
-            attention: [AttentionKernel::Auto, AttentionKernel::Fma, AttentionKernel::Mma][next(3) as usize],
-            attention_order: AttentionOrder::ALL[next(4) as usize],
-            strided_lanes: next(8),
-            card: CardOverrides {
-                heavy_vectors: [None, Some(1 + next(16))][next(2) as usize],
-                sum_blocks: [None, Some(next(65))][next(2) as usize],
-                sum_loads: [None, Some(4), Some(8)][next(3) as usize],
-                swizzle_heads: [None, Some(1 + next(1000))][next(2) as usize],
-            },
-        };
+        let again = random_tuning(&mut next);
         d.set_launch_tuning(again);
         assert_eq!(held(&d), want(again));
         for dev in &d.devices {

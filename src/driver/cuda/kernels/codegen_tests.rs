@@ -4,7 +4,7 @@
 use super::codegen::*;
 use super::elementwise_policy::*;
 use super::reduce_layouts::half_runs;
-use super::sources::COMMON;
+use super::sources::{COMMON, TRIG_HALF};
 use super::vocab::*;
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, ReduceOp, UnaryOp};
@@ -178,5 +178,18 @@ fn only_half_type_sums_into_half_types_add_runs_in_f32() {
         let text = ModuleKey::Reduce { op, src, dst, values: false }.source();
         assert!(text.contains(&format!("#define HALF_RUNS {}\n", runs as u8)), "{op:?} {src:?} -> {dst:?}");
         assert_eq!(text.contains("float tof(TS x)"), runs, "{op:?} {src:?} -> {dst:?}");
+    }
+}
+
+/// A half-type `sin` / `cos` module starts with `cu/trig_half.cu` and calls its branch-free
+/// functions (f16) or the ones with the large-argument branch (bf16); f32's keeps the library's.
+#[test]
+fn half_type_sin_and_cos_take_trig_half() {
+    for (op, name) in [(UnaryOp::Sin, "sin"), (UnaryOp::Cos, "cos")] {
+        let src = |d: DType| ModuleKey::Elementwise { op: EwOp::Unary(op), out: d, ins: [d; 3] }.source();
+        let (h, b, f) = (src(DType::F16), src(DType::BF16), src(DType::F32));
+        assert!(h.contains(TRIG_HALF) && h.contains(&format!("= {name}_small(x);")), "f16 {name}");
+        assert!(b.contains(TRIG_HALF) && b.contains(&format!("= {name}_wide(x);")), "bf16 {name}");
+        assert!(!f.contains("trig_reduce") && f.contains(&format!("= {name}f(x);")), "f32 {name}");
     }
 }

@@ -302,7 +302,7 @@ pub(in crate::driver::cuda) fn attention_path(
             if hopper {
                 wg(bn, pp)
             } else {
-                tensor
+                AttnPath::Mma(e)
             }
         }
         AttentionKernel::Auto => AttnPath::Fma,

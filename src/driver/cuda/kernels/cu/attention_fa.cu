@@ -37,26 +37,8 @@ __device__ __forceinline__ void af_landed_but_newest() {
     __syncthreads();
 }
 
-/* S = Q K^T for the warpgroup's 64 queries at shared address `sq` and BN keys at `sk`, issued
-   and committed as one group (E / 16 k-steps: 32 bytes further along the swizzled rows per
-   step, the next 64-column block every four). */
-template <int E, int BN> __device__ __forceinline__ void af_scores(float (&s)[BN / 2], u32 sq, u32 sk) {
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s[i] = 0.0f;
-    aw_hold(s);
-    aw_fence();
-#pragma unroll
-    for (int kk = 0; kk < E / 16; ++kk) {
-        const u32 qa = sq + (kk >> 2) * (AW_ROWS * 128) + (kk & 3) * 32;
-        const u32 ka = sk + (kk >> 2) * (BN * 128) + (kk & 3) * 32;
-        aw_ss(s, aw_desc(qa, 16, 1024), aw_desc(ka, 16, 1024), kk > 0 ? 1 : 0);
-    }
-    aw_commit();
-}
-
-/* O rescaled by the rows' factors c0, c1, then O += P V from the value tile at `sv` (BN / 16
-   k-steps of 16 keys, 2048 bytes of the tile each; V MN-major: its 64-column blocks BN * 128
-   bytes apart, its groups of 8 keys 1024), issued and committed as one group. */
+/* O rescaled by the rows' factors c0, c1, then O += P V from the value tile at `sv`
+   (`aw_values`). */
 template <int E, int BN>
 __device__ __forceinline__ void af_values(float (&o)[E / 2], const u32 (&pa)[BN / 16][4], u32 sv, float c0, float c1) {
 #pragma unroll
@@ -66,11 +48,7 @@ __device__ __forceinline__ void af_values(float (&o)[E / 2], const u32 (&pa)[BN 
         o[4 * c + 2] *= c1;
         o[4 * c + 3] *= c1;
     }
-    aw_hold(o);
-    aw_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) aw_rs(o, pa[kk], aw_desc(sv + kk * 2048, BN * 128, 1024));
-    aw_commit();
+    aw_values<E, BN>(o, pa, sv);
 }
 
 /* One task: query tile qt of (batch, head) bh, into the shared tiles at sq (queries), sk and sv
@@ -121,7 +99,7 @@ __device__ __forceinline__ void af_task(const AttnP& p, u32 sq, u32 sk, u32 sv, 
         load_v(1);
         aw_commit_copies();
         if (PP) aw_turn_wait(wg);
-        af_scores<E, BN>(s, sqw, sk);
+        aw_scores<E, BN>(s, sqw, sk);
         if (PP) aw_turn_pass(wg);
         aw_wait0();
         aw_hold(s);
@@ -137,7 +115,7 @@ __device__ __forceinline__ void af_task(const AttnP& p, u32 sq, u32 sk, u32 sv, 
         load_v(i + 1);
         aw_commit_copies();
         if (PP) aw_turn_wait(wg);
-        af_scores<E, BN>(s, sqw, sk + (u32)(i % AF_STAGES) * KB);
+        aw_scores<E, BN>(s, sqw, sk + (u32)(i % AF_STAGES) * KB);
         af_values<E, BN>(o, pa, sv + (u32)((i - 1) % AF_STAGES) * KB, c0, c1);
         if (PP) aw_turn_pass(wg);
         af_wait1();  // the scores (the older group); the values' product still runs

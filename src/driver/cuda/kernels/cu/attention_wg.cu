@@ -196,6 +196,34 @@ __device__ __forceinline__ void aw_store_rows(const AttnP& p, const float (&o)[E
     }
 }
 
+/* S = Q K^T for a warpgroup's 64 queries at shared address `sq` and BN keys at `sk`, issued
+   and committed as one group (E / 16 k-steps: 32 bytes further along the swizzled rows per
+   step, the next 64-column block every four). */
+template <int E, int BN> __device__ __forceinline__ void aw_scores(float (&s)[BN / 2], u32 sq, u32 sk) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) s[i] = 0.0f;
+    aw_hold(s);
+    aw_fence();
+#pragma unroll
+    for (int kk = 0; kk < E / 16; ++kk) {
+        const u32 qa = sq + (kk >> 2) * (AW_ROWS * 128) + (kk & 3) * 32;
+        const u32 ka = sk + (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+        aw_ss(s, aw_desc(qa, 16, 1024), aw_desc(ka, 16, 1024), kk > 0 ? 1 : 0);
+    }
+    aw_commit();
+}
+/* O += P V from the value tile at `sv` (BN / 16 k-steps of 16 keys, 2048 bytes of the tile
+   each; V MN-major: its 64-column blocks BN * 128 bytes apart, its groups of 8 keys 1024),
+   issued and committed as one group. */
+template <int E, int BN>
+__device__ __forceinline__ void aw_values(float (&o)[E / 2], const u32 (&pa)[BN / 16][4], u32 sv) {
+    aw_hold(o);
+    aw_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) aw_rs(o, pa[kk], aw_desc(sv + kk * 2048, BN * 128, 1024));
+    aw_commit();
+}
+
 /* Ping-pong between the block's two warpgroups (named barriers 1 and 2 of 256 threads): a
    warpgroup waits for its turn before issuing its products and passes the turn on after, so
    one's products run on the tensor cores while the other computes its softmax. Warpgroup 1
@@ -223,21 +251,7 @@ __device__ __forceinline__ void aw_step(const AttnP& p, int wg, u32 sq, u32 sk, 
     float s[BN / 2];
     u32 pa[BN / 16][4];  // P as A fragments: k-step kk (keys 16kk .. 16kk + 15) is column tiles 2kk, 2kk + 1
     if (PP) aw_turn_wait(wg);
-    {
-        // S = Q K^T over E / 16 k-steps: 32 bytes further along the swizzled rows per step,
-        // the next 64-column block every four.
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) s[i] = 0.0f;
-        aw_hold(s);
-        aw_fence();
-#pragma unroll
-        for (int kk = 0; kk < E / 16; ++kk) {
-            const u32 qa = sq + (kk >> 2) * (AW_ROWS * 128) + (kk & 3) * 32;
-            const u32 ka = sk + (kk >> 2) * (BN * 128) + (kk & 3) * 32;
-            aw_ss(s, aw_desc(qa, 16, 1024), aw_desc(ka, 16, 1024), kk > 0 ? 1 : 0);
-        }
-        aw_commit();
-    }
+    aw_scores<E, BN>(s, sq, sk);
     if (PP) aw_turn_pass(wg);
     prefetch();  // the next tile's copies, while the products run
     {
@@ -246,18 +260,7 @@ __device__ __forceinline__ void aw_step(const AttnP& p, int wg, u32 sq, u32 sk, 
         aw_softmax<E, BN>(p, s, pa, j0, w0, r0, r1, t, sl2, o, m0, m1, l0, l1);
     }
     if (PP) aw_turn_wait(wg);
-    {
-        aw_hold(o);
-        aw_fence();
-        // O += P V over BN / 16 k-steps of 16 keys (2048 bytes of the value tile each); V is
-        // MN-major: its 64-column blocks BN * 128 bytes apart, its groups of 8 keys 1024.
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            const u32 va = sv + kk * 2048;
-            aw_rs(o, pa[kk], aw_desc(va, BN * 128, 1024));
-        }
-        aw_commit();
-    }
+    aw_values<E, BN>(o, pa, sv);
     if (PP) aw_turn_pass(wg);
     {
         aw_wait0();

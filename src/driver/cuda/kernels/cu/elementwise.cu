@@ -343,6 +343,17 @@ __device__ __forceinline__ void s_add(const EwStrided& p, i64 (&o)[4], i64 k, in
     if (NIN > 1) o[2] += k * p.st[2][d];
     if (NIN > 2) o[3] += k * p.st[3][d];
 }
+/* Adds every operand's offset of item `rem` by a hardware division per dim in the type U. */
+template <typename U> __device__ __forceinline__ void s_divide(const EwStrided& p, U rem, i64 (&o)[4]) {
+#pragma unroll 1
+    for (int d = 0; d < p.ndim; ++d) {
+        const U sz = (U)p.shape[d];
+        const U q = rem / sz;
+        const i64 k = (i64)(rem - q * sz);
+        rem = q;
+        s_add(p, o, k, d);
+    }
+}
 /* Every operand's offset of item i (an element, or in the vector lane a vector): one
    multiply-shift division per dim but the last (whose index is the last quotient) when `div`
    is set, else a hardware division per dim, in 32 bits where the count fits. */
@@ -360,25 +371,9 @@ __device__ __forceinline__ void s_offsets(const EwStrided& p, u64 count, u64 i, 
         }
         s_add(p, o, (i64)rem, last);
     } else if (count <= 0xffffffffull) {
-        u32 rem = (u32)i;
-#pragma unroll 1
-        for (int d = 0; d < p.ndim; ++d) {
-            const u32 sz = (u32)p.shape[d];
-            const u32 q = rem / sz;
-            const i64 k = (i64)(rem - q * sz);
-            rem = q;
-            s_add(p, o, k, d);
-        }
+        s_divide<u32>(p, (u32)i, o);
     } else {
-        u64 rem = i;
-#pragma unroll 1
-        for (int d = 0; d < p.ndim; ++d) {
-            const u64 sz = (u64)p.shape[d];
-            const u64 q = rem / sz;
-            const i64 k = (i64)(rem - q * sz);
-            rem = q;
-            s_add(p, o, k, d);
-        }
+        s_divide<u64>(p, i, o);
     }
 }
 /* VEC consecutive elements of input K along dim 0 from offset o: one vector load where the

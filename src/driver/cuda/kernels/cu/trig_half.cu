@@ -4,15 +4,14 @@
 // f16 and bf16 input against float64.
 //
 // The argument a = |x| is reduced by pi/2 in three parts (Cody and Waite's split, each product
-// exact inside its fma: the first part has 23 significant bits, the multiple n at most 17 below
-// 105615), n rounded to nearest by adding 1.5 * 2^23 (whose ulp is 1; the sum's low bits are n's
-// quadrant), then minimax polynomials of degree 7 (sin) and 8 (cos) on [-pi/4, pi/4], chosen by
+// exact inside its fma: the first part has 23 significant bits, the multiple n at most 17 bits
+// below 105615), n rounded to nearest by adding 1.5 * 2^23 (whose ulp is 1; the sum's low bits
+// are n's quadrant), then polynomials of degree 7 (sin) and 8 (cos) on [-pi/4, pi/4], chosen by
 // the quadrant; sin takes x's sign by its bit. Every f16 (|x| <= 65504) and every bf16 below
-// 105615 takes this path, with no branch and no slow path in the kernel's loop: about 20
-// instructions an element against the library's 30 (its reduction converts n to an integer and
-// back, and every element carries its Payne-Hanek path behind a branch). Larger bf16 values take
-// the library's sinf / cosf, called (not inlined) from one branch. NaN gives NaN, +-inf NaN, and
-// sin keeps the sign of zero.
+// 105615 takes this path, with no branch in the kernel's loop; the library's reduction instead
+// converts n to an integer and back, and every element carries its Payne-Hanek path behind a
+// branch. Larger bf16 values take the library's sinf / cosf, called (not inlined) from one
+// branch. NaN gives NaN, +-inf NaN, and sin keeps the sign of zero.
 /* The reduced argument r of a = |x| (a < 105615) and its quadrant in q's two low bits. */
 __device__ __forceinline__ float trig_reduce(float a, unsigned& q) {
     const float j = fmaf(a, 0.636619772f, 12582912.0f);

@@ -212,6 +212,30 @@ fn half_trig(op: EwOp, out: DType) -> bool {
     matches!(op, EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos)) && matches!(out, DType::F16 | DType::BF16)
 }
 
+/// The elementwise head's FAST_GUARD part: a bf16 `sin` or `cos` (`body`, with `cu/trig_half.cu`'s
+/// `sin_wide` / `cos_wide`, a branch an element) tests a vector's largest magnitude against the
+/// bound of the branch-free path once, and takes `apply_fast` (the same body on `sin_small` /
+/// `cos_small`) when it holds; every other module sets FAST_GUARD to 0.
+fn fast_guard(op: EwOp, out: DType, ins: [DType; 3], body: &str) -> String {
+    if !(half_trig(op, out) && out == DType::BF16) {
+        return "#define FAST_GUARD 0\n".to_owned();
+    }
+    let x = conv(out, DType::F32, &conv(ins[0], out, "a.v[j]"));
+    let small = body.replace("_wide(x)", "_small(x)");
+    format!(
+        "#define FAST_GUARD 1\n\
+         template <int N> __device__ __forceinline__ bool fast_pack(const Pack<T0, N>& a) {{\n    \
+         float m = 0.0f;\n#pragma unroll\n    for (int j = 0; j < N; ++j) m = fmaxf(m, fabsf({x}));\n    \
+         return m < {TRIG_SMALL_BOUND};\n}}\n\
+         __device__ __forceinline__ TO apply_fast(T0 a, T1 b, T2 c, u64 value) {{\n    \
+         (void)a; (void)b; (void)c; (void)value;\n{small}}}\n"
+    )
+}
+
+/// The magnitude below which `cu/trig_half.cu`'s branch-free `sin_small` / `cos_small` hold (its
+/// `sin_wide` / `cos_wide` test the same bound; NaN passes `fmaxf`'s test and gives NaN there too).
+const TRIG_SMALL_BOUND: &str = "105615.0f";
+
 /// Gelu in `float`, PyTorch's form: `x · (1 + erf(x / √2)) / 2`.
 const GELU_F32: &str = "0.5f * x * (1.0f + erff(x * 0.70710678118654752440f))";
 
@@ -398,6 +422,7 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
         ("t1", t(1).to_owned()),
         ("t2", t(2).to_owned()),
         ("to", ctype(out).to_owned()),
+        ("guard", fast_guard(op, out, ins, &body)),
         ("body", body),
     ];
     if half_trig(op, out) {

@@ -191,5 +191,8 @@ fn half_type_sin_and_cos_take_trig_half() {
         assert!(h.contains(TRIG_HALF) && h.contains(&format!("= {name}_small(x);")), "f16 {name}");
         assert!(b.contains(TRIG_HALF) && b.contains(&format!("= {name}_wide(x);")), "bf16 {name}");
         assert!(!f.contains("trig_reduce") && f.contains(&format!("= {name}f(x);")), "f32 {name}");
+        // bf16 tests a vector once and takes the branch-free form; f16 has no branch to test.
+        assert!(b.contains("#define FAST_GUARD 1") && b.contains(&format!("= {name}_small(x);")), "bf16 {name}");
+        assert!(h.contains("#define FAST_GUARD 0") && f.contains("#define FAST_GUARD 0"), "f16, f32 {name}");
     }
 }

@@ -1,4 +1,5 @@
-// The elementwise kernels, after elementwise_head.cu's T0..T2, TO, NIN, VEC, UNROLL, TILE and `apply`.
+// The elementwise kernels, after elementwise_head.cu's T0..T2, TO, NIN, VEC, UNROLL, TILE, `apply`
+// and FAST_GUARD (with `fast_pack` and `apply_fast` where it is 1).
 // The entry points (ew_f<mask>, ew_t<mask>) are appended per module by kernels/codegen.rs.
 
 struct EwFast { char* out; const char* in0; const char* in1; const char* in2; u64 n; u64 value; int vec; int pad; };
@@ -25,6 +26,24 @@ __device__ __forceinline__ T get_one(const T* p, u64 i, T s) { return (!ACTIVE |
 #define A_ARGS T0, (MASK & 1) != 0, (NIN > 0)
 #define B_ARGS T1, (MASK & 2) != 0, (NIN > 1)
 #define C_ARGS T2, (MASK & 4) != 0, (NIN > 2)
+
+/* `apply` on every lane of a vector. A module whose `apply` carries a per-element branch to a
+   rare slow path (FAST_GUARD) tests the whole vector once instead: `fast_pack` says whether
+   every lane may take `apply_fast`, the branch-free form. */
+template <int N>
+__device__ __forceinline__ Pack<TO, N> apply_pack(const Pack<T0, N>& a, const Pack<T1, N>& b, const Pack<T2, N>& c, u64 value) {
+    Pack<TO, N> r;
+#if FAST_GUARD
+    if (fast_pack<N>(a)) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) r.v[j] = apply_fast(a.v[j], b.v[j], c.v[j], value);
+        return r;
+    }
+#endif
+#pragma unroll
+    for (int j = 0; j < N; ++j) r.v[j] = apply(a.v[j], b.v[j], c.v[j], value);
+    return r;
+}
 
 /* At most one block of elements: a thread each, no loop (a tiny op's kernel is its launch and
    its latency, which in a graph is all a node costs). */
@@ -68,12 +87,7 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
             const Pack<T0, VEC> a0 = get_vec<A_ARGS>(a, i, sa), a1 = get_vec<A_ARGS>(a, i + step, sa);
             const Pack<T1, VEC> b0 = get_vec<B_ARGS>(b, i, sb), b1 = get_vec<B_ARGS>(b, i + step, sb);
             const Pack<T2, VEC> c0 = get_vec<C_ARGS>(c, i, sc), c1 = get_vec<C_ARGS>(c, i + step, sc);
-            Pack<TO, VEC> r0, r1;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                r0.v[j] = apply(a0.v[j], b0.v[j], c0.v[j], p.value);
-                r1.v[j] = apply(a1.v[j], b1.v[j], c1.v[j], p.value);
-            }
+            const Pack<TO, VEC> r0 = apply_pack<VEC>(a0, b0, c0, p.value), r1 = apply_pack<VEC>(a1, b1, c1, p.value);
             stv<TO, VEC>(out + i * VEC, r0);
             stv<TO, VEC>(out + (i + step) * VEC, r1);
         }
@@ -83,9 +97,7 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
             const Pack<T0, VEC> a0 = get_vec<A_ARGS>(a, i, sa);
             const Pack<T1, VEC> b0 = get_vec<B_ARGS>(b, i, sb);
             const Pack<T2, VEC> c0 = get_vec<C_ARGS>(c, i, sc);
-            Pack<TO, VEC> r0;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) r0.v[j] = apply(a0.v[j], b0.v[j], c0.v[j], p.value);
+            const Pack<TO, VEC> r0 = apply_pack<VEC>(a0, b0, c0, p.value);
             stv<TO, VEC>(out + i * VEC, r0);
         }
         start = nv * VEC;
@@ -150,9 +162,7 @@ extern "C" __global__ void __launch_bounds__(256) ew_2d(const __grid_constant__ 
             const Pack<T0, VEC> x0 = two_vec<T0, 0>(p, a, row, col, T0());
             const Pack<T1, VEC> x1 = two_vec<T1, 1>(p, b, row, col, sb);
             const Pack<T2, VEC> x2 = two_vec<T2, 2>(p, c, row, col, T2());
-            Pack<TO, VEC> r;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) r.v[j] = apply(x0.v[j], x1.v[j], x2.v[j], p.b.value);
+            const Pack<TO, VEC> r = apply_pack<VEC>(x0, x1, x2, p.b.value);
             stv<TO, VEC>(out + e, r);
         }
         return;
@@ -289,9 +299,7 @@ extern "C" __global__ void TILE_BOUNDS ew_tile(const __grid_constant__ EwTwo p) 
                     const Pack<T0, TV> x0 = tile_row<T0, 0>(p, a, t0, lr, lc, row, col, T0());
                     const Pack<T1, TV> x1 = tile_row<T1, 1>(p, b, t1, lr, lc, row, col, sb);
                     const Pack<T2, TV> x2 = tile_row<T2, 2>(p, c, t2, lr, lc, row, col, T2());
-                    Pack<TO, TV> r;
-#pragma unroll
-                    for (int i = 0; i < TV; ++i) r.v[i] = apply(x0.v[i], x1.v[i], x2.v[i], p.b.value);
+                    const Pack<TO, TV> r = apply_pack<TV>(x0, x1, x2, p.b.value);
                     stv<TO, TV>(out + row * inner + col, r);
                 }
             }
@@ -413,9 +421,7 @@ __device__ __forceinline__ void ew_s_vec(const EwStrided& p) {
         const Pack<T0, VEC> x0 = s_vec<T0, 0>(p, (const T0*)p.b.in0, o[1], T0());
         const Pack<T1, VEC> x1 = s_vec<T1, 1>(p, (const T1*)p.b.in1, o[2], sb);
         const Pack<T2, VEC> x2 = s_vec<T2, 2>(p, (const T2*)p.b.in2, o[3], T2());
-        Pack<TO, VEC> r;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) r.v[j] = apply(x0.v[j], x1.v[j], x2.v[j], p.b.value);
+        const Pack<TO, VEC> r = apply_pack<VEC>(x0, x1, x2, p.b.value);
         stv<TO, VEC>((TO*)p.b.out + o[0], r);
     }
 }

@@ -1,5 +1,6 @@
 // An elementwise module's generated part (kernels/codegen.rs fills the ${...} placeholders):
-// its dtypes, vector width, tile policy and the function `apply` that elementwise.cu runs.
+// its dtypes, vector width, tile policy and the function `apply` that elementwise.cu runs; then
+// FAST_GUARD, and where it is 1 the vector test `fast_pack` and the branch-free `apply_fast`.
 #define NIN ${n}
 #define VEC ${vec}
 #define UNROLL ${unroll}
@@ -13,3 +14,4 @@ typedef ${to} TO;
 __device__ __forceinline__ TO apply(T0 a, T1 b, T2 c, u64 value) {
     (void)a; (void)b; (void)c; (void)value;
 ${body}}
+${guard}

@@ -221,8 +221,8 @@ impl Default for LaunchTuning {
 
 /// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
 /// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma`, `mma`,
-/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g` or `fa128n`, optionally followed by `:` and
-/// an [`AttentionOrder`] (`pp128:natural`; the `fa128*` kernels keep their own order).
+/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`, `fa128n`, `tma` or `tmasync`, optionally
+/// followed by `:` and an [`AttentionOrder`] (`pp128:natural`; the `fa128*` kernels keep their own order).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttentionKernel {
@@ -259,11 +259,18 @@ pub enum AttentionKernel {
     Fa128g,
     /// [`AttentionKernel::Fa128`] without the warpgroups' turns.
     Fa128n,
+    /// Hopper's wgmma kernel (tiles and turns as under `Auto`) with its keys and values copied by
+    /// the Tensor Memory Accelerator into mbarrier-phased stages, the warpgroups never meeting at
+    /// a block barrier, wherever it applies and the operands' strides are multiples of 16 bytes
+    /// (else as [`AttentionKernel::Mma`]).
+    Tma,
+    /// [`AttentionKernel::Tma`] with a block barrier a tile freeing its stage.
+    TmaSync,
 }
 
 impl AttentionKernel {
     /// Every kernel with its name in `CUDASEM_SDPA_KERNEL`, in the order of their discriminants.
-    const NAMED: [(&'static str, AttentionKernel); 11] = [
+    const NAMED: [(&'static str, AttentionKernel); 13] = [
         ("auto", AttentionKernel::Auto),
         ("fma", AttentionKernel::Fma),
         ("mma", AttentionKernel::Mma),
@@ -275,11 +282,13 @@ impl AttentionKernel {
         ("fa128", AttentionKernel::Fa128),
         ("fa128g", AttentionKernel::Fa128g),
         ("fa128n", AttentionKernel::Fa128n),
+        ("tma", AttentionKernel::Tma),
+        ("tmasync", AttentionKernel::TmaSync),
     ];
 
     /// Every kernel, in the order of their discriminants.
-    pub const ALL: [AttentionKernel; 11] = {
-        let mut all = [AttentionKernel::Auto; 11];
+    pub const ALL: [AttentionKernel; 13] = {
+        let mut all = [AttentionKernel::Auto; 13];
         let mut i = 0;
         while i < all.len() {
             all[i] = Self::NAMED[i].1;
@@ -288,8 +297,8 @@ impl AttentionKernel {
         all
     };
 
-    /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`
-    /// or `fa128n` (empty: `auto`).
+    /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`,
+    /// `fa128n`, `tma` or `tmasync` (empty: `auto`).
     pub fn parse(value: &str) -> Result<AttentionKernel> {
         let name = match value.trim() {
             "" => "auto",
@@ -447,6 +456,8 @@ mod tests {
             ("fa128", AttentionKernel::Fa128),
             ("fa128g", AttentionKernel::Fa128g),
             (" fa128n", AttentionKernel::Fa128n),
+            ("tma", AttentionKernel::Tma),
+            ("tmasync ", AttentionKernel::TmaSync),
         ];
         for (v, k) in kinds {
             assert_eq!(with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning.attention, k, "{v:?}");

@@ -5,6 +5,7 @@ use super::attn_order::{attn_order, swizzle_section, TileGrid};
 use super::ctx::{addr, unsupported, Ctx, PARTIALS};
 use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
+use super::tma::{tensor_map, TmaMap};
 use super::vocab::{
     attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD,
     NORM_VECTORS_PER_THREAD,
@@ -26,6 +27,15 @@ struct NormP {
     eps: f64,
     rms: i32,
     pad: i32,
+}
+
+/// `AttnTma` of `cu/attention_tma.cu`: the parameters and the tensor maps of q, k and v.
+#[repr(C)]
+struct AttnTma {
+    p: AttnP,
+    q: TmaMap,
+    k: TmaMap,
+    v: TmaMap,
 }
 
 /// `AttnP` of `cu/attention_params.cu` (field for field): the operands' addresses, sizes and
@@ -77,6 +87,14 @@ pub(super) fn attn_p_layout() -> (Vec<(&'static str, usize, usize)>, usize) {
         causal, order
     );
     (fields, std::mem::size_of::<AttnP>())
+}
+
+/// [`AttnTma`]'s offsets of its maps of q, k and v and its size: what `cu/attention_tma.cu`'s
+/// struct must have (`fused_tests.rs` checks it).
+#[cfg(test)]
+pub(super) fn attn_tma_layout() -> ([usize; 3], usize) {
+    use std::mem::offset_of;
+    ([offset_of!(AttnTma, q), offset_of!(AttnTma, k), offset_of!(AttnTma, v)], std::mem::size_of::<AttnTma>())
 }
 
 /// The norm's operands (validated): `src`, `dst` and the parameters must be contiguous.
@@ -176,6 +194,10 @@ pub(in crate::driver::cuda) enum AttnPath {
     /// with tiles of `BN` keys, its warpgroups taking turns when `pp`, on a persistent grid (SMs
     /// × blocks an SM) when `persistent`, else a block per query tile.
     Fa { e: usize, bn: usize, pp: bool, persistent: bool },
+    /// [`AttnPath::Wg`] with its tiles copied by the Tensor Memory Accelerator
+    /// (`cu/attention_tma.cu`), its warpgroups meeting at a block barrier a tile when `sync`;
+    /// [`AttnPath::Wg`]'s kernel where the operands' tensor maps do not encode.
+    Tma { e: usize, bn: usize, pp: bool, sync: bool },
 }
 
 /// Queries from which [`AttentionKernel::Auto`] takes the tensor-core kernel (a block of it
@@ -285,13 +307,17 @@ pub(in crate::driver::cuda) fn attention_path(
         AttentionKernel::Fa128 if hopper => fa(fa_default(e).1, true),
         AttentionKernel::Fa128g if hopper => fa(fa_default(e).1, false),
         AttentionKernel::Fa128n if hopper => fa(false, true),
+        AttentionKernel::Tma if hopper => AttnPath::Tma { e, bn, pp, sync: false },
+        AttentionKernel::TmaSync if hopper => AttnPath::Tma { e, bn, pp, sync: true },
         AttentionKernel::Wg64
         | AttentionKernel::Wg128
         | AttentionKernel::Pp64
         | AttentionKernel::Pp128
         | AttentionKernel::Fa128
         | AttentionKernel::Fa128g
-        | AttentionKernel::Fa128n => AttnPath::Mma(e),
+        | AttentionKernel::Fa128n
+        | AttentionKernel::Tma
+        | AttentionKernel::TmaSync => AttnPath::Mma(e),
         AttentionKernel::Mma => tensor,
         AttentionKernel::Auto if l >= MMA_MIN_QUERIES => tensor,
         // A decode whose (batch, head)s fill the device reads its keys and values once: Hopper's
@@ -332,9 +358,6 @@ fn tile_order(c: &Ctx, a: &AttnArgs<'_>, rows: u64, blocks: u32) -> i32 {
 pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()> {
     let (b, hq, l, e) = (a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3]);
     let (hkv, s, ev) = (a.k.shape[1], a.k.shape[2], a.v.shape[3]);
-    let Some(&ep) = ATTN_HEAD_DIMS.iter().find(|&&d| d >= e.max(ev)) else {
-        return Err(unsupported(format!("attention head dims {e} and {ev}")));
-    };
     let dtype = a.q.dtype;
     let mask_kind = match a.mask {
         None => 0,
@@ -367,7 +390,34 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         causal: a.causal as i32,
         order: 0,
     };
-    match attention_path(c.ops.tuning.attention(), (c.info.major, c.info.minor), &a) {
+    let path = attention_path(c.ops.tuning.attention(), (c.info.major, c.info.minor), &a);
+    if let AttnPath::Tma { e, bn, pp, sync } = path {
+        let maps = [(a.q, WG_ROWS as u32), (a.k, bn as u32), (a.v, bn as u32)].map(|(v, rows)| tensor_map(v, rows));
+        let [Some(qm), Some(km), Some(vm)] = maps else {
+            return attention_on(c, a, p, path);
+        };
+        let module = ModuleKey::AttentionWg { dtype };
+        let entry = Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync };
+        let f = c.kernel(KernelId { module, entry })?;
+        p.order = tile_order(c, &a, WG_ROWS, f.blocks_per_sm);
+        let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
+        let grid = tasks.clamp(1, i32::MAX as u64) as u32;
+        let mut t = AttnTma { p, q: qm, k: km, v: vm };
+        return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut t);
+    }
+    attention_on(c, a, p, path)
+}
+
+/// Queues attention on `path` with the parameters `p` ([`AttnPath::Tma`], whose tensor maps did
+/// not encode, on [`AttnPath::Wg`]'s kernel).
+fn attention_on(c: &Ctx, a: AttnArgs<'_>, mut p: AttnP, path: AttnPath) -> Result<()> {
+    let (b, hq, l, e) = (a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3]);
+    let (s, ev) = (a.k.shape[2], a.v.shape[3]);
+    let Some(&ep) = ATTN_HEAD_DIMS.iter().find(|&&d| d >= e.max(ev)) else {
+        return Err(unsupported(format!("attention head dims {e} and {ev}")));
+    };
+    let dtype = a.q.dtype;
+    match path {
         AttnPath::Mma(e) => {
             let module = ModuleKey::AttentionMma { dtype };
             let f = c.kernel(KernelId { module, entry: Entry::AttnMma((e / 16) as u8) })?;
@@ -375,7 +425,7 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
             return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
         }
-        AttnPath::Wg { e, bn, pp } => {
+        AttnPath::Wg { e, bn, pp } | AttnPath::Tma { e, bn, pp, .. } => {
             let module = ModuleKey::AttentionWg { dtype };
             let entry = Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp };
             let f = c.kernel(KernelId { module, entry })?;

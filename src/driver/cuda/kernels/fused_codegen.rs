@@ -1,10 +1,10 @@
 //! CUDA C of the fused modules (norm rows, attention), after the head `codegen.rs` fills
 //! (`cu/fused_head.cu`): the family's kernels, and one `extern "C"` entry point per kernel.
 
-use super::sources::{ATTENTION, ATTENTION_FA, ATTENTION_MMA, ATTENTION_PARAMS, ATTENTION_WG, NORM};
+use super::sources::{ATTENTION, ATTENTION_FA, ATTENTION_MMA, ATTENTION_PARAMS, ATTENTION_TMA, ATTENTION_WG, NORM};
 use super::vocab::{
-    attn_keys_per_tile, ATTN_FA_TILES, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, ATTN_WG_TILES, NORM_VALUES_PER_THREAD,
-    NORM_VECTORS_PER_THREAD,
+    attn_keys_per_tile, Entry, ModuleKey, ATTN_FA_TILES, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, ATTN_TMA_TILES,
+    ATTN_WG_TILES, NORM_VALUES_PER_THREAD, NORM_VECTORS_PER_THREAD,
 };
 use crate::dtype::DType;
 use std::fmt::Write;
@@ -62,7 +62,9 @@ pub(in crate::driver::cuda) fn attention_mma(s: &mut String, dtype: DType) {
 /// A Hopper tensor-core attention module's kernels (`dtype` f16 or bf16, `cu/attention_wg.cu`)
 /// and entry points `aw_{E}_{BN}` per (head dim, keys per tile) of [`ATTN_WG_TILES`] and
 /// `aw_{E}_{BN}p` with the warpgroups taking turns (ping-pong), then `af_{E}_{BN}[p]` per
-/// entry of [`ATTN_FA_TILES`] (`cu/attention_fa.cu`, FlashAttention 3's schedule), after its head: first the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for
+/// entry of [`ATTN_FA_TILES`] (`cu/attention_fa.cu`, FlashAttention 3's schedule), then
+/// `at_{E}_{BN}[p][s]` per entry of [`ATTN_TMA_TILES`] (`cu/attention_tma.cu`, copies by TMA; `s`
+/// with a block barrier a tile), after its head: first the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for
 /// sm_90a only. Launched with 256 threads; head dim 64 with tiles of 64 keys asks for two
 /// blocks an SM (128 registers a thread), the larger tiles for one (their accumulators need
 /// more).
@@ -95,6 +97,19 @@ pub(in crate::driver::cuda) fn attention_wg(s: &mut String, dtype: DType) {
             "extern \"C\" __global__ void __launch_bounds__(256, {blocks}) af_{e}_{bn}{suffix}(const __grid_constant__ \
              AttnP p) {{ cs_enter(); af_run<{e}, {bn}, {pp}>(p); }}"
         );
+    }
+    s.push_str(ATTENTION_TMA);
+    for (e, bn, pp) in ATTN_TMA_TILES {
+        let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
+        for sync in [false, true] {
+            let name = Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync }
+                .name(&ModuleKey::AttentionWg { dtype });
+            let _ = writeln!(
+                s,
+                "extern \"C\" __global__ void __launch_bounds__(256, {blocks}) {name}(const __grid_constant__ AttnTma a) \
+                 {{ cs_enter(); at_tile<{e}, {bn}, {pp}, {sync}>(a); }}"
+            );
+        }
     }
 }
 

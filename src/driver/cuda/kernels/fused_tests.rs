@@ -4,8 +4,8 @@
 
 use super::nvrtc::{image, nvrtc_present, resource_report, resource_report_of};
 use super::vocab::{
-    attn_fa_bytes, attn_keys_per_tile, attn_wg_bytes, ModuleKey, ATTN_FA_TILES, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS,
-    ATTN_WG_TILES,
+    attn_fa_bytes, attn_keys_per_tile, attn_wg_bytes, Entry, ModuleKey, ATTN_FA_TILES, ATTN_HEAD_DIMS,
+    ATTN_MMA_HEAD_DIMS, ATTN_TMA_TILES, ATTN_WG_TILES,
 };
 use crate::dtype::DType;
 
@@ -77,6 +77,19 @@ fn the_attention_parameters_have_one_layout_on_both_sides() {
             panic!("{m:?}: the host's AttnP {fields:?} of {total} bytes is not the kernels': {e}");
         }
     }
+    // The TMA kernel's parameter: AttnP, then three 128-byte maps aligned to 64 bytes (the same
+    // AttnP, alignment and size give the same offsets in both C layouts).
+    let ([q, k, v], size) = super::fused::attn_tma_layout();
+    assert_eq!((q % 64, k - q, v - k, size - v), (0, 128, 128, 128), "AttnTma's maps");
+    assert!(q >= total && q - total < 64, "AttnTma's first map follows AttnP");
+    let asserts = format!(
+        "{asserts}static_assert(sizeof(AttnTma) == {size}, \"sizeof(AttnTma) == {size}\");\n\
+         static_assert(alignof(TmaMap) == 64 && sizeof(TmaMap) == 128, \"TmaMap\");\n"
+    );
+    let m = ModuleKey::AttentionWg { dtype: DType::BF16 };
+    if let Err(e) = image(&m.program(&(m.source() + &asserts)), 9, 0, None) {
+        panic!("the host's AttnTma ({size} bytes, maps at {q}, {k}, {v}) is not the kernel's: {e}");
+    }
 }
 
 #[test]
@@ -132,7 +145,8 @@ fn tensor_core_attention_compiles_without_spills() {
 /// PTX, and ptxas keeps their accumulators (scores, outputs) and P's fragments in registers
 /// within each kernel's launch bound: no stack frame, no spills, and no serialized wgmma (ptxas
 /// warns when it must wait for each product, C7510 / C7515); the ping-pong kernels use the two
-/// named barriers of their turns besides the block's. The same for the kernels on
+/// named barriers of their turns besides the block's. The same for the kernels whose tiles TMA
+/// copies (`at_*`, `cu/attention_tma.cu`), and for the kernels on
 /// FlashAttention 3's schedule (`af_*`, `cu/attention_fa.cu`), where ptxas injects at most one
 /// wait of its own (C7517: on the trap path that keeps the softmax above the products' wait).
 #[test]
@@ -151,7 +165,14 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
         let (_, log) = resource_report_of(&m.program(&src), 9, 0).unwrap_or_else(|e| panic!("{m:?}: {e}"));
         assert!(!log.contains("C7510") && !log.contains("C7515") && !log.contains("serialized"), "{m:?}:\n{log}");
         let fa = ATTN_FA_TILES.iter().map(|(e, bn, pp)| format!("af_{e}_{bn}{}", if *pp { "p" } else { "" }));
-        for name in ATTN_WG_TILES.iter().flat_map(|(e, bn)| [format!("aw_{e}_{bn}"), format!("aw_{e}_{bn}p")]).chain(fa)
+        let tma = ATTN_TMA_TILES.iter().flat_map(|&(e, bn, pp)| {
+            [false, true].map(|sync| Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync }.name(&m))
+        });
+        for name in ATTN_WG_TILES
+            .iter()
+            .flat_map(|(e, bn)| [format!("aw_{e}_{bn}"), format!("aw_{e}_{bn}p")])
+            .chain(fa)
+            .chain(tma)
         {
             let at =
                 log.find(&format!("entry function '{name}'")).unwrap_or_else(|| panic!("{name} in the report:\n{log}"));
@@ -162,7 +183,8 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
             assert!(part.contains("sm_90a"), "{name} ({d}) is built for sm_90a:\n{part}");
             assert!(part.contains("0 bytes stack frame"), "{name} ({d}) uses a stack frame:\n{part}");
             assert!(part.contains("0 bytes spill stores"), "{name} ({d}) spills:\n{part}");
-            let barriers = if name.ends_with('p') { "used 3 barriers" } else { "used 1 barriers" };
+            let turns = name.ends_with('p') || name.ends_with("ps");
+            let barriers = if turns { "used 3 barriers" } else { "used 1 barriers" };
             assert!(part.contains(barriers), "{name} ({d}): {barriers} (the turns' named barriers):\n{part}");
             // ptxas adds a wait for the products only on the never-taken trap path that ends the
             // softmax's block in the `af_*` kernels (`cu/attention_fa.cu`), nowhere else.
@@ -228,7 +250,9 @@ fn dense(shape: &[usize]) -> Vec<usize> {
 #[test]
 fn the_attention_kernel_is_chosen_explicitly() {
     use super::fused::{attention_path, AttnArgs, AttnPath};
-    use crate::config::AttentionKernel::{Auto, Fa128, Fa128g, Fa128n, Fma, Mma, Mma1, Pp128, Pp64, Wg128, Wg64};
+    use crate::config::AttentionKernel::{
+        Auto, Fa128, Fa128g, Fa128n, Fma, Mma, Mma1, Pp128, Pp64, Tma, TmaSync, Wg128, Wg64,
+    };
     const AMPERE: (u32, u32) = (8, 6);
     const HOPPER: (u32, u32) = (9, 0);
     let case = |dtype: DType, l: usize, e: usize, ev: usize, q_strides: Option<Vec<usize>>, at: u64| {
@@ -268,6 +292,12 @@ fn the_attention_kernel_is_chosen_explicitly() {
                 assert_eq!(path(k, AMPERE, &c), AttnPath::Mma(e), "no wgmma before 9.0");
                 assert_eq!(path(k, HOPPER, &case(dtype, 40, e, e, None, 0)), fa(k != Fa128n && e == 128, k != Fa128g));
             }
+            // The TMA kernels take Auto's tile and turns on 9.0 (the launch falls back to the
+            // Wg kernel where a tensor map does not encode).
+            let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
+            assert_eq!(path(Tma, HOPPER, &c), AttnPath::Tma { e, bn, pp, sync: false });
+            assert_eq!(path(TmaSync, HOPPER, &c), AttnPath::Tma { e, bn, pp, sync: true });
+            assert_eq!([path(Tma, AMPERE, &c), path(TmaSync, AMPERE, &c)], [AttnPath::Mma(e); 2], "no TMA before 9.0");
             assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");
             assert_eq!(path(Fma, HOPPER, &c), AttnPath::Fma, "forced FMA");
             assert_eq!(path(Auto, (7, 5), &c), AttnPath::Fma, "before sm_80");
@@ -328,8 +358,9 @@ fn the_attention_kernel_is_chosen_explicitly() {
                     path(Mma, HOPPER, &bad),
                     path(Wg128, HOPPER, &bad),
                     path(Fa128, HOPPER, &bad),
+                    path(Tma, HOPPER, &bad),
                 ];
-                assert_eq!(paths, [AttnPath::Fma; 4]);
+                assert_eq!(paths, [AttnPath::Fma; 5]);
             }
         }
         // Head dims without a tensor-core kernel, or E != Ev.
@@ -348,7 +379,6 @@ fn the_attention_kernel_is_chosen_explicitly() {
 #[test]
 fn the_norm_kernel_is_chosen_by_length_and_alignment() {
     use super::fused::norm_entry;
-    use super::vocab::Entry;
     assert_eq!(norm_entry(4096, 2, true), Entry::NormVec(2));
     assert_eq!(norm_entry(8192, 2, true), Entry::NormVec(4));
     assert_eq!(norm_entry(256, 2, true), Entry::NormVec(1));

@@ -31,6 +31,7 @@ pub(super) mod sources;
 pub(super) mod spin;
 pub(super) mod strided;
 pub(super) mod table;
+pub(super) mod tma;
 pub(super) mod vocab;
 
 #[cfg(test)]

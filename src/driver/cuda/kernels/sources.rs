@@ -9,7 +9,8 @@
 //! * `reduce_head.cu`, `reduce_acc.cu` / `reduce_arg.cu`, `reduce.cu`: a reduction module;
 //! * `softmax_head.cu`, `softmax.cu`: a softmax module; `gemv_head.cu`, `gemv.cu`: a vector-matrix module;
 //! * `fused_head.cu`, `norm.cu`, `attention_params.cu`, `attention.cu`, `attention_mma.cu`,
-//!   `attention_wg.cu`: a norm or attention module (FMA, tensor-core or Hopper tensor-core);
+//!   `attention_wg.cu`, `attention_fa.cu`, `attention_tma.cu`: a norm or attention module (FMA,
+//!   tensor-core or Hopper tensor-core);
 //! * `jit_multi.cu`: a jiterator module of many inputs or several outputs ([`JIT_MULTI`]);
 //! * `spin.cu`: the delay kernel ([`SPIN`], `spin.rs`).
 
@@ -75,6 +76,9 @@ pub(in crate::driver::cuda) const ATTENTION_WG: &str = body(include_str!("cu/att
 /// The Hopper tensor-core attention kernel on FlashAttention 3's schedule (persistent blocks,
 /// three stages, intra-warpgroup overlap), after [`ATTENTION_WG`] (whose helpers it calls).
 pub(in crate::driver::cuda) const ATTENTION_FA: &str = body(include_str!("cu/attention_fa.cu"));
+/// The Hopper tensor-core attention kernel whose tiles the Tensor Memory Accelerator copies into
+/// mbarrier-phased stages, after [`ATTENTION_WG`] (whose tile step it runs).
+pub(in crate::driver::cuda) const ATTENTION_TMA: &str = body(include_str!("cu/attention_tma.cu"));
 /// The kernel `jm` of a jiterator module of many inputs or several outputs, after its generated
 /// part (`jit.rs`: `NIN`, `CsJitP` and `cs_jit_apply`).
 pub(in crate::driver::cuda) const JIT_MULTI: &str = body(include_str!("cu/jit_multi.cu"));

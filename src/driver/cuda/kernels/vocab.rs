@@ -45,6 +45,12 @@ pub(in crate::driver::cuda) const fn attn_wg_bytes(e: usize, bn: usize) -> usize
 pub(in crate::driver::cuda) const ATTN_FA_TILES: [(usize, usize, bool); 3] =
     [(64, 64, false), (128, 128, true), (128, 128, false)];
 
+/// (Head dim, keys per tile, warpgroups taking turns) of the Hopper attention kernels whose tiles
+/// the Tensor Memory Accelerator copies (`cu/attention_tma.cu`): each head dim's tile and turns
+/// of the kernel they replace (`fused::wg_default`); two entry points each (with and without a
+/// block barrier a tile). Their shared memory is [`attn_wg_bytes`]'s.
+pub(in crate::driver::cuda) const ATTN_TMA_TILES: [(usize, usize, bool); 2] = [(64, 64, false), (128, 128, true)];
+
 /// Dynamic shared memory of the Hopper attention kernel on FlashAttention 3's schedule of head
 /// dim `e` and `bn` keys per tile: 128 queries, three stages of keys and values (16-bit
 /// elements), and 1 KiB to align the tiles to the 1024 bytes of their swizzle pattern.
@@ -233,6 +239,10 @@ pub(in crate::driver::cuda) enum Entry {
     /// [`Entry::AttnWg`] on FlashAttention 3's schedule: persistent blocks, three stages, each
     /// warpgroup's softmax beside its previous tile's values product (`cu/attention_fa.cu`).
     AttnFa { e16: u8, bn16: u8, pp: bool },
+    /// [`Entry::AttnWg`] with its tiles copied by the Tensor Memory Accelerator into
+    /// mbarrier-phased stages, the warpgroups meeting at a block barrier a tile only when `sync`
+    /// (`cu/attention_tma.cu`).
+    AttnTma { e16: u8, bn16: u8, pp: bool, sync: bool },
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
     /// A jiterator function's every output from its inputs: a thread per element (`jm`).
@@ -296,6 +306,13 @@ impl Entry {
             Entry::AttnFa { e16, bn16, pp } => {
                 format!("af_{}_{}{}", 16 * e16 as u32, 16 * bn16 as u32, if pp { "p" } else { "" })
             }
+            Entry::AttnTma { e16, bn16, pp, sync } => format!(
+                "at_{}_{}{}{}",
+                16 * e16 as u32,
+                16 * bn16 as u32,
+                if pp { "p" } else { "" },
+                if sync { "s" } else { "" }
+            ),
             Entry::Random | Entry::JitMulti => prefix.into(),
         }
     }
@@ -305,7 +322,9 @@ impl Entry {
     /// The dynamic shared memory the kernel is launched with, in bytes (0 for most).
     pub(in crate::driver::cuda) fn dynamic_smem(self) -> usize {
         match self {
-            Entry::AttnWg { e16, bn16, .. } => attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize),
+            Entry::AttnWg { e16, bn16, .. } | Entry::AttnTma { e16, bn16, .. } => {
+                attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize)
+            }
             Entry::AttnFa { e16, bn16, .. } => attn_fa_bytes(16 * e16 as usize, 16 * bn16 as usize),
             _ => 0,
         }
@@ -366,6 +385,9 @@ impl ModuleKey {
                     e16: (e / 16) as u8,
                     bn16: (bn / 16) as u8,
                     pp,
+                }))
+                .chain(ATTN_TMA_TILES.iter().flat_map(|&(e, bn, pp)| {
+                    [false, true].map(|sync| Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync })
                 }))
                 .collect(),
             ModuleKey::Random { .. } => vec![Entry::Random],

@@ -1,0 +1,139 @@
+// Hopper's tensor-core flash attention with its tiles copied by the Tensor Memory Accelerator
+// (`CUDASEM_SDPA_KERNEL=tma` or `tmasync`), after attention_wg.cu, whose layout, products,
+// softmax and turns it shares (aw_step runs each tile). What differs from aw_tile:
+//
+// - The copies. One thread issues each tile as cp.async.bulk.tensor loads (E / 64 boxes of 64
+//   columns by the tile's rows, through the tensor maps the host encodes with the 128-byte swizzle
+//   that aw_load writes by hand, rows past the tensor's end filled with zeros) whose bytes complete
+//   an mbarrier's transaction count: no thread copies, no cp.async group waits, no proxy fence.
+// - The stages. Two slots of keys and values, each with a `full` mbarrier (the copies of the tile
+//   it holds landed: phase j / 2 of slot j % 2 for tile j) and, without SYNC, an `empty` one: every
+//   warp arrives once it waited for its products that read the slot's tile, and the issuing thread
+//   waits for that phase before copying tile j + 2 over it; the warpgroups never meet at a block
+//   barrier. With SYNC a block barrier per tile frees the slot instead (aw_tile's schedule).
+//
+// The issuing thread is thread 0 (warpgroup 0): it copies tile i + 1 after issuing tile i's scores,
+// when warpgroup 1 (taking turns) has issued its values product of tile i - 1, so its wait for
+// that slot is the product's completion. The host (`fused.rs`, `tma.rs`) launches it under
+// aw_tile's conditions where the tensor maps encode (16-byte multiples of the strides), with
+// AW_THREADS threads and the dynamic shared memory `attn_wg_bytes(E, BN)`.
+
+/* A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned. */
+struct __align__(64) TmaMap { u64 w[16]; };
+/* The kernel's parameter: AttnP, then the tensor maps of q ([E, L, Hq, B]), k and v ([E, S, Hkv,
+   B]), innermost first (`AttnTma` of kernels/tma.rs). */
+struct AttnTma { AttnP p; TmaMap q, k, v; };
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void at_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+/* The issuing thread's arrival, announcing `bytes` of copies that complete the phase. */
+__device__ __forceinline__ void at_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void at_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* Waits until the phase of parity `parity` of the mbarrier at `bar` completed. */
+__device__ __forceinline__ void at_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* R rows of a (head, batch) from row r0 into the swizzled layout at `dst` (E / 64 boxes of R
+   rows by 128 bytes), completing the transaction count of the mbarrier at `bar`. */
+template <int E, int R>
+__device__ __forceinline__ void at_rows(u32 dst, const TmaMap* m, int r0, int head, int batch, u32 bar) {
+#pragma unroll
+    for (int c = 0; c < E / 64; ++c) {
+        asm volatile(
+            "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+            "%5}], [%6];" ::"r"(dst + (u32)(c * R * 128)),
+            "l"((u64)m), "r"(64 * c), "r"(r0), "r"(head), "r"(batch), "r"(bar)
+            : "memory");
+    }
+}
+#endif
+
+template <int E, int BN, bool PP, bool SYNC> __device__ void at_tile(const AttnTma& a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const AttnP& p = a.p;
+    constexpr u32 QB = AW_ROWS * E * 2;  // bytes of the query tile
+    constexpr u32 KB = BN * E * 2;       // bytes of one key (or value) tile
+    extern __shared__ __align__(1024) u8 at_sm[];
+    __shared__ __align__(8) u64 at_bars[5];  // the queries', full[2], empty[2]
+    const u32 base = (aw_smem(at_sm) + 1023u) & ~1023u;
+    const u32 sq = base, sk = base + QB, sv = sk + 2 * KB;
+    const u32 bq = aw_smem(at_bars), full = bq + 8, empty = bq + 24;  // slot s: full + 8s, empty + 8s
+    const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const float sl2 = (float)(p.scale * AW_LOG2E);
+    const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS;
+    i64 qt, bh;
+    attn_task(p, blockIdx.x, qtiles, qt, bh);
+    const i64 h = bh % p.hq, bi = bh / p.hq;
+    const i64 hk = h / (p.hq / p.hkv);
+    const int q0 = (int)qt * AW_ROWS;
+    const int w0 = q0 + 64 * wg;                   // this warpgroup's first query
+    const int r0 = w0 + 16 * wi + g, r1 = r0 + 8;  // this thread's two query rows
+    const int kend = (int)(p.causal ? min(p.s, (i64)q0 + AW_ROWS) : p.s);
+    const int ntiles = (kend + BN - 1) / BN;
+    // Keys and values of tile j into slot j % 2 (the issuing thread).
+    auto load = [&](int j) {
+        const u32 s = (u32)(j & 1);
+        at_expect(full + 8 * s, 2 * KB);
+        at_rows<E, BN>(sk + s * KB, &a.k, j * BN, (int)hk, (int)bi, full + 8 * s);
+        at_rows<E, BN>(sv + s * KB, &a.v, j * BN, (int)hk, (int)bi, full + 8 * s);
+    };
+    if (tid == 0) {
+        at_init(bq, 1);
+        at_init(full, 1);
+        at_init(full + 8, 1);
+        at_init(empty, AW_THREADS / 32);
+        at_init(empty + 8, AW_THREADS / 32);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();  // the barriers initialized before any thread waits on them
+    if (tid == 0) {
+        at_expect(bq, QB);
+        at_rows<E, AW_ROWS>(sq, &a.q, q0, (int)h, (int)bi, bq);
+        if (ntiles > 0) load(0);
+    }
+    float o[E / 2];
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i) o[i] = 0.0f;
+    float m0 = AW_NEG_INF, m1 = AW_NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    if (PP && wg == 1) aw_turn_pass(1);  // warpgroup 0 takes the first turn
+    at_wait(bq, 0);
+#pragma unroll 1
+    for (int it = 0; it < ntiles; ++it) {
+        const int st = it & 1;
+        // With SYNC every thread is done with tile it - 1, whose slot the next copies fill.
+        if (SYNC) __syncthreads();
+        at_wait(full + 8 * st, (u32)(it >> 1) & 1u);
+        auto prefetch = [&]() {
+            if (tid == 0 && it + 1 < ntiles) {
+                // Without SYNC: every warp's products of tile it - 1 (this slot's last) completed.
+                if (!SYNC && it >= 1) at_wait(empty + 8 * (st ^ 1), (u32)((it - 1) >> 1) & 1u);
+                load(it + 1);
+            }
+        };
+        // As in aw_tile, a causal warpgroup whose queries all precede the tile runs it anyway.
+        aw_step<E, BN, PP>(p, wg, sq + wg * (64 * 128), sk + st * KB, sv + st * KB, it * BN, w0, r0, r1, t, sl2, o,
+                           m0, m1, l0, l1, prefetch);
+        if (!SYNC) {
+            __syncwarp();
+            if (lane == 0) at_arrive(empty + 8 * st);  // this warp's products of the slot completed
+        }
+    }
+    if (PP && wg == 0) aw_turn_wait(0);  // warpgroup 1's last pass
+    aw_store_rows<E>(p, o, l0, l1, bi, h, r0, r1, t);
+#else
+    __trap();  // the host launches this kernel only on compute capability 9.0 (sm_90a)
+#endif
+}

@@ -56,15 +56,10 @@ __device__ __forceinline__ void af_values(float (&o)[E / 2], const u32 (&pa)[BN 
 template <int E, int BN, bool PP>
 __device__ __forceinline__ void af_task(const AttnP& p, u32 sq, u32 sk, u32 sv, i64 qt, i64 bh) {
     constexpr u32 KB = BN * E * 2;
-    const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const float sl2 = (float)(p.scale * AW_LOG2E);
-    const i64 h = bh % p.hq, bi = bh / p.hq;
-    const i64 hk = h / (p.hq / p.hkv);
-    const int q0 = (int)qt * AW_ROWS;
-    const int w0 = q0 + 64 * wg;                   // this warpgroup's first query
-    const int r0 = w0 + 16 * wi + g, r1 = r0 + 8;  // this thread's two query rows
-    const int kend = (int)(p.causal ? min(p.s, (i64)q0 + AW_ROWS) : p.s);
+    const AwPlace w = aw_place(p, qt, bh);
+    const int wg = w.wg, g = w.g, t = w.t, q0 = w.q0, w0 = w.w0, r0 = w.r0, r1 = w.r1, kend = w.kend;
+    const i64 h = w.h, bi = w.bi, hk = w.hk;
+    const float sl2 = w.sl2;
     const int n = (kend + BN - 1) / BN;
     const TS* qb = p.q + bi * p.qst[0] + h * p.qst[1];
     const TS* kb = p.k + bi * p.kst[0] + hk * p.kst[1];

@@ -70,18 +70,14 @@ template <int E, int BN, bool PP, bool SYNC> __device__ void at_tile(const AttnT
     const u32 base = (aw_smem(at_sm) + 1023u) & ~1023u;
     const u32 sq = base, sk = base + QB, sv = sk + 2 * KB;
     const u32 bq = aw_smem(at_bars), full = bq + 8, empty = bq + 24;  // slot s: full + 8s, empty + 8s
-    const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const float sl2 = (float)(p.scale * AW_LOG2E);
+    const int tid = threadIdx.x, lane = tid & 31;
     const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS;
     i64 qt, bh;
     attn_task(p, blockIdx.x, qtiles, qt, bh);
-    const i64 h = bh % p.hq, bi = bh / p.hq;
-    const i64 hk = h / (p.hq / p.hkv);
-    const int q0 = (int)qt * AW_ROWS;
-    const int w0 = q0 + 64 * wg;                   // this warpgroup's first query
-    const int r0 = w0 + 16 * wi + g, r1 = r0 + 8;  // this thread's two query rows
-    const int kend = (int)(p.causal ? min(p.s, (i64)q0 + AW_ROWS) : p.s);
+    const AwPlace w = aw_place(p, qt, bh);
+    const int wg = w.wg, g = w.g, t = w.t, q0 = w.q0, w0 = w.w0, r0 = w.r0, r1 = w.r1, kend = w.kend;
+    const i64 h = w.h, bi = w.bi, hk = w.hk;
+    const float sl2 = w.sl2;
     const int ntiles = (kend + BN - 1) / BN;
     // Keys and values of tile j into slot j % 2 (the issuing thread).
     auto load = [&](int j) {

@@ -268,6 +268,33 @@ __device__ __forceinline__ void aw_step(const AttnP& p, int wg, u32 sq, u32 sk, 
     }
 }
 
+/* A thread's place in a block's task, query tile qt of (batch, head) bh = bi * hq + h: its
+   warpgroup wg and its lane's g and t, the tile's first query q0, its warpgroup's w0, its two
+   query rows r0 and r1, the key head hk, the keys the block needs (kend: all S, or causal up to
+   its last query) and the scale times log2 e (sl2). Indices within a (batch, head) are ints. */
+struct AwPlace {
+    i64 h, bi, hk;
+    int wg, g, t, q0, w0, r0, r1, kend;
+    float sl2;
+};
+__device__ __forceinline__ AwPlace aw_place(const AttnP& p, i64 qt, i64 bh) {
+    AwPlace a;
+    const int tid = threadIdx.x, wi = (tid >> 5) & 3, lane = tid & 31;
+    a.wg = tid >> 7;
+    a.g = lane >> 2;
+    a.t = lane & 3;
+    a.sl2 = (float)(p.scale * AW_LOG2E);
+    a.h = bh % p.hq;
+    a.bi = bh / p.hq;
+    a.hk = a.h / (p.hq / p.hkv);
+    a.q0 = (int)qt * AW_ROWS;
+    a.w0 = a.q0 + 64 * a.wg;
+    a.r0 = a.w0 + 16 * wi + a.g;
+    a.r1 = a.r0 + 8;
+    a.kend = (int)(p.causal ? min(p.s, (i64)a.q0 + AW_ROWS) : p.s);
+    return a;
+}
+
 #endif
 
 template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
@@ -277,19 +304,13 @@ template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
     extern __shared__ __align__(1024) u8 aw_sm[];
     const u32 base = (aw_smem(aw_sm) + 1023u) & ~1023u;
     const u32 sq = base, sk = base + QB, sv = sk + 2 * KB;
-    const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const float sl2 = (float)(p.scale * AW_LOG2E);
     const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS;
     i64 qt, bh;
     attn_task(p, blockIdx.x, qtiles, qt, bh);
-    const i64 h = bh % p.hq, bi = bh / p.hq;
-    const i64 hk = h / (p.hq / p.hkv);
-    const int q0 = (int)qt * AW_ROWS;
-    const int w0 = q0 + 64 * wg;                  // this warpgroup's first query
-    const int r0 = w0 + 16 * wi + g, r1 = r0 + 8;  // this thread's two query rows
-    // Keys this block needs: all S, or causal up to its last query.
-    const int kend = (int)(p.causal ? min(p.s, (i64)q0 + AW_ROWS) : p.s);
+    const AwPlace w = aw_place(p, qt, bh);
+    const int wg = w.wg, g = w.g, t = w.t, q0 = w.q0, w0 = w.w0, r0 = w.r0, r1 = w.r1, kend = w.kend;
+    const i64 h = w.h, bi = w.bi, hk = w.hk;
+    const float sl2 = w.sl2;
     const int ntiles = (int)((kend + BN - 1) / BN);
     const TS* qb = p.q + bi * p.qst[0] + h * p.qst[1];
     const TS* kb = p.k + bi * p.kst[0] + hk * p.kst[1];

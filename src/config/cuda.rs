@@ -228,13 +228,14 @@ impl Default for LaunchTuning {
 pub enum AttentionKernel {
     /// The tensor-core kernel where it applies and pays (f16 / bf16, head dims 64 or 128, 16 or
     /// more queries, compute capability 8.0 or later; on 9.0 Hopper's wgmma kernel from 64
-    /// queries, as `wg64` for head dim 64 and `pp128` for 128), else the FMA kernel.
+    /// queries, as `tma`: the tiles of `wg64` for head dim 64 and `pp128` for 128, copied by
+    /// TMA), else the FMA kernel.
     #[default]
     Auto,
     /// Always the FMA flash kernel (with its key splits for decoding).
     Fma,
-    /// The tensor-core kernel wherever it applies (any number of queries; Hopper's from 64
-    /// queries on compute capability 9.0), else the FMA kernel.
+    /// The tensor-core kernel wherever it applies (any number of queries; Hopper's, as `tma`, from
+    /// 64 queries on compute capability 9.0), else the FMA kernel.
     Mma,
     /// The `mma.sync` tensor-core kernel (compute capability 8.0's) wherever it applies, else
     /// the FMA kernel.

@@ -270,8 +270,9 @@ fn the_attention_kernel_is_chosen_explicitly() {
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = case(dtype, 100, e, e, None, 0);
-            let wg =
-                if e == 64 { AttnPath::Wg { e, bn: 64, pp: false } } else { AttnPath::Wg { e, bn: 128, pp: true } };
+            // Hopper's default: the tiles and turns of `wg64` / `pp128`, copied by TMA.
+            let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
+            let wg = AttnPath::Tma { e, bn, pp, sync: false };
             assert_eq!(path(Auto, AMPERE, &c), AttnPath::Mma(e), "{dtype} E {e}");
             assert_eq!(path(Auto, HOPPER, &c), wg, "{dtype} E {e} on 9.0");
             assert_eq!(path(Mma, HOPPER, &c), wg);
@@ -294,8 +295,7 @@ fn the_attention_kernel_is_chosen_explicitly() {
             }
             // The TMA kernels take Auto's tile and turns on 9.0 (the launch falls back to the
             // Wg kernel where a tensor map does not encode).
-            let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
-            assert_eq!(path(Tma, HOPPER, &c), AttnPath::Tma { e, bn, pp, sync: false });
+            assert_eq!(path(Tma, HOPPER, &c), wg);
             assert_eq!(path(TmaSync, HOPPER, &c), AttnPath::Tma { e, bn, pp, sync: true });
             assert_eq!([path(Tma, AMPERE, &c), path(TmaSync, AMPERE, &c)], [AttnPath::Mma(e); 2], "no TMA before 9.0");
             assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");

@@ -7,11 +7,16 @@ use crate::kernel::BufferView;
 use cudarc::driver::sys;
 use std::ffi::c_void;
 
-/// A `CUtensorMap`: 128 opaque bytes the driver fills, 64-byte aligned (`TmaMap` of
-/// `cu/attention_tma.cu`).
+/// A `CUtensorMap`: 128 opaque bytes the driver fills, 64-byte aligned in the kernel's parameter
+/// (`TmaMap` of `cu/attention_tma.cu`).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub(super) struct TmaMap([u64; 16]);
+
+/// Where the driver encodes a map: CUDA 13's `CUtensorMap` is 128-byte aligned (the bytes are
+/// position-free and are copied into a [`TmaMap`] after).
+#[repr(C, align(128))]
+struct Encoded([u64; 16]);
 
 /// Byte strides past the innermost of a `[B, H, rows, E]` view, innermost first (rows, heads,
 /// batch), where each is a multiple of 16 below 2^40 (the driver's rule); a dim of length 1
@@ -57,15 +62,15 @@ pub(super) fn tensor_map(v: &BufferView, box_rows: u32) -> Option<TmaMap> {
     let strides = strides(v)?;
     let boxes = [64u32, box_rows, 1, 1];
     let steps = [1u32; 4];
-    let mut map = TmaMap([0; 16]);
-    // SAFETY: `map` is 128 writable bytes aligned to 64 (the driver's rule for a CUtensorMap, which
-    // it only writes); the dims, strides, box and element-step arrays hold the 4, 3, 4 and 4
+    let mut map = Encoded([0; 16]);
+    // SAFETY: `map` is 128 writable bytes aligned to 128 (CUDA 13's CUtensorMap, which the driver
+    // only writes); the dims, strides, box and element-step arrays hold the 4, 3, 4 and 4
     // entries a rank-4 map reads and outlive the call; the address is only recorded (a kernel
     // reads through it later, on the view's device, while the view's buffer is alive: the launch
     // is queued on the stream its tensors are used on).
     let r = unsafe {
         sys::cuTensorMapEncodeTiled(
-            (&mut map as *mut TmaMap).cast::<sys::CUtensorMap>(),
+            (&mut map as *mut Encoded).cast::<sys::CUtensorMap>(),
             ty,
             4,
             base as *mut c_void,
@@ -79,7 +84,7 @@ pub(super) fn tensor_map(v: &BufferView, box_rows: u32) -> Option<TmaMap> {
             Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
     };
-    (r == sys::CUresult::CUDA_SUCCESS).then_some(map)
+    (r == sys::CUresult::CUDA_SUCCESS).then_some(TmaMap(map.0))
 }
 
 #[cfg(test)]
@@ -107,14 +112,13 @@ mod tests {
     }
 }
 
-/// On a GPU the driver encodes the map of a contiguous operand and of PyTorch's SDPA layout
-/// (`[B, L, H, E]` memory seen as `[B, H, L, E]`); 136-byte rows have none.
+/// On a GPU the driver encodes the map of a contiguous operand in device memory and of PyTorch's
+/// SDPA layout (`[B, L, H, E]` memory seen as `[B, H, L, E]`); 136-byte rows have none.
 #[cfg(test)]
 mod gpu_tests {
     use super::*;
     use crate::driver::cuda::CudaDriver;
     use crate::driver::Driver;
-    use crate::kernel::DevicePtr;
 
     #[test]
     fn the_driver_encodes_maps_of_attention_operands() {
@@ -123,15 +127,21 @@ mod gpu_tests {
             crate::testing::skip(1, &driver.unavailable_reason().unwrap_or_default());
             return;
         }
+        // [B 2, H 4, S 200, E 128] of bf16, as a tensor of that shape would lie.
+        let bytes = 2 * 4 * 200 * 128 * 2;
+        let ptr = driver.malloc(0, bytes).expect("device memory for the operand");
         let view = |shape: [usize; 4], strides: [usize; 4]| BufferView {
-            ptr: DevicePtr(1 << 20),
+            ptr,
             dtype: DType::BF16,
             shape: shape.into(),
             strides: strides.into(),
             offset: 0,
         };
-        assert!(tensor_map(&view([2, 4, 100, 128], [51200, 12800, 128, 1]), 128).is_some(), "contiguous");
-        assert!(tensor_map(&view([2, 4, 100, 64], [25600, 64, 256, 1]), 64).is_some(), "[B, L, H, E] memory");
-        assert!(tensor_map(&view([1, 2, 8, 64], [544, 544, 68, 1]), 64).is_none(), "136-byte rows");
+        let contiguous = tensor_map(&view([2, 4, 200, 128], [102400, 25600, 128, 1]), 128).is_some();
+        let blhe = tensor_map(&view([2, 4, 200, 64], [51200, 64, 256, 1]), 64).is_some();
+        let odd = tensor_map(&view([1, 2, 8, 64], [544, 544, 68, 1]), 64).is_some();
+        // SAFETY: memory from this driver's malloc for device 0, freed once, nothing queued on it.
+        unsafe { driver.free(0, ptr) }.expect("free");
+        assert_eq!((contiguous, blhe, odd), (true, true, false), "contiguous, [B, L, H, E] memory, 136-byte rows");
     }
 }

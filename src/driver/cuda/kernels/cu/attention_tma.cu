@@ -1,5 +1,5 @@
 // Hopper's tensor-core flash attention with its tiles copied by the Tensor Memory Accelerator
-// (`CUDASEM_SDPA_KERNEL=tma` or `tmasync`), after attention_wg.cu, whose layout, products,
+// (the default on compute capability 9.0, `CUDASEM_SDPA_KERNEL=tma`; or `tmasync`), after attention_wg.cu, whose layout, products,
 // softmax and turns it shares (aw_step runs each tile). What differs from aw_tile:
 //
 // - The copies. One thread issues each tile as cp.async.bulk.tensor loads (E / 64 boxes of 64

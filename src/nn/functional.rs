@@ -122,7 +122,11 @@ pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<
 /// * `scale`: defaults to `1 / sqrt(E)`.
 /// * `enable_gqa`: `H` may be a multiple of `Hkv` (query head `h` reads key/value head
 ///   `h / (H / Hkv)`); without it the heads must agree.
-/// * `dropout_p > 0` is an [`Error::Unsupported`] until the device random generator lands.
+/// * `dropout_p`: with `dropout_p > 0` each attention weight is dropped with that probability
+///   and the others scaled by `1 / (1 − dropout_p)`, from the device's default generator
+///   (`manual_seed`), whenever it is given (PyTorch applies it regardless of training mode; pass
+///   0.0 in evaluation). That path is PyTorch's math backend: the `[B, H, L, S]` weights are
+///   materialized (the fused kernels take `dropout_p = 0`).
 /// * Head dims up to [`ATTENTION_MAX_HEAD_DIM`](crate::kernel::ATTENTION_MAX_HEAD_DIM); a query
 ///   whose every key is masked gets zeros (PyTorch's safe softmax).
 ///

@@ -101,6 +101,9 @@ impl Tensor {
             let out = self.unsqueeze(1)?.sdpa_op(&key.unsqueeze(1)?, &value.unsqueeze(1)?, m.as_ref(), o)?;
             return out.squeeze_dim(1);
         }
+        if o.dropout_p > 0.0 {
+            return self.sdpa_dropout(key, value, attn_mask, o);
+        }
         let (b, hq, l, e) = (self.shape()[0], self.shape()[1], self.shape()[2], self.shape()[3]);
         let (s, ev) = (key.shape()[2], value.shape()[3]);
         let mut all: Vec<&Tensor> = vec![self, key, value];
@@ -123,6 +126,44 @@ impl Tensor {
         keep.extend(attn_mask);
         exec.run(&kop, &keep)?;
         Ok(out)
+    }
+
+    /// 4-D attention with dropout on the attention weights, PyTorch's math backend: the scores
+    /// `Q Kᵀ · scale` (grouped key/value heads expanded), masked (`-inf` where a bool mask or the
+    /// causal rule drops a key, an additive mask added), the softmax over the keys, dropout with
+    /// probability `dropout_p` from the device's default generator (applied whenever
+    /// `dropout_p > 0`, as `F.scaled_dot_product_attention` does), then the product with V. Half
+    /// types compute in `f32` and round once at the end; a query with every key masked gets zeros.
+    /// The scores are materialized, `[B, Hq, L, S]`.
+    fn sdpa_dropout(&self, key: &Tensor, value: &Tensor, mask: Option<&Tensor>, o: SdpaOptions) -> Result<Tensor> {
+        let (b, hq, l, e) = (self.shape()[0], self.shape()[1], self.shape()[2], self.shape()[3]);
+        let (hkv, s, ev) = (key.shape()[1], key.shape()[2], value.shape()[3]);
+        let dtype = self.dtype();
+        let acc = if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { dtype };
+        let heads = |t: &Tensor, d: usize| -> Result<Tensor> {
+            let g = hq / hkv;
+            t.to_dtype(acc)?.unsqueeze(2)?.expand([b, hkv, g, s, d])?.reshape([b, hq, s, d])
+        };
+        let (k, v) = (heads(key, e)?, heads(value, ev)?);
+        let scale = o.scale.unwrap_or(1.0 / (e as f64).sqrt());
+        let mut scores = self.to_dtype(acc)?.matmul(&k.transpose(2, 3)?)?.mul(scale)?;
+        let device = self.device();
+        if o.is_causal {
+            let rows = Tensor::arange(0i64, l as i64, 1i64, DType::I64, device)?.reshape([l, 1])?;
+            let cols = Tensor::arange(0i64, s as i64, 1i64, DType::I64, device)?.reshape([1, s])?;
+            scores = Tensor::where_cond(&rows.ge(&cols)?, &scores, f64::NEG_INFINITY)?;
+        }
+        if let Some(m) = mask {
+            scores = if m.dtype() == DType::Bool {
+                Tensor::where_cond(m, &scores, f64::NEG_INFINITY)?
+            } else {
+                scores.add(&m.to_dtype(acc)?)?
+            };
+        }
+        // A query whose every key is masked attends to nothing: zeros (PyTorch's safe softmax).
+        let none = scores.amax(&[-1], true)?.eq(f64::NEG_INFINITY)?;
+        let weights = Tensor::where_cond(&none, 0.0, &scores.softmax(-1)?)?.dropout(o.dropout_p, true)?;
+        weights.matmul(&v)?.to_dtype(dtype)
     }
 
     /// The tensor broadcast to `shape` (a view).
@@ -186,13 +227,6 @@ fn check_sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, o: Sdpa
     }
     if !(0.0..=1.0).contains(&o.dropout_p) {
         return Err(invalid(format!("dropout_p must be in [0, 1], got {}", o.dropout_p)));
-    }
-    if o.dropout_p > 0.0 {
-        return Err(Error::Unsupported {
-            op: OP,
-            driver: "any",
-            reason: "dropout_p > 0 needs the device random generator, not available yet; pass 0.0".into(),
-        });
     }
     if o.scale.is_some_and(|s| !s.is_finite()) {
         return Err(invalid("scale must be finite".into()));

@@ -71,10 +71,7 @@ template <int E, int BN, bool PP, bool SYNC> __device__ void at_tile(const AttnT
     const u32 sq = base, sk = base + QB, sv = sk + 2 * KB;
     const u32 bq = aw_smem(at_bars), full = bq + 8, empty = bq + 24;  // slot s: full + 8s, empty + 8s
     const int tid = threadIdx.x, lane = tid & 31;
-    const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS;
-    i64 qt, bh;
-    attn_task(p, blockIdx.x, qtiles, qt, bh);
-    const AwPlace w = aw_place(p, qt, bh);
+    const AwPlace w = aw_block_place(p);
     const int wg = w.wg, g = w.g, t = w.t, q0 = w.q0, w0 = w.w0, r0 = w.r0, r1 = w.r1, kend = w.kend;
     const i64 h = w.h, bi = w.bi, hk = w.hk;
     const float sl2 = w.sl2;

@@ -295,6 +295,13 @@ __device__ __forceinline__ AwPlace aw_place(const AttnP& p, i64 qt, i64 bh) {
     return a;
 }
 
+/* The place of this block's task: the query tile and (batch, head) attn_task gives its index. */
+__device__ __forceinline__ AwPlace aw_block_place(const AttnP& p) {
+    i64 qt, bh;
+    attn_task(p, blockIdx.x, (p.l + AW_ROWS - 1) / AW_ROWS, qt, bh);
+    return aw_place(p, qt, bh);
+}
+
 #endif
 
 template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
@@ -304,10 +311,7 @@ template <int E, int BN, bool PP> __device__ void aw_tile(const AttnP& p) {
     extern __shared__ __align__(1024) u8 aw_sm[];
     const u32 base = (aw_smem(aw_sm) + 1023u) & ~1023u;
     const u32 sq = base, sk = base + QB, sv = sk + 2 * KB;
-    const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS;
-    i64 qt, bh;
-    attn_task(p, blockIdx.x, qtiles, qt, bh);
-    const AwPlace w = aw_place(p, qt, bh);
+    const AwPlace w = aw_block_place(p);
     const int wg = w.wg, g = w.g, t = w.t, q0 = w.q0, w0 = w.w0, r0 = w.r0, r1 = w.r1, kend = w.kend;
     const i64 h = w.h, bi = w.bi, hk = w.hk;
     const float sl2 = w.sl2;

@@ -29,13 +29,19 @@ struct NormP {
     pad: i32,
 }
 
-/// `AttnTma` of `cu/attention_tma.cu`: the parameters and the tensor maps of q, k and v.
+/// The tensor maps of q, k and v (`cu/attention_tma.cu`).
 #[repr(C)]
-struct AttnTma {
-    p: AttnP,
+struct AttnMaps {
     q: TmaMap,
     k: TmaMap,
     v: TmaMap,
+}
+
+/// `AttnTma` of `cu/attention_tma.cu`: the parameters, then the tensor maps.
+#[repr(C)]
+struct AttnTma {
+    p: AttnP,
+    maps: AttnMaps,
 }
 
 /// `AttnP` of `cu/attention_params.cu` (field for field): the operands' addresses, sizes and
@@ -94,7 +100,11 @@ pub(super) fn attn_p_layout() -> (Vec<(&'static str, usize, usize)>, usize) {
 #[cfg(test)]
 pub(super) fn attn_tma_layout() -> ([usize; 3], usize) {
     use std::mem::offset_of;
-    ([offset_of!(AttnTma, q), offset_of!(AttnTma, k), offset_of!(AttnTma, v)], std::mem::size_of::<AttnTma>())
+    let m = offset_of!(AttnTma, maps);
+    (
+        [m + offset_of!(AttnMaps, q), m + offset_of!(AttnMaps, k), m + offset_of!(AttnMaps, v)],
+        std::mem::size_of::<AttnTma>(),
+    )
 }
 
 /// The norm's operands (validated): `src`, `dst` and the parameters must be contiguous.
@@ -355,6 +365,15 @@ fn tile_order(c: &Ctx, a: &AttnArgs<'_>, rows: u64, blocks: u32) -> i32 {
     attn_order(c.ops.tuning.attention_order(), a.causal, section)
 }
 
+/// The tensor maps of `a`'s q, k and v for tiles of `bn` keys, or `None` where one does not encode.
+fn tensor_maps(a: &AttnArgs<'_>, bn: usize) -> Option<AttnMaps> {
+    Some(AttnMaps {
+        q: tensor_map(a.q, WG_ROWS as u32)?,
+        k: tensor_map(a.k, bn as u32)?,
+        v: tensor_map(a.v, bn as u32)?,
+    })
+}
+
 /// Queues attention: the tensor-core kernel where [`attention_path`] picks it, else the FMA
 /// flash kernel over (query tile, head, batch, key split), and with several splits the merge of
 /// their partials (flash-decoding).
@@ -393,34 +412,10 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
         causal: a.causal as i32,
         order: 0,
     };
-    let path = attention_path(c.ops.tuning.attention(), (c.info.major, c.info.minor), &a);
-    if let AttnPath::Tma { e, bn, pp, sync } = path {
-        let maps = [(a.q, WG_ROWS as u32), (a.k, bn as u32), (a.v, bn as u32)].map(|(v, rows)| tensor_map(v, rows));
-        let [Some(qm), Some(km), Some(vm)] = maps else {
-            return attention_on(c, a, p, path);
-        };
-        let module = ModuleKey::AttentionWg { dtype };
-        let entry = Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync };
-        let f = c.kernel(KernelId { module, entry })?;
-        p.order = tile_order(c, &a, WG_ROWS, f.blocks_per_sm);
-        let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
-        let grid = tasks.clamp(1, i32::MAX as u64) as u32;
-        let mut t = AttnTma { p, q: qm, k: km, v: vm };
-        return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut t);
-    }
-    attention_on(c, a, p, path)
-}
-
-/// Queues attention on `path` with the parameters `p` ([`AttnPath::Tma`], whose tensor maps did
-/// not encode, on [`AttnPath::Wg`]'s kernel).
-fn attention_on(c: &Ctx, a: AttnArgs<'_>, mut p: AttnP, path: AttnPath) -> Result<()> {
-    let (b, hq, l, e) = (a.q.shape[0], a.q.shape[1], a.q.shape[2], a.q.shape[3]);
-    let (s, ev) = (a.k.shape[2], a.v.shape[3]);
     let Some(&ep) = ATTN_HEAD_DIMS.iter().find(|&&d| d >= e.max(ev)) else {
         return Err(unsupported(format!("attention head dims {e} and {ev}")));
     };
-    let dtype = a.q.dtype;
-    match path {
+    match attention_path(c.ops.tuning.attention(), (c.info.major, c.info.minor), &a) {
         AttnPath::Mma(e) => {
             let module = ModuleKey::AttentionMma { dtype };
             let f = c.kernel(KernelId { module, entry: Entry::AttnMma((e / 16) as u8) })?;
@@ -428,14 +423,26 @@ fn attention_on(c: &Ctx, a: AttnArgs<'_>, mut p: AttnP, path: AttnPath) -> Resul
             let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
             return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
         }
-        AttnPath::Wg { e, bn, pp } | AttnPath::Tma { e, bn, pp, .. } => {
-            let module = ModuleKey::AttentionWg { dtype };
-            let entry = Entry::AttnWg { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp };
-            let f = c.kernel(KernelId { module, entry })?;
+        path @ (AttnPath::Wg { e, bn, pp } | AttnPath::Tma { e, bn, pp, .. }) => {
+            // The TMA kernel where its tensor maps encode, else the one that copies by itself.
+            let maps = match path {
+                AttnPath::Tma { sync, .. } => tensor_maps(&a, bn).map(|m| (m, sync)),
+                _ => None,
+            };
+            let (e16, bn16) = ((e / 16) as u8, (bn / 16) as u8);
+            let entry = match maps {
+                Some((_, sync)) => Entry::AttnTma { e16, bn16, pp, sync },
+                None => Entry::AttnWg { e16, bn16, pp },
+            };
+            let f = c.kernel(KernelId { module: ModuleKey::AttentionWg { dtype }, entry })?;
             p.order = tile_order(c, &a, WG_ROWS, f.blocks_per_sm);
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
             let grid = tasks.clamp(1, i32::MAX as u64) as u32;
-            return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut p);
+            let smem = entry.dynamic_smem() as u32;
+            return match maps {
+                Some((maps, _)) => c.run_shared(f, grid, WG_THREADS, smem, &mut AttnTma { p, maps }),
+                None => c.run_shared(f, grid, WG_THREADS, smem, &mut p),
+            };
         }
         AttnPath::Fa { e, bn, pp, persistent } => {
             let module = ModuleKey::AttentionWg { dtype };

@@ -448,43 +448,55 @@ fn sdpa_persistent_hopper_blocks_take_every_query_tile() -> Result<()> {
 /// `dropout_p` drops each attention weight with that probability and scales the others by
 /// `1 / (1 − p)`, from the device's default generator: with one-hot values (value row j is e_j,
 /// Ev = S) an output row is its query's weights, so each element is 0 or the float64 weight over
-/// 1 − p (causal, grouped heads, an explicit scale); about p of the weights are dropped, the same
-/// seed draws the same drops, and p = 1 gives zeros.
+/// 1 − p (causal; a bool mask with rows that keep no key, which give zeros; an additive mask with
+/// −inf; grouped heads, an explicit scale); about p of the weights are dropped, the same seed
+/// draws the same drops, and p = 1 gives zeros.
 #[test]
 fn sdpa_dropout_drops_weights_and_scales_the_rest() -> Result<()> {
     let mut rng = Rng::new(4013);
     let p = 0.25;
+    let base = case(2, 4, 2, 40, 24, 16, 24);
+    let cases = [Case { causal: true, ..base }, Case { mask: Mask::Bool, ..base }, Case { mask: Mask::Add, ..base }];
     for device in devices() {
         for dtype in [DType::F32, DType::BF16] {
-            let c = Case { causal: true, ..case(2, 4, 2, 40, 24, 16, 24) };
-            let (qv, q) = rand_tensor(&mut rng, &[c.b, c.hq, c.l, c.e], dtype, device)?;
-            let (kv, k) = rand_tensor(&mut rng, &[c.b, c.hkv, c.s, c.e], dtype, device)?;
-            let one_hot: Vec<f64> =
-                (0..c.b * c.hkv * c.s * c.s).map(|i| ((i / c.s) % c.s == i % c.s) as u8 as f64).collect();
-            let v = tensor(&one_hot, &[c.b, c.hkv, c.s, c.s], dtype, device)?;
-            let w = sdpa_reference(&c, &qv, &kv, &one_hot, &[], false, 0.3);
-            let run = |p: f64| {
-                cudasem::manual_seed(7);
-                F::scaled_dot_product_attention(&q, &k, &v, None, p, true, Some(0.3), true).and_then(|y| values(&y))
-            };
-            let got = run(p)?;
-            let tol = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
-            let (mut dropped, mut kept) = (0usize, 0usize);
-            for (i, (&g, &w)) in got.iter().zip(&w).enumerate() {
-                let what = format!("element {i} ({dtype} on {device}): {g}, weight {w}");
-                if w == 0.0 {
-                    assert_eq!(g, 0.0, "a causally masked key: {what}");
-                } else if g == 0.0 {
-                    dropped += 1;
-                } else {
-                    kept += 1;
-                    assert!((g - w / (1.0 - p)).abs() <= tol * w / (1.0 - p), "kept, scaled by 1 / (1 - p): {what}");
+            for c in cases {
+                let (qv, q) = rand_tensor(&mut rng, &[c.b, c.hq, c.l, c.e], dtype, device)?;
+                let (kv, k) = rand_tensor(&mut rng, &[c.b, c.hkv, c.s, c.e], dtype, device)?;
+                let one_hot: Vec<f64> =
+                    (0..c.b * c.hkv * c.s * c.s).map(|i| ((i / c.s) % c.s == i % c.s) as u8 as f64).collect();
+                let v = tensor(&one_hot, &[c.b, c.hkv, c.s, c.s], dtype, device)?;
+                let mask = make_mask(&mut rng, &c, dtype, device)?;
+                let (m, mv) = match &mask {
+                    Some((m, mv)) => (Some(m), &mv[..]),
+                    None => (None, &[][..]),
+                };
+                let w = sdpa_reference(&c, &qv, &kv, &one_hot, mv, c.mask == Mask::Bool, 0.3);
+                let run = |p: f64| {
+                    cudasem::manual_seed(7);
+                    F::scaled_dot_product_attention(&q, &k, &v, m, p, c.causal, Some(0.3), true)
+                        .and_then(|y| values(&y))
+                };
+                let got = run(p)?;
+                let tol = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+                let (mut dropped, mut kept) = (0usize, 0usize);
+                for (i, (&g, &w)) in got.iter().zip(&w).enumerate() {
+                    let what = format!("element {i} ({dtype} on {device}, {:?}): {g}, weight {w}", c.mask);
+                    if w == 0.0 {
+                        assert_eq!(g, 0.0, "a masked key, or a row that keeps none: {what}");
+                    } else if g == 0.0 {
+                        dropped += 1;
+                    } else {
+                        kept += 1;
+                        let want = w / (1.0 - p);
+                        assert!((g - want).abs() <= tol * want, "kept, scaled by 1 / (1 - p): {what}");
+                    }
                 }
+                let frac = dropped as f64 / (dropped + kept) as f64;
+                let what = format!("{dtype} on {device}, {:?}", c.mask);
+                assert!((frac - p).abs() < 0.04, "{dropped} of {} weights dropped ({what})", dropped + kept);
+                assert_eq!(run(p)?, got, "the same seed draws the same drops ({what})");
+                assert!(run(1.0)?.iter().all(|&x| x == 0.0), "p = 1 drops every weight ({what})");
             }
-            let frac = dropped as f64 / (dropped + kept) as f64;
-            assert!((frac - p).abs() < 0.04, "{dropped} of {} weights dropped ({dtype} on {device})", dropped + kept);
-            assert_eq!(run(p)?, got, "the same seed draws the same drops ({dtype} on {device})");
-            assert!(run(1.0)?.iter().all(|&x| x == 0.0), "p = 1 drops every weight ({dtype} on {device})");
         }
     }
     Ok(())

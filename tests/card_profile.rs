@@ -33,7 +33,10 @@ fn the_card_profile_follows_the_device_properties() -> Result<()> {
             let b = facts.bytes_per_sm_cycle().expect("the sim reports its clocks");
             assert!((b - 12.82).abs() < 0.01, "{b}");
             assert_eq!(p.heavy_vectors, 2);
-            assert!(p.to_string().starts_with("heavy_vectors=2 sum_blocks=0 sum_loads=8 (12.8 B/cycle/SM"), "{p}");
+            assert!(
+                p.to_string().starts_with("heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 (12.8 B/cycle/SM"),
+                "{p}"
+            );
         }
     }
     Ok(())

@@ -167,6 +167,9 @@ pub struct CardOverrides {
     /// attention kernels' swizzled query-tile order ([`AttentionOrder::Swizzle`]), in place of as
     /// many as fill half the device's L2 with their keys and values (and span two waves of blocks).
     pub swizzle_heads: Option<u32>,
+    /// `ew_threads=N` (64, 128, 256): the threads of a block of the fast elementwise kernel over
+    /// a large tensor (its grid then holds 256 / N times as many blocks).
+    pub ew_threads: Option<u32>,
 }
 
 #[doc(hidden)]
@@ -177,7 +180,7 @@ pub const MAX_SWIZZLE_HEADS: u32 = (i32::MAX >> 8) as u32;
 impl CardOverrides {
     /// The keys of [`CardOverrides::parse_item`], with their ranges.
     pub const KEYS: &'static str =
-        "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607)";
+        "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -195,6 +198,7 @@ impl CardOverrides {
             "sum_blocks" => (&mut self.sum_blocks, n <= 64),
             "sum_loads" => (&mut self.sum_loads, n == 4 || n == 8),
             "swizzle_heads" => (&mut self.swizzle_heads, (1..=MAX_SWIZZLE_HEADS).contains(&n)),
+            "ew_threads" => (&mut self.ew_threads, matches!(n, 64 | 128 | 256)),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -263,7 +267,9 @@ pub enum AttentionKernel {
     /// Hopper's wgmma kernel (tiles and turns as under `Auto`) with its keys and values copied by
     /// the Tensor Memory Accelerator into mbarrier-phased stages, the warpgroups never meeting at
     /// a block barrier, wherever it applies and the operands' strides are multiples of 16 bytes
-    /// (else as [`AttentionKernel::Mma`]).
+    /// (else as [`AttentionKernel::Mma`]); where the driver encodes no tensor map for operands the
+    /// kernel applies to, the launch fails (`Auto` and `Mma` take the copying kernel instead), so
+    /// a run under this choice shows that the TMA kernel ran.
     Tma,
     /// [`AttentionKernel::Tma`] with a block barrier a tile freeing its stage.
     TmaSync,
@@ -504,7 +510,7 @@ mod tests {
     #[test]
     fn card_overrides_parse_with_typed_errors() {
         let t = |v: &str| with(&[(LAUNCH_TUNING_ENV, v)]).map(|s| s.launch_tuning);
-        let card = |h, b, l| CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l, swizzle_heads: None };
+        let card = |h, b, l| CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l, ..Default::default() };
         assert_eq!(
             t("heavy_vectors=2").unwrap(),
             LaunchTuning { card: card(Some(2), None, None), ..Default::default() }
@@ -522,7 +528,14 @@ mod tests {
         let swizzle = |n| CardOverrides { swizzle_heads: Some(n), ..Default::default() };
         assert_eq!(t("swizzle_heads=5").unwrap().card, swizzle(5));
         assert_eq!(t("swizzle_heads=8388607").unwrap().card, swizzle(MAX_SWIZZLE_HEADS));
+        for n in [64, 128, 256] {
+            let want = CardOverrides { ew_threads: Some(n), ..Default::default() };
+            assert_eq!(t(&format!("ew_threads={n}")).unwrap().card, want);
+        }
         for bad in [
+            "ew_threads=32",
+            "ew_threads=192",
+            "ew_threads=512",
             "heavy_vectors=0",
             "heavy_vectors=17",
             "sum_blocks=65",

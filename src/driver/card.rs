@@ -38,6 +38,9 @@
 //!   about four waves, the last block combining their partials) stays at 0.98–0.99 × of it
 //!   with the narrow kernel on the H100 (session 21). The grid stays one wave: the bytes in flight,
 //!   not more blocks, are what the arithmetic asks for; `bench/sweep_card.sh` measures both.
+//! * `ew_threads` — the threads of a block of the fast elementwise kernel over a tensor of more
+//!   than a wave of vectors: 256 on every card (the grid holds a vector a thread, so 128 doubles
+//!   the blocks and halves the work of each, PyTorch's `vectorized_elementwise_kernel` shape).
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;
@@ -107,13 +110,15 @@ pub struct CardProfile {
     /// 16-byte loads of that reduction's loop (4: the narrow kernel, 8: the wide one, whose next
     /// four are in flight while it adds the four before them).
     pub sum_loads: u32,
+    /// Threads of a block of the fast elementwise kernel over a large tensor.
+    pub ew_threads: u32,
 }
 
 impl CardProfile {
     /// The card's own choices.
     pub fn of(facts: CardFacts) -> CardProfile {
         let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
-        CardProfile { facts, heavy_vectors: if rich { 4 } else { 2 }, sum_blocks: 0, sum_loads: 8 }
+        CardProfile { facts, heavy_vectors: if rich { 4 } else { 2 }, sum_blocks: 0, sum_loads: 8, ew_threads: 256 }
     }
 
     /// [`CardProfile::of`] the device's properties.
@@ -127,20 +132,21 @@ impl CardProfile {
             heavy_vectors: o.heavy_vectors.unwrap_or(self.heavy_vectors),
             sum_blocks: o.sum_blocks.unwrap_or(self.sum_blocks),
             sum_loads: o.sum_loads.unwrap_or(self.sum_loads),
+            ew_threads: o.ew_threads.unwrap_or(self.ew_threads),
             ..self
         }
     }
 }
 
 impl std::fmt::Display for CardProfile {
-    /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`:
+    /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`:
     /// the choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
             f,
-            "heavy_vectors={} sum_blocks={} sum_loads={} (",
-            self.heavy_vectors, self.sum_blocks, self.sum_loads
+            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} (",
+            self.heavy_vectors, self.sum_blocks, self.sum_loads, self.ew_threads
         )?;
         match c.bytes_per_sm_cycle() {
             Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
@@ -205,17 +211,18 @@ mod tests {
     fn overrides_replace_only_what_they_name() {
         let p = CardProfile::of(h100());
         assert_eq!(p.with(&CardOverrides::default()), p);
-        let o = CardOverrides { heavy_vectors: Some(8), sum_loads: Some(4), ..Default::default() };
+        let o =
+            CardOverrides { heavy_vectors: Some(8), sum_loads: Some(4), ew_threads: Some(128), ..Default::default() };
         let q = p.with(&o);
-        assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.facts), (8, 0, 4, p.facts));
+        assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.ew_threads, q.facts), (8, 0, 4, 128, p.facts));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=256 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

@@ -61,3 +61,22 @@ fn heavy_functions_agree_under_every_vectors_per_thread() {
     }
     set(&b, CardOverrides::default());
 }
+
+/// The fast elementwise kernel under blocks of 64, 128 and 256 threads (`ew_threads`), over a
+/// tensor of many waves with a tail past the last whole vector: a unary and a binary op of a half
+/// type and of f32, each within the tolerance of the CPU's.
+#[test]
+fn fast_elementwise_agrees_under_every_block_size() {
+    let Some(mut b) = Bench::new() else { return };
+    let n = (3 << 20) + 7;
+    for t in [64, 128, 256] {
+        set(&b, CardOverrides { ew_threads: Some(t), ..Default::default() });
+        for d in [DType::BF16, DType::F16, DType::F32] {
+            let (x, y, out) = (b.dense(d, &[n]), b.dense(d, &[n]), b.dense(d, &[n]));
+            b.check(&KernelOp::Unary { op: UnaryOp::Neg, src: x.clone(), dst: out.clone() }, 0.0);
+            let add = KernelOp::Binary { op: BinaryOp::Add, lhs: x, rhs: y, dst: out, compute: d };
+            b.check(&add, tol(d));
+        }
+    }
+    set(&b, CardOverrides::default());
+}

@@ -213,8 +213,10 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
         // One block: a small op's cost is its launch.
         return c.run_threads(f, 1, tiny_threads(work), &mut p);
     }
-    let grid = c.grid(f, work);
-    c.run(f, grid, &mut p)
+    // The card's block (`ew_threads`), never past the kernel's launch bound.
+    let threads = c.card().ew_threads.clamp(32, THREADS);
+    let grid = c.grid_of(f, work, threads);
+    c.run_threads(f, grid, threads, &mut p)
 }
 
 /// Threads of the one block of a launch for `work` (at most [`THREADS`]) items: whole warps,

@@ -424,9 +424,22 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
         }
         path @ (AttnPath::Wg { e, bn, pp } | AttnPath::Tma { e, bn, pp, .. }) => {
-            // The TMA kernel where its tensor maps encode, else the one that copies by itself.
+            // The TMA kernel where its tensor maps encode, else (unless `CUDASEM_SDPA_KERNEL`
+            // named the TMA kernel: then a test or a benchmark learns it did not run) the one
+            // that copies by itself.
             let maps = match path {
-                AttnPath::Tma { sync, .. } => tensor_maps(&a, bn).map(|m| (m, sync)),
+                AttnPath::Tma { sync, .. } => match tensor_maps(&a, bn) {
+                    Some(m) => Some((m, sync)),
+                    None if matches!(c.ops.tuning.attention(), AttentionKernel::Tma | AttentionKernel::TmaSync) => {
+                        return Err(unsupported(format!(
+                            "CUDASEM_SDPA_KERNEL named the TMA attention kernel, but the driver encoded no tensor \
+                             map for these operands (q {:?} strides {:?}, k {:?} strides {:?}, v {:?} strides {:?}); \
+                             `auto` takes the copying kernel for them",
+                            a.q.shape, a.q.strides, a.k.shape, a.k.strides, a.v.shape, a.v.strides
+                        )))
+                    }
+                    None => None,
+                },
                 _ => None,
             };
             let (e16, bn16) = ((e / 16) as u8, (bn / 16) as u8);

@@ -225,7 +225,7 @@ impl Default for LaunchTuning {
 
 /// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
 /// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma`, `mma`,
-/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`, `fa128n`, `tma` or `tmasync`, optionally
+/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`, `fa128n`, `tma`, `tmasync` or `tmaws`, optionally
 /// followed by `:` and an [`AttentionOrder`] (`pp128:natural`; the `fa128*` kernels keep their own order).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -273,11 +273,15 @@ pub enum AttentionKernel {
     Tma,
     /// [`AttentionKernel::Tma`] with a block barrier a tile freeing its stage.
     TmaSync,
+    /// [`AttentionKernel::Tma`]'s tiles on persistent blocks (SMs × blocks an SM) whose copies a
+    /// producer warp beside the warpgroups issues, the next task's queries and tiles landing while
+    /// they finish a task.
+    TmaWs,
 }
 
 impl AttentionKernel {
     /// Every kernel with its name in `CUDASEM_SDPA_KERNEL`, in the order of their discriminants.
-    const NAMED: [(&'static str, AttentionKernel); 13] = [
+    const NAMED: [(&'static str, AttentionKernel); 14] = [
         ("auto", AttentionKernel::Auto),
         ("fma", AttentionKernel::Fma),
         ("mma", AttentionKernel::Mma),
@@ -291,11 +295,12 @@ impl AttentionKernel {
         ("fa128n", AttentionKernel::Fa128n),
         ("tma", AttentionKernel::Tma),
         ("tmasync", AttentionKernel::TmaSync),
+        ("tmaws", AttentionKernel::TmaWs),
     ];
 
     /// Every kernel, in the order of their discriminants.
-    pub const ALL: [AttentionKernel; 13] = {
-        let mut all = [AttentionKernel::Auto; 13];
+    pub const ALL: [AttentionKernel; 14] = {
+        let mut all = [AttentionKernel::Auto; 14];
         let mut i = 0;
         while i < all.len() {
             all[i] = Self::NAMED[i].1;
@@ -305,7 +310,7 @@ impl AttentionKernel {
     };
 
     /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`,
-    /// `fa128n`, `tma` or `tmasync` (empty: `auto`).
+    /// `fa128n`, `tma`, `tmasync` or `tmaws` (empty: `auto`).
     pub fn parse(value: &str) -> Result<AttentionKernel> {
         let name = match value.trim() {
             "" => "auto",
@@ -465,6 +470,7 @@ mod tests {
             (" fa128n", AttentionKernel::Fa128n),
             ("tma", AttentionKernel::Tma),
             ("tmasync ", AttentionKernel::TmaSync),
+            ("tmaws", AttentionKernel::TmaWs),
         ];
         for (v, k) in kinds {
             assert_eq!(with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning.attention, k, "{v:?}");

@@ -7,8 +7,8 @@ use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::tma::{tensor_map, TmaMap};
 use super::vocab::{
-    attn_keys_per_tile, Entry, KernelId, ModuleKey, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, NORM_VALUES_PER_THREAD,
-    NORM_VECTORS_PER_THREAD,
+    attn_keys_per_tile, Entry, KernelId, ModuleKey, TmaMode, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS,
+    NORM_VALUES_PER_THREAD, NORM_VECTORS_PER_THREAD,
 };
 use crate::config::AttentionKernel;
 use crate::dtype::DType;
@@ -205,9 +205,9 @@ pub(in crate::driver::cuda) enum AttnPath {
     /// × blocks an SM) when `persistent`, else a block per query tile.
     Fa { e: usize, bn: usize, pp: bool, persistent: bool },
     /// [`AttnPath::Wg`] with its tiles copied by the Tensor Memory Accelerator
-    /// (`cu/attention_tma.cu`), its warpgroups meeting at a block barrier a tile when `sync`;
+    /// (`cu/attention_tma.cu`), its stages freed and filled as `mode` says;
     /// [`AttnPath::Wg`]'s kernel where the operands' tensor maps do not encode.
-    Tma { e: usize, bn: usize, pp: bool, sync: bool },
+    Tma { e: usize, bn: usize, pp: bool, mode: TmaMode },
 }
 
 /// Queries from which [`AttentionKernel::Auto`] takes the tensor-core kernel (a block of it
@@ -307,8 +307,8 @@ pub(in crate::driver::cuda) fn attention_path(
     let fa = |pp, persistent| AttnPath::Fa { e, bn: fa_default(e).0, pp, persistent };
     let (bn, pp) = wg_default(e);
     // Hopper's kernel with its tiles copied by TMA (`Wg`'s kernel where the maps do not encode).
-    let tma = |sync| AttnPath::Tma { e, bn, pp, sync };
-    let tensor = if hopper && l >= WG_MIN_QUERIES { tma(false) } else { AttnPath::Mma(e) };
+    let tma = |mode| AttnPath::Tma { e, bn, pp, mode };
+    let tensor = if hopper && l >= WG_MIN_QUERIES { tma(TmaMode::Phased) } else { AttnPath::Mma(e) };
     match choice {
         _ if !fits => AttnPath::Fma,
         AttentionKernel::Fma => AttnPath::Fma,
@@ -320,8 +320,9 @@ pub(in crate::driver::cuda) fn attention_path(
         AttentionKernel::Fa128 if hopper => fa(fa_default(e).1, true),
         AttentionKernel::Fa128g if hopper => fa(fa_default(e).1, false),
         AttentionKernel::Fa128n if hopper => fa(false, true),
-        AttentionKernel::Tma if hopper => tma(false),
-        AttentionKernel::TmaSync if hopper => tma(true),
+        AttentionKernel::Tma if hopper => tma(TmaMode::Phased),
+        AttentionKernel::TmaSync if hopper => tma(TmaMode::Sync),
+        AttentionKernel::TmaWs if hopper => tma(TmaMode::Producer),
         AttentionKernel::Wg64
         | AttentionKernel::Wg128
         | AttentionKernel::Pp64
@@ -330,7 +331,8 @@ pub(in crate::driver::cuda) fn attention_path(
         | AttentionKernel::Fa128g
         | AttentionKernel::Fa128n
         | AttentionKernel::Tma
-        | AttentionKernel::TmaSync => AttnPath::Mma(e),
+        | AttentionKernel::TmaSync
+        | AttentionKernel::TmaWs => AttnPath::Mma(e),
         AttentionKernel::Mma => tensor,
         AttentionKernel::Auto if l >= MMA_MIN_QUERIES => tensor,
         // A decode whose (batch, head)s fill the device reads its keys and values once: Hopper's
@@ -339,7 +341,7 @@ pub(in crate::driver::cuda) fn attention_path(
         // bandwidth.
         AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
             if hopper {
-                tma(false)
+                tma(TmaMode::Phased)
             } else {
                 AttnPath::Mma(e)
             }
@@ -428,9 +430,13 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             // named the TMA kernel: then a test or a benchmark learns it did not run) the one
             // that copies by itself.
             let maps = match path {
-                AttnPath::Tma { sync, .. } => match tensor_maps(&a, bn) {
-                    Some(m) => Some((m, sync)),
-                    None if matches!(c.ops.tuning.attention(), AttentionKernel::Tma | AttentionKernel::TmaSync) => {
+                AttnPath::Tma { mode, .. } => match tensor_maps(&a, bn) {
+                    Some(m) => Some((m, mode)),
+                    None if matches!(
+                        c.ops.tuning.attention(),
+                        AttentionKernel::Tma | AttentionKernel::TmaSync | AttentionKernel::TmaWs
+                    ) =>
+                    {
                         return Err(unsupported(format!(
                             "CUDASEM_SDPA_KERNEL named the TMA attention kernel, but the driver encoded no tensor \
                              map for these operands (q {:?} strides {:?}, k {:?} strides {:?}, v {:?} strides {:?}); \
@@ -444,17 +450,22 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             };
             let (e16, bn16) = ((e / 16) as u8, (bn / 16) as u8);
             let entry = match maps {
-                Some((_, sync)) => Entry::AttnTma { e16, bn16, pp, sync },
+                Some((_, mode)) => Entry::AttnTma { e16, bn16, pp, mode },
                 None => Entry::AttnWg { e16, bn16, pp },
             };
             let f = c.kernel(KernelId { module: ModuleKey::AttentionWg { dtype }, entry })?;
             p.order = tile_order(c, &a, WG_ROWS, f.blocks_per_sm);
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
-            let grid = tasks.clamp(1, i32::MAX as u64) as u32;
             let smem = entry.dynamic_smem() as u32;
             return match maps {
-                Some((maps, _)) => c.run_shared(f, grid, WG_THREADS, smem, &mut AttnTma { p, maps }),
-                None => c.run_shared(f, grid, WG_THREADS, smem, &mut p),
+                Some((maps, mode)) => {
+                    // The producer's blocks are persistent: a wave of them takes every task.
+                    let wave = c.info.sms as u64 * f.blocks_per_sm as u64;
+                    let grid = if mode == TmaMode::Producer { tasks.min(wave) } else { tasks };
+                    let grid = grid.clamp(1, i32::MAX as u64) as u32;
+                    c.run_shared(f, grid, mode.threads(), smem, &mut AttnTma { p, maps })
+                }
+                None => c.run_shared(f, tasks.clamp(1, i32::MAX as u64) as u32, WG_THREADS, smem, &mut p),
             };
         }
         AttnPath::Fa { e, bn, pp, persistent } => {

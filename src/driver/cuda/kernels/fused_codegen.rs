@@ -3,7 +3,7 @@
 
 use super::sources::{ATTENTION, ATTENTION_FA, ATTENTION_MMA, ATTENTION_PARAMS, ATTENTION_TMA, ATTENTION_WG, NORM};
 use super::vocab::{
-    attn_keys_per_tile, Entry, ModuleKey, ATTN_FA_TILES, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, ATTN_TMA_TILES,
+    attn_keys_per_tile, Entry, ModuleKey, TmaMode, ATTN_FA_TILES, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS, ATTN_TMA_TILES,
     ATTN_WG_TILES, NORM_VALUES_PER_THREAD, NORM_VECTORS_PER_THREAD,
 };
 use crate::dtype::DType;
@@ -63,8 +63,8 @@ pub(in crate::driver::cuda) fn attention_mma(s: &mut String, dtype: DType) {
 /// and entry points `aw_{E}_{BN}` per (head dim, keys per tile) of [`ATTN_WG_TILES`] and
 /// `aw_{E}_{BN}p` with the warpgroups taking turns (ping-pong), then `af_{E}_{BN}[p]` per
 /// entry of [`ATTN_FA_TILES`] (`cu/attention_fa.cu`, FlashAttention 3's schedule), then
-/// `at_{E}_{BN}[p][s]` per entry of [`ATTN_TMA_TILES`] (`cu/attention_tma.cu`, copies by TMA; `s`
-/// with a block barrier a tile), after its head: first the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for
+/// `at_{E}_{BN}[p][s|w]` per entry of [`ATTN_TMA_TILES`] (`cu/attention_tma.cu`, copies by TMA; `s`
+/// with a block barrier a tile, `w` persistent with a producer warp and 288 threads), after its head: first the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for
 /// sm_90a only. Launched with 256 threads; head dim 64 with tiles of 64 keys asks for two
 /// blocks an SM (128 registers a thread), the larger tiles for one (their accumulators need
 /// more).
@@ -100,14 +100,21 @@ pub(in crate::driver::cuda) fn attention_wg(s: &mut String, dtype: DType) {
     }
     s.push_str(ATTENTION_TMA);
     for (e, bn, pp) in ATTN_TMA_TILES {
-        let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
-        for sync in [false, true] {
-            let name = Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync }
+        for mode in TmaMode::ALL {
+            // The producer's 288 threads at two blocks an SM would leave head dim 64 96 registers
+            // (it needs 104: two blocks of them still fit).
+            let blocks = if e * bn <= 64 * 64 && mode != TmaMode::Producer { 2 } else { 1 };
+            let name = Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, mode }
                 .name(&ModuleKey::AttentionWg { dtype });
+            let call = match mode {
+                TmaMode::Producer => format!("at_ws<{e}, {bn}, {pp}>(a)"),
+                _ => format!("at_tile<{e}, {bn}, {pp}, {}>(a)", mode == TmaMode::Sync),
+            };
             let _ = writeln!(
                 s,
-                "extern \"C\" __global__ void __launch_bounds__(256, {blocks}) {name}(const __grid_constant__ AttnTma a) \
-                 {{ cs_enter(); at_tile<{e}, {bn}, {pp}, {sync}>(a); }}"
+                "extern \"C\" __global__ void __launch_bounds__({}, {blocks}) {name}(const __grid_constant__ AttnTma a) \
+                 {{ cs_enter(); {call}; }}",
+                mode.threads()
             );
         }
     }

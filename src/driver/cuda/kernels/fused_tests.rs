@@ -4,7 +4,7 @@
 
 use super::nvrtc::{image, nvrtc_present, resource_report, resource_report_of};
 use super::vocab::{
-    attn_fa_bytes, attn_keys_per_tile, attn_wg_bytes, Entry, ModuleKey, ATTN_FA_TILES, ATTN_HEAD_DIMS,
+    attn_fa_bytes, attn_keys_per_tile, attn_wg_bytes, Entry, ModuleKey, TmaMode, ATTN_FA_TILES, ATTN_HEAD_DIMS,
     ATTN_MMA_HEAD_DIMS, ATTN_TMA_TILES, ATTN_WG_TILES,
 };
 use crate::dtype::DType;
@@ -166,7 +166,7 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
         assert!(!log.contains("C7510") && !log.contains("C7515") && !log.contains("serialized"), "{m:?}:\n{log}");
         let fa = ATTN_FA_TILES.iter().map(|(e, bn, pp)| format!("af_{e}_{bn}{}", if *pp { "p" } else { "" }));
         let tma = ATTN_TMA_TILES.iter().flat_map(|&(e, bn, pp)| {
-            [false, true].map(|sync| Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync }.name(&m))
+            TmaMode::ALL.map(|mode| Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, mode }.name(&m))
         });
         for name in ATTN_WG_TILES
             .iter()
@@ -183,7 +183,7 @@ fn hopper_attention_compiles_to_wgmma_without_spills() {
             assert!(part.contains("sm_90a"), "{name} ({d}) is built for sm_90a:\n{part}");
             assert!(part.contains("0 bytes stack frame"), "{name} ({d}) uses a stack frame:\n{part}");
             assert!(part.contains("0 bytes spill stores"), "{name} ({d}) spills:\n{part}");
-            let turns = name.ends_with('p') || name.ends_with("ps");
+            let turns = name.ends_with('p') || name.ends_with("ps") || name.ends_with("pw");
             let barriers = if turns { "used 3 barriers" } else { "used 1 barriers" };
             assert!(part.contains(barriers), "{name} ({d}): {barriers} (the turns' named barriers):\n{part}");
             // ptxas adds a wait for the products only on the never-taken trap path that ends the
@@ -212,6 +212,19 @@ fn hopper_attention_tiles_fit_shared_memory() {
         let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
         assert!(blocks * (bytes + 1024) <= 228 * 1024, "head dim {e}, {bn} keys: {bytes} bytes");
         assert_eq!(bytes, 1024 + 2 * 128 * e + 8 * bn * e, "queries, two stages of keys and values");
+    }
+    // The TMA kernels take the same; the producer's a second query slot, one block an SM at
+    // head dim 128 (two at 64).
+    for (e, bn, pp) in ATTN_TMA_TILES {
+        for mode in TmaMode::ALL {
+            let entry = Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, mode };
+            let bytes = entry.dynamic_smem();
+            let slots = if mode == TmaMode::Producer { 2 } else { 1 };
+            assert_eq!(bytes, 1024 + slots * 2 * 128 * e + 8 * bn * e, "{entry:?}");
+            let blocks = if e * bn <= 64 * 64 { 2 } else { 1 };
+            assert!(blocks * (bytes + 1024) <= 228 * 1024, "{entry:?}: {bytes} bytes, {blocks} blocks");
+            assert_eq!(entry.occupancy_threads(), if mode == TmaMode::Producer { 288 } else { 256 });
+        }
     }
 }
 
@@ -251,7 +264,7 @@ fn dense(shape: &[usize]) -> Vec<usize> {
 fn the_attention_kernel_is_chosen_explicitly() {
     use super::fused::{attention_path, AttnArgs, AttnPath};
     use crate::config::AttentionKernel::{
-        Auto, Fa128, Fa128g, Fa128n, Fma, Mma, Mma1, Pp128, Pp64, Tma, TmaSync, Wg128, Wg64,
+        Auto, Fa128, Fa128g, Fa128n, Fma, Mma, Mma1, Pp128, Pp64, Tma, TmaSync, TmaWs, Wg128, Wg64,
     };
     const AMPERE: (u32, u32) = (8, 6);
     const HOPPER: (u32, u32) = (9, 0);
@@ -272,7 +285,7 @@ fn the_attention_kernel_is_chosen_explicitly() {
             let c = case(dtype, 100, e, e, None, 0);
             // Hopper's default: the tiles and turns of `wg64` / `pp128`, copied by TMA.
             let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
-            let wg = AttnPath::Tma { e, bn, pp, sync: false };
+            let wg = AttnPath::Tma { e, bn, pp, mode: TmaMode::Phased };
             assert_eq!(path(Auto, AMPERE, &c), AttnPath::Mma(e), "{dtype} E {e}");
             assert_eq!(path(Auto, HOPPER, &c), wg, "{dtype} E {e} on 9.0");
             assert_eq!(path(Mma, HOPPER, &c), wg);
@@ -296,8 +309,10 @@ fn the_attention_kernel_is_chosen_explicitly() {
             // The TMA kernels take Auto's tile and turns on 9.0 (the launch falls back to the
             // Wg kernel where a tensor map does not encode).
             assert_eq!(path(Tma, HOPPER, &c), wg);
-            assert_eq!(path(TmaSync, HOPPER, &c), AttnPath::Tma { e, bn, pp, sync: true });
-            assert_eq!([path(Tma, AMPERE, &c), path(TmaSync, AMPERE, &c)], [AttnPath::Mma(e); 2], "no TMA before 9.0");
+            assert_eq!(path(TmaSync, HOPPER, &c), AttnPath::Tma { e, bn, pp, mode: TmaMode::Sync });
+            assert_eq!(path(TmaWs, HOPPER, &c), AttnPath::Tma { e, bn, pp, mode: TmaMode::Producer });
+            let ampere = [Tma, TmaSync, TmaWs].map(|k| path(k, AMPERE, &c));
+            assert_eq!(ampere, [AttnPath::Mma(e); 3], "no TMA before 9.0");
             assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");
             assert_eq!(path(Fma, HOPPER, &c), AttnPath::Fma, "forced FMA");
             assert_eq!(path(Auto, (7, 5), &c), AttnPath::Fma, "before sm_80");

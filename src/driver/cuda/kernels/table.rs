@@ -5,7 +5,7 @@
 //! entries at once.
 
 use super::nvrtc::{image, Module, RawFunction};
-use super::vocab::{KernelId, ModuleKey, THREADS};
+use super::vocab::{KernelId, ModuleKey};
 use crate::driver::cuda::fxmap::FxMap;
 use crate::driver::cuda::status::{driver_error, lock, read, write, DRIVER};
 use crate::error::{Error, Result};
@@ -118,8 +118,9 @@ impl Kernels {
                     .map_err(|e| driver_error("cuFuncSetAttribute", e))?;
             }
             // SAFETY: `f` is a live kernel of the current context.
-            let blocks = unsafe { cu::occupancy::max_active_block_per_multiprocessor(f.0, THREADS as i32, smem) }
-                .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+            let blocks =
+                unsafe { cu::occupancy::max_active_block_per_multiprocessor(f.0, entry.occupancy_threads(), smem) }
+                    .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
             found.push((KernelId { module: key, entry }, Func { raw: f, blocks_per_sm: blocks.max(1) as u32 }));
         }
         write(&self.funcs).extend(found);

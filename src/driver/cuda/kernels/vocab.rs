@@ -40,6 +40,41 @@ pub(in crate::driver::cuda) const fn attn_wg_bytes(e: usize, bn: usize) -> usize
     1024 + 128 * e * 2 + 4 * bn * e * 2
 }
 
+/// How the TMA attention kernel (`cu/attention_tma.cu`) frees and fills its stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::driver::cuda) enum TmaMode {
+    /// A block per query tile; thread 0 issues the copies, each slot freed by `empty` mbarriers
+    /// (`at_tile`, no suffix).
+    Phased,
+    /// [`TmaMode::Phased`] with a block barrier a tile freeing the slot (`at_tile`, `s`).
+    Sync,
+    /// Persistent blocks with a producer warp issuing every copy (`at_ws`, `w`).
+    Producer,
+}
+
+impl TmaMode {
+    /// Every mode, in the order of their entry points.
+    pub(in crate::driver::cuda) const ALL: [TmaMode; 3] = [TmaMode::Phased, TmaMode::Sync, TmaMode::Producer];
+
+    /// The entry point's suffix.
+    pub(in crate::driver::cuda) fn suffix(self) -> &'static str {
+        match self {
+            TmaMode::Phased => "",
+            TmaMode::Sync => "s",
+            TmaMode::Producer => "w",
+        }
+    }
+
+    /// Threads of a block: the two warpgroups, and the producer's warp.
+    pub(in crate::driver::cuda) fn threads(self) -> u32 {
+        if self == TmaMode::Producer {
+            256 + 32
+        } else {
+            256
+        }
+    }
+}
+
 /// (Head dim, keys per tile, warpgroups taking turns) of the Hopper attention kernels on
 /// FlashAttention 3's schedule (`cu/attention_fa.cu`), one entry point each.
 pub(in crate::driver::cuda) const ATTN_FA_TILES: [(usize, usize, bool); 3] =
@@ -242,7 +277,7 @@ pub(in crate::driver::cuda) enum Entry {
     /// [`Entry::AttnWg`] with its tiles copied by the Tensor Memory Accelerator into
     /// mbarrier-phased stages, the warpgroups meeting at a block barrier a tile only when `sync`
     /// (`cu/attention_tma.cu`).
-    AttnTma { e16: u8, bn16: u8, pp: bool, sync: bool },
+    AttnTma { e16: u8, bn16: u8, pp: bool, mode: TmaMode },
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
     /// A jiterator function's every output from its inputs: a thread per element (`jm`).
@@ -306,24 +341,32 @@ impl Entry {
             Entry::AttnFa { e16, bn16, pp } => {
                 format!("af_{}_{}{}", 16 * e16 as u32, 16 * bn16 as u32, if pp { "p" } else { "" })
             }
-            Entry::AttnTma { e16, bn16, pp, sync } => format!(
-                "at_{}_{}{}{}",
-                16 * e16 as u32,
-                16 * bn16 as u32,
-                if pp { "p" } else { "" },
-                if sync { "s" } else { "" }
-            ),
+            Entry::AttnTma { e16, bn16, pp, mode } => {
+                format!("at_{}_{}{}{}", 16 * e16 as u32, 16 * bn16 as u32, if pp { "p" } else { "" }, mode.suffix())
+            }
             Entry::Random | Entry::JitMulti => prefix.into(),
         }
     }
 }
 
 impl Entry {
+    /// The block size the kernel's occupancy (`Func::blocks_per_sm`) is computed for: [`THREADS`],
+    /// or the TMA attention kernel's own.
+    pub(in crate::driver::cuda) fn occupancy_threads(self) -> i32 {
+        match self {
+            Entry::AttnTma { mode, .. } => mode.threads() as i32,
+            _ => THREADS as i32,
+        }
+    }
+
     /// The dynamic shared memory the kernel is launched with, in bytes (0 for most).
     pub(in crate::driver::cuda) fn dynamic_smem(self) -> usize {
         match self {
-            Entry::AttnWg { e16, bn16, .. } | Entry::AttnTma { e16, bn16, .. } => {
-                attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize)
+            Entry::AttnWg { e16, bn16, .. } => attn_wg_bytes(16 * e16 as usize, 16 * bn16 as usize),
+            Entry::AttnTma { e16, bn16, mode, .. } => {
+                let e = 16 * e16 as usize;
+                // The producer's second query slot.
+                attn_wg_bytes(e, 16 * bn16 as usize) + if mode == TmaMode::Producer { 128 * e * 2 } else { 0 }
             }
             Entry::AttnFa { e16, bn16, .. } => attn_fa_bytes(16 * e16 as usize, 16 * bn16 as usize),
             _ => 0,
@@ -387,7 +430,7 @@ impl ModuleKey {
                     pp,
                 }))
                 .chain(ATTN_TMA_TILES.iter().flat_map(|&(e, bn, pp)| {
-                    [false, true].map(|sync| Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, sync })
+                    TmaMode::ALL.map(|mode| Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, mode })
                 }))
                 .collect(),
             ModuleKey::Random { .. } => vec![Entry::Random],

@@ -27,22 +27,25 @@ struct AttnP {
    host sizes them to half the L2), one section after another, the heaviest tiles first inside
    each; when G does not divide B * Hq the short section (B * Hq % G heads) runs first, so the
    grid ends on a whole section's lightest tiles. The bits above the low 8 are 0 for orders 0-2. */
-__device__ __forceinline__ void attn_task(const AttnP& p, i64 task, i64 qtiles, i64& qt, i64& bh) {
+__device__ __forceinline__ void attn_task(const AttnP& p, i64 task_, i64 qtiles_, i64& qt, i64& bh) {
+    // In 32 bits (a grid's tasks, heads and tiles are below 2^31, `fused.rs`): a 64-bit division
+    // is a call, whose saved registers a persistent kernel's task loop would spill.
+    const u32 task = (u32)task_, qtiles = (u32)qtiles_;
     const int kind = p.order & 0xff;
-    const i64 heads = p.b * p.hq;
+    const u32 heads = (u32)(p.b * p.hq);
     if (kind == 0) {
         qt = qtiles - 1 - task / heads;
         bh = task % heads;
     } else if (kind == 3) {
-        const i64 g = (i64)(p.order >> 8);
-        const i64 first = heads % g;  // the short section's heads (0: none)
-        i64 h0, n, r;
+        const u32 g = (u32)(p.order >> 8);
+        const u32 first = heads % g;  // the short section's heads (0: none)
+        u32 h0, n, r;
         if (task < first * qtiles) {
             h0 = 0;
             n = first;
             r = task;
         } else {
-            const i64 t = task - first * qtiles;
+            const u32 t = task - first * qtiles;
             h0 = first + t / (g * qtiles) * g;
             n = g;
             r = t % (g * qtiles);
@@ -50,7 +53,7 @@ __device__ __forceinline__ void attn_task(const AttnP& p, i64 task, i64 qtiles, 
         qt = qtiles - 1 - r / n;
         bh = h0 + r % n;
     } else {
-        const i64 r = task % qtiles;
+        const u32 r = task % qtiles;
         qt = kind == 1 ? qtiles - 1 - r : r;
         bh = task / qtiles;
     }

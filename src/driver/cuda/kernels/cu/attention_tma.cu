@@ -17,6 +17,14 @@
 // that slot is the product's completion. The host (`fused.rs`, `tma.rs`) launches it under
 // aw_tile's conditions where the tensor maps encode (16-byte multiples of the strides), with
 // AW_THREADS threads and the dynamic shared memory `attn_wg_bytes(E, BN)`.
+//
+// at_ws (`tmaws`) runs the same tiles on persistent blocks with a producer warp: a warp beside
+// the two warpgroups (AW_THREADS + 32 threads) issues every copy, the block's tasks one after
+// another (attn_task's order, task blockIdx.x + k * gridDim.x), into two query slots and two
+// key / value slots, each with full and empty mbarriers; the warpgroups never issue or wait for
+// a slot to empty, and the next task's queries and first tiles land while they finish a task
+// (its last values product, its output rows). Dynamic shared memory `attn_wg_bytes(E, BN)` plus a
+// query tile.
 
 /* A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned. */
 struct __align__(64) TmaMap { u64 w[16]; };
@@ -126,6 +134,96 @@ template <int E, int BN, bool PP, bool SYNC> __device__ void at_tile(const AttnT
     }
     if (PP && wg == 0) aw_turn_wait(0);  // warpgroup 1's last pass
     aw_store_rows<E>(p, o, l0, l1, bi, h, r0, r1, t);
+#else
+    __trap();  // the host launches this kernel only on compute capability 9.0 (sm_90a)
+#endif
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* The producer warp's loop (its first thread): for each task of the block, the task's queries into
+   query slot k % 2 once the task two before it finished reading it, then its key / value tiles,
+   tile n of the block (counted across tasks) into slot n % 2 once tile n - 2's products completed. */
+template <int E, int BN>
+__device__ __forceinline__ void at_produce(const AttnTma& a, u32 sq, u32 sk, u32 sv, u32 qfull, u32 qempty, u32 kfull,
+                                           u32 kempty) {
+    const AttnP& p = a.p;
+    constexpr u32 QB = AW_ROWS * E * 2, KB = BN * E * 2;
+    const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS, tasks = qtiles * p.b * p.hq;
+    u32 n = 0, k = 0;
+    for (i64 task = blockIdx.x; task < tasks; task += gridDim.x, ++k) {
+        i64 qt, bh;
+        attn_task(p, task, qtiles, qt, bh);
+        const AwPlace w = aw_place(p, qt, bh);  // (its thread's rows unused)
+        const int ntiles = (w.kend + BN - 1) / BN;
+        const u32 qs = k & 1u;
+        if (k >= 2) at_wait(qempty + 8 * qs, ((k - 2) >> 1) & 1u);
+        at_expect(qfull + 8 * qs, QB);
+        at_rows<E, AW_ROWS>(sq + qs * QB, &a.q, w.q0, (int)w.h, (int)w.bi, qfull + 8 * qs);
+        for (int j = 0; j < ntiles; ++j, ++n) {
+            const u32 s = n & 1u;
+            if (n >= 2) at_wait(kempty + 8 * s, ((n - 2) >> 1) & 1u);
+            at_expect(kfull + 8 * s, 2 * KB);
+            at_rows<E, BN>(sk + s * KB, &a.k, j * BN, (int)w.hk, (int)w.bi, kfull + 8 * s);
+            at_rows<E, BN>(sv + s * KB, &a.v, j * BN, (int)w.hk, (int)w.bi, kfull + 8 * s);
+        }
+    }
+}
+#endif
+
+template <int E, int BN, bool PP> __device__ void at_ws(const AttnTma& a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const AttnP& p = a.p;
+    constexpr u32 QB = AW_ROWS * E * 2, KB = BN * E * 2;
+    extern __shared__ __align__(1024) u8 at_sm[];
+    __shared__ __align__(8) u64 at_bars[8];  // qfull[2], qempty[2], kfull[2], kempty[2]
+    const u32 base = (aw_smem(at_sm) + 1023u) & ~1023u;
+    const u32 sq = base, sk = base + 2 * QB, sv = sk + 2 * KB;
+    const u32 qfull = aw_smem(at_bars), qempty = qfull + 16, kfull = qfull + 32, kempty = qfull + 48;
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (tid == 0) {
+        for (int s = 0; s < 2; ++s) {
+            at_init(qfull + 8 * s, 1);
+            at_init(qempty + 8 * s, AW_THREADS / 32);
+            at_init(kfull + 8 * s, 1);
+            at_init(kempty + 8 * s, AW_THREADS / 32);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();  // the barriers initialized before any thread waits on them (the last block barrier)
+    if (tid >= AW_THREADS) {
+        if (tid == AW_THREADS) at_produce<E, BN>(a, sq, sk, sv, qfull, qempty, kfull, kempty);
+        return;
+    }
+    const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS, tasks = qtiles * p.b * p.hq;
+    // The turns run on across tasks (each warpgroup takes two a tile of every task): warpgroup 1
+    // passes the first before the first task and warpgroup 0 takes the last after the last.
+    if (PP && tid >= 128) aw_turn_pass(1);
+    u32 n = 0, k = 0;
+#pragma unroll 1
+    for (i64 task = blockIdx.x; task < tasks; task += gridDim.x, ++k) {
+        i64 qt, bh;
+        attn_task(p, task, qtiles, qt, bh);
+        const AwPlace w = aw_place(p, qt, bh);
+        const int ntiles = (w.kend + BN - 1) / BN;
+        const u32 qs = k & 1u;
+        float o[E / 2];
+#pragma unroll
+        for (int i = 0; i < E / 2; ++i) o[i] = 0.0f;
+        float m0 = AW_NEG_INF, m1 = AW_NEG_INF, l0 = 0.0f, l1 = 0.0f;
+        at_wait(qfull + 8 * qs, (k >> 1) & 1u);
+#pragma unroll 1
+        for (int it = 0; it < ntiles; ++it, ++n) {
+            const u32 s = n & 1u;
+            at_wait(kfull + 8 * s, (n >> 1) & 1u);
+            aw_step<E, BN, PP>(p, w.wg, sq + qs * QB + w.wg * (64 * 128), sk + s * KB, sv + s * KB, it * BN, w.w0, w.r0,
+                               w.r1, w.t, w.sl2, o, m0, m1, l0, l1, [] {});
+            __syncwarp();
+            if (lane == 0) at_arrive(kempty + 8 * s);  // this warp's products of the slot completed
+        }
+        if (lane == 0) at_arrive(qempty + 8 * qs);  // and of the task's queries (the last scores waited)
+        aw_store_rows<E>(p, o, l0, l1, w.bi, w.h, w.r0, w.r1, w.t);
+    }
+    if (PP && tid < 128) aw_turn_wait(0);  // warpgroup 1's last pass
 #else
     __trap();  // the host launches this kernel only on compute capability 9.0 (sm_90a)
 #endif

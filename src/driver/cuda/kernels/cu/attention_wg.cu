@@ -284,9 +284,11 @@ __device__ __forceinline__ AwPlace aw_place(const AttnP& p, i64 qt, i64 bh) {
     a.g = lane >> 2;
     a.t = lane & 3;
     a.sl2 = (float)(p.scale * AW_LOG2E);
-    a.h = bh % p.hq;
-    a.bi = bh / p.hq;
-    a.hk = a.h / (p.hq / p.hkv);
+    // In 32 bits: heads fit (`attn_task`), and a 64-bit division is a call.
+    const u32 hq = (u32)p.hq, b32 = (u32)bh, h32 = b32 % hq;
+    a.h = h32;
+    a.bi = b32 / hq;
+    a.hk = h32 / (hq / (u32)p.hkv);
     a.q0 = (int)qt * AW_ROWS;
     a.w0 = a.q0 + 64 * a.wg;
     a.r0 = a.w0 + 16 * wi + a.g;

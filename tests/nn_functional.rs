@@ -407,8 +407,9 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
     cudasem::cuda::set_attention(AttentionKernel::Auto, AttentionOrder::Heavy)
 }
 
-/// Hopper's kernels on FlashAttention 3's schedule run persistent blocks (one an SM for head dim
-/// 128, two for 64), each taking several query tiles in turn when there are more than blocks:
+/// Hopper's kernels on FlashAttention 3's schedule and the TMA kernel with a producer warp
+/// (`tmaws`) run persistent blocks (one an SM for head dim 128, two for 64), each taking several
+/// query tiles in turn when there are more than blocks:
 /// causal (the heaviest tiles first) and not, grouped heads, ragged tiles (a last tile of one
 /// row), L > S, against the float64 reference for each choice of them (`fa128`, `fa128g` a block
 /// per tile, `fa128n` without turns); more tiles than an H100's or H200's 132 SMs hold at once.
@@ -424,11 +425,13 @@ fn sdpa_persistent_hopper_blocks_take_every_query_tile() -> Result<()> {
         // 2 × 140 = 280 tasks of head dim 64 (two blocks an SM: 264).
         Case { causal: true, ..case(1, 140, 35, 129, 50, 64, 64) },
         case(1, 140, 140, 150, 70, 64, 64),
+        // 280 tasks of head dim 128: two or three a block of one an SM (the producer's snake).
+        Case { causal: true, ..case(1, 140, 28, 200, 60, 128, 128) },
     ];
     let cuda = cudasem::cuda::driver_name() == "cuda";
     let (kernels, cases, dtypes) = if cuda {
         (
-            &[AttentionKernel::Fa128, AttentionKernel::Fa128g, AttentionKernel::Fa128n][..],
+            &[AttentionKernel::Fa128, AttentionKernel::Fa128g, AttentionKernel::Fa128n, AttentionKernel::TmaWs][..],
             &cases[..],
             &[DType::BF16, DType::F16][..],
         )

@@ -5,7 +5,7 @@
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
 # Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks,
-# sum_loads; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
+# sum_loads, ew_threads; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
 # part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
 # ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
@@ -53,6 +53,7 @@ run() {
 run ops default ""
 for v in 1 2 4 8; do run ops "heavy_vectors=$v" "heavy_vectors=$v"; done
 for v in 1 2 4; do run ops "all_vectors=$v" "256,$v,1"; done
+for t in 64 128; do run ops "ew_threads=$t" "ew_threads=$t"; done
 run sum default ""
 for b in 1 2 4 8 16 32; do
   for l in 4 8; do run sum "sum_blocks=$b,sum_loads=$l" "sum_blocks=$b,sum_loads=$l"; done

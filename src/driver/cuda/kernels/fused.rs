@@ -5,6 +5,7 @@ use super::attn_order::{attn_order, swizzle_section, TileGrid};
 use super::ctx::{addr, unsupported, Ctx, PARTIALS};
 use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
+use super::table::Func;
 use super::tma::{tensor_map, TmaMap};
 use super::vocab::{
     attn_keys_per_tile, Entry, KernelId, ModuleKey, TmaMode, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS,
@@ -376,6 +377,33 @@ fn tensor_maps(a: &AttnArgs<'_>, bn: usize) -> Option<AttnMaps> {
     })
 }
 
+/// The TMA kernel's tensor maps for `a` (tiles of `bn` keys) in `mode`, or `None` where they do not
+/// encode: then the kernel that copies by itself runs — unless `CUDASEM_SDPA_KERNEL` named a TMA
+/// kernel, which fails instead, so that a test or a benchmark under it learns that it did not run.
+fn tma_maps(c: &Ctx, a: &AttnArgs<'_>, bn: usize, mode: TmaMode) -> Result<Option<(AttnMaps, TmaMode)>> {
+    if let Some(m) = tensor_maps(a, bn) {
+        return Ok(Some((m, mode)));
+    }
+    let named =
+        matches!(c.ops.tuning.attention(), AttentionKernel::Tma | AttentionKernel::TmaSync | AttentionKernel::TmaWs);
+    if !named {
+        return Ok(None);
+    }
+    Err(unsupported(format!(
+        "CUDASEM_SDPA_KERNEL named the TMA attention kernel, but the driver encoded no tensor map for these \
+         operands (q {:?} strides {:?}, k {:?} strides {:?}, v {:?} strides {:?}); `auto` takes the copying \
+         kernel for them",
+        a.q.shape, a.q.strides, a.k.shape, a.k.strides, a.v.shape, a.v.strides
+    )))
+}
+
+/// Blocks of a tensor-core launch over `tasks` query tiles: a block each, or with `persistent` one
+/// wave of `f`'s blocks (SMs × blocks an SM) that take them all; at most a grid's 2^31 − 1.
+fn task_grid(c: &Ctx, f: Func, tasks: u64, persistent: bool) -> u32 {
+    let wave = c.info.sms as u64 * f.blocks_per_sm as u64;
+    if persistent { tasks.min(wave) } else { tasks }.clamp(1, i32::MAX as u64) as u32
+}
+
 /// Queues attention: the tensor-core kernel where [`attention_path`] picks it, else the FMA
 /// flash kernel over (query tile, head, batch, key split), and with several splits the merge of
 /// their partials (flash-decoding).
@@ -423,31 +451,10 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let f = c.kernel(KernelId { module, entry: Entry::AttnMma((e / 16) as u8) })?;
             p.order = tile_order(c, &a, MMA_ROWS, f.blocks_per_sm);
             let tasks = (l as u64).div_ceil(MMA_ROWS) * (b * hq) as u64;
-            return c.run_threads(f, tasks.clamp(1, i32::MAX as u64) as u32, MMA_THREADS, &mut p);
+            return c.run_threads(f, task_grid(c, f, tasks, false), MMA_THREADS, &mut p);
         }
         path @ (AttnPath::Wg { e, bn, pp } | AttnPath::Tma { e, bn, pp, .. }) => {
-            // The TMA kernel where its tensor maps encode, else (unless `CUDASEM_SDPA_KERNEL`
-            // named the TMA kernel: then a test or a benchmark learns it did not run) the one
-            // that copies by itself.
-            let maps = match path {
-                AttnPath::Tma { mode, .. } => match tensor_maps(&a, bn) {
-                    Some(m) => Some((m, mode)),
-                    None if matches!(
-                        c.ops.tuning.attention(),
-                        AttentionKernel::Tma | AttentionKernel::TmaSync | AttentionKernel::TmaWs
-                    ) =>
-                    {
-                        return Err(unsupported(format!(
-                            "CUDASEM_SDPA_KERNEL named the TMA attention kernel, but the driver encoded no tensor \
-                             map for these operands (q {:?} strides {:?}, k {:?} strides {:?}, v {:?} strides {:?}); \
-                             `auto` takes the copying kernel for them",
-                            a.q.shape, a.q.strides, a.k.shape, a.k.strides, a.v.shape, a.v.strides
-                        )))
-                    }
-                    None => None,
-                },
-                _ => None,
-            };
+            let maps = if let AttnPath::Tma { mode, .. } = path { tma_maps(c, &a, bn, mode)? } else { None };
             let (e16, bn16) = ((e / 16) as u8, (bn / 16) as u8);
             let entry = match maps {
                 Some((_, mode)) => Entry::AttnTma { e16, bn16, pp, mode },
@@ -458,14 +465,12 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
             let smem = entry.dynamic_smem() as u32;
             return match maps {
+                // The producer's blocks are persistent.
                 Some((maps, mode)) => {
-                    // The producer's blocks are persistent: a wave of them takes every task.
-                    let wave = c.info.sms as u64 * f.blocks_per_sm as u64;
-                    let grid = if mode == TmaMode::Producer { tasks.min(wave) } else { tasks };
-                    let grid = grid.clamp(1, i32::MAX as u64) as u32;
+                    let grid = task_grid(c, f, tasks, mode == TmaMode::Producer);
                     c.run_shared(f, grid, mode.threads(), smem, &mut AttnTma { p, maps })
                 }
-                None => c.run_shared(f, tasks.clamp(1, i32::MAX as u64) as u32, WG_THREADS, smem, &mut p),
+                None => c.run_shared(f, task_grid(c, f, tasks, false), WG_THREADS, smem, &mut p),
             };
         }
         AttnPath::Fa { e, bn, pp, persistent } => {
@@ -473,8 +478,7 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let entry = Entry::AttnFa { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp };
             let f = c.kernel(KernelId { module, entry })?;
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
-            let wave = c.info.sms as u64 * f.blocks_per_sm as u64;
-            let grid = if persistent { tasks.min(wave) } else { tasks }.clamp(1, i32::MAX as u64) as u32;
+            let grid = task_grid(c, f, tasks, persistent);
             return c.run_shared(f, grid, WG_THREADS, entry.dynamic_smem() as u32, &mut p);
         }
         AttnPath::Fma => {}

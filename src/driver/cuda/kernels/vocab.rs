@@ -65,12 +65,12 @@ impl TmaMode {
         }
     }
 
-    /// Threads of a block: the two warpgroups, and the producer's warp.
+    /// Threads of a block: the two warpgroups ([`THREADS`]), and the producer's warp.
     pub(in crate::driver::cuda) fn threads(self) -> u32 {
         if self == TmaMode::Producer {
-            256 + 32
+            THREADS + 32
         } else {
-            256
+            THREADS
         }
     }
 }

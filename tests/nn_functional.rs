@@ -407,8 +407,8 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
     cudasem::cuda::set_attention(AttentionKernel::Auto, AttentionOrder::Heavy)
 }
 
-/// Hopper's kernels on FlashAttention 3's schedule and the TMA kernel with a producer warp
-/// (`tmaws`) run persistent blocks (one an SM for head dim 128, two for 64), each taking several
+/// Hopper's kernels on FlashAttention 3's schedule and the TMA kernels with a producer (`tmaws`,
+/// `tmaov`) run persistent blocks (one an SM for head dim 128, two for 64), each taking several
 /// query tiles in turn when there are more than blocks:
 /// causal (the heaviest tiles first) and not, grouped heads, ragged tiles (a last tile of one
 /// row), L > S, against the float64 reference for each choice of them (`fa128`, `fa128g` a block
@@ -431,7 +431,13 @@ fn sdpa_persistent_hopper_blocks_take_every_query_tile() -> Result<()> {
     let cuda = cudasem::cuda::driver_name() == "cuda";
     let (kernels, cases, dtypes) = if cuda {
         (
-            &[AttentionKernel::Fa128, AttentionKernel::Fa128g, AttentionKernel::Fa128n, AttentionKernel::TmaWs][..],
+            &[
+                AttentionKernel::Fa128,
+                AttentionKernel::Fa128g,
+                AttentionKernel::Fa128n,
+                AttentionKernel::TmaWs,
+                AttentionKernel::TmaOv,
+            ][..],
             &cases[..],
             &[DType::BF16, DType::F16][..],
         )

@@ -225,8 +225,9 @@ impl Default for LaunchTuning {
 
 /// Which kernel the CUDA driver's scaled dot-product attention runs, for benchmark and test runs
 /// (not an API). `CUDASEM_SDPA_KERNEL` in the environment: `auto` (the default), `fma`, `mma`,
-/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`, `fa128n`, `tma`, `tmasync` or `tmaws`, optionally
-/// followed by `:` and an [`AttentionOrder`] (`pp128:natural`; the `fa128*` kernels keep their own order).
+/// `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`, `fa128n`, `tma`, `tmasync`, `tmaws` or
+/// `tmaov`, optionally followed by `:` and an [`AttentionOrder`] (`pp128:natural`; the `fa128*` kernels
+/// keep their own order).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttentionKernel {
@@ -277,11 +278,15 @@ pub enum AttentionKernel {
     /// producer warp beside the warpgroups issues, the next task's queries and tiles landing while
     /// they finish a task.
     TmaWs,
+    /// [`AttentionKernel::TmaWs`] with FlashAttention 3's intra-warpgroup overlap: a warpgroup
+    /// issues a tile's scores and the previous tile's values product together and runs the
+    /// tile's softmax while the values' product runs.
+    TmaOv,
 }
 
 impl AttentionKernel {
     /// Every kernel with its name in `CUDASEM_SDPA_KERNEL`, in the order of their discriminants.
-    const NAMED: [(&'static str, AttentionKernel); 14] = [
+    const NAMED: [(&'static str, AttentionKernel); 15] = [
         ("auto", AttentionKernel::Auto),
         ("fma", AttentionKernel::Fma),
         ("mma", AttentionKernel::Mma),
@@ -296,11 +301,12 @@ impl AttentionKernel {
         ("tma", AttentionKernel::Tma),
         ("tmasync", AttentionKernel::TmaSync),
         ("tmaws", AttentionKernel::TmaWs),
+        ("tmaov", AttentionKernel::TmaOv),
     ];
 
     /// Every kernel, in the order of their discriminants.
-    pub const ALL: [AttentionKernel; 14] = {
-        let mut all = [AttentionKernel::Auto; 14];
+    pub const ALL: [AttentionKernel; 15] = {
+        let mut all = [AttentionKernel::Auto; 15];
         let mut i = 0;
         while i < all.len() {
             all[i] = Self::NAMED[i].1;
@@ -310,7 +316,7 @@ impl AttentionKernel {
     };
 
     /// Parses `auto`, `fma`, `mma`, `mma1`, `wg64`, `wg128`, `pp64`, `pp128`, `fa128`, `fa128g`,
-    /// `fa128n`, `tma`, `tmasync` or `tmaws` (empty: `auto`).
+    /// `fa128n`, `tma`, `tmasync`, `tmaws` or `tmaov` (empty: `auto`).
     pub fn parse(value: &str) -> Result<AttentionKernel> {
         let name = match value.trim() {
             "" => "auto",
@@ -471,6 +477,7 @@ mod tests {
             ("tma", AttentionKernel::Tma),
             ("tmasync ", AttentionKernel::TmaSync),
             ("tmaws", AttentionKernel::TmaWs),
+            (" tmaov", AttentionKernel::TmaOv),
         ];
         for (v, k) in kinds {
             assert_eq!(with(&[(SDPA_KERNEL_ENV, v)]).unwrap().launch_tuning.attention, k, "{v:?}");

@@ -324,6 +324,7 @@ pub(in crate::driver::cuda) fn attention_path(
         AttentionKernel::Tma if hopper => tma(TmaMode::Phased),
         AttentionKernel::TmaSync if hopper => tma(TmaMode::Sync),
         AttentionKernel::TmaWs if hopper => tma(TmaMode::Producer),
+        AttentionKernel::TmaOv if hopper => tma(TmaMode::Overlap),
         AttentionKernel::Wg64
         | AttentionKernel::Wg128
         | AttentionKernel::Pp64
@@ -333,7 +334,8 @@ pub(in crate::driver::cuda) fn attention_path(
         | AttentionKernel::Fa128n
         | AttentionKernel::Tma
         | AttentionKernel::TmaSync
-        | AttentionKernel::TmaWs => AttnPath::Mma(e),
+        | AttentionKernel::TmaWs
+        | AttentionKernel::TmaOv => AttnPath::Mma(e),
         AttentionKernel::Mma => tensor,
         AttentionKernel::Auto if l >= MMA_MIN_QUERIES => tensor,
         // A decode whose (batch, head)s fill the device reads its keys and values once: Hopper's
@@ -384,8 +386,10 @@ fn tma_maps(c: &Ctx, a: &AttnArgs<'_>, bn: usize, mode: TmaMode) -> Result<Optio
     if let Some(m) = tensor_maps(a, bn) {
         return Ok(Some((m, mode)));
     }
-    let named =
-        matches!(c.ops.tuning.attention(), AttentionKernel::Tma | AttentionKernel::TmaSync | AttentionKernel::TmaWs);
+    let named = matches!(
+        c.ops.tuning.attention(),
+        AttentionKernel::Tma | AttentionKernel::TmaSync | AttentionKernel::TmaWs | AttentionKernel::TmaOv
+    );
     if !named {
         return Ok(None);
     }
@@ -467,7 +471,7 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             return match maps {
                 // The producer's blocks are persistent.
                 Some((maps, mode)) => {
-                    let grid = task_grid(c, f, tasks, mode == TmaMode::Producer);
+                    let grid = task_grid(c, f, tasks, mode.persistent());
                     c.run_shared(f, grid, mode.threads(), smem, &mut AttnTma { p, maps })
                 }
                 None => c.run_shared(f, task_grid(c, f, tasks, false), WG_THREADS, smem, &mut p),

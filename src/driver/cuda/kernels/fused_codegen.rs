@@ -103,11 +103,13 @@ pub(in crate::driver::cuda) fn attention_wg(s: &mut String, dtype: DType) {
         for mode in TmaMode::ALL {
             // The producer's 288 threads at two blocks an SM would leave head dim 64 96 registers
             // (it needs 104: two blocks of them still fit).
-            let blocks = if e * bn <= 64 * 64 && mode != TmaMode::Producer { 2 } else { 1 };
+            let blocks = if e * bn <= 64 * 64 && !mode.persistent() { 2 } else { 1 };
             let name = Entry::AttnTma { e16: (e / 16) as u8, bn16: (bn / 16) as u8, pp, mode }
                 .name(&ModuleKey::AttentionWg { dtype });
             let call = match mode {
-                TmaMode::Producer => format!("at_ws<{e}, {bn}, {pp}>(a)"),
+                TmaMode::Producer | TmaMode::Overlap => {
+                    format!("at_ws<{e}, {bn}, {pp}, {}>(a)", mode == TmaMode::Overlap)
+                }
                 _ => format!("at_tile<{e}, {bn}, {pp}, {}>(a)", mode == TmaMode::Sync),
             };
             let _ = writeln!(

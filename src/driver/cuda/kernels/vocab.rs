@@ -50,11 +50,16 @@ pub(in crate::driver::cuda) enum TmaMode {
     Sync,
     /// Persistent blocks with a producer warp issuing every copy (`at_ws`, `w`).
     Producer,
+    /// [`TmaMode::Producer`] with FlashAttention 3's intra-warpgroup overlap: each tile's softmax
+    /// beside the previous tile's values product, keys and values freed apart, the producer a
+    /// warpgroup handing its registers to the others (`at_ws` with `OV`, `o`).
+    Overlap,
 }
 
 impl TmaMode {
     /// Every mode, in the order of their entry points.
-    pub(in crate::driver::cuda) const ALL: [TmaMode; 3] = [TmaMode::Phased, TmaMode::Sync, TmaMode::Producer];
+    pub(in crate::driver::cuda) const ALL: [TmaMode; 4] =
+        [TmaMode::Phased, TmaMode::Sync, TmaMode::Producer, TmaMode::Overlap];
 
     /// The entry point's suffix.
     pub(in crate::driver::cuda) fn suffix(self) -> &'static str {
@@ -62,15 +67,23 @@ impl TmaMode {
             TmaMode::Phased => "",
             TmaMode::Sync => "s",
             TmaMode::Producer => "w",
+            TmaMode::Overlap => "o",
         }
     }
 
-    /// Threads of a block: the two warpgroups ([`THREADS`]), and the producer's warp.
+    /// Whether the mode runs persistent blocks with a producer (`at_ws`): a second query slot,
+    /// the producer's threads, a grid of one wave.
+    pub(in crate::driver::cuda) fn persistent(self) -> bool {
+        matches!(self, TmaMode::Producer | TmaMode::Overlap)
+    }
+
+    /// Threads of a block: the two warpgroups ([`THREADS`]) and the producer's warp, or with
+    /// the overlap its warpgroup (whose registers it hands to the others).
     pub(in crate::driver::cuda) fn threads(self) -> u32 {
-        if self == TmaMode::Producer {
-            THREADS + 32
-        } else {
-            THREADS
+        match self {
+            TmaMode::Phased | TmaMode::Sync => THREADS,
+            TmaMode::Producer => THREADS + 32,
+            TmaMode::Overlap => THREADS + 128,
         }
     }
 }
@@ -275,8 +288,7 @@ pub(in crate::driver::cuda) enum Entry {
     /// warpgroup's softmax beside its previous tile's values product (`cu/attention_fa.cu`).
     AttnFa { e16: u8, bn16: u8, pp: bool },
     /// [`Entry::AttnWg`] with its tiles copied by the Tensor Memory Accelerator into
-    /// mbarrier-phased stages, the warpgroups meeting at a block barrier a tile only when `sync`
-    /// (`cu/attention_tma.cu`).
+    /// mbarrier-phased stages, freed and filled as `mode` says (`cu/attention_tma.cu`).
     AttnTma { e16: u8, bn16: u8, pp: bool, mode: TmaMode },
     /// Random draws: a thread per Philox block (`rnd`).
     Random,
@@ -366,7 +378,7 @@ impl Entry {
             Entry::AttnTma { e16, bn16, mode, .. } => {
                 let e = 16 * e16 as usize;
                 // The producer's second query slot.
-                attn_wg_bytes(e, 16 * bn16 as usize) + if mode == TmaMode::Producer { 128 * e * 2 } else { 0 }
+                attn_wg_bytes(e, 16 * bn16 as usize) + if mode.persistent() { 128 * e * 2 } else { 0 }
             }
             Entry::AttnFa { e16, bn16, .. } => attn_fa_bytes(16 * e16 as usize, 16 * bn16 as usize),
             _ => 0,

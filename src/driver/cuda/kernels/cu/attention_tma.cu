@@ -25,6 +25,20 @@
 // a slot to empty, and the next task's queries and first tiles land while they finish a task
 // (its last values product, its output rows). Dynamic shared memory `attn_wg_bytes(E, BN)` plus a
 // query tile.
+//
+// at_ws with OV (`tmaov`, at_ov_task) adds FlashAttention 3's intra-warpgroup overlap on those
+// blocks: a warpgroup issues a tile's scores and the previous tile's values product together and
+// runs the tile's softmax while the values' product runs (af_task's schedule, attention_fa.cu).
+// Keys then free their slot a tile before the values do, so each slot's keys and values have full
+// and empty mbarriers of their own. The scores, P and O of a tile in flight at once take more
+// registers than a block of nine warps leaves a thread (168: three warps on one of an SM's four
+// register files), so the producer there is a warpgroup (AW_THREADS + 128 threads) that hands
+// most of its registers to the consumers (setmaxnreg).
+
+/* Registers a thread of at_ws with OV (384 threads: launched with 168 each) moves to: the producer
+   warpgroup gives (168 - 24) x 128 registers, the two consumer warpgroups take (240 - 168) x 256. */
+#define AT_PRODUCER_REGS 24
+#define AT_CONSUMER_REGS 240
 
 /* A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned. */
 struct __align__(64) TmaMap { u64 w[16]; };
@@ -151,10 +165,12 @@ __device__ __forceinline__ i64 at_ws_task(u32 k) {
 
 /* The producer warp's loop (its first thread): for each task of the block, the task's queries into
    query slot k % 2 once the task two before it finished reading it, then its key / value tiles,
-   tile n of the block (counted across tasks) into slot n % 2 once tile n - 2's products completed. */
-template <int E, int BN>
+   tile n of the block (counted across tasks) into slot n % 2 once tile n - 2's products completed.
+   With SPLIT the keys and the values of a slot have full and empty mbarriers of their own (`vfull`,
+   `vempty`: at_ov's keys are free once their scores completed, a tile before its values). */
+template <int E, int BN, bool SPLIT>
 __device__ __forceinline__ void at_produce(const AttnTma& a, u32 sq, u32 sk, u32 sv, u32 qfull, u32 qempty, u32 kfull,
-                                           u32 kempty) {
+                                           u32 kempty, u32 vfull, u32 vempty) {
     const AttnP& p = a.p;
     constexpr u32 QB = AW_ROWS * E * 2, KB = BN * E * 2;
     const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS, tasks = qtiles * p.b * p.hq;
@@ -171,40 +187,125 @@ __device__ __forceinline__ void at_produce(const AttnTma& a, u32 sq, u32 sk, u32
         at_expect(qfull + 8 * qs, QB);
         at_rows<E, AW_ROWS>(sq + qs * QB, &a.q, w.q0, (int)w.h, (int)w.bi, qfull + 8 * qs);
         for (int j = 0; j < ntiles; ++j, ++n) {
-            const u32 s = n & 1u;
-            if (n >= 2) at_wait(kempty + 8 * s, ((n - 2) >> 1) & 1u);
-            at_expect(kfull + 8 * s, 2 * KB);
+            const u32 s = n & 1u, ph = ((n - 2) >> 1) & 1u;
+            if (n >= 2) at_wait(kempty + 8 * s, ph);
+            at_expect(kfull + 8 * s, SPLIT ? KB : 2 * KB);
             at_rows<E, BN>(sk + s * KB, &a.k, j * BN, (int)w.hk, (int)w.bi, kfull + 8 * s);
-            at_rows<E, BN>(sv + s * KB, &a.v, j * BN, (int)w.hk, (int)w.bi, kfull + 8 * s);
+            if (SPLIT) {
+                if (n >= 2) at_wait(vempty + 8 * s, ph);
+                at_expect(vfull + 8 * s, KB);
+            }
+            at_rows<E, BN>(sv + s * KB, &a.v, j * BN, (int)w.hk, (int)w.bi, (SPLIT ? vfull : kfull) + 8 * s);
         }
     }
 }
+
+/* This warp's arrival on the mbarrier at `bar` (its lane 0, once the warp's lanes got here). */
+__device__ __forceinline__ void at_warp_arrive(u32 bar) {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) at_arrive(bar);
+}
+
+/* One task of at_ov for this thread's warpgroup, its queries at `sqw`: key tile i of the task is
+   the block's tile n + i (slot (n + i) % 2), and n moves past the task's tiles. FlashAttention 3's
+   intra-warpgroup overlap, as af_task runs it: step i issues S_i = Q K_i^T and (O rescaled)
+   O += P_(i-1) V_(i-1), frees key slot i once S_i completed, runs tile i's softmax while the
+   values' product runs, then frees value slot i - 1 and packs P_i; the last tile's values take
+   one more product. Returns with O, the sums l (per row, this thread's part) for the store. */
+template <int E, int BN, bool PP>
+__device__ __forceinline__ void at_ov_task(const AttnP& p, const AwPlace& w, u32 sqw, u32 sk, u32 sv, u32 kfull,
+                                           u32 kempty, u32 vfull, u32 vempty, u32& n, float (&o)[E / 2], float& l0,
+                                           float& l1) {
+    constexpr u32 KB = BN * E * 2;
+    const int ntiles = (w.kend + BN - 1) / BN;
+    float m0 = AW_NEG_INF, m1 = AW_NEG_INF, c0 = 1.0f, c1 = 1.0f;
+    float s[BN / 2];
+    u32 pa[BN / 16][4];
+    // As in aw_tile, a causal warpgroup whose queries all precede a tile runs it anyway.
+    if (ntiles > 0) {
+        const u32 ks = n & 1u;
+        at_wait(kfull + 8 * ks, (n >> 1) & 1u);
+        if (PP) aw_turn_wait(w.wg);
+        aw_scores<E, BN>(s, sqw, sk + ks * KB);
+        if (PP) aw_turn_pass(w.wg);
+        aw_wait0();
+        aw_hold(s);
+        at_warp_arrive(kempty + 8 * ks);
+        aw_softmax_step<BN>(p, s, 0, w.w0, w.r0, w.r1, w.t, w.sl2, m0, m1, l0, l1, c0, c1);
+        aw_pack_p<BN>(s, pa);
+    }
+#pragma unroll 1
+    for (int i = 1; i < ntiles; ++i) {
+        const u32 nk = n + (u32)i, nv = nk - 1u, ks = nk & 1u, vs = nv & 1u;
+        at_wait(kfull + 8 * ks, (nk >> 1) & 1u);
+        at_wait(vfull + 8 * vs, (nv >> 1) & 1u);
+        if (PP) aw_turn_wait(w.wg);
+        aw_scores<E, BN>(s, sqw, sk + ks * KB);
+        af_values<E, BN>(o, pa, sv + vs * KB, c0, c1);
+        if (PP) aw_turn_pass(w.wg);
+        af_wait1();  // the scores (the older group); the values' product still runs
+        aw_hold(s);
+        at_warp_arrive(kempty + 8 * ks);
+        aw_softmax_step<BN>(p, s, i * BN, w.w0, w.r0, w.r1, w.t, w.sl2, m0, m1, l0, l1, c0, c1);
+        // As in af_task, a never-taken branch ends the softmax's block, so ptxas keeps the
+        // product's wait below it; a breakpoint, not a trap: with a trap reachable where the
+        // products' registers are live, ptxas allocates this warpgroup the block's entry count
+        // (168), not setmaxnreg's.
+        aw_hold(s);
+        if (p.b < 1) asm volatile("brkpt;");
+        aw_wait0();  // the product that read P of tile i - 1 from registers
+        aw_hold(s);
+        aw_hold(o);
+        at_warp_arrive(vempty + 8 * vs);
+        aw_pack_p<BN>(s, pa);
+    }
+    if (ntiles > 0) {
+        const u32 nv = n + (u32)ntiles - 1u, vs = nv & 1u;
+        at_wait(vfull + 8 * vs, (nv >> 1) & 1u);
+        if (PP) aw_turn_wait(w.wg);
+        af_values<E, BN>(o, pa, sv + vs * KB, c0, c1);
+        if (PP) aw_turn_pass(w.wg);
+        aw_wait0();
+        aw_hold(o);
+        at_warp_arrive(vempty + 8 * vs);
+    }
+    n += (u32)ntiles;
+}
 #endif
 
-template <int E, int BN, bool PP> __device__ void at_ws(const AttnTma& a) {
+template <int E, int BN, bool PP, bool OV> __device__ void at_ws(const AttnTma& a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const AttnP& p = a.p;
     constexpr u32 QB = AW_ROWS * E * 2, KB = BN * E * 2;
     extern __shared__ __align__(1024) u8 at_sm[];
-    __shared__ __align__(8) u64 at_bars[8];  // qfull[2], qempty[2], kfull[2], kempty[2]
+    __shared__ __align__(8) u64 at_bars[12];  // qfull[2], qempty[2], kfull[2], kempty[2], vfull[2], vempty[2]
     const u32 base = (aw_smem(at_sm) + 1023u) & ~1023u;
     const u32 sq = base, sk = base + 2 * QB, sv = sk + 2 * KB;
     const u32 qfull = aw_smem(at_bars), qempty = qfull + 16, kfull = qfull + 32, kempty = qfull + 48;
-    const int tid = threadIdx.x, lane = tid & 31;
+    const u32 vfull = qfull + 64, vempty = qfull + 80;  // (with OV)
+    const int tid = threadIdx.x;
     if (tid == 0) {
         for (int s = 0; s < 2; ++s) {
             at_init(qfull + 8 * s, 1);
             at_init(qempty + 8 * s, AW_THREADS / 32);
             at_init(kfull + 8 * s, 1);
             at_init(kempty + 8 * s, AW_THREADS / 32);
+            at_init(vfull + 8 * s, 1);
+            at_init(vempty + 8 * s, AW_THREADS / 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();  // the barriers initialized before any thread waits on them (the last block barrier)
-    if (tid >= AW_THREADS) {
-        if (tid == AW_THREADS) at_produce<E, BN>(a, sq, sk, sv, qfull, qempty, kfull, kempty);
+    // The warpgroup, as a value ptxas knows is the same across the warp (from one lane): it
+    // honours setmaxnreg only in branches it can prove uniform.
+    const int wgi = __shfl_sync(FULL, tid >> 7, 0);
+    if (wgi >= AW_THREADS / 128) {
+        // With OV the producer is a warpgroup, which gives the consumers its registers.
+        if (OV) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AT_PRODUCER_REGS));
+        if (tid == AW_THREADS) at_produce<E, BN, OV>(a, sq, sk, sv, qfull, qempty, kfull, kempty, vfull, vempty);
         return;
     }
+    if (OV) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(AT_CONSUMER_REGS));
     const i64 qtiles = (p.l + AW_ROWS - 1) / AW_ROWS, tasks = qtiles * p.b * p.hq;
     // The turns run on across tasks (each warpgroup takes two a tile of every task): warpgroup 1
     // passes the first before the first task and warpgroup 0 takes the last after the last.
@@ -217,23 +318,27 @@ template <int E, int BN, bool PP> __device__ void at_ws(const AttnTma& a) {
         i64 qt, bh;
         attn_task(p, task, qtiles, qt, bh);
         const AwPlace w = aw_place(p, qt, bh);
-        const int ntiles = (w.kend + BN - 1) / BN;
-        const u32 qs = k & 1u;
+        const u32 qs = k & 1u, sqw = sq + qs * QB + w.wg * (64 * 128);
         float o[E / 2];
 #pragma unroll
         for (int i = 0; i < E / 2; ++i) o[i] = 0.0f;
-        float m0 = AW_NEG_INF, m1 = AW_NEG_INF, l0 = 0.0f, l1 = 0.0f;
+        float l0 = 0.0f, l1 = 0.0f;
         at_wait(qfull + 8 * qs, (k >> 1) & 1u);
+        if (OV) {
+            at_ov_task<E, BN, PP>(p, w, sqw, sk, sv, kfull, kempty, vfull, vempty, n, o, l0, l1);
+        } else {
+            const int ntiles = (w.kend + BN - 1) / BN;
+            float m0 = AW_NEG_INF, m1 = AW_NEG_INF;
 #pragma unroll 1
-        for (int it = 0; it < ntiles; ++it, ++n) {
-            const u32 s = n & 1u;
-            at_wait(kfull + 8 * s, (n >> 1) & 1u);
-            aw_step<E, BN, PP>(p, w.wg, sq + qs * QB + w.wg * (64 * 128), sk + s * KB, sv + s * KB, it * BN, w.w0, w.r0,
-                               w.r1, w.t, w.sl2, o, m0, m1, l0, l1, [] {});
-            __syncwarp();
-            if (lane == 0) at_arrive(kempty + 8 * s);  // this warp's products of the slot completed
+            for (int it = 0; it < ntiles; ++it, ++n) {
+                const u32 s = n & 1u;
+                at_wait(kfull + 8 * s, (n >> 1) & 1u);
+                aw_step<E, BN, PP>(p, w.wg, sqw, sk + s * KB, sv + s * KB, it * BN, w.w0, w.r0, w.r1, w.t, w.sl2, o, m0,
+                                   m1, l0, l1, [] {});
+                at_warp_arrive(kempty + 8 * s);  // this warp's products of the slot completed
+            }
         }
-        if (lane == 0) at_arrive(qempty + 8 * qs);  // and of the task's queries (the last scores waited)
+        at_warp_arrive(qempty + 8 * qs);  // and of the task's queries (its last scores waited)
         aw_store_rows<E>(p, o, l0, l1, w.bi, w.h, w.r0, w.r1, w.t);
     }
     if (PP && tid < 128) aw_turn_wait(0);  // warpgroup 1's last pass

@@ -296,10 +296,7 @@ template <int E, int BN, bool PP, bool OV> __device__ void at_ws(const AttnTma& 
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();  // the barriers initialized before any thread waits on them (the last block barrier)
-    // The warpgroup, as a value ptxas knows is the same across the warp (from one lane): it
-    // honours setmaxnreg only in branches it can prove uniform.
-    const int wgi = __shfl_sync(FULL, tid >> 7, 0);
-    if (wgi >= AW_THREADS / 128) {
+    if (tid >= AW_THREADS) {
         // With OV the producer is a warpgroup, which gives the consumers its registers.
         if (OV) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AT_PRODUCER_REGS));
         if (tid == AW_THREADS) at_produce<E, BN, OV>(a, sq, sk, sv, qfull, qempty, kfull, kempty, vfull, vempty);

@@ -408,8 +408,8 @@ fn sdpa_each_cuda_kernel_matches_float64() -> Result<()> {
 }
 
 /// Hopper's kernels on FlashAttention 3's schedule and the TMA kernels with a producer (`tmaws`,
-/// `tmaov`) run persistent blocks (one an SM for head dim 128, two for 64), each taking several
-/// query tiles in turn when there are more than blocks:
+/// `tmaov`) run persistent blocks (one an SM for head dim 128; for 64 two, one under `tmaov`),
+/// each taking several query tiles in turn when there are more than blocks:
 /// causal (the heaviest tiles first) and not, grouped heads, ragged tiles (a last tile of one
 /// row), L > S, against the float64 reference for each choice of them (`fa128`, `fa128g` a block
 /// per tile, `fa128n` without turns); more tiles than an H100's or H200's 132 SMs hold at once.

@@ -386,11 +386,9 @@ fn tma_maps(c: &Ctx, a: &AttnArgs<'_>, bn: usize, mode: TmaMode) -> Result<Optio
     if let Some(m) = tensor_maps(a, bn) {
         return Ok(Some((m, mode)));
     }
-    let named = matches!(
-        c.ops.tuning.attention(),
-        AttentionKernel::Tma | AttentionKernel::TmaSync | AttentionKernel::TmaWs | AttentionKernel::TmaOv
-    );
-    if !named {
+    // Only `Auto` and `Mma` take the TMA path by themselves; every other choice reaching it named
+    // a TMA kernel.
+    if matches!(c.ops.tuning.attention(), AttentionKernel::Auto | AttentionKernel::Mma) {
         return Ok(None);
     }
     Err(unsupported(format!(
@@ -469,7 +467,6 @@ pub(in crate::driver::cuda) fn attention(c: &Ctx, a: AttnArgs<'_>) -> Result<()>
             let tasks = (l as u64).div_ceil(WG_ROWS) * (b * hq) as u64;
             let smem = entry.dynamic_smem() as u32;
             return match maps {
-                // The producer's blocks are persistent.
                 Some((maps, mode)) => {
                     let grid = task_grid(c, f, tasks, mode.persistent());
                     c.run_shared(f, grid, mode.threads(), smem, &mut AttnTma { p, maps })

@@ -63,11 +63,12 @@ pub(in crate::driver::cuda) fn attention_mma(s: &mut String, dtype: DType) {
 /// and entry points `aw_{E}_{BN}` per (head dim, keys per tile) of [`ATTN_WG_TILES`] and
 /// `aw_{E}_{BN}p` with the warpgroups taking turns (ping-pong), then `af_{E}_{BN}[p]` per
 /// entry of [`ATTN_FA_TILES`] (`cu/attention_fa.cu`, FlashAttention 3's schedule), then
-/// `at_{E}_{BN}[p][s|w]` per entry of [`ATTN_TMA_TILES`] (`cu/attention_tma.cu`, copies by TMA;
-/// `s` with a block barrier a tile, `w` persistent with a producer warp), after its head: first
-/// the `wgmma` wrappers the kernel calls (overloaded on the accumulator count), for sm_90a only.
-/// Launched with 256 threads (`w`: 288, [`TmaMode::threads`]); head dim 64 with tiles of 64 keys
-/// asks for two blocks an SM (128 registers a thread), the larger tiles (and `w`) for one.
+/// `at_{E}_{BN}[p][s|w|o]` per entry of [`ATTN_TMA_TILES`] (`cu/attention_tma.cu`, copies by TMA;
+/// `s` with a block barrier a tile, `w` persistent with a producer warp, `o` persistent with a
+/// producer warpgroup and the intra-warpgroup overlap), after its head: first the `wgmma`
+/// wrappers the kernel calls (overloaded on the accumulator count), for sm_90a only. Launched
+/// with 256 threads (`w`: 288, `o`: 384, [`TmaMode::threads`]); head dim 64 with tiles of 64 keys
+/// asks for two blocks an SM (128 registers a thread), the larger tiles (and `w`, `o`) for one.
 pub(in crate::driver::cuda) fn attention_wg(s: &mut String, dtype: DType) {
     let (t, cvt) = if dtype == DType::BF16 { ("bf16", "bf16x2") } else { ("f16", "f16x2") };
     let _ = writeln!(s, "#define AW_CVT2 \"{cvt}\"");

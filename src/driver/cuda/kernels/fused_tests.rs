@@ -148,7 +148,8 @@ fn tensor_core_attention_compiles_without_spills() {
 /// named barriers of their turns besides the block's. The same for the kernels whose tiles TMA
 /// copies (`at_*`, `cu/attention_tma.cu`), and for the kernels with FlashAttention 3's
 /// intra-warpgroup overlap (`af_*`, `cu/attention_fa.cu`; `at_*o`), where ptxas injects at most
-/// one wait of its own (C7517: on the trap path that keeps the softmax above the products' wait).
+/// one wait of its own (C7517: on the never-taken path that keeps the softmax above the products'
+/// wait).
 #[test]
 fn hopper_attention_compiles_to_wgmma_without_spills() {
     if !nvrtc_present() {

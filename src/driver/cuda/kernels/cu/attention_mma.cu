@@ -80,19 +80,172 @@ __device__ __forceinline__ u32 am_q2(const TS* qb, i64 rs, i64 row, i64 l, int c
 }
 #endif
 
+#if __CUDA_ARCH__ >= 800
+#define AM_NT (AM_KEYS / 8)  // 8-key column tiles of S
+
+/* Q's rows r0 and r1 (zeros past the last query `l`) as A fragments, kept for a whole task:
+   qf[kk] covers columns 16kk .. 16kk + 15. */
+template <int E>
+__device__ __forceinline__ void am_q_frags(u32 (&qf)[E / 16][4], const TS* qb, i64 rs, i64 r0, i64 r1, i64 l) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int kk = 0; kk < E / 16; ++kk) {
+        qf[kk][0] = am_q2(qb, rs, r0, l, 16 * kk + 2 * t);
+        qf[kk][1] = am_q2(qb, rs, r1, l, 16 * kk + 2 * t);
+        qf[kk][2] = am_q2(qb, rs, r0, l, 16 * kk + 8 + 2 * t);
+        qf[kk][3] = am_q2(qb, rs, r1, l, 16 * kk + 8 + 2 * t);
+    }
+}
+
+/* S = Q K^T of this warp's 16 queries and the tile's keys in `ks` (rows of E + 8 elements):
+   s[n] is the C fragment of keys 8n .. 8n + 7. */
+template <int E>
+__device__ __forceinline__ void am_scores(float (&s)[AM_NT][4], const u32 (&qf)[E / 16][4], const u16* ks) {
+    constexpr int LD = E + 8;  // shared row stride: 16 bytes of padding, so the 8 rows an
+                               // ldmatrix phase reads start in distinct banks (4 words apart)
+    // ldmatrix addressing: lane gives row (lane & 7) of matrix mi = lane >> 3.
+    const int lane = threadIdx.x & 31, mi = lane >> 3, mr = lane & 7;
+#pragma unroll
+    for (int n = 0; n < AM_NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < E / 16; ++kk) {
+#pragma unroll
+        for (int np = 0; np < AM_NT / 2; ++np) {
+            // Matrices: 0 = keys 16np + 0..7, columns 16kk + 0..7; 1 = the same keys,
+            // columns 16kk + 8..15; 2, 3 = keys 16np + 8..15. B[k][n] = K[n][k], so
+            // register 0 is b[0] and 1 is b[1] of column tile 2np, 2 and 3 of 2np + 1.
+            u32 b[4];
+            am_ldsm(b, ks + (16 * np + (mi >> 1) * 8 + mr) * LD + 16 * kk + (mi & 1) * 8);
+            am_mma(s[2 * np], qf[kk], b[0], b[1]);
+            am_mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+        }
+    }
+}
+
+/* Scales the tile's scores to base 2 (`sl2`) and, on a tile with an edge (past S, across the
+   causal diagonal, or under a mask), masks them: s[n][e] is row (e < 2 ? r0 : r1), key
+   j0 + 8n + 2t + (e & 1); a key not kept scores -inf. */
+__device__ __forceinline__ void am_mask(const AttnP& p, float (&s)[AM_NT][4], float sl2, i64 j0, i64 q0, i64 r0,
+                                        i64 r1, i64 bi, i64 h) {
+    const int t = threadIdx.x & 3;
+    const bool edge = j0 + AM_KEYS > p.s || (p.causal && j0 + AM_KEYS - 1 > q0) || p.mask_kind != 0;
+#pragma unroll
+    for (int n = 0; n < AM_NT; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = s[n][e] * sl2;
+            if (edge) {
+                const i64 row = e < 2 ? r0 : r1;
+                const i64 j = j0 + 8 * n + 2 * t + (e & 1);
+                bool keep = j < p.s && row < p.l && !(p.causal && j > row);
+                if (keep && p.mask_kind != 0) {
+                    const i64 mo = bi * p.mst[0] + h * p.mst[1] + row * p.mst[2] + j * p.mst[3];
+                    if (p.mask_kind == 1) keep = p.mask[mo] != 0;
+                    else x += to_c(((const TS*)p.mask)[mo]) * (float)AM_LOG2E;
+                }
+                if (!keep) x = AM_NEG_INF;
+            }
+            s[n][e] = x;
+        }
+    }
+}
+
+/* One step of the online softmax over a tile's base-2 scores: the rows' new maxima (over the
+   4 lanes sharing a row), the scores turned into their exponentials, the running sums (this
+   thread's part) and O rescaled by the step from the old maxima to the new. */
+template <int E>
+__device__ __forceinline__ void am_softmax_step(float (&s)[AM_NT][4], float (&o)[E / 8][4], float& m0, float& m1,
+                                                float& l0, float& l1) {
+    float x0 = m0, x1 = m1;
+#pragma unroll
+    for (int n = 0; n < AM_NT; ++n) {
+        x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
+        x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
+    }
+    x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 1));
+    x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 2));
+    x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 1));
+    x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 2));
+    // A row with nothing kept yet subtracts 0 (its exponentials are all exp2(-inf) = 0).
+    const float b0 = x0 == AM_NEG_INF ? 0.0f : x0, b1 = x1 == AM_NEG_INF ? 0.0f : x1;
+    const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
+    m0 = x0;
+    m1 = x1;
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < AM_NT; ++n) {
+        s[n][0] = exp2f(s[n][0] - b0);
+        s[n][1] = exp2f(s[n][1] - b0);
+        s[n][2] = exp2f(s[n][2] - b1);
+        s[n][3] = exp2f(s[n][3] - b1);
+        ps0 += s[n][0] + s[n][1];
+        ps1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * a0 + ps0;
+    l1 = l1 * a1 + ps1;
+#pragma unroll
+    for (int n = 0; n < E / 8; ++n) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+    }
+}
+
+/* O += P V: P (the tile's exponentials, packed to 16 bits) times the tile's values in `vs`
+   (rows of E + 8 elements). */
+template <int E>
+__device__ __forceinline__ void am_values(float (&o)[E / 8][4], const float (&s)[AM_NT][4], const u16* vs) {
+    constexpr int LD = E + 8;
+    const int lane = threadIdx.x & 31, mi = lane >> 3, mr = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < AM_KEYS / 16; ++kk) {
+        // P as the A fragment of keys 16kk .. 16kk + 15: column tiles 2kk and 2kk + 1 of S.
+        u32 pa[4];
+        pa[0] = am_pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = am_pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = am_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = am_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < E / 16; ++dp) {
+            // Transposed matrices: 0 = keys 16kk + 0..7, columns 16dp + 0..7; 1 = keys
+            // 16kk + 8..15, the same columns; 2, 3 = columns 16dp + 8..15. B[k][n] =
+            // V[k][n], so registers 0, 1 are b[0], b[1] of column tile 2dp, 2, 3 of 2dp + 1.
+            u32 b[4];
+            am_ldsm_t(b, vs + (16 * kk + (mi & 1) * 8 + mr) * LD + 16 * dp + (mi >> 1) * 8);
+            am_mma(o[2 * dp], pa, b[0], b[1]);
+            am_mma(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
+/* The sums over each row's 4 lanes, then rows r0 and r1 of O / l into the output (zeros where
+   nothing was kept; nothing past the last query). */
+template <int E>
+__device__ __forceinline__ void am_store_rows(const AttnP& p, const float (&o)[E / 8][4], float l0, float l1, i64 bi,
+                                              i64 h, i64 r0, i64 r1) {
+    const int t = threadIdx.x & 3;
+    l0 += __shfl_xor_sync(FULL, l0, 1);
+    l0 += __shfl_xor_sync(FULL, l0, 2);
+    l1 += __shfl_xor_sync(FULL, l1, 1);
+    l1 += __shfl_xor_sync(FULL, l1, 2);
+    const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
+    TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
+#pragma unroll
+    for (int n = 0; n < E / 8; ++n) {
+        if (r0 < p.l)
+            *reinterpret_cast<u32*>(ob + r0 * p.ost[2] + 8 * n + 2 * t) = am_pack(o[n][0] * i0, o[n][1] * i0);
+        if (r1 < p.l)
+            *reinterpret_cast<u32*>(ob + r1 * p.ost[2] + 8 * n + 2 * t) = am_pack(o[n][2] * i1, o[n][3] * i1);
+    }
+}
+#endif
+
 template <int E> __device__ void am_tile(const AttnP& p) {
 #if __CUDA_ARCH__ >= 800
-    constexpr int LD = E + 8;      // shared row stride: 16 bytes of padding, so the 8 rows an
-                                   // ldmatrix phase reads start in distinct banks (4 words apart)
-    constexpr int KS = E / 16;     // k-steps of Q K^T
-    constexpr int NT = AM_KEYS / 8;  // 8-key column tiles of S
-    constexpr int OT = E / 8;      // 8-wide column tiles of O
-    __shared__ __align__(16) u16 ks[AM_KEYS * LD];
-    __shared__ __align__(16) u16 vs[AM_KEYS * LD];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    // ldmatrix addressing: lane gives row (lane & 7) of matrix mi = lane >> 3.
-    const int mi = lane >> 3, mr = lane & 7;
+    __shared__ __align__(16) u16 ks[AM_KEYS * (E + 8)];
+    __shared__ __align__(16) u16 vs[AM_KEYS * (E + 8)];
+    const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     const float sl2 = (float)(p.scale * AM_LOG2E);
     const i64 qtiles = (p.l + AM_ROWS - 1) / AM_ROWS;
     const i64 tasks = qtiles * p.hq * p.b;
@@ -113,19 +266,11 @@ template <int E> __device__ void am_tile(const AttnP& p) {
             am_load<E>(ks, kb, p.kst[2], 0, kend);
             am_load<E>(vs, vb, p.vst[2], 0, kend);
         }
-        // Q as A fragments, kept for the whole task: qf[kk] covers columns 16kk .. 16kk + 15.
-        const TS* qb = p.q + bi * p.qst[0] + h * p.qst[1];
-        u32 qf[KS][4];
+        u32 qf[E / 16][4];
+        am_q_frags<E>(qf, p.q + bi * p.qst[0] + h * p.qst[1], p.qst[2], r0, r1, p.l);
+        float o[E / 8][4];
 #pragma unroll
-        for (int kk = 0; kk < KS; ++kk) {
-            qf[kk][0] = am_q2(qb, p.qst[2], r0, p.l, 16 * kk + 2 * t);
-            qf[kk][1] = am_q2(qb, p.qst[2], r1, p.l, 16 * kk + 2 * t);
-            qf[kk][2] = am_q2(qb, p.qst[2], r0, p.l, 16 * kk + 8 + 2 * t);
-            qf[kk][3] = am_q2(qb, p.qst[2], r1, p.l, 16 * kk + 8 + 2 * t);
-        }
-        float o[OT][4];
-#pragma unroll
-        for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        for (int n = 0; n < E / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
         // Running maxima (base-2 scaled scores) and this thread's part of the sums, per row.
         float m0 = AM_NEG_INF, m1 = AM_NEG_INF, l0 = 0.0f, l1 = 0.0f;
 #pragma unroll 1
@@ -133,121 +278,21 @@ template <int E> __device__ void am_tile(const AttnP& p) {
             const i64 j0 = (i64)it * AM_KEYS;
             am_wait1();  // this tile's keys have landed (its values may be in flight)
             __syncthreads();
-            // s[n] = C fragment of S for keys j0 + 8n .. j0 + 8n + 7.
-            float s[NT][4];
-#pragma unroll
-            for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KS; ++kk) {
-#pragma unroll
-                for (int np = 0; np < NT / 2; ++np) {
-                    // Matrices: 0 = keys 16np + 0..7, columns 16kk + 0..7; 1 = the same keys,
-                    // columns 16kk + 8..15; 2, 3 = keys 16np + 8..15. B[k][n] = K[n][k], so
-                    // register 0 is b[0] and 1 is b[1] of column tile 2np, 2 and 3 of 2np + 1.
-                    u32 b[4];
-                    am_ldsm(b, ks + (16 * np + (mi >> 1) * 8 + mr) * LD + 16 * kk + (mi & 1) * 8);
-                    am_mma(s[2 * np], qf[kk], b[0], b[1]);
-                    am_mma(s[2 * np + 1], qf[kk], b[2], b[3]);
-                }
-            }
+            float s[AM_NT][4];
+            am_scores<E>(s, qf, ks);
             __syncthreads();  // every warp is done with this tile's keys
             if (it + 1 < ntiles) am_load<E>(ks, kb, p.kst[2], j0 + AM_KEYS, kend);
             else asm volatile("cp.async.commit_group;" ::: "memory");  // keeps the group count
-            // Scale to base 2 and mask: s[n][e] is row (e < 2 ? r0 : r1), key j0 + 8n + 2t + (e & 1).
-            const bool edge = j0 + AM_KEYS > p.s || (p.causal && j0 + AM_KEYS - 1 > q0) || p.mask_kind != 0;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float x = s[n][e] * sl2;
-                    if (edge) {
-                        const i64 row = e < 2 ? r0 : r1;
-                        const i64 j = j0 + 8 * n + 2 * t + (e & 1);
-                        bool keep = j < p.s && row < p.l && !(p.causal && j > row);
-                        if (keep && p.mask_kind != 0) {
-                            const i64 mo = bi * p.mst[0] + h * p.mst[1] + row * p.mst[2] + j * p.mst[3];
-                            if (p.mask_kind == 1) keep = p.mask[mo] != 0;
-                            else x += to_c(((const TS*)p.mask)[mo]) * (float)AM_LOG2E;
-                        }
-                        if (!keep) x = AM_NEG_INF;
-                    }
-                    s[n][e] = x;
-                }
-            }
-            // Online softmax: the rows' new maxima over the 4 lanes (t) sharing them.
-            float x0 = m0, x1 = m1;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
-                x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
-            }
-            x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 1));
-            x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 2));
-            x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 1));
-            x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 2));
-            // A row with nothing kept yet subtracts 0 (its exponentials are all exp2(-inf) = 0).
-            const float b0 = x0 == AM_NEG_INF ? 0.0f : x0, b1 = x1 == AM_NEG_INF ? 0.0f : x1;
-            const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
-            m0 = x0;
-            m1 = x1;
-            float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                s[n][0] = exp2f(s[n][0] - b0);
-                s[n][1] = exp2f(s[n][1] - b0);
-                s[n][2] = exp2f(s[n][2] - b1);
-                s[n][3] = exp2f(s[n][3] - b1);
-                ps0 += s[n][0] + s[n][1];
-                ps1 += s[n][2] + s[n][3];
-            }
-            l0 = l0 * a0 + ps0;
-            l1 = l1 * a1 + ps1;
-#pragma unroll
-            for (int n = 0; n < OT; ++n) {
-                o[n][0] *= a0;
-                o[n][1] *= a0;
-                o[n][2] *= a1;
-                o[n][3] *= a1;
-            }
+            am_mask(p, s, sl2, j0, q0, r0, r1, bi, h);
+            am_softmax_step<E>(s, o, m0, m1, l0, l1);
             am_wait1();  // this tile's values have landed (the next keys may be in flight)
             __syncthreads();
-#pragma unroll
-            for (int kk = 0; kk < AM_KEYS / 16; ++kk) {
-                // P as the A fragment of keys 16kk .. 16kk + 15: column tiles 2kk and 2kk + 1 of S.
-                u32 pa[4];
-                pa[0] = am_pack(s[2 * kk][0], s[2 * kk][1]);
-                pa[1] = am_pack(s[2 * kk][2], s[2 * kk][3]);
-                pa[2] = am_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[3] = am_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-                for (int dp = 0; dp < OT / 2; ++dp) {
-                    // Transposed matrices: 0 = keys 16kk + 0..7, columns 16dp + 0..7; 1 = keys
-                    // 16kk + 8..15, the same columns; 2, 3 = columns 16dp + 8..15. B[k][n] =
-                    // V[k][n], so registers 0, 1 are b[0], b[1] of column tile 2dp, 2, 3 of 2dp + 1.
-                    u32 b[4];
-                    am_ldsm_t(b, vs + (16 * kk + (mi & 1) * 8 + mr) * LD + 16 * dp + (mi >> 1) * 8);
-                    am_mma(o[2 * dp], pa, b[0], b[1]);
-                    am_mma(o[2 * dp + 1], pa, b[2], b[3]);
-                }
-            }
+            am_values<E>(o, s, vs);
             __syncthreads();  // every warp is done with this tile's values
             if (it + 1 < ntiles) am_load<E>(vs, vb, p.vst[2], j0 + AM_KEYS, kend);
             else asm volatile("cp.async.commit_group;" ::: "memory");
         }
-        // The sums over the row's 4 lanes, then O / l (zeros where nothing was kept).
-        l0 += __shfl_xor_sync(FULL, l0, 1);
-        l0 += __shfl_xor_sync(FULL, l0, 2);
-        l1 += __shfl_xor_sync(FULL, l1, 1);
-        l1 += __shfl_xor_sync(FULL, l1, 2);
-        const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
-        TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
-#pragma unroll
-        for (int n = 0; n < OT; ++n) {
-            if (r0 < p.l)
-                *reinterpret_cast<u32*>(ob + r0 * p.ost[2] + 8 * n + 2 * t) = am_pack(o[n][0] * i0, o[n][1] * i0);
-            if (r1 < p.l)
-                *reinterpret_cast<u32*>(ob + r1 * p.ost[2] + 8 * n + 2 * t) = am_pack(o[n][2] * i1, o[n][3] * i1);
-        }
+        am_store_rows<E>(p, o, l0, l1, bi, h, r0, r1);
     }
 #else
     __trap();  // the host launches this kernel only on compute capability 8.0 or later

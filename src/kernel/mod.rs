@@ -333,6 +333,52 @@ fn check_reduced(src: &BufferView, dst: &BufferView, dims: &[usize]) -> Result<(
     Ok(())
 }
 
+/// Checks a product's operands: a workspace (if any) non-null, 256-byte aligned and in range;
+/// `lhs` `[.., M, K]`, `rhs` `[.., K, N]` and `dst` `[.., M, N]` of one rank ≥ 2 and equal batch
+/// dims, one floating-point dtype; a bias (if any) `[N]` of that dtype.
+fn check_gemm(
+    lhs: &BufferView,
+    rhs: &BufferView,
+    bias: Option<&BufferView>,
+    workspace: Option<Workspace>,
+    dst: &BufferView,
+) -> Result<()> {
+    if let Some(w) = workspace {
+        if w.ptr.0 == 0 || w.ptr.0 % 256 != 0 || w.bytes == 0 || w.ptr.0.checked_add(w.bytes as u64).is_none() {
+            return Err(bad(format!(
+                "a gemm workspace of {} bytes at {:#x} (non-null, 256-byte aligned, in range)",
+                w.bytes, w.ptr.0
+            )));
+        }
+    }
+    let r = dst.shape.len();
+    let ok = r >= 2
+        && lhs.shape.len() == r
+        && rhs.shape.len() == r
+        && lhs.shape[..r - 2] == dst.shape[..r - 2]
+        && rhs.shape[..r - 2] == dst.shape[..r - 2]
+        && lhs.shape[r - 2] == dst.shape[r - 2]
+        && rhs.shape[r - 1] == dst.shape[r - 1]
+        && lhs.shape[r - 1] == rhs.shape[r - 2]
+        && lhs.dtype == dst.dtype
+        && rhs.dtype == dst.dtype
+        && dst.dtype.is_float()
+        && bias.is_none_or(|b| b.shape[..] == [dst.shape[r - 1]] && b.dtype == dst.dtype);
+    if !ok {
+        return Err(bad(format!(
+            "gemm of {:?} ({}) by {:?} ({}) into {:?} ({}), bias {:?}",
+            lhs.shape,
+            lhs.dtype,
+            rhs.shape,
+            rhs.dtype,
+            dst.shape,
+            dst.dtype,
+            bias.map(|b| (&b.shape, b.dtype))
+        )));
+    }
+    Ok(())
+}
+
 impl KernelOp {
     /// A short name for messages: `"binary add"`, `"gemm"`, …
     pub fn name(&self) -> String {
@@ -500,46 +546,7 @@ impl KernelOp {
                 }
                 Ok(())
             }
-            KernelOp::Gemm { lhs, rhs, bias, workspace, .. } => {
-                if let Some(w) = workspace {
-                    if w.ptr.0 == 0
-                        || w.ptr.0 % 256 != 0
-                        || w.bytes == 0
-                        || w.ptr.0.checked_add(w.bytes as u64).is_none()
-                    {
-                        return Err(bad(format!(
-                            "a gemm workspace of {} bytes at {:#x} (non-null, 256-byte aligned, in range)",
-                            w.bytes, w.ptr.0
-                        )));
-                    }
-                }
-                let r = dst.shape.len();
-                let ok = r >= 2
-                    && lhs.shape.len() == r
-                    && rhs.shape.len() == r
-                    && lhs.shape[..r - 2] == dst.shape[..r - 2]
-                    && rhs.shape[..r - 2] == dst.shape[..r - 2]
-                    && lhs.shape[r - 2] == dst.shape[r - 2]
-                    && rhs.shape[r - 1] == dst.shape[r - 1]
-                    && lhs.shape[r - 1] == rhs.shape[r - 2]
-                    && lhs.dtype == dst.dtype
-                    && rhs.dtype == dst.dtype
-                    && dst.dtype.is_float()
-                    && bias.as_ref().is_none_or(|b| b.shape[..] == [dst.shape[r - 1]] && b.dtype == dst.dtype);
-                if !ok {
-                    return Err(bad(format!(
-                        "gemm of {:?} ({}) by {:?} ({}) into {:?} ({}), bias {:?}",
-                        lhs.shape,
-                        lhs.dtype,
-                        rhs.shape,
-                        rhs.dtype,
-                        dst.shape,
-                        dst.dtype,
-                        bias.as_ref().map(|b| (&b.shape, b.dtype))
-                    )));
-                }
-                Ok(())
-            }
+            KernelOp::Gemm { lhs, rhs, bias, workspace, .. } => check_gemm(lhs, rhs, bias.as_ref(), *workspace, dst),
             KernelOp::Norm { src, weight, bias, dims, rms, .. } => {
                 fused::check_norm(arg(src), weight.as_ref().map(arg), bias.as_ref().map(arg), arg(dst), *dims, *rms)
                     .map_err(bad)

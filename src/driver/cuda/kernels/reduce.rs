@@ -171,25 +171,8 @@ pub(in crate::driver::cuda) fn reduce(
         Entry::Cols(w) => ceil_div(ceil_div(n_out, w as i64), colx),
         _ => 0,
     };
-    let splits = match entry {
-        Entry::Block | Entry::BlockWide if n_out < wave => block_splits(c.info.sms as i64, wave, n_out, n_red),
-        Entry::Thread if n_out < wave * 64 => {
-            (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
-        }
-        // Two blocks per SM (within one wave: the kernel holds two to four), each thread at least
-        // `COL_ROWS` rows: measured on the H200 ([4096, 4096] over dim 0, 32 groups of columns),
-        // the f32 sum took 27.2 / 22.3 / 26.7 / 31.0 µs over 4 / 8 / 16 / 33 splits.
-        Entry::Cols(_) => (2 * c.info.sms as i64 / col_blocks)
-            .min(n_red / (THREADS as i64 / colx * COL_ROWS))
-            .min(PARTIALS as i64 / n_out),
-        _ => 1,
-    }
-    .max(1);
-    // Thread and column tasks take contiguous chunks of their column; block tasks interleave
-    // (`chunk` unused).
-    let chunk = ceil_div(n_red, splits).max(1);
+    let (splits, chunk) = split_plan(c.info.sms as i64, entry, wave, n_out, n_red, col_blocks, colx);
     let block = matches!(entry, Entry::Block | Entry::BlockWide);
-    let splits = if block { splits } else { ceil_div(n_red, chunk).max(1) };
     let dense_rows = red.n == 1 && red.st[0][0] == 1;
     let aligned_rows = n_out == 1 || (0..kept.n).all(|d| kept.st[0][d] % vec == 0);
     let vec_ok = (block || entry == Entry::Warp) && dense_rows && base.is_multiple_of(16) && aligned_rows;
@@ -223,6 +206,31 @@ pub(in crate::driver::cuda) fn reduce(
         _ => c.grid(f, tasks),
     };
     c.run(f, grid.max(1), &mut p)
+}
+
+/// Splits per output of a reduction that runs `entry` (`wave` blocks fill the device; `col_blocks`
+/// blocks of `colx` output groups for the column kernel) and the rows each split takes (`chunk`,
+/// unused by the block kernels, whose tasks interleave).
+fn split_plan(sms: i64, entry: Entry, wave: i64, n_out: i64, n_red: i64, col_blocks: i64, colx: i64) -> (i64, i64) {
+    let splits = match entry {
+        Entry::Block | Entry::BlockWide if n_out < wave => block_splits(sms, wave, n_out, n_red),
+        Entry::Thread if n_out < wave * 64 => {
+            (wave * 256 / n_out).min(n_red / THREAD_CHUNK).min(PARTIALS as i64 / n_out.max(1))
+        }
+        // Two blocks per SM (within one wave: the kernel holds two to four), each thread at least
+        // `COL_ROWS` rows: measured on the H200 ([4096, 4096] over dim 0, 32 groups of columns),
+        // the f32 sum took 27.2 / 22.3 / 26.7 / 31.0 µs over 4 / 8 / 16 / 33 splits.
+        Entry::Cols(_) => {
+            (2 * sms / col_blocks).min(n_red / (THREADS as i64 / colx * COL_ROWS)).min(PARTIALS as i64 / n_out)
+        }
+        _ => 1,
+    }
+    .max(1);
+    // Thread and column tasks take contiguous chunks of their column; block tasks interleave
+    // (`chunk` unused).
+    let chunk = ceil_div(n_red, splits).max(1);
+    let block = matches!(entry, Entry::Block | Entry::BlockWide);
+    (if block { splits } else { ceil_div(n_red, chunk).max(1) }, chunk)
 }
 
 /// Splits per output of the block kernel when the outputs are fewer than a wave of blocks:

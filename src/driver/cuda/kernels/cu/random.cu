@@ -425,6 +425,47 @@ __device__ __forceinline__ bool mul_chosen(const i64* out, i64 k, i64 c) {
     return false;
 }
 
+/* Sample k of row r, thread 0's part: the total of the tiles' weights not yet chosen (sh->tt),
+   the draw x below it, and the tile whose running total first passes x (sh->tile, its start
+   sh->p; mode 0). Mode 1: no tile's end above x (rounding), the last tile with weight; mode 2:
+   a total not positive and finite. */
+__device__ __forceinline__ void mul_pick_tile(const MulP& p, i64 r, i64 k, MulShared* sh) {
+    double total = 0.0;
+    for (i64 j = 0; j < p.tiles; j++) total = __dadd_rn(total, sh->tt[j]);
+    sh->hit = 256;
+    sh->last = -1;
+    sh->pick = -1;
+    if (!(total > 0.0 && isfinite(total))) {
+        sh->mode = 2;
+    } else {
+        u64 seed = p.seed, base = p.offset;
+        if (p.slot) {
+            const u64* sl = (const u64*)p.slot;
+            seed = sl[0];
+            base = sl[1] + p.offset;
+        }
+        u32 wv[4];
+        philox(seed, base + (u64)((p.row0 + r) * p.samples + k), wv);
+        const double x = __dmul_rn(__dmul_rn((double)u53(wv[0], wv[1]), p2n(53)), total);
+        double start = 0.0;
+        i64 j = 0;
+        for (; j < p.tiles; j++) {
+            if (__dadd_rn(start, sh->tt[j]) > x) break;
+            start = __dadd_rn(start, sh->tt[j]);
+        }
+        sh->mode = 0;
+        if (j == p.tiles) {
+            /* No tile's end above x: the last tile with weight, its last positive. */
+            sh->mode = 1;
+            for (j = p.tiles - 1; j > 0 && !(sh->tt[j] > 0.0); j--) {
+            }
+        }
+        sh->tile = j;
+        sh->p = start;
+        sh->x = x;
+    }
+}
+
 /* Sample k of a row (the last block of the row, every thread): sh->tt holds the tiles' totals
    (the weights not yet chosen), sh->prev the previous pick. */
 __device__ void mul_sample(const MulP& p, i64 r, i64 k, MulShared* sh) {
@@ -444,42 +485,7 @@ __device__ void mul_sample(const MulP& p, i64 r, i64 k, MulShared* sh) {
         if (t == 0) sh->tt[jp] = tot;
         __syncthreads();
     }
-    if (t == 0) {
-        double total = 0.0;
-        for (i64 j = 0; j < p.tiles; j++) total = __dadd_rn(total, sh->tt[j]);
-        sh->hit = 256;
-        sh->last = -1;
-        sh->pick = -1;
-        if (!(total > 0.0 && isfinite(total))) {
-            sh->mode = 2;
-        } else {
-            u64 seed = p.seed, base = p.offset;
-            if (p.slot) {
-                const u64* sl = (const u64*)p.slot;
-                seed = sl[0];
-                base = sl[1] + p.offset;
-            }
-            u32 wv[4];
-            philox(seed, base + (u64)((p.row0 + r) * p.samples + k), wv);
-            const double x = __dmul_rn(__dmul_rn((double)u53(wv[0], wv[1]), p2n(53)), total);
-            double start = 0.0;
-            i64 j = 0;
-            for (; j < p.tiles; j++) {
-                if (__dadd_rn(start, sh->tt[j]) > x) break;
-                start = __dadd_rn(start, sh->tt[j]);
-            }
-            sh->mode = 0;
-            if (j == p.tiles) {
-                /* No tile's end above x: the last tile with weight, its last positive. */
-                sh->mode = 1;
-                for (j = p.tiles - 1; j > 0 && !(sh->tt[j] > 0.0); j--) {
-                }
-            }
-            sh->tile = j;
-            sh->p = start;
-            sh->x = x;
-        }
-    }
+    if (t == 0) mul_pick_tile(p, r, k, sh);
     __syncthreads();
     if (sh->mode == 2) {
         /* A row whose total is not positive and finite: the first category not yet chosen. */

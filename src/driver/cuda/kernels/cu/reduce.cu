@@ -323,6 +323,28 @@ __device__ __forceinline__ void cols_fold(acc (&a)[W], const Pack<TS, W> (&v)[CO
         }
     }
 }
+/* The last split's block of column group bc: each of its COLX x W outputs combined by a thread
+   of its own, its partials read eight at a time and folded in split order. */
+template <int W> __device__ __forceinline__ void cols_last(const RedP& p, i64 bc, i64 groups, i64 ost) {
+    for (int q = threadIdx.x; q < COLX * W; q += blockDim.x) {
+        const i64 g2 = bc * COLX + (q % COLX), o2 = g2 * W + (q / COLX);
+        if (g2 >= groups || o2 >= p.n_out) continue;
+        i64 so2 = 0, dof2 = 0;
+        out_offsets(p, g2 * W, so2, dof2);
+        const i64 first = o2 * p.splits;
+        acc b = identity();
+        i64 k = 0;
+        for (; k + 8 <= p.splits; k += 8) {
+            acc v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) v[u] = ld_partial(p.partials, first + k + u);
+#pragma unroll
+            for (int u = 0; u < 8; ++u) b = combine(b, v[u]);
+        }
+        for (; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, first + k));
+        store_out(p, dof2 + (q / COLX) * ost, b);
+    }
+}
 template <int W>
 __device__ __forceinline__ void red_cols(const RedP& p) {
     /* Accumulators per thread staged in shared memory at a time (at most 64 bytes of them). */
@@ -411,26 +433,7 @@ __device__ __forceinline__ void red_cols(const RedP& p) {
         if (threadIdx.x == 0) last = count_split(p.counters + bc) == (u32)(p.splits - 1);
         __syncthreads();
         if (last) {
-            /* Each of the group's COLX x W outputs combined by a thread of its own, its
-               partials read eight at a time and folded in split order. */
-            for (int q = threadIdx.x; q < COLX * W; q += blockDim.x) {
-                const i64 g2 = bc * COLX + (q % COLX), o2 = g2 * W + (q / COLX);
-                if (g2 >= groups || o2 >= p.n_out) continue;
-                i64 so2 = 0, dof2 = 0;
-                out_offsets(p, g2 * W, so2, dof2);
-                const i64 first = o2 * p.splits;
-                acc b = identity();
-                i64 k = 0;
-                for (; k + 8 <= p.splits; k += 8) {
-                    acc v[8];
-#pragma unroll
-                    for (int u = 0; u < 8; ++u) v[u] = ld_partial(p.partials, first + k + u);
-#pragma unroll
-                    for (int u = 0; u < 8; ++u) b = combine(b, v[u]);
-                }
-                for (; k < p.splits; ++k) b = combine(b, ld_partial(p.partials, first + k));
-                store_out(p, dof2 + (q / COLX) * ost, b);
-            }
+            cols_last<W>(p, bc, groups, ost);
             if (threadIdx.x == 0) p.counters[bc] = 0;
         }
     }

@@ -257,37 +257,47 @@ fn dense(shape: &[usize]) -> Vec<usize> {
     st
 }
 
-/// The dispatch between the attention kernels is explicit: a tensor-core kernel only for f16 /
-/// bf16 with `E == Ev` of 64 or 128 on compute capability 8.0 or later, with each of q, k, v
-/// aligned for its 16-byte copies; on 9.0 Hopper's (wgmma) from 64 queries, else the `mma.sync`
-/// one; `Fma` always the FMA kernel, `Mma` a tensor-core kernel wherever one applies, `Mma1` the
-/// `mma.sync` kernel, `Wg64` / `Wg128` Hopper's with that key tile on 9.0, `Fa128*` Hopper's on
-/// FlashAttention 3's schedule (persistent or not, with or without turns), `Auto` from 16 queries;
-/// an output they write with 4-byte stores (last dim contiguous, even strides, 4-byte aligned),
-/// contiguous or PyTorch's `[B, L, H, Ev]` memory.
+/// Compute capabilities the attention tests name.
+const AMPERE: (u32, u32) = (8, 6);
+const HOPPER: (u32, u32) = (9, 0);
+
+/// Views of an attention case: q `[2, 4, l, e]` (dense or of `q_strides`, at byte `at`), k and v
+/// `[2, 2, 100, e | ev]`, dst `[2, 4, l, ev]`.
+type AttnCase =
+    (crate::kernel::BufferView, crate::kernel::BufferView, crate::kernel::BufferView, crate::kernel::BufferView);
+fn attn_case(dtype: DType, l: usize, e: usize, ev: usize, q_strides: Option<Vec<usize>>, at: u64) -> AttnCase {
+    let qs = [2, 4, l, e];
+    let q = view(dtype, &qs, &q_strides.unwrap_or_else(|| dense(&qs)), at);
+    let k = view(dtype, &[2, 2, 100, e], &dense(&[2, 2, 100, e]), 4096);
+    let v = view(dtype, &[2, 2, 100, ev], &dense(&[2, 2, 100, ev]), 1 << 20);
+    let dst = view(dtype, &[2, 4, l, ev], &dense(&[2, 4, l, ev]), 1 << 24);
+    (q, k, v, dst)
+}
+
+/// The kernel `choice` takes for case `c` on compute capability `cc` (scale 0.1, no mask).
+fn attn_path(choice: crate::config::AttentionKernel, cc: (u32, u32), c: &AttnCase) -> super::fused::AttnPath {
+    let (q, k, v, dst) = c;
+    let args = super::fused::AttnArgs { q, k, v, mask: None, dst, scale: 0.1, causal: false };
+    super::fused::attention_path(choice, cc, &args)
+}
+
+/// Each named attention kernel runs where it can: a tensor-core kernel only for f16 / bf16 with
+/// `E == Ev` of 64 or 128 on compute capability 8.0 or later; on 9.0 Hopper's (wgmma) by default,
+/// else the `mma.sync` one; `Fma` always the FMA kernel, `Mma` a tensor-core kernel wherever one
+/// applies, `Mma1` the `mma.sync` kernel, `Wg64` / `Wg128` Hopper's with that key tile on 9.0,
+/// `Fa128*` Hopper's on FlashAttention 3's schedule (persistent or not, with or without turns),
+/// the `Tma*` choices the TMA tiles in their modes; before 9.0 each Hopper choice is the `mma.sync`
+/// kernel, and sm_90a code runs on 9.0 only.
 #[test]
-fn the_attention_kernel_is_chosen_explicitly() {
-    use super::fused::{attention_path, AttnArgs, AttnPath};
+fn each_attention_kernel_is_taken_where_it_runs() {
+    use super::fused::AttnPath;
     use crate::config::AttentionKernel::{
         Auto, Fa128, Fa128g, Fa128n, Fma, Mma, Mma1, Pp128, Pp64, Tma, TmaOv, TmaSync, TmaWs, Wg128, Wg64,
     };
-    const AMPERE: (u32, u32) = (8, 6);
-    const HOPPER: (u32, u32) = (9, 0);
-    let case = |dtype: DType, l: usize, e: usize, ev: usize, q_strides: Option<Vec<usize>>, at: u64| {
-        let qs = [2, 4, l, e];
-        let q = view(dtype, &qs, &q_strides.unwrap_or_else(|| dense(&qs)), at);
-        let k = view(dtype, &[2, 2, 100, e], &dense(&[2, 2, 100, e]), 4096);
-        let v = view(dtype, &[2, 2, 100, ev], &dense(&[2, 2, 100, ev]), 1 << 20);
-        let dst = view(dtype, &[2, 4, l, ev], &dense(&[2, 4, l, ev]), 1 << 24);
-        (q, k, v, dst)
-    };
-    let path = |choice, cc, c: &(_, _, _, _)| {
-        let (q, k, v, dst) = c;
-        attention_path(choice, cc, &AttnArgs { q, k, v, mask: None, dst, scale: 0.1, causal: false })
-    };
+    let path = attn_path;
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
-            let c = case(dtype, 100, e, e, None, 0);
+            let c = attn_case(dtype, 100, e, e, None, 0);
             // Hopper's default: the tiles and turns of `wg64` / `pp128`, copied by TMA.
             let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
             let wg = AttnPath::Tma { e, bn, pp, mode: TmaMode::Phased };
@@ -309,7 +319,8 @@ fn the_attention_kernel_is_chosen_explicitly() {
             assert_eq!(path(Fa128n, HOPPER, &c), fa(false, true));
             for k in [Fa128, Fa128g, Fa128n] {
                 assert_eq!(path(k, AMPERE, &c), AttnPath::Mma(e), "no wgmma before 9.0");
-                assert_eq!(path(k, HOPPER, &case(dtype, 40, e, e, None, 0)), fa(k != Fa128n && e == 128, k != Fa128g));
+                let few = attn_case(dtype, 40, e, e, None, 0);
+                assert_eq!(path(k, HOPPER, &few), fa(k != Fa128n && e == 128, k != Fa128g));
             }
             // The TMA kernels take Auto's tile and turns on 9.0 (the launch falls back to the
             // Wg kernel where a tensor map does not encode).
@@ -322,6 +333,26 @@ fn the_attention_kernel_is_chosen_explicitly() {
             assert_eq!(path(Auto, (10, 0), &c), AttnPath::Mma(e), "sm_90a code runs on 9.0 only");
             assert_eq!(path(Fma, HOPPER, &c), AttnPath::Fma, "forced FMA");
             assert_eq!(path(Auto, (7, 5), &c), AttnPath::Fma, "before sm_80");
+        }
+    }
+}
+
+/// The case decides between the kernels too: scales Hopper's softmax cannot fold, fewer queries
+/// than Hopper's kernel starts from (the `mma.sync` kernel), a decode (under `Auto`, fewer than 16
+/// queries take the FMA kernel) unless batch × heads fill the device, q / k / v each aligned for
+/// its 16-byte copies, an output the tensor cores write with
+/// 4-byte stores (last dim contiguous, even strides, 4-byte aligned: contiguous or PyTorch's
+/// `[B, L, H, Ev]` memory), the head dims and dtypes with a tensor-core kernel.
+#[test]
+fn the_attention_kernel_follows_the_case() {
+    use super::fused::{attention_path, AttnArgs, AttnPath};
+    use crate::config::AttentionKernel::{Auto, Fa128, Mma, Mma1, Tma, Wg128, Wg64};
+    let (path, case) = (attn_path, attn_case);
+    for dtype in [DType::BF16, DType::F16] {
+        for e in ATTN_MMA_HEAD_DIMS {
+            let c = case(dtype, 100, e, e, None, 0);
+            let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
+            let wg = AttnPath::Tma { e, bn, pp, mode: TmaMode::Phased };
             // Scales Hopper's softmax cannot fold (not a positive normal float times log2 e).
             for scale in [0.0, -0.1, 1e-45, f64::INFINITY, f64::NAN] {
                 let (q, k, v, dst) = (&c.0, &c.1, &c.2, &c.3);

@@ -23,6 +23,7 @@ SDPA_ROWS = [
     ("sdpa_bf16_causal_b8_h16_t1024_e64", (8, 16, 1024, 1024, 64), True),
     ("sdpa_bf16_causal_b1_h32_t4096_e128", (1, 32, 4096, 4096, 128), True),
     ("sdpa_decode_bf16_b8_h32_s8192_e128", (8, 32, 1, 8192, 128), False),
+    ("sdpa_bf16_b4_h16_t2048_e128", (4, 16, 2048, 2048, 128), False),
 ]
 
 

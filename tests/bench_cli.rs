@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ROWS: [&str; 55] = [
+const ROWS: [&str; 56] = [
     "alloc_free_pair",
     "alloc_free_pair_512b",
     "alloc_free_pair_64mib",
@@ -58,6 +58,7 @@ const ROWS: [&str; 55] = [
     "sdpa_bf16_causal_b8_h16_t1024_e64",
     "sdpa_bf16_causal_b1_h32_t4096_e128",
     "sdpa_decode_bf16_b8_h32_s8192_e128",
+    "sdpa_bf16_b4_h16_t2048_e128",
     "layer_norm_bf16_8192x4096",
     "rms_norm_bf16_8192x4096",
     "softmax_f32_8x50257",
@@ -68,11 +69,12 @@ const ROWS: [&str; 55] = [
 ];
 
 /// The rows timed on the CUDA driver only (skipped on the sim, saying so).
-const CUDA_ONLY: [&str; 6] = [
+const CUDA_ONLY: [&str; 7] = [
     "user_kernel_launch_raw_cudarc",
     "sdpa_bf16_causal_b8_h16_t1024_e64",
     "sdpa_bf16_causal_b1_h32_t4096_e128",
     "sdpa_decode_bf16_b8_h32_s8192_e128",
+    "sdpa_bf16_b4_h16_t2048_e128",
     "layer_norm_bf16_8192x4096",
     "rms_norm_bf16_8192x4096",
 ];

@@ -71,6 +71,7 @@ pub const ROWS: &[RowSpec] = &[
     row("sdpa_bf16_causal_b8_h16_t1024_e64", "sdpa", "ms", true, 0.8),
     row("sdpa_bf16_causal_b1_h32_t4096_e128", "sdpa", "ms", true, 0.8),
     row("sdpa_decode_bf16_b8_h32_s8192_e128", "sdpa", "ms", true, 0.8),
+    row("sdpa_bf16_b4_h16_t2048_e128", "sdpa", "ms", true, 0.8),
     row("layer_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
     row("rms_norm_bf16_8192x4096", "norms", "ms", true, 1.0),
     row("softmax_f32_8x50257", "vocab_softmax", "ms", true, 1.0),

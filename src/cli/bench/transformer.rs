@@ -67,12 +67,14 @@ fn sdpa_row(s: &Sizes, name: &'static str, shape: (usize, usize, usize, usize, u
 }
 
 /// `sdpa_bf16_causal_b8_h16_t1024_e64`, `sdpa_bf16_causal_b1_h32_t4096_e128`,
-/// `sdpa_decode_bf16_b8_h32_s8192_e128`.
+/// `sdpa_decode_bf16_b8_h32_s8192_e128`, `sdpa_bf16_b4_h16_t2048_e128` (not causal: an encoder's or
+/// a padded prefill's every query over every key).
 pub fn sdpa(s: &Sizes) -> StepResult {
     cuda_only()?;
     let mut out = sdpa_row(s, "sdpa_bf16_causal_b8_h16_t1024_e64", (8, 16, 1024, 1024, 64), true)?;
     out.extend(sdpa_row(s, "sdpa_bf16_causal_b1_h32_t4096_e128", (1, 32, 4096, 4096, 128), true)?);
     out.extend(sdpa_row(s, "sdpa_decode_bf16_b8_h32_s8192_e128", (8, 32, 1, 8192, 128), false)?);
+    out.extend(sdpa_row(s, "sdpa_bf16_b4_h16_t2048_e128", (4, 16, 2048, 2048, 128), false)?);
     Ok(out)
 }
 

@@ -235,6 +235,18 @@ fn wg_default(e: usize) -> (usize, bool) {
         (128, true)
     }
 }
+/// The mode of the TMA tiles that `Auto` and `Mma` take by head dim on 9.0: 128 overlaps each
+/// tile's softmax with the values' product on persistent blocks ([`TmaMode::Overlap`]: H100, E128
+/// causal 0.244 ms against `Phased`'s 0.278 and PyTorch's 0.260 in one run; BENCHMARKS.md); 64
+/// keeps its two blocks an SM ([`TmaMode::Phased`]; `Overlap`'s 384 threads fit one: 0.081 ms
+/// against 0.067).
+fn tma_default(e: usize) -> TmaMode {
+    if e <= 64 {
+        TmaMode::Phased
+    } else {
+        TmaMode::Overlap
+    }
+}
 /// Keys per tile of the FlashAttention 3 schedule's kernel by head dim, and whether its
 /// warpgroups take turns unless chosen ([`AttentionKernel::Fa128n`]): head dim 64 runs two blocks
 /// an SM (tiles of 64 keys keep its registers within 128 a thread), 128 one.
@@ -275,7 +287,8 @@ fn out_aligned(dst: &BufferView) -> bool {
 /// Hopper's (wgmma) on compute capability 9.0 from [`WG_MIN_QUERIES`] queries, under `Auto` for a
 /// decode of [`MMA_MIN_BLOCKS`] blocks too (any number when `choice` names its tile), else the
 /// `mma.sync` kernel; under `Auto` and `Mma` Hopper's kernel is the one whose tiles TMA copies
-/// (`Tma`: H100, E128 causal 0.282 ms against `pp128`'s 0.330 in one run; BENCHMARKS.md).
+/// (`Tma`: H100, E128 causal 0.282 ms against `pp128`'s 0.330 in one run; BENCHMARKS.md), in the
+/// head dim's mode ([`tma_default`]).
 pub(in crate::driver::cuda) fn attention_path(
     choice: AttentionKernel,
     (major, minor): (u32, u32),
@@ -309,7 +322,7 @@ pub(in crate::driver::cuda) fn attention_path(
     let (bn, pp) = wg_default(e);
     // Hopper's kernel with its tiles copied by TMA (`Wg`'s kernel where the maps do not encode).
     let tma = |mode| AttnPath::Tma { e, bn, pp, mode };
-    let tensor = if hopper && l >= WG_MIN_QUERIES { tma(TmaMode::Phased) } else { AttnPath::Mma(e) };
+    let tensor = if hopper && l >= WG_MIN_QUERIES { tma(tma_default(e)) } else { AttnPath::Mma(e) };
     match choice {
         _ if !fits => AttnPath::Fma,
         AttentionKernel::Fma => AttnPath::Fma,
@@ -344,7 +357,7 @@ pub(in crate::driver::cuda) fn attention_path(
         // bandwidth.
         AttentionKernel::Auto if a.q.shape[0] * a.q.shape[1] * l.div_ceil(MMA_ROWS as usize) >= MMA_MIN_BLOCKS => {
             if hopper {
-                tma(TmaMode::Phased)
+                tma(tma_default(e))
             } else {
                 AttnPath::Mma(e)
             }

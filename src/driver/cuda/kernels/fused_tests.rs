@@ -298,9 +298,11 @@ fn each_attention_kernel_is_taken_where_it_runs() {
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = attn_case(dtype, 100, e, e, None, 0);
-            // Hopper's default: the tiles and turns of `wg64` / `pp128`, copied by TMA.
+            // Hopper's default: the tiles and turns of `wg64` / `pp128`, copied by TMA; at head
+            // dim 128 with the softmax overlapping the values' product (`tmaov`).
             let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
-            let wg = AttnPath::Tma { e, bn, pp, mode: TmaMode::Phased };
+            let mode = if e == 64 { TmaMode::Phased } else { TmaMode::Overlap };
+            let wg = AttnPath::Tma { e, bn, pp, mode };
             assert_eq!(path(Auto, AMPERE, &c), AttnPath::Mma(e), "{dtype} E {e}");
             assert_eq!(path(Auto, HOPPER, &c), wg, "{dtype} E {e} on 9.0");
             assert_eq!(path(Mma, HOPPER, &c), wg);
@@ -322,9 +324,9 @@ fn each_attention_kernel_is_taken_where_it_runs() {
                 let few = attn_case(dtype, 40, e, e, None, 0);
                 assert_eq!(path(k, HOPPER, &few), fa(k != Fa128n && e == 128, k != Fa128g));
             }
-            // The TMA kernels take Auto's tile and turns on 9.0 (the launch falls back to the
-            // Wg kernel where a tensor map does not encode).
-            assert_eq!(path(Tma, HOPPER, &c), wg);
+            // The TMA kernels take Auto's tile and turns on 9.0, `tma` in the phased mode (the
+            // launch falls back to the Wg kernel where a tensor map does not encode under `Auto`).
+            assert_eq!(path(Tma, HOPPER, &c), AttnPath::Tma { e, bn, pp, mode: TmaMode::Phased });
             assert_eq!(path(TmaSync, HOPPER, &c), AttnPath::Tma { e, bn, pp, mode: TmaMode::Sync });
             assert_eq!(path(TmaWs, HOPPER, &c), AttnPath::Tma { e, bn, pp, mode: TmaMode::Producer });
             assert_eq!(path(TmaOv, HOPPER, &c), AttnPath::Tma { e, bn, pp, mode: TmaMode::Overlap });
@@ -352,7 +354,8 @@ fn the_attention_kernel_follows_the_case() {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = case(dtype, 100, e, e, None, 0);
             let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
-            let wg = AttnPath::Tma { e, bn, pp, mode: TmaMode::Phased };
+            let mode = if e == 64 { TmaMode::Phased } else { TmaMode::Overlap };
+            let wg = AttnPath::Tma { e, bn, pp, mode };
             // Scales Hopper's softmax cannot fold (not a positive normal float times log2 e).
             for scale in [0.0, -0.1, 1e-45, f64::INFINITY, f64::NAN] {
                 let (q, k, v, dst) = (&c.0, &c.1, &c.2, &c.3);

@@ -233,8 +233,8 @@ impl Default for LaunchTuning {
 pub enum AttentionKernel {
     /// The tensor-core kernel where it applies and pays (f16 / bf16, head dims 64 or 128, 16 or
     /// more queries, compute capability 8.0 or later; on 9.0 Hopper's wgmma kernel from 64
-    /// queries, as `tma`: the tiles of `wg64` for head dim 64 and `pp128` for 128, copied by
-    /// TMA), else the FMA kernel.
+    /// queries, the tiles of `wg64` for head dim 64 and `pp128` for 128 copied by TMA: as `tma`
+    /// for head dim 64, as `tmaov` for 128), else the FMA kernel.
     #[default]
     Auto,
     /// Always the FMA flash kernel (with its key splits for decoding).

@@ -26,7 +26,7 @@ fn the_card_profile_follows_the_device_properties() -> Result<()> {
         }
         assert_eq!(p, CardProfile::from_properties(&props));
         let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
-        assert_eq!(p.heavy_vectors, if rich { 4 } else { 2 }, "{p}");
+        assert_eq!((p.heavy_vectors, p.ew_threads), if rich { (4, 128) } else { (2, 256) }, "{p}");
         assert_eq!((p.sum_blocks, p.sum_loads), (0, 8), "{p}");
         if is_sim() {
             // 2 × 2.619 GHz × 640 bytes over 132 SMs at 1.98 GHz: 12.8 bytes a cycle per SM.

@@ -39,10 +39,14 @@
 //!   with the narrow kernel on the H100 (session 21). The grid stays one wave: the bytes in flight,
 //!   not more blocks, are what the arithmetic asks for; `bench/sweep_card.sh` measures both.
 //! * `ew_threads` — the threads of a block of the fast elementwise kernel over a tensor of more
-//!   than a wave of vectors: 256 on every card. 128 (PyTorch's `vectorized_elementwise_kernel`
-//!   block: twice the blocks, half the work each) was measured on the H100 beside PyTorch in one
-//!   run (session 29): no half-type case gained beyond the run's spread (`neg_f16` 25.60 → 25.76
-//!   µs, `sin_bf16` 26.61 → 26.60, `add_f16` 36.32 → 36.39); `bench/sweep_card.sh` can sweep it.
+//!   than a wave of vectors: 128 (PyTorch's `vectorized_elementwise_kernel` block: twice the
+//!   blocks, half the work each) on a card rich in bandwidth, 256 on the others (and where a clock
+//!   is unknown, 128 as for the H200). Measured with `bench/sweep_card.sh` beside PyTorch: on the
+//!   H200 (session 31) 128 gained 1–3 % on every half-type case of the sweep over 256 (`sin_bf16`
+//!   23.32 → 22.97 µs, `cos_bf16` 22.92 → 22.29, `neg_f16` 19.12 → 18.86, `relu_f16` 19.20 →
+//!   18.88; two lines of the same choices differed by at most 0.3 %), 64 lost 20 % on the
+//!   memory-bound ones; on the H100 (session 29) no half-type case moved beyond the run's spread
+//!   (`neg_f16` 25.60 → 25.76 µs, `sin_bf16` 26.61 → 26.60, `add_f16` 36.32 → 36.39).
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;
@@ -120,7 +124,8 @@ impl CardProfile {
     /// The card's own choices.
     pub fn of(facts: CardFacts) -> CardProfile {
         let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
-        CardProfile { facts, heavy_vectors: if rich { 4 } else { 2 }, sum_blocks: 0, sum_loads: 8, ew_threads: 256 }
+        let (heavy_vectors, ew_threads) = if rich { (4, 128) } else { (2, 256) };
+        CardProfile { facts, heavy_vectors, sum_blocks: 0, sum_loads: 8, ew_threads }
     }
 
     /// [`CardProfile::of`] the device's properties.
@@ -196,10 +201,11 @@ mod tests {
     #[test]
     fn the_choices_follow_the_balance() {
         let p = CardProfile::of(h100());
-        assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads), (2, 0, 8));
+        assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (2, 0, 8, 256));
         let p = CardProfile::of(h200());
-        assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads), (4, 0, 8));
-        assert_eq!(CardProfile::of(CardFacts { clock_khz: 0, ..h100() }).heavy_vectors, 4);
+        assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (4, 0, 8, 128));
+        let unknown = CardProfile::of(CardFacts { clock_khz: 0, ..h100() });
+        assert_eq!((unknown.heavy_vectors, unknown.ew_threads), (4, 128));
         // An A100 SXM (108 SMs at 1.41 GHz, 1.555 TB/s): 10.2 bytes a cycle per SM.
         let a100 = CardFacts { sms: 108, clock_khz: 1_410_000, memory_clock_khz: 1_215_000, ..h100() };
         assert_eq!(CardProfile::of(a100).heavy_vectors, 2);
@@ -224,7 +230,7 @@ mod tests {
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=256 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

@@ -4,12 +4,14 @@
 #   CUDASEM_DRIVER=cuda bench/sweep_card.sh [BINARY] [OUT_DIR]     # from the repository root
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
-# Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks,
+# Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, norm_blocks,
 # sum_loads, ew_threads; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
 # part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
 # ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
 #   sum  VARIANT  sum_f32_1gib=GB/s/ratio      (ratio = cudasem GB/s / PyTorch GB/s)
+#   norm VARIANT  layer_norm_…=ms/ratio ...    (ratio = PyTorch ms / cudasem ms)
+# PARTS (environment): the parts to run, of `ops sum norm` (all by default).
 set -euo pipefail
 unset CUDASEM_BENCH_TUNING
 BIN=${1:-.gpu/bin/bin-cudasem}
@@ -17,6 +19,7 @@ BIN=${1:-.gpu/bin/bin-cudasem}
 OUT=${2:-${OUT:-/tmp}/sweep_card}
 mkdir -p "$OUT"
 export CUDASEM_DRIVER=${CUDASEM_DRIVER:-cuda}
+PARTS=${PARTS:-ops sum norm}
 CASES=sin_f16,sin_bf16,cos_f16,cos_bf16,tanh_f16,pow_f32,neg_f16,relu_f16,add_bf16,mul_bf16_scalar
 
 "$BIN" info | grep -E "^  cuda:0|launch profile" | head -2 || true
@@ -31,6 +34,10 @@ if part == "ops":
     theirs = {c["name"]: c["pytorch_us"] for c in ref["cases"]}
     cells = [f'{c["name"]}={c["cudasem_us"]:.2f}/{(theirs.get(c["name"]) or 0) / c["cudasem_us"]:.3f}'
              for c in run["cases"] if c.get("cudasem_us")]
+elif part == "norm":
+    theirs = {r["name"]: r["pytorch"] for r in ref["results"]}
+    cells = [f'{r["name"]}={r["cudasem"]:.4f}/{(theirs.get(r["name"]) or 0) / r["cudasem"]:.3f}'
+             for r in run["results"] if r.get("cudasem")]
 else:
     theirs = {r["name"]: r["pytorch"] for r in ref["results"]}
     cells = [f'{r["name"]}={r["cudasem"]:.0f}/{r["cudasem"] / (theirs.get(r["name"]) or float("inf")):.3f}'
@@ -43,19 +50,32 @@ EOF
 run() {
   local part=$1 name=$2 tuning=$3 json="$OUT/$1_$2.json" extra=(--no-pytorch)
   [ "$name" = default ] && extra=()
-  if [ "$part" = ops ]; then set -- bench --ops --only "$CASES"; else set -- bench --only sum_f32_1gib; fi
+  case $part in
+    ops) set -- bench --ops --only "$CASES" ;;
+    norm) set -- bench --only norms ;;
+    *) set -- bench --only sum_f32_1gib ;;
+  esac
   if [ -n "$tuning" ]; then export CUDASEM_BENCH_TUNING=$tuning; else unset CUDASEM_BENCH_TUNING; fi
   "$BIN" "$@" "${extra[@]}" --json "$json" >"$OUT/${part}_$name.log" 2>&1 ||
     { echo "$part $name failed: see $OUT/${part}_$name.log"; return 0; }
   line "$part" "$name" "$json" "$OUT/${part}_default.json"
 }
 
-run ops default ""
-for v in 1 2 4 8; do run ops "heavy_vectors=$v" "heavy_vectors=$v"; done
-for v in 1 2 4; do run ops "all_vectors=$v" "256,$v,1"; done
-for t in 64 128; do run ops "ew_threads=$t" "ew_threads=$t"; done
-run sum default ""
-for b in 1 2 4 8 16 32; do
-  for l in 4 8; do run sum "sum_blocks=$b,sum_loads=$l" "sum_blocks=$b,sum_loads=$l"; done
-done
-run sum "sum_loads=4" "sum_loads=4"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+if part ops; then
+  run ops default ""
+  for v in 1 2 4 8; do run ops "heavy_vectors=$v" "heavy_vectors=$v"; done
+  for v in 1 2 4; do run ops "all_vectors=$v" "256,$v,1"; done
+  for t in 64 128 256; do run ops "ew_threads=$t" "ew_threads=$t"; done
+fi
+if part sum; then
+  run sum default ""
+  for b in 1 2 4 8 16 32; do
+    for l in 4 8; do run sum "sum_blocks=$b,sum_loads=$l" "sum_blocks=$b,sum_loads=$l"; done
+  done
+  run sum "sum_loads=4" "sum_loads=4"
+fi
+if part norm; then
+  run norm default ""
+  for b in 0 2 4 6 8 16; do run norm "norm_blocks=$b" "norm_blocks=$b"; done
+fi

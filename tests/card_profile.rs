@@ -34,7 +34,9 @@ fn the_card_profile_follows_the_device_properties() -> Result<()> {
             assert!((b - 12.82).abs() < 0.01, "{b}");
             assert_eq!(p.heavy_vectors, 2);
             assert!(
-                p.to_string().starts_with("heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 (12.8 B/cycle/SM"),
+                p.to_string().starts_with(
+                    "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 (12.8 B/cycle/SM"
+                ),
                 "{p}"
             );
         }

@@ -170,6 +170,9 @@ pub struct CardOverrides {
     /// `ew_threads=N` (64, 128, 256): the threads of a block of the fast elementwise kernel over
     /// a large tensor (its grid then holds 256 / N times as many blocks).
     pub ew_threads: Option<u32>,
+    /// `norm_blocks=N` (0 to 64): blocks per SM of the layer / RMS norm's grid, each taking rows
+    /// in turn (0: a block a row, the hardware scheduling them).
+    pub norm_blocks: Option<u32>,
 }
 
 #[doc(hidden)]
@@ -180,7 +183,8 @@ pub const MAX_SWIZZLE_HEADS: u32 = (i32::MAX >> 8) as u32;
 impl CardOverrides {
     /// The keys of [`CardOverrides::parse_item`], with their ranges.
     pub const KEYS: &'static str =
-        "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256)";
+        "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256), \
+         norm_blocks (0-64)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -199,6 +203,7 @@ impl CardOverrides {
             "sum_loads" => (&mut self.sum_loads, n == 4 || n == 8),
             "swizzle_heads" => (&mut self.swizzle_heads, (1..=MAX_SWIZZLE_HEADS).contains(&n)),
             "ew_threads" => (&mut self.ew_threads, matches!(n, 64 | 128 | 256)),
+            "norm_blocks" => (&mut self.norm_blocks, n <= 64),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -545,7 +550,12 @@ mod tests {
             let want = CardOverrides { ew_threads: Some(n), ..Default::default() };
             assert_eq!(t(&format!("ew_threads={n}")).unwrap().card, want);
         }
+        for n in [0, 8, 64] {
+            let want = CardOverrides { norm_blocks: Some(n), ..Default::default() };
+            assert_eq!(t(&format!("norm_blocks={n}")).unwrap().card, want);
+        }
         for bad in [
+            "norm_blocks=65",
             "ew_threads=32",
             "ew_threads=192",
             "ew_threads=512",

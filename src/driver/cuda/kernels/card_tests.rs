@@ -80,3 +80,26 @@ fn fast_elementwise_agrees_under_every_block_size() {
     }
     set(&b, CardOverrides::default());
 }
+
+/// The norm kernels on a grid of a block a row (`norm_blocks` 0) and of 1, 8 and 64 blocks per SM
+/// taking rows in turn, over more rows than most of those grids hold: layer norm (weight and
+/// bias) and RMS norm (weight) of bf16 and f32 rows within the tolerance of the CPU's.
+#[test]
+fn norms_agree_under_every_grid() {
+    let Some(mut b) = Bench::new() else { return };
+    let (rows, n) = (3001, 1024);
+    for blocks in [0, 1, 8, 64] {
+        set(&b, CardOverrides { norm_blocks: Some(blocks), ..Default::default() });
+        for d in [DType::BF16, DType::F32] {
+            let (src, dst) = (b.dense(d, &[rows, n]), b.dense(d, &[rows, n]));
+            let (w, bias) = (b.dense(d, &[n]), b.dense(d, &[n]));
+            for rms in [false, true] {
+                let bias = (!rms).then(|| bias.clone());
+                let (src, dst, weight) = (src.clone(), dst.clone(), Some(w.clone()));
+                let op = KernelOp::Norm { src, weight, bias, dst, dims: 1, eps: 1e-5, rms };
+                b.check_abs(&op, tol(d) * 4.0, tol(d) * 4.0);
+            }
+        }
+    }
+    set(&b, CardOverrides::default());
+}

@@ -135,7 +135,7 @@ pub(in crate::driver::cuda) fn norm_entry(n: usize, size: usize, aligned: bool) 
 }
 
 /// Queues a layer / RMS norm: a block of 256 threads per row (`cu/norm.cu`), the row held in
-/// registers when it fits ([`norm_entry`]).
+/// registers when it fits ([`norm_entry`]), on the card profile's grid (`norm_blocks`).
 pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let views = [Some(a.src), a.weight, a.bias, Some(a.dst)];
     if views.iter().flatten().any(|v| !v.is_contiguous()) {
@@ -157,7 +157,10 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
         rms: a.rms as i32,
         pad: 0,
     };
-    let grid = (rows as u64).clamp(1, c.info.sms as u64 * 8) as u32;
+    // The card's blocks an SM taking rows in turn, or a block a row (`norm_blocks` 0).
+    let per_sm = c.card().norm_blocks as u64;
+    let cap = if per_sm == 0 { i32::MAX as u64 } else { c.info.sms as u64 * per_sm };
+    let grid = (rows as u64).clamp(1, cap.min(i32::MAX as u64)) as u32;
     c.run(f, grid, &mut p)
 }
 

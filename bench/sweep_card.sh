@@ -4,8 +4,8 @@
 #   CUDASEM_DRIVER=cuda bench/sweep_card.sh [BINARY] [OUT_DIR]     # from the repository root
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
-# Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, norm_blocks,
-# sum_loads, ew_threads; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
+# Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, sum_loads,
+# ew_threads, norm_blocks, norm_threads; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
 # part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
 # ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
@@ -77,5 +77,8 @@ if part sum; then
 fi
 if part norm; then
   run norm default ""
-  for b in 0 2 4 6 8 16; do run norm "norm_blocks=$b" "norm_blocks=$b"; done
+  for b in 0 4 6 8 16; do run norm "norm_blocks=$b" "norm_blocks=$b"; done
+  for b in 0 8 16; do
+    for t in 128 64; do run norm "norm_blocks=$b,norm_threads=$t" "norm_blocks=$b,norm_threads=$t"; done
+  done
 fi

@@ -173,6 +173,9 @@ pub struct CardOverrides {
     /// `norm_blocks=N` (0 to 64): blocks per SM of the layer / RMS norm's grid, each taking rows
     /// in turn (0: a block a row, the hardware scheduling them).
     pub norm_blocks: Option<u32>,
+    /// `norm_threads=N` (64, 128, 256): the threads of a block of the norm kernels (a row's; the
+    /// row's vectors or values a thread follow).
+    pub norm_threads: Option<u32>,
 }
 
 #[doc(hidden)]
@@ -184,7 +187,7 @@ impl CardOverrides {
     /// The keys of [`CardOverrides::parse_item`], with their ranges.
     pub const KEYS: &'static str =
         "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256), \
-         norm_blocks (0-64)";
+         norm_blocks (0-64), norm_threads (64, 128 or 256)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -204,6 +207,7 @@ impl CardOverrides {
             "swizzle_heads" => (&mut self.swizzle_heads, (1..=MAX_SWIZZLE_HEADS).contains(&n)),
             "ew_threads" => (&mut self.ew_threads, matches!(n, 64 | 128 | 256)),
             "norm_blocks" => (&mut self.norm_blocks, n <= 64),
+            "norm_threads" => (&mut self.norm_threads, matches!(n, 64 | 128 | 256)),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -554,8 +558,12 @@ mod tests {
             let want = CardOverrides { norm_blocks: Some(n), ..Default::default() };
             assert_eq!(t(&format!("norm_blocks={n}")).unwrap().card, want);
         }
+        let want = CardOverrides { norm_blocks: Some(0), norm_threads: Some(128), ..Default::default() };
+        assert_eq!(t("norm_blocks=0,norm_threads=128").unwrap().card, want);
         for bad in [
             "norm_blocks=65",
+            "norm_threads=32",
+            "norm_threads=512",
             "ew_threads=32",
             "ew_threads=192",
             "ew_threads=512",

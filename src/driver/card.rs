@@ -47,9 +47,11 @@
 //!   18.88; two lines of the same choices differed by at most 0.3 %), 64 lost 20 % on the
 //!   memory-bound ones; on the H100 (session 29) no half-type case moved beyond the run's spread
 //!   (`neg_f16` 25.60 → 25.76 µs, `sin_bf16` 26.61 → 26.60, `add_f16` 36.32 → 36.39).
-//! * `norm_blocks` — blocks per SM of the layer / RMS norm kernels' grid (a block of 256 threads a
-//!   row, taking rows in turn): 8 on every card; 0 gives a block a row, the hardware scheduling
-//!   them (PyTorch's layout); `bench/sweep_card.sh` sweeps it beside `F.layer_norm` / `F.rms_norm`.
+//! * `norm_blocks`, `norm_threads` — the layer / RMS norm kernels' grid, in blocks per SM taking
+//!   rows in turn (0: a block a row, the hardware scheduling them), and their block (a row's
+//!   threads; its vectors or values a thread follow): 8 and 256 on every card. PyTorch's kernel
+//!   runs a block of 128 a row; `bench/sweep_card.sh` sweeps both beside `F.layer_norm` /
+//!   `F.rms_norm`.
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;
@@ -123,6 +125,8 @@ pub struct CardProfile {
     pub ew_threads: u32,
     /// Blocks per SM of the norm kernels' grid (0: a block a row).
     pub norm_blocks: u32,
+    /// Threads of a block of the norm kernels.
+    pub norm_threads: u32,
 }
 
 impl CardProfile {
@@ -130,7 +134,7 @@ impl CardProfile {
     pub fn of(facts: CardFacts) -> CardProfile {
         let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
         let (heavy_vectors, ew_threads) = if rich { (4, 128) } else { (2, 256) };
-        CardProfile { facts, heavy_vectors, sum_blocks: 0, sum_loads: 8, ew_threads, norm_blocks: 8 }
+        CardProfile { facts, heavy_vectors, sum_blocks: 0, sum_loads: 8, ew_threads, norm_blocks: 8, norm_threads: 256 }
     }
 
     /// [`CardProfile::of`] the device's properties.
@@ -146,21 +150,22 @@ impl CardProfile {
             sum_loads: o.sum_loads.unwrap_or(self.sum_loads),
             ew_threads: o.ew_threads.unwrap_or(self.ew_threads),
             norm_blocks: o.norm_blocks.unwrap_or(self.norm_blocks),
+            norm_threads: o.norm_threads.unwrap_or(self.norm_threads),
             ..self
         }
     }
 }
 
 impl std::fmt::Display for CardProfile {
-    /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs,
+    /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs,
     /// cc 9.0)`:
     /// the choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
             f,
-            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} (",
-            self.heavy_vectors, self.sum_blocks, self.sum_loads, self.ew_threads, self.norm_blocks
+            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} (",
+            self.heavy_vectors, self.sum_blocks, self.sum_loads, self.ew_threads, self.norm_blocks, self.norm_threads
         )?;
         match c.bytes_per_sm_cycle() {
             Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
@@ -232,12 +237,12 @@ mod tests {
         assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.ew_threads, q.facts), (8, 0, 4, 128, p.facts));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

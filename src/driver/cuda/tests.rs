@@ -419,6 +419,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
                 swizzle_heads: [None, Some(1 + next(1000))][next(2) as usize],
                 ew_threads: [None, Some(64), Some(128), Some(256)][next(4) as usize],
                 norm_blocks: [None, Some(next(65))][next(2) as usize],
+                norm_threads: [None, Some(64), Some(128), Some(256)][next(4) as usize],
             },
         }
     }

@@ -82,14 +82,17 @@ fn fast_elementwise_agrees_under_every_block_size() {
 }
 
 /// The norm kernels on a grid of a block a row (`norm_blocks` 0) and of 1, 8 and 64 blocks per SM
-/// taking rows in turn, over more rows than most of those grids hold: layer norm (weight and
-/// bias) and RMS norm (weight) of bf16 and f32 rows within the tolerance of the CPU's.
+/// taking rows in turn, over more rows than most of those grids hold, in blocks of 64, 128 and 256
+/// threads (rows of 1,024 and 4,096 elements: one to eight vectors a thread, or the three-read
+/// kernel): layer norm (weight and bias) and RMS norm (weight) of bf16 and f32 rows within the
+/// tolerance of the CPU's.
 #[test]
-fn norms_agree_under_every_grid() {
+fn norms_agree_under_every_grid_and_block() {
     let Some(mut b) = Bench::new() else { return };
-    let (rows, n) = (3001, 1024);
-    for blocks in [0, 1, 8, 64] {
-        set(&b, CardOverrides { norm_blocks: Some(blocks), ..Default::default() });
+    for (blocks, threads, rows, n) in
+        [(0, 256, 3001, 1024), (1, 256, 3001, 1024), (8, 128, 3001, 1024), (64, 64, 3001, 1024), (0, 128, 700, 4096)]
+    {
+        set(&b, CardOverrides { norm_blocks: Some(blocks), norm_threads: Some(threads), ..Default::default() });
         for d in [DType::BF16, DType::F32] {
             let (src, dst) = (b.dense(d, &[rows, n]), b.dense(d, &[rows, n]));
             let (w, bias) = (b.dense(d, &[n]), b.dense(d, &[n]));

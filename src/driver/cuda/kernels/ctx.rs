@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `strided_lanes`: the strided elementwise kernel's lanes allowed (bits of `strided.rs`:
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
 /// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
-/// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, [`NO_OVERRIDE`] where the card's
+/// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, `norm_threads`, [`NO_OVERRIDE`] where the card's
 /// own hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
@@ -45,7 +45,7 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
-    pub card: [AtomicU32; 6],
+    pub card: [AtomicU32; 7],
 }
 
 /// A [`Tuning::card`] slot that overrides nothing.
@@ -60,7 +60,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
-            card: [NO_OVERRIDE; 6].map(AtomicU32::new),
+            card: [NO_OVERRIDE; 7].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -82,6 +82,7 @@ impl Tuning {
             c.swizzle_heads,
             c.ew_threads,
             c.norm_blocks,
+            c.norm_threads,
         ]) {
             slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
         }
@@ -95,9 +96,17 @@ impl Tuning {
 
     /// The card profile's choices set by hand.
     pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
-        let [h, b, l, s, t, n] =
+        let [h, b, l, s, t, n, nt] =
             self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
-        CardOverrides { heavy_vectors: h, sum_blocks: b, sum_loads: l, swizzle_heads: s, ew_threads: t, norm_blocks: n }
+        CardOverrides {
+            heavy_vectors: h,
+            sum_blocks: b,
+            sum_loads: l,
+            swizzle_heads: s,
+            ew_threads: t,
+            norm_blocks: n,
+            norm_threads: nt,
+        }
     }
 
     /// The attention kernel chosen ([`LaunchTuning::attention`]).

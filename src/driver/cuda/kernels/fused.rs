@@ -9,7 +9,7 @@ use super::table::Func;
 use super::tma::{tensor_map, TmaMap};
 use super::vocab::{
     attn_keys_per_tile, Entry, KernelId, ModuleKey, TmaMode, ATTN_HEAD_DIMS, ATTN_MMA_HEAD_DIMS,
-    NORM_VALUES_PER_THREAD, NORM_VECTORS_PER_THREAD,
+    NORM_VALUES_PER_THREAD, NORM_VECTORS_PER_THREAD, THREADS,
 };
 use crate::config::AttentionKernel;
 use crate::dtype::DType;
@@ -120,22 +120,23 @@ pub(in crate::driver::cuda) struct NormArgs<'a> {
 }
 
 /// The norm kernel for rows of `n` elements of `size` bytes (`aligned`: every pointer 16-byte
-/// aligned): the fewest 16-byte vectors a thread that hold the row when it is a whole number of
-/// vectors and aligned, else the fewest registers that hold it, else three reads of it.
-pub(in crate::driver::cuda) fn norm_entry(n: usize, size: usize, aligned: bool) -> Entry {
+/// aligned) in blocks of `threads`: the fewest 16-byte vectors a thread that hold the row when it
+/// is a whole number of vectors and aligned, else the fewest registers that hold it, else three
+/// reads of it.
+pub(in crate::driver::cuda) fn norm_entry(n: usize, size: usize, aligned: bool, threads: usize) -> Entry {
     let w = 16 / size;
-    let vec = NORM_VECTORS_PER_THREAD.iter().find(|&&v| n <= 256 * v as usize * w);
+    let vec = NORM_VECTORS_PER_THREAD.iter().find(|&&v| n <= threads * v as usize * w);
     match vec {
         Some(&v) if aligned && n.is_multiple_of(w) => Entry::NormVec(v),
         _ => NORM_VALUES_PER_THREAD
             .iter()
-            .find(|&&v| n <= 256 * v as usize)
+            .find(|&&v| n <= threads * v as usize)
             .map_or(Entry::NormRows, |&v| Entry::NormRegs(v)),
     }
 }
 
-/// Queues a layer / RMS norm: a block of 256 threads per row (`cu/norm.cu`), the row held in
-/// registers when it fits ([`norm_entry`]), on the card profile's grid (`norm_blocks`).
+/// Queues a layer / RMS norm: a block per row (`cu/norm.cu`), the row held in registers when it
+/// fits ([`norm_entry`]), on the card profile's grid and block (`norm_blocks`, `norm_threads`).
 pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let views = [Some(a.src), a.weight, a.bias, Some(a.dst)];
     if views.iter().flatten().any(|v| !v.is_contiguous()) {
@@ -144,7 +145,10 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let r = a.src.shape.len();
     let n: usize = a.src.shape[r - a.dims..].iter().product();
     let rows = (a.src.numel() / n.max(1)) as i64;
-    let entry = norm_entry(n, a.src.dtype.size(), views.iter().flatten().all(|v| addr(v).is_multiple_of(16)));
+    let card = c.card();
+    let threads = card.norm_threads.clamp(32, THREADS);
+    let aligned = views.iter().flatten().all(|v| addr(v).is_multiple_of(16));
+    let entry = norm_entry(n, a.src.dtype.size(), aligned, threads as usize);
     let f = c.kernel(KernelId { module: ModuleKey::Norm { dtype: a.src.dtype }, entry })?;
     let mut p = NormP {
         src: addr(a.src),
@@ -158,10 +162,10 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
         pad: 0,
     };
     // The card's blocks an SM taking rows in turn, or a block a row (`norm_blocks` 0).
-    let per_sm = c.card().norm_blocks as u64;
+    let per_sm = card.norm_blocks as u64;
     let cap = if per_sm == 0 { i32::MAX as u64 } else { c.info.sms as u64 * per_sm };
     let grid = (rows as u64).clamp(1, cap.min(i32::MAX as u64)) as u32;
-    c.run(f, grid, &mut p)
+    c.run_threads(f, grid, threads, &mut p)
 }
 
 /// The attention's operands (validated).

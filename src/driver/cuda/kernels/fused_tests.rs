@@ -434,14 +434,18 @@ fn the_attention_kernel_follows_the_case() {
 #[test]
 fn the_norm_kernel_is_chosen_by_length_and_alignment() {
     use super::fused::norm_entry;
-    assert_eq!(norm_entry(4096, 2, true), Entry::NormVec(2));
-    assert_eq!(norm_entry(8192, 2, true), Entry::NormVec(4));
-    assert_eq!(norm_entry(256, 2, true), Entry::NormVec(1));
-    assert_eq!(norm_entry(4096, 4, true), Entry::NormVec(4));
-    assert_eq!(norm_entry(100, 4, true), Entry::NormVec(1));
-    assert_eq!(norm_entry(4096, 8, true), Entry::NormRegs(16), "past 1024 vectors of two doubles");
-    assert_eq!(norm_entry(4096, 2, false), Entry::NormRegs(16), "misaligned");
-    assert_eq!(norm_entry(4097, 2, true), Entry::NormRegs(32), "not whole vectors");
-    assert_eq!(norm_entry(9000, 2, true), Entry::NormRows);
-    assert_eq!(norm_entry(16384, 2, true), Entry::NormRows, "past 4 vectors a thread");
+    assert_eq!(norm_entry(4096, 2, true, 256), Entry::NormVec(2));
+    assert_eq!(norm_entry(8192, 2, true, 256), Entry::NormVec(4));
+    assert_eq!(norm_entry(256, 2, true, 256), Entry::NormVec(1));
+    assert_eq!(norm_entry(4096, 4, true, 256), Entry::NormVec(4));
+    assert_eq!(norm_entry(100, 4, true, 256), Entry::NormVec(1));
+    assert_eq!(norm_entry(4096, 8, true, 256), Entry::NormRegs(16), "past 1024 vectors of two doubles");
+    assert_eq!(norm_entry(4096, 2, false, 256), Entry::NormRegs(16), "misaligned");
+    assert_eq!(norm_entry(4097, 2, true, 256), Entry::NormRegs(32), "not whole vectors");
+    assert_eq!(norm_entry(9000, 2, true, 256), Entry::NormRows);
+    // Blocks of 128 (the card's `norm_threads`): twice the vectors or values a thread.
+    assert_eq!(norm_entry(4096, 2, true, 128), Entry::NormVec(4));
+    assert_eq!(norm_entry(4096, 2, false, 128), Entry::NormRegs(32));
+    assert_eq!(norm_entry(8192, 2, true, 128), Entry::NormRows);
+    assert_eq!(norm_entry(16384, 2, true, 256), Entry::NormRows, "past 4 vectors a thread");
 }

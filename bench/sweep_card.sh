@@ -77,8 +77,8 @@ if part sum; then
 fi
 if part norm; then
   run norm default ""
-  for b in 0 4 6 8 16; do run norm "norm_blocks=$b" "norm_blocks=$b"; done
-  for b in 0 8 16; do
-    for t in 128 64; do run norm "norm_blocks=$b,norm_threads=$t" "norm_blocks=$b,norm_threads=$t"; done
+  for v in norm_blocks=0 norm_blocks=0,norm_threads=128 norm_blocks=16 norm_threads=128 \
+    norm_blocks=16,norm_threads=128 norm_blocks=4 norm_blocks=6 norm_blocks=0,norm_threads=64 norm_threads=64; do
+    run norm "$v" "$v"
   done
 fi

@@ -225,11 +225,8 @@ template <int E>
 __device__ __forceinline__ void am_store_rows(const AttnP& p, const float (&o)[E / 8][4], float l0, float l1, i64 bi,
                                               i64 h, i64 r0, i64 r1) {
     const int t = threadIdx.x & 3;
-    l0 += __shfl_xor_sync(FULL, l0, 1);
-    l0 += __shfl_xor_sync(FULL, l0, 2);
-    l1 += __shfl_xor_sync(FULL, l1, 1);
-    l1 += __shfl_xor_sync(FULL, l1, 2);
-    const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
+    float i0, i1;
+    attn_row_inverses(l0, l1, i0, i1);
     TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
 #pragma unroll
     for (int n = 0; n < E / 8; ++n) {

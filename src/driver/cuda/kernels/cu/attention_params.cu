@@ -17,6 +17,18 @@ struct AttnP {
     int splits, mask_kind, causal, order;
 };
 
+/* The inverses of a pair of rows' sums held in parts by the 4 lanes that share the rows (the
+   tensor cores' C fragment: lanes 4g .. 4g + 3): the parts summed over the lanes, then 1 / l, or 0
+   where nothing was kept (l == 0). */
+__device__ __forceinline__ void attn_row_inverses(float l0, float l1, float& i0, float& i1) {
+    l0 += __shfl_xor_sync(FULL, l0, 1);
+    l0 += __shfl_xor_sync(FULL, l0, 2);
+    l1 += __shfl_xor_sync(FULL, l1, 1);
+    l1 += __shfl_xor_sync(FULL, l1, 2);
+    i0 = l0 == 0.0f ? 0.0f : 1.0f / l0;
+    i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
+}
+
 /* The query tile qt and the (batch, head) bh = bi * hq + h of block task `task` of qtiles * B * Hq
    tasks (a kernel with a block per query tile), in the order p.order chooses (`attn_order` of
    kernels/attn_order.rs, from `config::AttentionOrder`). Its low 8 bits name the order: 0, the

@@ -181,11 +181,8 @@ __device__ __forceinline__ void aw_softmax(const AttnP& p, float (&s)[BN / 2], u
 template <int E>
 __device__ __forceinline__ void aw_store_rows(const AttnP& p, const float (&o)[E / 2], float l0, float l1, i64 bi, i64 h,
                                               int r0, int r1, int t) {
-    l0 += __shfl_xor_sync(FULL, l0, 1);
-    l0 += __shfl_xor_sync(FULL, l0, 2);
-    l1 += __shfl_xor_sync(FULL, l1, 1);
-    l1 += __shfl_xor_sync(FULL, l1, 2);
-    const float i0 = l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
+    float i0, i1;
+    attn_row_inverses(l0, l1, i0, i1);
     TS* ob = p.dst + bi * p.ost[0] + h * p.ost[1];  // ost[3] == 1 (the host's check)
 #pragma unroll
     for (int c = 0; c < E / 8; ++c) {

@@ -1,9 +1,10 @@
 // Layer norm and RMS norm rows (PyTorch's F.layer_norm / F.rms_norm), after fused_head.cu: a block
-// of 256 threads per row (grid-stride over rows) sums the row in TC, then the centred squares,
-// then writes (x - mean) * rstd * w + b; rows of up to 256 * VPT elements are read once into
-// registers (nm_r{VPT}), longer ones three times (nm_rows, the later reads from cache); rows of a
-// multiple of 16 bytes from 16-byte aligned pointers are read and written as 16-byte vectors
-// (nm_v{VV}). The entry points are appended by kernels/fused_codegen.rs.
+// per row (grid-stride over rows; its threads and the grid are the card profile's norm_threads and
+// norm_blocks, kernels/fused.rs) sums the row in TC, then the centred squares, then writes
+// (x - mean) * rstd * w + b; rows of up to blockDim * VPT elements are read once into registers
+// (nm_r{VPT}), longer ones three times (nm_rows, the later reads from cache); rows of a multiple of
+// 16 bytes from 16-byte aligned pointers are read and written as 16-byte vectors (nm_v{VV}). The
+// entry points are appended by kernels/fused_codegen.rs.
 
 struct NormP {
     const TS* src; const TS* w; const TS* b; TS* dst;
@@ -53,7 +54,7 @@ __device__ void nm_row_blocks(const NormP& p) {
     }
 }
 
-/* Rows of at most 256 * VPT elements: one read of the row into registers (VPT values a thread,
+/* Rows of at most blockDim * VPT elements: one read of the row into registers (VPT values a thread,
    coalesced across the block), the statistics and the output from there. */
 template <int VPT> __device__ void nm_reg_rows(const NormP& p) {
     __shared__ TC sh[32];
@@ -91,7 +92,7 @@ template <int VPT> __device__ void nm_reg_rows(const NormP& p) {
     }
 }
 
-/* Rows of at most 256 * VV * W elements, W = 16 / sizeof(TS) (one 16-byte vector), whose length
+/* Rows of at most blockDim * VV * W elements, W = 16 / sizeof(TS) (one 16-byte vector), whose length
    is a multiple of W and whose pointers (source, destination, weight, bias) are 16-byte aligned:
    one read of the row as vectors into registers (VV a thread, coalesced across the block), the
    statistics, then the output written as vectors. */

@@ -157,9 +157,9 @@ impl CardProfile {
 }
 
 impl std::fmt::Display for CardProfile {
-    /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs,
-    /// cc 9.0)`:
-    /// the choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from.
+    /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
+    /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
+    /// (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
@@ -208,14 +208,16 @@ mod tests {
         assert_eq!(CardFacts { sms: 0, ..h100() }.bytes_per_sm_cycle(), None);
     }
 
-    /// The H100 takes two vectors a thread for the heavy functions, the H200 four; a card of
-    /// unknown clocks keeps the H200's measured four; the reduction's choices are the same on all.
+    /// The H100 takes two vectors a thread for the heavy functions and blocks of 256 for the fast
+    /// elementwise kernel, the H200 four and 128; a card of unknown clocks keeps the H200's
+    /// measured choices; the reduction's and the norms' choices are the same on all.
     #[test]
     fn the_choices_follow_the_balance() {
         let p = CardProfile::of(h100());
         assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (2, 0, 8, 256));
         let p = CardProfile::of(h200());
         assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (4, 0, 8, 128));
+        assert_eq!((p.norm_blocks, p.norm_threads), (8, 256), "the norms' grid and block on every card");
         let unknown = CardProfile::of(CardFacts { clock_khz: 0, ..h100() });
         assert_eq!((unknown.heavy_vectors, unknown.ew_threads), (4, 128));
         // An A100 SXM (108 SMs at 1.41 GHz, 1.555 TB/s): 10.2 bytes a cycle per SM.

@@ -5,13 +5,19 @@
 //! allocator's own and exits non-zero if they disagree.
 //!
 //! `cargo run --example memory_picture [OUT.html]` (default: memory_picture.html in the temporary
-//! folder); the snapshot is written beside it as a pickle PyTorch's memory_viz opens too.
+//! folder; other arguments are ignored); the snapshot is written beside it as a pickle PyTorch's
+//! memory_viz opens too.
 use cudasem::cuda::{self, memory::format_bytes};
 use cudasem::memviz::{self, Options};
 use cudasem::{DType, Tensor};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out = std::env::args().nth(1).map_or_else(|| std::env::temp_dir().join("memory_picture.html"), Into::into);
+    // The page's path is the argument ending in `.html`; others (a test harness's flags and their
+    // values: the example runs as a test target too) are not file names.
+    let out = std::env::args()
+        .skip(1)
+        .find(|a| a.ends_with(".html"))
+        .map_or_else(|| std::env::temp_dir().join("memory_picture.html"), Into::into);
     cuda::record_memory_history(true, 100_000)?;
 
     // A two-layer MLP forward over six batches of different sizes, keeping each batch's row

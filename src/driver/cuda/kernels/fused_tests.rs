@@ -281,6 +281,24 @@ fn attn_path(choice: crate::config::AttentionKernel, cc: (u32, u32), c: &AttnCas
     super::fused::attention_path(choice, cc, &args)
 }
 
+/// The keys per tile of Hopper's default kernel at head dim `e` and whether its warpgroups take
+/// turns: `wg64`'s at 64, `pp128`'s at 128.
+fn hopper_tiles(e: usize) -> (usize, bool) {
+    if e == 64 {
+        (64, false)
+    } else {
+        (128, true)
+    }
+}
+
+/// Hopper's default kernel at head dim `e`: its tiles copied by TMA; at head dim 128 with the
+/// softmax overlapping the values' product (`tmaov`).
+fn hopper_default(e: usize) -> super::fused::AttnPath {
+    let (bn, pp) = hopper_tiles(e);
+    let mode = if e == 64 { TmaMode::Phased } else { TmaMode::Overlap };
+    super::fused::AttnPath::Tma { e, bn, pp, mode }
+}
+
 /// Each named attention kernel runs where it can: a tensor-core kernel only for f16 / bf16 with
 /// `E == Ev` of 64 or 128 on compute capability 8.0 or later; on 9.0 Hopper's (wgmma) by default,
 /// else the `mma.sync` one; `Fma` always the FMA kernel, `Mma` a tensor-core kernel wherever one
@@ -298,11 +316,7 @@ fn each_attention_kernel_is_taken_where_it_runs() {
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = attn_case(dtype, 100, e, e, None, 0);
-            // Hopper's default: the tiles and turns of `wg64` / `pp128`, copied by TMA; at head
-            // dim 128 with the softmax overlapping the values' product (`tmaov`).
-            let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
-            let mode = if e == 64 { TmaMode::Phased } else { TmaMode::Overlap };
-            let wg = AttnPath::Tma { e, bn, pp, mode };
+            let (wg, pp) = (hopper_default(e), hopper_tiles(e).1);
             assert_eq!(path(Auto, AMPERE, &c), AttnPath::Mma(e), "{dtype} E {e}");
             assert_eq!(path(Auto, HOPPER, &c), wg, "{dtype} E {e} on 9.0");
             assert_eq!(path(Mma, HOPPER, &c), wg);
@@ -353,9 +367,7 @@ fn the_attention_kernel_follows_the_case() {
     for dtype in [DType::BF16, DType::F16] {
         for e in ATTN_MMA_HEAD_DIMS {
             let c = case(dtype, 100, e, e, None, 0);
-            let (bn, pp) = if e == 64 { (64, false) } else { (128, true) };
-            let mode = if e == 64 { TmaMode::Phased } else { TmaMode::Overlap };
-            let wg = AttnPath::Tma { e, bn, pp, mode };
+            let wg = hopper_default(e);
             // Scales Hopper's softmax cannot fold (not a positive normal float times log2 e).
             for scale in [0.0, -0.1, 1e-45, f64::INFINITY, f64::NAN] {
                 let (q, k, v, dst) = (&c.0, &c.1, &c.2, &c.3);

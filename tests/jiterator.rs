@@ -473,6 +473,43 @@ fn a_multi_output_call_is_one_launch_writing_every_output() -> Result<()> {
     Ok(())
 }
 
+/// Functions of more inputs than the elementwise kernels take (the one-kernel module), all dense
+/// and of mixed dtypes, against float64.
+fn many_dense_inputs_match_float64() -> Result<()> {
+    for k in [5usize, 8] {
+        let (code, reference) = chain(k);
+        let g = jiterator::create_jit_fn(&code, &[])?;
+        let dtypes = [DType::F32, DType::F16, DType::F32, DType::BF16, DType::F64, DType::F32, DType::F16, DType::F32];
+        let mut ts = Vec::new();
+        let mut vs = Vec::new();
+        for (i, &d) in dtypes.iter().enumerate().take(k) {
+            let (t, v) = tensor(&random(30, 60 + i as u64), &[6, 5], d)?;
+            ts.push(t);
+            vs.push(v);
+        }
+        let inputs: Vec<&Tensor> = ts.iter().collect();
+        let out = g.call(&inputs, &[])?;
+        assert_eq!((out.dtype(), out.shape()), (DType::F64, &[6usize, 5][..]), "{k} dense inputs");
+        let want: Vec<f64> = (0..30).map(|j| reference(&vs.iter().map(|v| v[j]).collect::<Vec<_>>())).collect();
+        assert_close(&values(&out)?, &want, 1e-12, &format!("{k} dense inputs"));
+    }
+    Ok(())
+}
+
+/// A function of more scalars than the small-call lane holds on its stack takes the general path
+/// and gives the same result (x a dense f32 tensor, xv its values).
+fn nine_scalars_take_the_general_path(x: &Tensor, xv: &[f64]) -> Result<()> {
+    let many = "template <typename T> T many(T x, T a, T b, T c, T d, T e, T g, T h, T k, T m) \
+                { return x * a + b + c + d + e + g + h + k + m; }";
+    let named: Vec<(String, f64)> =
+        (0..9).map(|i| (["a", "b", "c", "d", "e", "g", "h", "k", "m"][i].into(), i as f64 + 1.0)).collect();
+    let defaults: Vec<(&str, f64)> = named.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let h = jiterator::create_jit_fn(many, &defaults)?;
+    let out = h.call(&[x], &[("a", -2.0)])?;
+    assert_close(&values(&out)?, &xv.iter().map(|x| x * -2.0 + 44.0).collect::<Vec<_>>(), 1e-6, "nine scalars");
+    Ok(())
+}
+
 /// A small call's fast lane (inputs dense, of one shape, on one device: no views, no vectors)
 /// and the general path agree, call after call of one function, whichever ran before: dense
 /// calls whose scalar values change from call to call, then broadcast, transposed, mixed-dtype,
@@ -560,33 +597,8 @@ fn the_small_call_lane_and_the_general_path_agree_call_after_call() -> Result<()
     assert!(matches!(f.call(&[&host, &host], &[]), Err(Error::InvalidArgument { .. })), "CPU tensors");
     assert!(matches!(f.call(&[&x, &host], &[]), Err(Error::DeviceMismatch { .. })), "a CPU tensor beside a CUDA one");
     dense(None, "dense after the errors")?;
-    // More inputs than the elementwise kernels take (the one-kernel module), all dense.
-    for k in [5usize, 8] {
-        let (code, reference) = chain(k);
-        let g = jiterator::create_jit_fn(&code, &[])?;
-        let dtypes = [DType::F32, DType::F16, DType::F32, DType::BF16, DType::F64, DType::F32, DType::F16, DType::F32];
-        let mut ts = Vec::new();
-        let mut vs = Vec::new();
-        for (i, &d) in dtypes.iter().enumerate().take(k) {
-            let (t, v) = tensor(&random(30, 60 + i as u64), &[6, 5], d)?;
-            ts.push(t);
-            vs.push(v);
-        }
-        let inputs: Vec<&Tensor> = ts.iter().collect();
-        let out = g.call(&inputs, &[])?;
-        assert_eq!((out.dtype(), out.shape()), (DType::F64, &[6usize, 5][..]), "{k} dense inputs");
-        let want: Vec<f64> = (0..30).map(|j| reference(&vs.iter().map(|v| v[j]).collect::<Vec<_>>())).collect();
-        assert_close(&values(&out)?, &want, 1e-12, &format!("{k} dense inputs"));
-    }
-    // More scalars than the lane holds on the stack: the general path, the same result.
-    let many = "template <typename T> T many(T x, T a, T b, T c, T d, T e, T g, T h, T k, T m) \
-                { return x * a + b + c + d + e + g + h + k + m; }";
-    let named: Vec<(String, f64)> =
-        (0..9).map(|i| (["a", "b", "c", "d", "e", "g", "h", "k", "m"][i].into(), i as f64 + 1.0)).collect();
-    let defaults: Vec<(&str, f64)> = named.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-    let h = jiterator::create_jit_fn(many, &defaults)?;
-    let out = h.call(&[&x], &[("a", -2.0)])?;
-    assert_close(&values(&out)?, &xv.iter().map(|x| x * -2.0 + 44.0).collect::<Vec<_>>(), 1e-6, "nine scalars");
+    many_dense_inputs_match_float64()?;
+    nine_scalars_take_the_general_path(&x, &xv)?;
     dense(None, "dense after the other functions")?;
     if common::two_devices() {
         // The lane on another device: the output there, the scalars there.

@@ -34,14 +34,14 @@ if part == "ops":
     theirs = {c["name"]: c["pytorch_us"] for c in ref["cases"]}
     cells = [f'{c["name"]}={c["cudasem_us"]:.2f}/{(theirs.get(c["name"]) or 0) / c["cudasem_us"]:.3f}'
              for c in run["cases"] if c.get("cudasem_us")]
-elif part == "norm":
-    theirs = {r["name"]: r["pytorch"] for r in ref["results"]}
-    cells = [f'{r["name"]}={r["cudasem"]:.4f}/{(theirs.get(r["name"]) or 0) / r["cudasem"]:.3f}'
-             for r in run["results"] if r.get("cudasem")]
 else:
-    theirs = {r["name"]: r["pytorch"] for r in ref["results"]}
-    cells = [f'{r["name"]}={r["cudasem"]:.0f}/{r["cudasem"] / (theirs.get(r["name"]) or float("inf")):.3f}'
-             for r in run["results"] if r.get("cudasem")]
+    # Figure rows: the ratio is > 1 where cudasem is better (times: PyTorch's over ours; rates: ours
+    # over PyTorch's), as the row's `lower_is_better` says.
+    theirs = {r["name"]: r["pytorch"] or 0 for r in ref["results"]}
+    def ratio(r):
+        t = theirs.get(r["name"], 0)
+        return t / r["cudasem"] if r["lower_is_better"] else (r["cudasem"] / t if t else 0)
+    cells = [f'{r["name"]}={r["cudasem"]:.4g}/{ratio(r):.3f}' for r in run["results"] if r.get("cudasem")]
 print(f"{part:4} {name:28} " + " ".join(cells), flush=True)
 EOF
 }

@@ -162,9 +162,11 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
         pad: 0,
     };
     // The card's blocks an SM taking rows in turn, or a block a row (`norm_blocks` 0).
-    let per_sm = card.norm_blocks as u64;
-    let cap = if per_sm == 0 { i32::MAX as u64 } else { c.info.sms as u64 * per_sm };
-    let grid = (rows as u64).clamp(1, cap.min(i32::MAX as u64)) as u32;
+    let cap = match card.norm_blocks {
+        0 => i32::MAX as u64,
+        per_sm => c.info.sms as u64 * per_sm as u64,
+    };
+    let grid = (rows as u64).clamp(1, cap) as u32;
     c.run_threads(f, grid, threads, &mut p)
 }
 

@@ -3,8 +3,9 @@
 // norm_blocks, kernels/fused.rs) sums the row in TC, then the centred squares, then writes
 // (x - mean) * rstd * w + b; rows of up to blockDim * VPT elements are read once into registers
 // (nm_r{VPT}), longer ones three times (nm_rows, the later reads from cache); rows of a multiple of
-// 16 bytes from 16-byte aligned pointers are read and written as 16-byte vectors (nm_v{VV}). The
-// entry points are appended by kernels/fused_codegen.rs.
+// 16 bytes from 16-byte aligned pointers are read and written as 16-byte vectors (nm_v{VV}), a
+// block's next row read before it reduces this one. The entry points are appended by
+// kernels/fused_codegen.rs.
 
 struct NormP {
     const TS* src; const TS* w; const TS* b; TS* dst;
@@ -92,30 +93,42 @@ template <int VPT> __device__ void nm_reg_rows(const NormP& p) {
     }
 }
 
+/* Row r's VV vectors of this thread (W elements each, coalesced across the block) into `a`; none
+   past the last row or the row's end (those slots stay zero). */
+template <int VV, int W>
+__device__ __forceinline__ void nm_load_vecs(const NormP& p, i64 r, i64 nv, Pack<TS, W> (&a)[VV]) {
+    const TS* x = p.src + r * p.n;
+#pragma unroll
+    for (int k = 0; k < VV; ++k) {
+        const i64 c = threadIdx.x + (i64)k * blockDim.x;
+        a[k] = Pack<TS, W>{};
+        if (r < p.rows && c < nv) a[k] = ldv<TS, W>(x + c * W);
+    }
+}
+
 /* Rows of at most blockDim * VV * W elements, W = 16 / sizeof(TS) (one 16-byte vector), whose length
    is a multiple of W and whose pointers (source, destination, weight, bias) are 16-byte aligned:
-   one read of the row as vectors into registers (VV a thread, coalesced across the block), the
-   statistics, then the output written as vectors. */
+   the row read as vectors into registers (VV a thread, coalesced across the block, kept as loaded),
+   the statistics, then the output written as vectors.
+   A block taking several rows reads its next row before it reduces this one, so that row's loads
+   are in flight across the reductions' barriers and the writes. */
 template <int VV> __device__ void nm_vec_rows(const NormP& p) {
     constexpr int W = 16 / sizeof(TS);
     __shared__ TC sh[32];
     const TC n = (TC)p.n;
     const i64 nv = p.n / W;
+    Pack<TS, W> cur[VV];
+    nm_load_vecs<VV, W>(p, blockIdx.x, nv, cur);
     for (i64 r = blockIdx.x; r < p.rows; r += gridDim.x) {
-        const TS* x = p.src + r * p.n;
+        Pack<TS, W> next[VV];
+        nm_load_vecs<VV, W>(p, r + gridDim.x, nv, next);
         TS* y = p.dst + r * p.n;
-        TC v[VV][W];
         TC s = (TC)0;
 #pragma unroll
         for (int k = 0; k < VV; ++k) {
             const i64 c = threadIdx.x + (i64)k * blockDim.x;
-            Pack<TS, W> a;
-            if (c < nv) a = ldv<TS, W>(x + c * W);
 #pragma unroll
-            for (int u = 0; u < W; ++u) {
-                v[k][u] = c < nv ? to_c(a.v[u]) : (TC)0;
-                s += v[k][u];
-            }
+            for (int u = 0; u < W; ++u) s += c < nv ? to_c(cur[k].v[u]) : (TC)0;
         }
         const TC mean = p.rms ? (TC)0 : nm_block_sum(s, sh) / n;
         TC q = (TC)0;
@@ -124,7 +137,7 @@ template <int VV> __device__ void nm_vec_rows(const NormP& p) {
             const i64 c = threadIdx.x + (i64)k * blockDim.x;
 #pragma unroll
             for (int u = 0; u < W; ++u) {
-                const TC d = v[k][u] - mean;
+                const TC d = to_c(cur[k].v[u]) - mean;
                 if (c < nv) q += d * d;
             }
         }
@@ -138,7 +151,7 @@ template <int VV> __device__ void nm_vec_rows(const NormP& p) {
                 if (p.b) bv = ldv<TS, W>(p.b + c * W);
 #pragma unroll
                 for (int u = 0; u < W; ++u) {
-                    TC z = (v[k][u] - mean) * rstd;
+                    TC z = (to_c(cur[k].v[u]) - mean) * rstd;
                     if (p.w) z *= to_c(wv.v[u]);
                     if (p.b) z += to_c(bv.v[u]);
                     o.v[u] = from_c(z);
@@ -146,5 +159,7 @@ template <int VV> __device__ void nm_vec_rows(const NormP& p) {
                 stv<TS, W>(y + c * W, o);
             }
         }
+#pragma unroll
+        for (int k = 0; k < VV; ++k) cur[k] = next[k];
     }
 }

@@ -77,8 +77,9 @@ if part sum; then
 fi
 if part norm; then
   run norm default ""
+  # (Blocks of 64 hold a row of 4,096 bf16 in no vector kernel: 0.19-0.42 x on the H100, session 32.)
   for v in norm_blocks=0 norm_blocks=0,norm_threads=128 norm_blocks=16 norm_threads=128 \
-    norm_blocks=16,norm_threads=128 norm_blocks=4 norm_blocks=6 norm_blocks=0,norm_threads=64 norm_threads=64; do
+    norm_blocks=16,norm_threads=128 norm_blocks=2 norm_blocks=3 norm_blocks=4 norm_blocks=6; do
     run norm "$v" "$v"
   done
 fi

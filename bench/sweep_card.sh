@@ -5,7 +5,7 @@
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
 # Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, sum_loads,
-# ew_threads, norm_blocks, norm_threads; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
+# ew_threads, norm_blocks, norm_threads, heavy_unroll; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
 # part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
 # ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
@@ -67,6 +67,8 @@ if part ops; then
   for v in 1 2 4 8; do run ops "heavy_vectors=$v" "heavy_vectors=$v"; done
   for v in 1 2 4; do run ops "all_vectors=$v" "256,$v,1"; done
   for t in 64 128 256; do run ops "ew_threads=$t" "ew_threads=$t"; done
+  # The heavy functions one vector at a time (32 registers a thread for bf16 sin, against 44).
+  for v in heavy_unroll=0 heavy_unroll=0,ew_threads=128 heavy_unroll=0,heavy_vectors=4; do run ops "$v" "$v"; done
 fi
 if part sum; then
   run sum default ""

@@ -176,6 +176,10 @@ pub struct CardOverrides {
     /// `norm_threads=N` (64, 128, 256): the threads of a block of the norm kernels (a row's; the
     /// row's vectors or values a thread follow).
     pub norm_threads: Option<u32>,
+    /// `heavy_unroll=N` (0 or 1): whether the fast elementwise kernel of the functions of
+    /// `heavy_vectors` takes two of its vectors at a time (1) or one (0: fewer registers a thread,
+    /// so more blocks an SM).
+    pub heavy_unroll: Option<u32>,
 }
 
 #[doc(hidden)]
@@ -187,7 +191,7 @@ impl CardOverrides {
     /// The keys of [`CardOverrides::parse_item`], with their ranges.
     pub const KEYS: &'static str =
         "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256), \
-         norm_blocks (0-64), norm_threads (64, 128 or 256)";
+         norm_blocks (0-64), norm_threads (64, 128 or 256), heavy_unroll (0 or 1)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -208,6 +212,7 @@ impl CardOverrides {
             "ew_threads" => (&mut self.ew_threads, matches!(n, 64 | 128 | 256)),
             "norm_blocks" => (&mut self.norm_blocks, n <= 64),
             "norm_threads" => (&mut self.norm_threads, matches!(n, 64 | 128 | 256)),
+            "heavy_unroll" => (&mut self.heavy_unroll, n <= 1),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -560,7 +565,12 @@ mod tests {
         }
         let want = CardOverrides { norm_blocks: Some(0), norm_threads: Some(128), ..Default::default() };
         assert_eq!(t("norm_blocks=0,norm_threads=128").unwrap().card, want);
+        for n in [0, 1] {
+            let want = CardOverrides { heavy_unroll: Some(n), ..Default::default() };
+            assert_eq!(t(&format!("heavy_unroll={n}")).unwrap().card, want);
+        }
         for bad in [
+            "heavy_unroll=2",
             "norm_blocks=65",
             "norm_threads=32",
             "norm_threads=512",

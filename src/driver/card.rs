@@ -52,6 +52,12 @@
 //!   threads; its vectors or values a thread follow): 8 and 256 on every card. PyTorch's kernel
 //!   runs a block of 128 a row; `bench/sweep_card.sh` sweeps both beside `F.layer_norm` /
 //!   `F.rms_norm`.
+//! * `heavy_unroll` — whether the fast elementwise kernel of the `heavy_vectors` functions takes
+//!   two of its vectors at a time (1, on every card: each module's `ew_f*` entry) or one (0: its
+//!   `ew_g*` entry). Two at a time hold both in registers: the bf16 `sin` kernel takes 44 a thread,
+//!   five blocks of 256 an SM, where one at a time takes 32 and fills it, as PyTorch's kernel does
+//!   (Nsight Compute on the H100, session 32: the same instructions as PyTorch's, 2–3 % more
+//!   cycles); `bench/sweep_card.sh` measures both.
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;
@@ -127,6 +133,9 @@ pub struct CardProfile {
     pub norm_blocks: u32,
     /// Threads of a block of the norm kernels.
     pub norm_threads: u32,
+    /// Whether the fast elementwise kernel of the heavy functions takes two vectors at a time (1)
+    /// or one (0).
+    pub heavy_unroll: u32,
 }
 
 impl CardProfile {
@@ -134,7 +143,16 @@ impl CardProfile {
     pub fn of(facts: CardFacts) -> CardProfile {
         let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
         let (heavy_vectors, ew_threads) = if rich { (4, 128) } else { (2, 256) };
-        CardProfile { facts, heavy_vectors, sum_blocks: 0, sum_loads: 8, ew_threads, norm_blocks: 8, norm_threads: 256 }
+        CardProfile {
+            facts,
+            heavy_vectors,
+            sum_blocks: 0,
+            sum_loads: 8,
+            ew_threads,
+            norm_blocks: 8,
+            norm_threads: 256,
+            heavy_unroll: 1,
+        }
     }
 
     /// [`CardProfile::of`] the device's properties.
@@ -151,6 +169,7 @@ impl CardProfile {
             ew_threads: o.ew_threads.unwrap_or(self.ew_threads),
             norm_blocks: o.norm_blocks.unwrap_or(self.norm_blocks),
             norm_threads: o.norm_threads.unwrap_or(self.norm_threads),
+            heavy_unroll: o.heavy_unroll.unwrap_or(self.heavy_unroll),
             ..self
         }
     }
@@ -159,13 +178,19 @@ impl CardProfile {
 impl std::fmt::Display for CardProfile {
     /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
     /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
-    /// (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
+    /// heavy_unroll=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
             f,
-            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} (",
-            self.heavy_vectors, self.sum_blocks, self.sum_loads, self.ew_threads, self.norm_blocks, self.norm_threads
+            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} (",
+            self.heavy_vectors,
+            self.sum_blocks,
+            self.sum_loads,
+            self.ew_threads,
+            self.norm_blocks,
+            self.norm_threads,
+            self.heavy_unroll
         )?;
         match c.bytes_per_sm_cycle() {
             Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
@@ -218,6 +243,7 @@ mod tests {
         let p = CardProfile::of(h200());
         assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (4, 0, 8, 128));
         assert_eq!((p.norm_blocks, p.norm_threads), (8, 256), "the norms' grid and block on every card");
+        assert_eq!((p.heavy_unroll, CardProfile::of(h100()).heavy_unroll), (1, 1), "two vectors at a time on both");
         let unknown = CardProfile::of(CardFacts { clock_khz: 0, ..h100() });
         assert_eq!((unknown.heavy_vectors, unknown.ew_threads), (4, 128));
         // An A100 SXM (108 SMs at 1.41 GHz, 1.555 TB/s): 10.2 bytes a cycle per SM.
@@ -233,18 +259,24 @@ mod tests {
     fn overrides_replace_only_what_they_name() {
         let p = CardProfile::of(h100());
         assert_eq!(p.with(&CardOverrides::default()), p);
-        let o =
-            CardOverrides { heavy_vectors: Some(8), sum_loads: Some(4), ew_threads: Some(128), ..Default::default() };
+        let o = CardOverrides {
+            heavy_vectors: Some(8),
+            sum_loads: Some(4),
+            ew_threads: Some(128),
+            heavy_unroll: Some(0),
+            ..Default::default()
+        };
         let q = p.with(&o);
         assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.ew_threads, q.facts), (8, 0, 4, 128, p.facts));
+        assert_eq!((q.heavy_unroll, q.norm_blocks), (0, p.norm_blocks));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

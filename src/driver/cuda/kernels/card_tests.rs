@@ -41,13 +41,14 @@ fn one_output_reductions_agree_under_every_grid_and_load_width() {
 }
 
 /// The functions whose vectors per thread are the card's (`elementwise_policy::ew_heavy`) under
-/// 1, 2, 3 and 8 vectors a thread, with a tail past the last whole vector.
+/// 1, 2, 3 and 8 vectors a thread, taken two at a time and one at a time (`heavy_unroll`: the
+/// `ew_f*` and `ew_g*` kernels), with a tail past the last whole vector.
 #[test]
 fn heavy_functions_agree_under_every_vectors_per_thread() {
     let Some(mut b) = Bench::new() else { return };
     let n = (9 << 20) + 13;
-    for v in [1, 2, 3, 8] {
-        set(&b, CardOverrides { heavy_vectors: Some(v), ..Default::default() });
+    for (v, u) in [1, 2, 3, 8].into_iter().flat_map(|v| [(v, 1), (v, 0)]) {
+        set(&b, CardOverrides { heavy_vectors: Some(v), heavy_unroll: Some(u), ..Default::default() });
         for d in [DType::BF16, DType::F16] {
             let (x, out) = (b.dense(d, &[n]), b.dense(d, &[n]));
             for op in [UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Tanh] {

@@ -31,6 +31,7 @@ fn every_kernel_waits_for_the_grids_before_it() {
         ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Exp), out: DType::F16, ins: [DType::F16; 3] },
         ModuleKey::Elementwise { op: EwOp::Binary(BinaryOp::Add, DType::F32), out: DType::F32, ins: d },
         ModuleKey::Elementwise { op: EwOp::Where, out: DType::F32, ins: [DType::Bool, DType::F32, DType::F32] },
+        ModuleKey::Elementwise { op: EwOp::Unary(UnaryOp::Sin), out: DType::BF16, ins: [DType::BF16; 3] },
     ];
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::ArgMin] {
         let dst = if matches!(op, ReduceOp::ArgMin) { DType::I64 } else { DType::F32 };
@@ -48,6 +49,30 @@ fn every_kernel_waits_for_the_grids_before_it() {
             let body = &k[k.find('{').expect("a kernel has a body") + 1..];
             assert!(body.trim_start().starts_with("cs_enter();"), "{m:?}: {}", &k[..k.len().min(120)]);
         }
+    }
+}
+
+/// The modules of the functions whose vectors per thread are the card's hold the fast kernel that
+/// takes one vector at a time (`ew_g*`, `heavy_unroll=0`) beside the usual one for every mask;
+/// the others do not.
+#[test]
+fn card_vector_functions_hold_a_one_vector_kernel() {
+    let half = |op, d| ModuleKey::Elementwise { op: EwOp::Unary(op), out: d, ins: [d, DType::Bool, DType::Bool] };
+    let pow = |c| ModuleKey::Elementwise { op: EwOp::Binary(BinaryOp::Pow, c), out: c, ins: [c, c, DType::Bool] };
+    let with = [half(UnaryOp::Sin, DType::BF16), half(UnaryOp::Cos, DType::F16), half(UnaryOp::Tanh, DType::F16)];
+    for m in with.into_iter().chain([pow(DType::F32)]) {
+        let (src, entries) = (m.source(), m.entries());
+        let ModuleKey::Elementwise { op, .. } = m else { unreachable!() };
+        for mask in 0..fast_masks(op) {
+            assert!(entries.contains(&Entry::FastOne(mask)) && entries.contains(&Entry::Fast(mask)), "{m:?}");
+            assert!(src.contains(&format!(" ew_g{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}, 0>(p); }}")), "{m:?}");
+            assert!(src.contains(&format!(" ew_f{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}, UNROLL>(p); }}")));
+        }
+    }
+    let without = [half(UnaryOp::Sin, DType::F32), half(UnaryOp::Tanh, DType::BF16), half(UnaryOp::Exp, DType::F16)];
+    for m in without.into_iter().chain([pow(DType::F64)]) {
+        assert!(!m.entries().iter().any(|e| matches!(e, Entry::FastOne(_))), "{m:?}");
+        assert!(!m.source().contains(" ew_g0("), "{m:?}");
     }
 }
 

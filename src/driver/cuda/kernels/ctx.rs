@@ -35,8 +35,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `strided_lanes`: the strided elementwise kernel's lanes allowed (bits of `strided.rs`:
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
 /// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
-/// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, `norm_threads`, [`NO_OVERRIDE`] where the card's
-/// own hold).
+/// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, `norm_threads`,
+/// `heavy_unroll`, [`NO_OVERRIDE`] where the card's own hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -45,7 +45,7 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
-    pub card: [AtomicU32; 7],
+    pub card: [AtomicU32; 8],
 }
 
 /// A [`Tuning::card`] slot that overrides nothing.
@@ -60,7 +60,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
-            card: [NO_OVERRIDE; 7].map(AtomicU32::new),
+            card: [NO_OVERRIDE; 8].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -83,6 +83,7 @@ impl Tuning {
             c.ew_threads,
             c.norm_blocks,
             c.norm_threads,
+            c.heavy_unroll,
         ]) {
             slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
         }
@@ -96,7 +97,7 @@ impl Tuning {
 
     /// The card profile's choices set by hand.
     pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
-        let [h, b, l, s, t, n, nt] =
+        let [h, b, l, s, t, n, nt, u] =
             self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
         CardOverrides {
             heavy_vectors: h,
@@ -106,6 +107,7 @@ impl Tuning {
             ew_threads: t,
             norm_blocks: n,
             norm_threads: nt,
+            heavy_unroll: u,
         }
     }
 

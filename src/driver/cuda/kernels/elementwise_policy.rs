@@ -92,13 +92,8 @@ pub(in crate::driver::cuda) fn ew_per_thread(op: EwOp, out: DType, vec: usize) -
 /// half-type `sin` and `cos`, f16 `tanh` and f32 `pow`, the cases of the H100's op matrix below
 /// PyTorch with [`ew_per_thread`]'s four (session 21: 0.94, 0.98, 0.99).
 pub(in crate::driver::cuda) fn ew_heavy(op: EwOp, out: DType, vec: usize) -> bool {
-    let half = vec >= 8 && matches!(out, DType::F16 | DType::BF16);
-    match op {
-        EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos) => half,
-        EwOp::Unary(UnaryOp::Tanh) => half && out == DType::F16,
-        EwOp::Binary(BinaryOp::Pow, c) => c.is_float() && out == DType::F32,
-        _ => false,
-    }
+    let half = matches!(out, DType::F16 | DType::BF16);
+    op.card_vectors(out) && (vec >= 8 || !half)
 }
 
 /// Vectors each thread of a fast kernel takes on this card: `heavy()` (the card profile's

@@ -159,6 +159,20 @@ impl EwOp {
             EwOp::Jit(k) => k.nin as usize,
         }
     }
+
+    /// Whether the function's vectors per thread, and how many of them its fast kernel takes at a
+    /// time, are the card's (`heavy_vectors`, `heavy_unroll`: `elementwise_policy::ew_heavy`):
+    /// half-type `sin` and `cos`, f16 `tanh`, f32 `pow`. Their modules also hold the fast kernel
+    /// that takes one vector at a time ([`Entry::FastOne`]).
+    pub(in crate::driver::cuda) fn card_vectors(self, out: DType) -> bool {
+        let half = matches!(out, DType::F16 | DType::BF16);
+        match self {
+            EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos) => half,
+            EwOp::Unary(UnaryOp::Tanh) => out == DType::F16,
+            EwOp::Binary(BinaryOp::Pow, c) => c.is_float() && out == DType::F32,
+            _ => false,
+        }
+    }
 }
 
 /// Fast kernels of an elementwise op: masks `0..fast_masks(op)` (every combination of broadcast
@@ -220,6 +234,9 @@ pub(in crate::driver::cuda) enum Entry {
     Fast(u8),
     /// [`Entry::Fast`] over at most one block of elements: a thread each.
     Tiny(u8),
+    /// [`Entry::Fast`] taking one vector at a time where it takes two (the modules of
+    /// [`EwOp::card_vectors`] only).
+    FastOne(u8),
     /// Elementwise over strided operands.
     Strided,
     /// Elementwise over two collapsed dims with a dense output (broadcast rows and columns,
@@ -321,6 +338,7 @@ impl Entry {
         match self {
             Entry::Fast(mask) => format!("ew_f{mask}"),
             Entry::Tiny(mask) => format!("ew_t{mask}"),
+            Entry::FastOne(mask) => format!("ew_g{mask}"),
             Entry::Strided => "ew_s".into(),
             Entry::Two => "ew_2d".into(),
             Entry::Tile => "ew_tile".into(),
@@ -390,9 +408,12 @@ impl ModuleKey {
     /// Every kernel the module's source defines.
     pub(in crate::driver::cuda) fn entries(&self) -> Vec<Entry> {
         match self {
-            ModuleKey::Elementwise { op, .. } => {
+            ModuleKey::Elementwise { op, out, .. } => {
                 let mut v: Vec<Entry> = (0..fast_masks(*op)).map(Entry::Fast).collect();
                 v.extend((0..fast_masks(*op)).map(Entry::Tiny));
+                if op.card_vectors(*out) {
+                    v.extend((0..fast_masks(*op)).map(Entry::FastOne));
+                }
                 v.push(Entry::Strided);
                 v.push(Entry::Two);
                 v.push(Entry::Tile);

@@ -1,6 +1,7 @@
 // The elementwise kernels, after elementwise_head.cu's T0..T2, TO, NIN, VEC, UNROLL, TILE, `apply`
 // and FAST_GUARD (with `fast_pack` and `apply_fast` where it is 1).
-// The entry points (ew_f<mask>, ew_t<mask>) are appended per module by kernels/codegen.rs.
+// The entry points (ew_f<mask>, ew_t<mask>, and ew_g<mask> where the card picks the vectors per
+// thread) are appended per module by kernels/codegen.rs.
 
 struct EwFast { char* out; const char* in0; const char* in1; const char* in2; u64 n; u64 value; int vec; int pad; };
 /* Up to MAXD collapsed dims, innermost first: sizes, each operand's strides (output first),
@@ -63,7 +64,9 @@ __device__ __forceinline__ void ew_tiny(const EwFast& p) {
     ((TO*)p.out)[i] = apply(get_one<A_ARGS>(a, i, sa), get_one<B_ARGS>(b, i, sb), get_one<C_ARGS>(c, i, sc), p.value);
 }
 
-template <int MASK>
+/* UNR: the loop takes two vectors at a time (UNROLL: the module's choice for ew_f*; ew_g* of the
+   functions whose vectors per thread are the card's take one, fewer registers). */
+template <int MASK, int UNR>
 __device__ __forceinline__ void ew_fast(const EwFast& p) {
     const u64 n = p.n;
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -82,8 +85,7 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
     if (VEC > 1 && p.vec) {
         const u64 nv = n / VEC;
         u64 i = tid;
-#if UNROLL
-        for (; i + step < nv; i += 2 * step) {
+        for (; UNR && i + step < nv; i += 2 * step) {
             const Pack<T0, VEC> a0 = get_vec<A_ARGS>(a, i, sa), a1 = get_vec<A_ARGS>(a, i + step, sa);
             const Pack<T1, VEC> b0 = get_vec<B_ARGS>(b, i, sb), b1 = get_vec<B_ARGS>(b, i + step, sb);
             const Pack<T2, VEC> c0 = get_vec<C_ARGS>(c, i, sc), c1 = get_vec<C_ARGS>(c, i + step, sc);
@@ -91,7 +93,6 @@ __device__ __forceinline__ void ew_fast(const EwFast& p) {
             stv<TO, VEC>(out + i * VEC, r0);
             stv<TO, VEC>(out + (i + step) * VEC, r1);
         }
-#endif
         /* The last vector (or, not unrolled, every vector). */
         for (; i < nv; i += step) {
             const Pack<T0, VEC> a0 = get_vec<A_ARGS>(a, i, sa);

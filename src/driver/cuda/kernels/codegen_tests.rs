@@ -69,6 +69,14 @@ fn card_vector_functions_hold_a_one_vector_kernel() {
             assert!(src.contains(&format!(" ew_f{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}, UNROLL>(p); }}")));
         }
     }
+    // The launch takes it only under `heavy_unroll=0`, and only for those functions.
+    let sin = EwOp::Unary(UnaryOp::Sin);
+    assert_eq!(fast_entry(sin, DType::BF16, 8, 1, || 0), Entry::FastOne(1));
+    assert_eq!(fast_entry(sin, DType::BF16, 8, 1, || 1), Entry::Fast(1));
+    assert_eq!(fast_entry(EwOp::Binary(BinaryOp::Pow, DType::F32), DType::F32, 4, 0, || 0), Entry::FastOne(0));
+    let unread = || -> u32 { panic!("the card's choice is read only for the heavy functions") };
+    assert_eq!(fast_entry(sin, DType::F32, 4, 0, unread), Entry::Fast(0));
+    assert_eq!(fast_entry(EwOp::Unary(UnaryOp::Exp), DType::F16, 8, 0, unread), Entry::Fast(0));
     let without = [half(UnaryOp::Sin, DType::F32), half(UnaryOp::Tanh, DType::BF16), half(UnaryOp::Exp, DType::F16)];
     for m in without.into_iter().chain([pow(DType::F64)]) {
         assert!(!m.entries().iter().any(|e| matches!(e, Entry::FastOne(_))), "{m:?}");

@@ -15,7 +15,7 @@
 //! as `strided::strided_lane` chooses. Parameters are `#[repr(C)]` structs on the stack.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
-use super::elementwise_policy::{ew_card_per_thread, ew_heavy, ew_vec, raw_dtype, tile_edge};
+use super::elementwise_policy::{ew_card_per_thread, ew_vec, fast_entry, raw_dtype, tile_edge};
 use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
@@ -196,10 +196,7 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     }
     p.vec = aligned as i32;
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
-    // The functions whose vectors per thread are the card's take them one at a time where its
-    // profile says so (`heavy_unroll` 0: fewer registers a thread).
-    let one = ew_heavy(op, out_dtype, vec as usize) && c.card().heavy_unroll == 0;
-    let entry = if one { Entry::FastOne(mask) } else { Entry::Fast(mask) };
+    let entry = fast_entry(op, out_dtype, vec as usize, mask, || c.card().heavy_unroll);
     let f = c.kernel(KernelId { module, entry })?;
     let mut work = if aligned { p.n.div_ceil(vec) } else { p.n };
     let per_thread = match c.ops.tuning.ew_vectors.load(Ordering::Relaxed) {

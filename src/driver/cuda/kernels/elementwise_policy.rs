@@ -2,7 +2,7 @@
 //! module for it) and `elementwise.rs` (which launches by it): vector widths, fast-kernel masks,
 //! the transpose kernel's tiles and the elements each thread takes.
 
-use super::vocab::EwOp;
+use super::vocab::{Entry, EwOp};
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, UnaryOp};
 
@@ -94,6 +94,23 @@ pub(in crate::driver::cuda) fn ew_per_thread(op: EwOp, out: DType, vec: usize) -
 pub(in crate::driver::cuda) fn ew_heavy(op: EwOp, out: DType, vec: usize) -> bool {
     let half = matches!(out, DType::F16 | DType::BF16);
     op.card_vectors(out) && (vec >= 8 || !half)
+}
+
+/// The fast kernel of `op` for broadcast `mask`: the one that takes a vector at a time
+/// ([`Entry::FastOne`]) for the functions of [`ew_heavy`] when `heavy_unroll()` (the card
+/// profile's, read only for them) is 0, else the module's own ([`Entry::Fast`]).
+pub(in crate::driver::cuda) fn fast_entry(
+    op: EwOp,
+    out: DType,
+    vec: usize,
+    mask: u8,
+    heavy_unroll: impl FnOnce() -> u32,
+) -> Entry {
+    if ew_heavy(op, out, vec) && heavy_unroll() == 0 {
+        Entry::FastOne(mask)
+    } else {
+        Entry::Fast(mask)
+    }
 }
 
 /// Vectors each thread of a fast kernel takes on this card: `heavy()` (the card profile's

@@ -5,7 +5,7 @@
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
 # Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, sum_loads,
-# ew_threads, norm_blocks, norm_threads, heavy_unroll; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
+# ew_threads, norm_blocks, norm_threads, heavy_unroll, mid_vectors; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
 # part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
 # ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
@@ -64,11 +64,16 @@ run() {
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 if part ops; then
   run ops default ""
+  # heavy_vectors: bf16 sin / cos; mid_vectors: the other heavy functions (f16 sin / cos / tanh, f32 pow).
   for v in 1 2 4 8; do run ops "heavy_vectors=$v" "heavy_vectors=$v"; done
+  for v in 1 2 4; do run ops "mid_vectors=$v" "mid_vectors=$v"; done
   for v in 1 2 4; do run ops "all_vectors=$v" "256,$v,1"; done
   for t in 64 128 256; do run ops "ew_threads=$t" "ew_threads=$t"; done
-  # The heavy functions one vector at a time (32 registers a thread for bf16 sin, against 44).
-  for v in heavy_unroll=0 heavy_unroll=0,ew_threads=128 heavy_unroll=0,heavy_vectors=4; do run ops "$v" "$v"; done
+  # The heavy functions one vector at a time (0: 32 registers a thread for bf16 sin, against 44) or two.
+  for v in heavy_unroll=0 heavy_unroll=1 heavy_unroll=0,ew_threads=128 heavy_unroll=0,heavy_vectors=4,mid_vectors=4 \
+    heavy_unroll=1,heavy_vectors=4,mid_vectors=4; do
+    run ops "$v" "$v"
+  done
 fi
 if part sum; then
   run sum default ""

@@ -180,6 +180,10 @@ pub struct CardOverrides {
     /// `heavy_vectors` takes two of its vectors at a time (1) or one (0: fewer registers a thread,
     /// so more blocks an SM).
     pub heavy_unroll: Option<u32>,
+    /// `mid_vectors=N` (1 to 16): 16-byte vectors per thread of the fast elementwise kernel of
+    /// the functions of `heavy_vectors` that stay memory-bound on a card of less bandwidth (all
+    /// but bf16 `sin` and `cos`: half-type `sin` / `cos` of f16, f16 `tanh`, f32 `pow`).
+    pub mid_vectors: Option<u32>,
 }
 
 #[doc(hidden)]
@@ -191,7 +195,7 @@ impl CardOverrides {
     /// The keys of [`CardOverrides::parse_item`], with their ranges.
     pub const KEYS: &'static str =
         "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256), \
-         norm_blocks (0-64), norm_threads (64, 128 or 256), heavy_unroll (0 or 1)";
+         norm_blocks (0-64), norm_threads (64, 128 or 256), heavy_unroll (0 or 1), mid_vectors (1-16)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -213,6 +217,7 @@ impl CardOverrides {
             "norm_blocks" => (&mut self.norm_blocks, n <= 64),
             "norm_threads" => (&mut self.norm_threads, matches!(n, 64 | 128 | 256)),
             "heavy_unroll" => (&mut self.heavy_unroll, n <= 1),
+            "mid_vectors" => (&mut self.mid_vectors, (1..=16).contains(&n)),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -569,7 +574,13 @@ mod tests {
             let want = CardOverrides { heavy_unroll: Some(n), ..Default::default() };
             assert_eq!(t(&format!("heavy_unroll={n}")).unwrap().card, want);
         }
+        for n in [1, 16] {
+            let want = CardOverrides { mid_vectors: Some(n), ..Default::default() };
+            assert_eq!(t(&format!("mid_vectors={n}")).unwrap().card, want);
+        }
         for bad in [
+            "mid_vectors=0",
+            "mid_vectors=17",
             "heavy_unroll=2",
             "norm_blocks=65",
             "norm_threads=32",

@@ -17,10 +17,9 @@
 //!   the functions that are compute-bound on a card of much bandwidth (half-type `sin` / `cos`,
 //!   f16 `tanh`, f32 `pow`: `elementwise_policy::ew_heavy`): 4 at [`RICH_BYTES_PER_SM_CYCLE`] (15) or
 //!   more (their loads then overlap the math of the vectors before them: measured best on the
-//!   H200, 4–7 % over one), else 2 — the shape of the functions that stay memory-bound on both
-//!   cards (`exp`, `sigmoid`, bf16 `tanh` of half types: at parity with PyTorch on the H100 with
-//!   two, where the four of the heavy ones left `sin` / `cos` at 0.94); 4 when a clock is unknown
-//!   (the H200's measured choice, kept before this profile).
+//!   H200, 4–7 % over one), else 2 (the four left `sin` / `cos` at 0.94 on the H100); 4 when a
+//!   clock is unknown (the H200's measured choice, kept before this profile). On a card of less
+//!   bandwidth it holds for bf16 `sin` / `cos` alone: `mid_vectors` below.
 //! * `sum_blocks` and `sum_loads` — the grid and the loads in flight of a reduction into one
 //!   output (`sum_f32_1gib`: `a.sum()` of 2^28 f32): 0 blocks per SM (as many as fit at once:
 //!   one wave of 256-thread blocks) and the wide kernel (`sum_loads=8`; sums and means of `f32`
@@ -52,12 +51,24 @@
 //!   threads; its vectors or values a thread follow): 8 and 256 on every card. PyTorch's kernel
 //!   runs a block of 128 a row; `bench/sweep_card.sh` sweeps both beside `F.layer_norm` /
 //!   `F.rms_norm`.
-//! * `heavy_unroll` — whether the fast elementwise kernel of the `heavy_vectors` functions takes
-//!   two of its vectors at a time (1, on every card: each module's `ew_f*` entry) or one (0: its
-//!   `ew_g*` entry). Two at a time hold both in registers: the bf16 `sin` kernel takes 44 a thread,
-//!   five blocks of 256 an SM, where one at a time takes 32 and fills it, as PyTorch's kernel does
-//!   (Nsight Compute on the H100, session 32: the same instructions as PyTorch's, 2–3 % more
-//!   cycles); `bench/sweep_card.sh` measures both.
+//! * `heavy_vectors`, `mid_vectors` — of the heavy functions, bf16 `sin` and `cos` take
+//!   `heavy_vectors`; the others (f16 `sin` / `cos` / `tanh`, f32 `pow`) `mid_vectors`: 4 like
+//!   them on a card rich in bandwidth, where all are compute-bound, but 1 on one of less, where
+//!   only bf16 `sin` and `cos` are (Nsight Compute on the H100, session 32: 15.3 M warp
+//!   instructions over [4096, 4096] against f16's 13.7 M, the wider range's reduction). On the
+//!   H100 (session 33, same runs, µs): f16 `sin` 26.2 with two vectors a thread, 25.7 with one
+//!   (one at a time); `cos` 26.2 → 25.7; f16 `tanh` 25.9 → 25.6; f32 `pow` 71.2 → 69.1; bf16 `sin`
+//!   26.4 with two one at a time, 26.7 with one — PyTorch's layout, one vector a thread, is then
+//!   the memory-bound functions' best, and two the compute-bound ones'.
+//! * `heavy_unroll` — whether the fast elementwise kernel of the heavy functions takes two of
+//!   its vectors at a time (1: each module's `ew_f*` entry) or one (0: its `ew_g*` entry). Two at
+//!   a time hold both in registers: the bf16 `sin` kernel takes 44 a thread, five blocks of 256
+//!   an SM, where one at a time takes 32 and fills it, as PyTorch's kernel does (Nsight Compute
+//!   on the H100, session 32: the same instructions as PyTorch's, 2–3 % more cycles). 0 on a card
+//!   of less bandwidth (H100, session 33: bf16 `sin` 26.75 / 26.80 → 26.37 / 26.39 µs, `cos`
+//!   26.66 / 26.61 → 26.34 / 26.30, in two runs), 1 on one rich in bandwidth, where the four
+//!   vectors' loads overlap the math of the ones before them (session 7's measured choice;
+//!   `bench/sweep_card.sh` measures both).
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;
@@ -136,13 +147,16 @@ pub struct CardProfile {
     /// Whether the fast elementwise kernel of the heavy functions takes two vectors at a time (1)
     /// or one (0).
     pub heavy_unroll: u32,
+    /// Vectors per thread of the heavy functions that stay memory-bound on a card of less
+    /// bandwidth (all but bf16 `sin` and `cos`).
+    pub mid_vectors: u32,
 }
 
 impl CardProfile {
     /// The card's own choices.
     pub fn of(facts: CardFacts) -> CardProfile {
         let rich = facts.bytes_per_sm_cycle().is_none_or(|b| b >= RICH_BYTES_PER_SM_CYCLE);
-        let (heavy_vectors, ew_threads) = if rich { (4, 128) } else { (2, 256) };
+        let (heavy_vectors, mid_vectors, heavy_unroll, ew_threads) = if rich { (4, 4, 1, 128) } else { (2, 1, 0, 256) };
         CardProfile {
             facts,
             heavy_vectors,
@@ -151,7 +165,8 @@ impl CardProfile {
             ew_threads,
             norm_blocks: 8,
             norm_threads: 256,
-            heavy_unroll: 1,
+            heavy_unroll,
+            mid_vectors,
         }
     }
 
@@ -170,6 +185,7 @@ impl CardProfile {
             norm_blocks: o.norm_blocks.unwrap_or(self.norm_blocks),
             norm_threads: o.norm_threads.unwrap_or(self.norm_threads),
             heavy_unroll: o.heavy_unroll.unwrap_or(self.heavy_unroll),
+            mid_vectors: o.mid_vectors.unwrap_or(self.mid_vectors),
             ..self
         }
     }
@@ -178,19 +194,20 @@ impl CardProfile {
 impl std::fmt::Display for CardProfile {
     /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
     /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
-    /// heavy_unroll=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
+    /// heavy_unroll=0 mid_vectors=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
             f,
-            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} (",
+            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} mid_vectors={} (",
             self.heavy_vectors,
             self.sum_blocks,
             self.sum_loads,
             self.ew_threads,
             self.norm_blocks,
             self.norm_threads,
-            self.heavy_unroll
+            self.heavy_unroll,
+            self.mid_vectors
         )?;
         match c.bytes_per_sm_cycle() {
             Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
@@ -233,9 +250,10 @@ mod tests {
         assert_eq!(CardFacts { sms: 0, ..h100() }.bytes_per_sm_cycle(), None);
     }
 
-    /// The H100 takes two vectors a thread for the heavy functions and blocks of 256 for the fast
-    /// elementwise kernel, the H200 four and 128; a card of unknown clocks keeps the H200's
-    /// measured choices; the reduction's and the norms' choices are the same on all.
+    /// The H100 takes two vectors a thread for bf16 `sin` / `cos`, one for the other heavy
+    /// functions, one at a time, and blocks of 256 for the fast elementwise kernel; the H200 four
+    /// for all, two at a time, and 128; a card of unknown clocks keeps the H200's measured
+    /// choices; the reduction's and the norms' choices are the same on all.
     #[test]
     fn the_choices_follow_the_balance() {
         let p = CardProfile::of(h100());
@@ -243,12 +261,18 @@ mod tests {
         let p = CardProfile::of(h200());
         assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (4, 0, 8, 128));
         assert_eq!((p.norm_blocks, p.norm_threads), (8, 256), "the norms' grid and block on every card");
-        assert_eq!((p.heavy_unroll, CardProfile::of(h100()).heavy_unroll), (1, 1), "two vectors at a time on both");
+        assert_eq!((p.mid_vectors, p.heavy_unroll), (4, 1), "four for every heavy function, two at a time");
+        let p = CardProfile::of(h100());
+        assert_eq!((p.mid_vectors, p.heavy_unroll), (1, 0), "the memory-bound ones one a thread, one at a time");
         let unknown = CardProfile::of(CardFacts { clock_khz: 0, ..h100() });
-        assert_eq!((unknown.heavy_vectors, unknown.ew_threads), (4, 128));
+        assert_eq!(
+            (unknown.heavy_vectors, unknown.mid_vectors, unknown.heavy_unroll, unknown.ew_threads),
+            (4, 4, 1, 128)
+        );
         // An A100 SXM (108 SMs at 1.41 GHz, 1.555 TB/s): 10.2 bytes a cycle per SM.
         let a100 = CardFacts { sms: 108, clock_khz: 1_410_000, memory_clock_khz: 1_215_000, ..h100() };
-        assert_eq!(CardProfile::of(a100).heavy_vectors, 2);
+        let p = CardProfile::of(a100);
+        assert_eq!((p.heavy_vectors, p.mid_vectors, p.heavy_unroll), (2, 1, 0));
         // The threshold itself counts as rich (2 × 1 MHz × 60 bits / 8 over one SM at 1 MHz).
         let edge = CardFacts { sms: 1, clock_khz: 1000, memory_clock_khz: 1000, bus_bits: 60, ..h100() };
         assert_eq!(edge.bytes_per_sm_cycle(), Some(RICH_BYTES_PER_SM_CYCLE));
@@ -263,20 +287,21 @@ mod tests {
             heavy_vectors: Some(8),
             sum_loads: Some(4),
             ew_threads: Some(128),
-            heavy_unroll: Some(0),
+            heavy_unroll: Some(1),
+            mid_vectors: Some(3),
             ..Default::default()
         };
         let q = p.with(&o);
         assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.ew_threads, q.facts), (8, 0, 4, 128, p.facts));
-        assert_eq!((q.heavy_unroll, q.norm_blocks), (0, p.norm_blocks));
+        assert_eq!((q.heavy_unroll, q.mid_vectors, q.norm_blocks), (1, 3, p.norm_blocks));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

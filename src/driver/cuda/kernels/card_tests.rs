@@ -48,7 +48,10 @@ fn heavy_functions_agree_under_every_vectors_per_thread() {
     let Some(mut b) = Bench::new() else { return };
     let n = (9 << 20) + 13;
     for (v, u) in [1, 2, 3, 8].into_iter().flat_map(|v| [(v, 1), (v, 0)]) {
-        set(&b, CardOverrides { heavy_vectors: Some(v), heavy_unroll: Some(u), ..Default::default() });
+        set(
+            &b,
+            CardOverrides { heavy_vectors: Some(v), mid_vectors: Some(v), heavy_unroll: Some(u), ..Default::default() },
+        );
         for d in [DType::BF16, DType::F16] {
             let (x, out) = (b.dense(d, &[n]), b.dense(d, &[n]));
             for op in [UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Tanh] {

@@ -84,6 +84,36 @@ fn card_vector_functions_hold_a_one_vector_kernel() {
     }
 }
 
+/// The vectors a thread of the heavy functions are the card's: bf16 `sin` / `cos` take
+/// `heavy_vectors`, the other heavy ones `mid_vectors`, and the rest their own without reading
+/// the card (op dispatch is hot).
+#[test]
+fn heavy_functions_take_the_cards_vectors() {
+    use crate::driver::card::{CardFacts, CardProfile};
+    let card = CardProfile { heavy_vectors: 3, mid_vectors: 5, ..CardProfile::of(CardFacts::default()) };
+    let (sin, cos, tanh) = (EwOp::Unary(UnaryOp::Sin), EwOp::Unary(UnaryOp::Cos), EwOp::Unary(UnaryOp::Tanh));
+    let pow = EwOp::Binary(BinaryOp::Pow, DType::F32);
+    for (op, d, v, want) in [
+        (sin, DType::BF16, 8, 3),
+        (cos, DType::BF16, 8, 3),
+        (sin, DType::F16, 8, 5),
+        (cos, DType::F16, 8, 5),
+        (tanh, DType::F16, 8, 5),
+        (pow, DType::F32, 4, 5),
+    ] {
+        assert_eq!(ew_card_per_thread(op, d, v, || card), want, "{op:?} of {d}");
+        assert!(ew_heaviest(op, d) == (want == 3), "{op:?} of {d}");
+    }
+    let zero = CardProfile { heavy_vectors: 0, mid_vectors: 0, ..card };
+    assert_eq!(ew_card_per_thread(sin, DType::F16, 8, || zero), 1, "never fewer than one");
+    let unread = || -> CardProfile { panic!("the card's choice is read only for the heavy functions") };
+    for (op, d, v) in [(sin, DType::F32, 4), (tanh, DType::BF16, 8), (EwOp::Unary(UnaryOp::Exp), DType::F16, 8)] {
+        assert_eq!(ew_card_per_thread(op, d, v, unread), ew_per_thread(op, d, v), "{op:?} of {d}");
+    }
+    // A half type not in vectors (a misaligned tensor's) is not the card's either.
+    assert_eq!(ew_card_per_thread(sin, DType::BF16, 1, unread), ew_per_thread(sin, DType::BF16, 1));
+}
+
 #[test]
 fn modules_list_their_entries() {
     let m = ModuleKey::Elementwise {

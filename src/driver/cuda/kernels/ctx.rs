@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
 /// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
 /// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, `norm_threads`,
-/// `heavy_unroll`, [`NO_OVERRIDE`] where the card's own hold).
+/// `heavy_unroll`, `mid_vectors`, [`NO_OVERRIDE`] where the card's own hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -45,7 +45,7 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
-    pub card: [AtomicU32; 8],
+    pub card: [AtomicU32; 9],
 }
 
 /// A [`Tuning::card`] slot that overrides nothing.
@@ -60,7 +60,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
-            card: [NO_OVERRIDE; 8].map(AtomicU32::new),
+            card: [NO_OVERRIDE; 9].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -84,6 +84,7 @@ impl Tuning {
             c.norm_blocks,
             c.norm_threads,
             c.heavy_unroll,
+            c.mid_vectors,
         ]) {
             slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
         }
@@ -97,7 +98,7 @@ impl Tuning {
 
     /// The card profile's choices set by hand.
     pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
-        let [h, b, l, s, t, n, nt, u] =
+        let [h, b, l, s, t, n, nt, u, m] =
             self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
         CardOverrides {
             heavy_vectors: h,
@@ -108,6 +109,7 @@ impl Tuning {
             norm_blocks: n,
             norm_threads: nt,
             heavy_unroll: u,
+            mid_vectors: m,
         }
     }
 

@@ -202,9 +202,7 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     let per_thread = match c.ops.tuning.ew_vectors.load(Ordering::Relaxed) {
         // The op's own (on this card), but never so many that the grid would not fill the
         // device once.
-        0 => ew_card_per_thread(op, out_dtype, vec as usize, || c.card().heavy_vectors)
-            .min(work / c.full_wave_threads(f))
-            .max(1),
+        0 => ew_card_per_thread(op, out_dtype, vec as usize, || c.card()).min(work / c.full_wave_threads(f)).max(1),
         n => n as u64,
     };
     if aligned && per_thread > 1 {

@@ -3,6 +3,7 @@
 //! the transpose kernel's tiles and the elements each thread takes.
 
 use super::vocab::{Entry, EwOp};
+use crate::driver::card::CardProfile;
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, UnaryOp};
 
@@ -113,19 +114,28 @@ pub(in crate::driver::cuda) fn fast_entry(
     }
 }
 
-/// Vectors each thread of a fast kernel takes on this card: `heavy()` (the card profile's
-/// `heavy_vectors`, read only for them) for the functions of [`ew_heavy`], else [`ew_per_thread`].
+/// Whether `op` is one of [`ew_heavy`]'s functions that stay compute-bound on a card of less
+/// bandwidth (the H100): bf16 `sin` and `cos`, whose reduction of a wider range takes 11 % more
+/// instructions than f16's (`driver::card`, `heavy_vectors` and `mid_vectors`).
+pub(in crate::driver::cuda) fn ew_heaviest(op: EwOp, out: DType) -> bool {
+    matches!(op, EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos)) && out == DType::BF16
+}
+
+/// Vectors each thread of a fast kernel takes on this card: for the functions of [`ew_heavy`] the
+/// card profile's (`card()`, read only for them: `heavy_vectors` for [`ew_heaviest`]'s,
+/// `mid_vectors` for the others), else [`ew_per_thread`].
 pub(in crate::driver::cuda) fn ew_card_per_thread(
     op: EwOp,
     out: DType,
     vec: usize,
-    heavy: impl FnOnce() -> u32,
+    card: impl FnOnce() -> CardProfile,
 ) -> u64 {
-    if ew_heavy(op, out, vec) {
-        heavy().max(1) as u64
-    } else {
-        ew_per_thread(op, out, vec)
+    if !ew_heavy(op, out, vec) {
+        return ew_per_thread(op, out, vec);
     }
+    let c = card();
+    let v = if ew_heaviest(op, out) { c.heavy_vectors } else { c.mid_vectors };
+    v.max(1) as u64
 }
 
 /// Whether the fast kernel's grid-stride loop takes two vectors at a time: when a thread takes

@@ -212,23 +212,37 @@ fn half_trig(op: EwOp, out: DType) -> bool {
     matches!(op, EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos)) && matches!(out, DType::F16 | DType::BF16)
 }
 
-/// The elementwise head's FAST_GUARD part: a bf16 `sin` or `cos` (`body`, with `cu/trig_half.cu`'s
-/// `sin_wide` / `cos_wide`, a branch an element) tests a vector's largest magnitude against the
-/// bound of the branch-free path once, and takes `apply_fast` (the same body on `sin_small` /
-/// `cos_small`) when it holds; every other module sets FAST_GUARD to 0.
+/// The elementwise head's FAST_GUARD part, for a half-type `sin` or `cos` (every other module sets
+/// FAST_GUARD to 0): `apply_fast_f`, the float result of the branch-free body (`cu/trig_half.cu`'s
+/// `sin_small` / `cos_small`) before its rounding, `apply_fast` rounded, and `fast_pair`, which
+/// rounds two lanes' floats in one instruction (`f2h2` / `f2b2`), so that a vector's results are
+/// rounded and packed a pair at a time. `fast_pack` says whether a vector may take that path: a
+/// bf16 `sin` or `cos` (`body`, with `sin_wide` / `cos_wide`, a branch an element) tests the
+/// vector's largest magnitude against the bound of the branch-free path once; every f16 is below it.
 fn fast_guard(op: EwOp, out: DType, ins: [DType; 3], body: &str) -> String {
-    if !(half_trig(op, out) && out == DType::BF16) {
+    if !half_trig(op, out) {
         return "#define FAST_GUARD 0\n".to_owned();
     }
-    let x = conv(out, DType::F32, &conv(ins[0], out, "a.v[j]"));
+    let test = if out == DType::BF16 {
+        let x = conv(out, DType::F32, &conv(ins[0], out, "a.v[j]"));
+        format!(
+            "float m = 0.0f;\n#pragma unroll\n    for (int j = 0; j < N; ++j) m = fmaxf(m, fabsf({x}));\n    \
+             return m < {TRIG_SMALL_BOUND};"
+        )
+    } else {
+        "(void)a;\n    return true;".to_owned()
+    };
     let small = body.replace("_wide(x)", "_small(x)");
+    let float_body = small.replace(&format!("return {};", conv(DType::F32, out, "r")), "return r;");
+    let rounded = conv(DType::F32, out, "apply_fast_f(a, b, c, value)");
+    let pair = if out == DType::BF16 { "f2b2" } else { "f2h2" };
     format!(
         "#define FAST_GUARD 1\n\
-         template <int N> __device__ __forceinline__ bool fast_pack(const Pack<T0, N>& a) {{\n    \
-         float m = 0.0f;\n#pragma unroll\n    for (int j = 0; j < N; ++j) m = fmaxf(m, fabsf({x}));\n    \
-         return m < {TRIG_SMALL_BOUND};\n}}\n\
-         __device__ __forceinline__ TO apply_fast(T0 a, T1 b, T2 c, u64 value) {{\n    \
-         (void)a; (void)b; (void)c; (void)value;\n{small}}}\n"
+         template <int N> __device__ __forceinline__ bool fast_pack(const Pack<T0, N>& a) {{\n    {test}\n}}\n\
+         __device__ __forceinline__ float apply_fast_f(T0 a, T1 b, T2 c, u64 value) {{\n    \
+         (void)a; (void)b; (void)c; (void)value;\n{float_body}}}\n\
+         __device__ __forceinline__ TO apply_fast(T0 a, T1 b, T2 c, u64 value) {{ return {rounded}; }}\n\
+         __device__ __forceinline__ u32 fast_pair(float lo, float hi) {{ return {pair}(lo, hi); }}\n"
     )
 }
 

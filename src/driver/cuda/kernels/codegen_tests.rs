@@ -254,8 +254,19 @@ fn half_type_sin_and_cos_take_trig_half() {
         assert!(h.contains(TRIG_HALF) && h.contains(&format!("= {name}_small(x);")), "f16 {name}");
         assert!(b.contains(TRIG_HALF) && b.contains(&format!("= {name}_wide(x);")), "bf16 {name}");
         assert!(!f.contains("trig_reduce") && f.contains(&format!("= {name}f(x);")), "f32 {name}");
-        // bf16 tests a vector once and takes the branch-free form; f16 has no branch to test.
+        // bf16 tests a vector once and takes the branch-free form; every f16 takes it. Both round
+        // the float results a pair at a time; f32 has no such form.
         assert!(b.contains("#define FAST_GUARD 1") && b.contains(&format!("= {name}_small(x);")), "bf16 {name}");
-        assert!(h.contains("#define FAST_GUARD 0") && f.contains("#define FAST_GUARD 0"), "f16, f32 {name}");
+        assert!(b.contains("return m < 105615.0f;") && h.contains("(void)a;\n    return true;"), "{name}");
+        for (src, pair, round) in [(&b, "f2b2", "f2b"), (&h, "f2h2", "f2h")] {
+            assert!(src.contains("#define FAST_GUARD 1"), "{name}");
+            assert!(src.contains(&format!("u32 fast_pair(float lo, float hi) {{ return {pair}(lo, hi); }}")));
+            assert!(src.contains(&format!("return {round}((apply_fast_f(a, b, c, value))); }}")), "{name}");
+            // The float form returns the value before its rounding: its body ends `return r;`.
+            let f_body = &src[src.find("float apply_fast_f(").expect("apply_fast_f")..];
+            let f_body = &f_body[..f_body.find("\n}").expect("its end")];
+            assert!(f_body.ends_with("return r;") && f_body.contains(&format!("= {name}_small(x);")), "{f_body}");
+        }
+        assert!(f.contains("#define FAST_GUARD 0"), "f32 {name}");
     }
 }

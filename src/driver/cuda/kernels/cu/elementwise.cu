@@ -28,13 +28,31 @@ __device__ __forceinline__ T get_one(const T* p, u64 i, T s) { return (!ACTIVE |
 #define B_ARGS T1, (MASK & 2) != 0, (NIN > 1)
 #define C_ARGS T2, (MASK & 4) != 0, (NIN > 2)
 
-/* `apply` on every lane of a vector. A module whose `apply` carries a per-element branch to a
-   rare slow path (FAST_GUARD) tests the whole vector once instead: `fast_pack` says whether
-   every lane may take `apply_fast`, the branch-free form. */
+/* `apply` on every lane of a vector. A module with FAST_GUARD (a half-type result computed in
+   float) has a branch-free form, `apply_fast_f` (the float before its rounding; `apply_fast`
+   rounded): `fast_pack` says whether every lane may take it (a per-element branch to a rare slow
+   path tested once a vector; always for some), and `fast_pair` rounds two lanes' floats at once.
+   Both paths then write the vector as 32-bit pairs, so that the pairs reach the store as they
+   were rounded (where the paths join in 16-bit lanes, ptxas splits and packs them again). */
 template <int N>
 __device__ __forceinline__ Pack<TO, N> apply_pack(const Pack<T0, N>& a, const Pack<T1, N>& b, const Pack<T2, N>& c, u64 value) {
     Pack<TO, N> r;
 #if FAST_GUARD
+    if (N % 2 == 0 && sizeof(TO) == 2) {
+        union { u32 w[N / 2 > 0 ? N / 2 : 1]; Pack<TO, N> k; } u;
+        if (fast_pack<N>(a)) {
+#pragma unroll
+            for (int j = 0; j + 1 < N; j += 2)
+                u.w[j / 2] = fast_pair(apply_fast_f(a.v[j], b.v[j], c.v[j], value),
+                                       apply_fast_f(a.v[j + 1], b.v[j + 1], c.v[j + 1], value));
+        } else {
+#pragma unroll
+            for (int j = 0; j + 1 < N; j += 2)
+                u.w[j / 2] = (u32)apply(a.v[j], b.v[j], c.v[j], value) |
+                             ((u32)apply(a.v[j + 1], b.v[j + 1], c.v[j + 1], value) << 16);
+        }
+        return u.k;
+    }
     if (fast_pack<N>(a)) {
 #pragma unroll
         for (int j = 0; j < N; ++j) r.v[j] = apply_fast(a.v[j], b.v[j], c.v[j], value);

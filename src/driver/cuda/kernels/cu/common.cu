@@ -62,25 +62,19 @@ __device__ __forceinline__ u16 f2b(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (u16)(u >> 16);
 }
-/* Two floats as a pair of halves, `lo` in the low 16 bits, each rounded as f2h / f2b round it: one
-   instruction a pair on sm_80 and newer (PTX's cvt.rn.f16x2.f32 / bf16x2.f32 take the high half's
-   value first), where one a value would need a second to pack them. */
-__device__ __forceinline__ u32 f2h2(float lo, float hi) {
+/* Two floats as a pair of halves (BF16: bf16, else f16), `lo` in the low 16 bits, each rounded as
+   f2b / f2h round it: one instruction a pair on sm_80 and newer (PTX's cvt.rn.bf16x2.f32 /
+   f16x2.f32 take the high half's value first), where one a value would need a second to pack them. */
+template <bool BF16>
+__device__ __forceinline__ u32 f2pair(float lo, float hi) {
 #if __CUDA_ARCH__ >= 800
     u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    if (BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 #else
-    return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
-#endif
-}
-__device__ __forceinline__ u32 f2b2(float lo, float hi) {
-#if __CUDA_ARCH__ >= 800
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#else
-    return (u32)f2b(lo) | ((u32)f2b(hi) << 16);
+    const u16 l = BF16 ? f2b(lo) : f2h(lo), h = BF16 ? f2b(hi) : f2h(hi);
+    return (u32)l | ((u32)h << 16);
 #endif
 }
 /* f64 -> f32 rounded to odd: a second rounding to a type of at most 22 bits is then exact. */

@@ -51,7 +51,7 @@
 //!   threads; its vectors or values a thread follow): 8 and 256 on every card. PyTorch's kernel
 //!   runs a block of 128 a row; `bench/sweep_card.sh` sweeps both beside `F.layer_norm` /
 //!   `F.rms_norm`.
-//! * `heavy_vectors`, `mid_vectors` — of the heavy functions, bf16 `sin` and `cos` take
+//! * `mid_vectors` — of the heavy functions, bf16 `sin` and `cos` take
 //!   `heavy_vectors`; the others (f16 `sin` / `cos` / `tanh`, f32 `pow`) `mid_vectors`: 4 like
 //!   them on a card rich in bandwidth, where all are compute-bound, but 1 on one of less, where
 //!   only bf16 `sin` and `cos` are (Nsight Compute on the H100, session 32: 15.3 M warp
@@ -64,7 +64,8 @@
 //!   its vectors at a time (1: each module's `ew_f*` entry) or one (0: its `ew_g*` entry). Two at
 //!   a time hold both in registers: the bf16 `sin` kernel takes 44 a thread, five blocks of 256
 //!   an SM, where one at a time takes 32 and fills it, as PyTorch's kernel does (Nsight Compute
-//!   on the H100, session 32: the same instructions as PyTorch's, 2–3 % more cycles). 0 on a card
+//!   on the H100, session 32: the same instructions as PyTorch's, 2–3 % more cycles; session 33,
+//!   the results rounded a pair at a time: 2.8 % fewer instructions than PyTorch's). 0 on a card
 //!   of less bandwidth (H100, session 33: bf16 `sin` 26.75 / 26.80 → 26.37 / 26.39 µs, `cos`
 //!   26.66 / 26.61 → 26.34 / 26.30, in two runs), 1 on one rich in bandwidth, where the four
 //!   vectors' loads overlap the math of the ones before them (session 7's measured choice;

@@ -59,8 +59,8 @@ impl Trace {
     /// Parses CSV text: an optional `action,addr,size,stream` header, then one row per event
     /// (blank lines are skipped; numbers are decimal or `0x` hex). A malformed row is
     /// [`Error::InvalidTrace`] with its line number.
-    /// Text over [`MAX_TRACE_BYTES`] or with more than [`MAX_TRACE_ROWS`] rows is refused the
-    /// same way; a message quotes at most 80 characters of a row.
+    /// Text over `MAX_TRACE_BYTES` (1 GiB) or with more than `MAX_TRACE_ROWS` (2^25) rows is
+    /// refused the same way; a message quotes at most 80 characters of a row.
     pub fn parse(text: &str) -> Result<Trace> {
         Trace::parse_capped(text, MAX_TRACE_BYTES, MAX_TRACE_ROWS)
     }
@@ -144,7 +144,7 @@ impl Trace {
 
     /// Parses gzip-compressed CSV (how the repository keeps its larger traces). Every member of a
     /// multi-member gzip is read (as `gunzip` and Python's `gzip` do); text past
-    /// [`MAX_TRACE_BYTES`] is [`Error::InvalidTrace`] naming the cap.
+    /// `MAX_TRACE_BYTES` is [`Error::InvalidTrace`] naming the cap.
     pub fn from_gzip(bytes: &[u8]) -> Result<Trace> {
         Trace::parse(&gunzip(bytes, MAX_TRACE_BYTES)?)
     }

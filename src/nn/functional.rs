@@ -127,7 +127,7 @@ pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<
 ///   (`manual_seed`), whenever it is given (PyTorch applies it regardless of training mode; pass
 ///   0.0 in evaluation). That path is PyTorch's math backend: the `[B, H, L, S]` weights are
 ///   materialized (the fused kernels take `dropout_p = 0`).
-/// * Head dims up to [`ATTENTION_MAX_HEAD_DIM`](crate::kernel::ATTENTION_MAX_HEAD_DIM); a query
+/// * Head dims up to 256; a query
 ///   whose every key is masked gets zeros (PyTorch's safe softmax).
 ///
 /// ```

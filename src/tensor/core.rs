@@ -13,9 +13,9 @@ use std::sync::Arc;
 ///
 /// Cloning is cheap and makes another view of the same storage (like PyTorch's aliasing).
 ///
-/// Signatures as a PyTorch user writes them: one shape argument ([`IntoShape`], `-1` where
-/// PyTorch allows it), Rust ranges for slices ([`SliceRange`]), numbers on either side of an
-/// operator ([`Number`] on the right; `f64`, `i64` on the left), PyTorch's reduction names:
+/// Signatures as a PyTorch user writes them: one shape argument ([`IntoShape`](crate::IntoShape), `-1` where
+/// PyTorch allows it), Rust ranges for slices ([`SliceRange`](crate::SliceRange)), numbers on either side of an
+/// operator ([`Number`](crate::Number) on the right; `f64`, `i64` on the left), PyTorch's reduction names:
 ///
 /// | PyTorch | cudasem |
 /// |---|---|

@@ -153,8 +153,8 @@ pub struct LaunchTuning {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CardOverrides {
     /// `heavy_vectors=N` (1 to 16): 16-byte vectors per thread of the fast elementwise kernel of
-    /// the functions that are compute-bound on a card of much bandwidth (half-type `sin` and
-    /// `cos`, f16 `tanh`, f32 `pow`).
+    /// bf16 `sin` and `cos`, the functions compute-bound even on a card of less bandwidth (the
+    /// other heavy ones take `mid_vectors`).
     pub heavy_vectors: Option<u32>,
     /// `sum_blocks=N` (0 to 64): blocks per SM of a reduction into one output split over blocks
     /// (0: as many as fit at once, the occupancy's wave).
@@ -177,8 +177,8 @@ pub struct CardOverrides {
     /// row's vectors or values a thread follow).
     pub norm_threads: Option<u32>,
     /// `heavy_unroll=N` (0 or 1): whether the fast elementwise kernel of the functions of
-    /// `heavy_vectors` takes two of its vectors at a time (1) or one (0: fewer registers a thread,
-    /// so more blocks an SM).
+    /// `heavy_vectors` and `mid_vectors` takes two of its vectors at a time (1) or one (0: fewer
+    /// registers a thread, so more blocks an SM).
     pub heavy_unroll: Option<u32>,
     /// `mid_vectors=N` (1 to 16): 16-byte vectors per thread of the fast elementwise kernel of
     /// the functions of `heavy_vectors` that stay memory-bound on a card of less bandwidth (all

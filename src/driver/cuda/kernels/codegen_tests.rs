@@ -70,13 +70,16 @@ fn card_vector_functions_hold_a_one_vector_kernel() {
         }
     }
     // The launch takes it only under `heavy_unroll=0`, and only for those functions.
+    use crate::driver::card::{CardFacts, CardProfile};
+    let unroll = |u| move || CardProfile { heavy_unroll: u, ..CardProfile::of(CardFacts::default()) };
+    let entry = |op, d, v, mask, card| fast_choice(op, d, v, mask, card).0;
     let sin = EwOp::Unary(UnaryOp::Sin);
-    assert_eq!(fast_entry(sin, DType::BF16, 8, 1, || 0), Entry::FastOne(1));
-    assert_eq!(fast_entry(sin, DType::BF16, 8, 1, || 1), Entry::Fast(1));
-    assert_eq!(fast_entry(EwOp::Binary(BinaryOp::Pow, DType::F32), DType::F32, 4, 0, || 0), Entry::FastOne(0));
-    let unread = || -> u32 { panic!("the card's choice is read only for the heavy functions") };
-    assert_eq!(fast_entry(sin, DType::F32, 4, 0, unread), Entry::Fast(0));
-    assert_eq!(fast_entry(EwOp::Unary(UnaryOp::Exp), DType::F16, 8, 0, unread), Entry::Fast(0));
+    assert_eq!(entry(sin, DType::BF16, 8, 1, unroll(0)), Entry::FastOne(1));
+    assert_eq!(entry(sin, DType::BF16, 8, 1, unroll(1)), Entry::Fast(1));
+    assert_eq!(entry(EwOp::Binary(BinaryOp::Pow, DType::F32), DType::F32, 4, 0, unroll(0)), Entry::FastOne(0));
+    let unread = || -> CardProfile { panic!("the card's choice is read only for the heavy functions") };
+    assert_eq!(fast_choice(sin, DType::F32, 4, 0, unread).0, Entry::Fast(0));
+    assert_eq!(fast_choice(EwOp::Unary(UnaryOp::Exp), DType::F16, 8, 0, unread).0, Entry::Fast(0));
     let without = [half(UnaryOp::Sin, DType::F32), half(UnaryOp::Tanh, DType::BF16), half(UnaryOp::Exp, DType::F16)];
     for m in without.into_iter().chain([pow(DType::F64)]) {
         assert!(!m.entries().iter().any(|e| matches!(e, Entry::FastOne(_))), "{m:?}");
@@ -101,17 +104,17 @@ fn heavy_functions_take_the_cards_vectors() {
         (tanh, DType::F16, 8, 5),
         (pow, DType::F32, 4, 5),
     ] {
-        assert_eq!(ew_card_per_thread(op, d, v, || card), want, "{op:?} of {d}");
+        assert_eq!(fast_choice(op, d, v, 0, || card).1, want, "{op:?} of {d}");
         assert!(ew_heaviest(op, d) == (want == 3), "{op:?} of {d}");
     }
     let zero = CardProfile { heavy_vectors: 0, mid_vectors: 0, ..card };
-    assert_eq!(ew_card_per_thread(sin, DType::F16, 8, || zero), 1, "never fewer than one");
+    assert_eq!(fast_choice(sin, DType::F16, 8, 0, || zero).1, 1, "never fewer than one");
     let unread = || -> CardProfile { panic!("the card's choice is read only for the heavy functions") };
     for (op, d, v) in [(sin, DType::F32, 4), (tanh, DType::BF16, 8), (EwOp::Unary(UnaryOp::Exp), DType::F16, 8)] {
-        assert_eq!(ew_card_per_thread(op, d, v, unread), ew_per_thread(op, d, v), "{op:?} of {d}");
+        assert_eq!(fast_choice(op, d, v, 0, unread).1, ew_per_thread(op, d, v), "{op:?} of {d}");
     }
     // A half type not in vectors (a misaligned tensor's) is not the card's either.
-    assert_eq!(ew_card_per_thread(sin, DType::BF16, 1, unread), ew_per_thread(sin, DType::BF16, 1));
+    assert_eq!(fast_choice(sin, DType::BF16, 1, 0, unread).1, ew_per_thread(sin, DType::BF16, 1));
 }
 
 #[test]

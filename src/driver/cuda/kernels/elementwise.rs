@@ -15,7 +15,7 @@
 //! as `strided::strided_lane` chooses. Parameters are `#[repr(C)]` structs on the stack.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
-use super::elementwise_policy::{ew_card_per_thread, ew_vec, fast_entry, raw_dtype, tile_edge};
+use super::elementwise_policy::{ew_vec, fast_choice, raw_dtype, tile_edge};
 use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
@@ -196,13 +196,13 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     }
     p.vec = aligned as i32;
     let module = ModuleKey::Elementwise { op, out: out_dtype, ins: dtypes };
-    let entry = fast_entry(op, out_dtype, vec as usize, mask, || c.card().heavy_unroll);
+    let (entry, card_per_thread) = fast_choice(op, out_dtype, vec as usize, mask, || c.card());
     let f = c.kernel(KernelId { module, entry })?;
     let mut work = if aligned { p.n.div_ceil(vec) } else { p.n };
     let per_thread = match c.ops.tuning.ew_vectors.load(Ordering::Relaxed) {
         // The op's own (on this card), but never so many that the grid would not fill the
         // device once.
-        0 => ew_card_per_thread(op, out_dtype, vec as usize, || c.card()).min(work / c.full_wave_threads(f)).max(1),
+        0 => card_per_thread.min(work / c.full_wave_threads(f)).max(1),
         n => n as u64,
     };
     if aligned && per_thread > 1 {

@@ -67,7 +67,7 @@ pub(in crate::driver::cuda) fn tile_pairs(op: EwOp, out: DType, ins: [DType; 3])
 /// half type and f16 `tanh` gain 4–7 % with four; `exp`, `sigmoid`, bf16 `tanh` and `pow` of a
 /// half type, and f32 `gelu`, 2–3 % with two; f32 `pow` 7 % with four; the cheap functions lose
 /// a little with more. This is the most a module is compiled for (`unrolled`); the launch takes
-/// the card's own number for the functions of [`ew_heavy`] ([`ew_card_per_thread`]).
+/// the card's own number for the functions of [`ew_heavy`] ([`fast_choice`]).
 pub(in crate::driver::cuda) fn ew_per_thread(op: EwOp, out: DType, vec: usize) -> u64 {
     let half = vec >= 8 && matches!(out, DType::F16 | DType::BF16);
     match op {
@@ -97,23 +97,6 @@ pub(in crate::driver::cuda) fn ew_heavy(op: EwOp, out: DType, vec: usize) -> boo
     op.card_vectors(out) && (vec >= 8 || !half)
 }
 
-/// The fast kernel of `op` for broadcast `mask`: the one that takes a vector at a time
-/// ([`Entry::FastOne`]) for the functions of [`ew_heavy`] when `heavy_unroll()` (the card
-/// profile's, read only for them) is 0, else the module's own ([`Entry::Fast`]).
-pub(in crate::driver::cuda) fn fast_entry(
-    op: EwOp,
-    out: DType,
-    vec: usize,
-    mask: u8,
-    heavy_unroll: impl FnOnce() -> u32,
-) -> Entry {
-    if ew_heavy(op, out, vec) && heavy_unroll() == 0 {
-        Entry::FastOne(mask)
-    } else {
-        Entry::Fast(mask)
-    }
-}
-
 /// Whether `op` is one of [`ew_heavy`]'s functions that stay compute-bound on a card of less
 /// bandwidth (the H100): bf16 `sin` and `cos`, whose reduction of a wider range takes 11 % more
 /// instructions than f16's (`driver::card`, `heavy_vectors` and `mid_vectors`).
@@ -121,21 +104,26 @@ pub(in crate::driver::cuda) fn ew_heaviest(op: EwOp, out: DType) -> bool {
     matches!(op, EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos)) && out == DType::BF16
 }
 
-/// Vectors each thread of a fast kernel takes on this card: for the functions of [`ew_heavy`] the
-/// card profile's (`card()`, read only for them: `heavy_vectors` for [`ew_heaviest`]'s,
-/// `mid_vectors` for the others), else [`ew_per_thread`].
-pub(in crate::driver::cuda) fn ew_card_per_thread(
+/// The fast kernel of `op` for broadcast `mask` and the vectors each of its threads takes on this
+/// card, from one read of the card profile (`card()`, called only for the functions of
+/// [`ew_heavy`]: op dispatch is hot). For those, the kernel that takes one vector at a time
+/// ([`Entry::FastOne`]) when `heavy_unroll` is 0, else the module's own ([`Entry::Fast`]), and
+/// `heavy_vectors` for [`ew_heaviest`]'s functions, `mid_vectors` for the others; for every other
+/// function [`Entry::Fast`] and [`ew_per_thread`].
+pub(in crate::driver::cuda) fn fast_choice(
     op: EwOp,
     out: DType,
     vec: usize,
+    mask: u8,
     card: impl FnOnce() -> CardProfile,
-) -> u64 {
+) -> (Entry, u64) {
     if !ew_heavy(op, out, vec) {
-        return ew_per_thread(op, out, vec);
+        return (Entry::Fast(mask), ew_per_thread(op, out, vec));
     }
     let c = card();
+    let entry = if c.heavy_unroll == 0 { Entry::FastOne(mask) } else { Entry::Fast(mask) };
     let v = if ew_heaviest(op, out) { c.heavy_vectors } else { c.mid_vectors };
-    v.max(1) as u64
+    (entry, v.max(1) as u64)
 }
 
 /// Whether the fast kernel's grid-stride loop takes two vectors at a time: when a thread takes

@@ -214,7 +214,7 @@ fn half_trig(op: EwOp, out: DType) -> bool {
 
 /// The elementwise head's FAST_GUARD part, for a half-type `sin` or `cos` (every other module sets
 /// FAST_GUARD to 0): `apply_fast_f`, the float result of the branch-free body (`cu/trig_half.cu`'s
-/// `sin_small` / `cos_small`) before its rounding, `apply_fast` rounded, and `fast_pair`, which
+/// `sin_small` / `cos_small`) before its rounding, and `fast_pair`, which
 /// rounds two lanes' floats in one instruction (`f2pair`), so that a vector's results are
 /// rounded and packed a pair at a time. `fast_pack` says whether a vector may take that path: a
 /// bf16 `sin` or `cos` (`body`, with `sin_wide` / `cos_wide`, a branch an element) tests the
@@ -234,14 +234,12 @@ fn fast_guard(op: EwOp, out: DType, ins: [DType; 3], body: &str) -> String {
     };
     let small = body.replace("_wide(x)", "_small(x)");
     let float_body = small.replace(&format!("return {};", conv(DType::F32, out, "r")), "return r;");
-    let rounded = conv(DType::F32, out, "apply_fast_f(a, b, c, value)");
     let pair = if out == DType::BF16 { "f2pair<true>" } else { "f2pair<false>" };
     format!(
         "#define FAST_GUARD 1\n\
          template <int N> __device__ __forceinline__ bool fast_pack(const Pack<T0, N>& a) {{\n    {test}\n}}\n\
          __device__ __forceinline__ float apply_fast_f(T0 a, T1 b, T2 c, u64 value) {{\n    \
          (void)a; (void)b; (void)c; (void)value;\n{float_body}}}\n\
-         __device__ __forceinline__ TO apply_fast(T0 a, T1 b, T2 c, u64 value) {{ return {rounded}; }}\n\
          __device__ __forceinline__ u32 fast_pair(float lo, float hi) {{ return {pair}(lo, hi); }}\n"
     )
 }

@@ -1,5 +1,5 @@
 // The elementwise kernels, after elementwise_head.cu's T0..T2, TO, NIN, VEC, UNROLL, TILE, `apply`
-// and FAST_GUARD (with `fast_pack` and `apply_fast` where it is 1).
+// and FAST_GUARD (with `fast_pack`, `apply_fast_f` and `fast_pair` where it is 1).
 // The entry points (ew_f<mask>, ew_t<mask>, and ew_g<mask> where the card picks the vectors per
 // thread) are appended per module by kernels/codegen.rs.
 
@@ -29,39 +29,35 @@ __device__ __forceinline__ T get_one(const T* p, u64 i, T s) { return (!ACTIVE |
 #define C_ARGS T2, (MASK & 4) != 0, (NIN > 2)
 
 /* `apply` on every lane of a vector. A module with FAST_GUARD (a half-type result computed in
-   float) has a branch-free form, `apply_fast_f` (the float before its rounding; `apply_fast`
-   rounded): `fast_pack` says whether every lane may take it (a per-element branch to a rare slow
-   path tested once a vector; always for some), and `fast_pair` rounds two lanes' floats at once.
-   Both paths then write the vector as 32-bit pairs, so that the pairs reach the store as they
-   were rounded (where the paths join in 16-bit lanes, ptxas splits and packs them again). */
+   float, so its vectors hold an even number of lanes) has a branch-free form, `apply_fast_f` (the
+   float before its rounding): `fast_pack` says whether every lane may take it (a per-element
+   branch to a rare slow path tested once a vector; always for some), and `fast_pair` rounds two
+   lanes' floats at once. Both paths write the vector as 32-bit pairs, so that the pairs reach the
+   store as they were rounded (where the paths join in 16-bit lanes, ptxas splits and packs them
+   again). */
 template <int N>
 __device__ __forceinline__ Pack<TO, N> apply_pack(const Pack<T0, N>& a, const Pack<T1, N>& b, const Pack<T2, N>& c, u64 value) {
-    Pack<TO, N> r;
 #if FAST_GUARD
-    if (N % 2 == 0 && sizeof(TO) == 2) {
-        union { u32 w[N / 2 > 0 ? N / 2 : 1]; Pack<TO, N> k; } u;
-        if (fast_pack<N>(a)) {
-#pragma unroll
-            for (int j = 0; j + 1 < N; j += 2)
-                u.w[j / 2] = fast_pair(apply_fast_f(a.v[j], b.v[j], c.v[j], value),
-                                       apply_fast_f(a.v[j + 1], b.v[j + 1], c.v[j + 1], value));
-        } else {
-#pragma unroll
-            for (int j = 0; j + 1 < N; j += 2)
-                u.w[j / 2] = (u32)apply(a.v[j], b.v[j], c.v[j], value) |
-                             ((u32)apply(a.v[j + 1], b.v[j + 1], c.v[j + 1], value) << 16);
-        }
-        return u.k;
-    }
+    static_assert(N % 2 == 0 && sizeof(TO) == 2, "FAST_GUARD: half-type pairs");
+    union { u32 w[N / 2]; Pack<TO, N> k; } u;
     if (fast_pack<N>(a)) {
 #pragma unroll
-        for (int j = 0; j < N; ++j) r.v[j] = apply_fast(a.v[j], b.v[j], c.v[j], value);
-        return r;
+        for (int j = 0; j < N; j += 2)
+            u.w[j / 2] = fast_pair(apply_fast_f(a.v[j], b.v[j], c.v[j], value),
+                                   apply_fast_f(a.v[j + 1], b.v[j + 1], c.v[j + 1], value));
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; j += 2)
+            u.w[j / 2] = (u32)apply(a.v[j], b.v[j], c.v[j], value) |
+                         ((u32)apply(a.v[j + 1], b.v[j + 1], c.v[j + 1], value) << 16);
     }
-#endif
+    return u.k;
+#else
+    Pack<TO, N> r;
 #pragma unroll
     for (int j = 0; j < N; ++j) r.v[j] = apply(a.v[j], b.v[j], c.v[j], value);
     return r;
+#endif
 }
 
 /* At most one block of elements: a thread each, no loop (a tiny op's kernel is its launch and

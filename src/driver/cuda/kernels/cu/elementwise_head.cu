@@ -1,6 +1,7 @@
 // An elementwise module's generated part (kernels/codegen.rs fills the ${...} placeholders):
 // its dtypes, vector width, tile policy and the function `apply` that elementwise.cu runs; then
-// FAST_GUARD, and where it is 1 the vector test `fast_pack` and the branch-free `apply_fast`.
+// FAST_GUARD, and where it is 1 the vector test `fast_pack`, the branch-free `apply_fast_f` and
+// `fast_pair`.
 #define NIN ${n}
 #define VEC ${vec}
 #define UNROLL ${unroll}

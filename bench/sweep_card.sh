@@ -5,7 +5,7 @@
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
 # Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, sum_loads,
-# ew_threads, norm_blocks, norm_threads, heavy_unroll, mid_vectors; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
+# ew_threads, norm_blocks, norm_threads, heavy_unroll, mid_vectors, early_waves; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
 # part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
 # ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
@@ -74,6 +74,8 @@ if part ops; then
     heavy_unroll=1,heavy_vectors=4,mid_vectors=4; do
     run ops "$v" "$v"
   done
+  # The fast elementwise kernel launched early (programmatic serialization) from N waves of blocks.
+  for w in 0 1 2 4 8; do run ops "early_waves=$w" "early_waves=$w"; done
 fi
 if part sum; then
   run sum default ""

@@ -184,6 +184,12 @@ pub struct CardOverrides {
     /// the functions of `heavy_vectors` that stay memory-bound on a card of less bandwidth (all
     /// but bf16 `sin` and `cos`: half-type `sin` / `cos` of f16, f16 `tanh`, f32 `pow`).
     pub mid_vectors: Option<u32>,
+    /// `early_waves=N` (0 to 64): a grid of the fast elementwise kernel of at least N waves of
+    /// blocks (a wave: as many as the device holds at once) is launched with programmatic stream
+    /// serialization, captured or not, on compute capability 9.0 or later (its blocks are
+    /// scheduled while the kernel before it drains, and wait for it in their first statement);
+    /// 0: only as every other kernel (small grids being captured).
+    pub early_waves: Option<u32>,
 }
 
 #[doc(hidden)]
@@ -195,7 +201,8 @@ impl CardOverrides {
     /// The keys of [`CardOverrides::parse_item`], with their ranges.
     pub const KEYS: &'static str =
         "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256), \
-         norm_blocks (0-64), norm_threads (64, 128 or 256), heavy_unroll (0 or 1), mid_vectors (1-16)";
+         norm_blocks (0-64), norm_threads (64, 128 or 256), heavy_unroll (0 or 1), mid_vectors (1-16), \
+         early_waves (0-64)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -218,6 +225,7 @@ impl CardOverrides {
             "norm_threads" => (&mut self.norm_threads, matches!(n, 64 | 128 | 256)),
             "heavy_unroll" => (&mut self.heavy_unroll, n <= 1),
             "mid_vectors" => (&mut self.mid_vectors, (1..=16).contains(&n)),
+            "early_waves" => (&mut self.early_waves, n <= 64),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -578,7 +586,12 @@ mod tests {
             let want = CardOverrides { mid_vectors: Some(n), ..Default::default() };
             assert_eq!(t(&format!("mid_vectors={n}")).unwrap().card, want);
         }
+        for n in [0, 2, 64] {
+            let want = CardOverrides { early_waves: Some(n), ..Default::default() };
+            assert_eq!(t(&format!("early_waves={n}")).unwrap().card, want);
+        }
         for bad in [
+            "early_waves=65",
             "mid_vectors=0",
             "mid_vectors=17",
             "heavy_unroll=2",

@@ -151,6 +151,9 @@ pub struct CardProfile {
     /// Vectors per thread of the heavy functions that stay memory-bound on a card of less
     /// bandwidth (all but bf16 `sin` and `cos`).
     pub mid_vectors: u32,
+    /// Waves of blocks from which a grid of the fast elementwise kernel is launched early
+    /// (programmatic stream serialization, captured or not; 0: never).
+    pub early_waves: u32,
 }
 
 impl CardProfile {
@@ -168,6 +171,7 @@ impl CardProfile {
             norm_threads: 256,
             heavy_unroll,
             mid_vectors,
+            early_waves: 0,
         }
     }
 
@@ -187,6 +191,7 @@ impl CardProfile {
             norm_threads: o.norm_threads.unwrap_or(self.norm_threads),
             heavy_unroll: o.heavy_unroll.unwrap_or(self.heavy_unroll),
             mid_vectors: o.mid_vectors.unwrap_or(self.mid_vectors),
+            early_waves: o.early_waves.unwrap_or(self.early_waves),
             ..self
         }
     }
@@ -195,12 +200,12 @@ impl CardProfile {
 impl std::fmt::Display for CardProfile {
     /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
     /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
-    /// heavy_unroll=0 mid_vectors=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
+    /// heavy_unroll=0 mid_vectors=1 early_waves=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
             f,
-            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} mid_vectors={} (",
+            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} mid_vectors={} early_waves={} (",
             self.heavy_vectors,
             self.sum_blocks,
             self.sum_loads,
@@ -208,7 +213,8 @@ impl std::fmt::Display for CardProfile {
             self.norm_blocks,
             self.norm_threads,
             self.heavy_unroll,
-            self.mid_vectors
+            self.mid_vectors,
+            self.early_waves
         )?;
         match c.bytes_per_sm_cycle() {
             Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
@@ -290,19 +296,20 @@ mod tests {
             ew_threads: Some(128),
             heavy_unroll: Some(1),
             mid_vectors: Some(3),
+            early_waves: Some(2),
             ..Default::default()
         };
         let q = p.with(&o);
         assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.ew_threads, q.facts), (8, 0, 4, 128, p.facts));
-        assert_eq!((q.heavy_unroll, q.mid_vectors, q.norm_blocks), (1, 3, p.norm_blocks));
+        assert_eq!((q.heavy_unroll, q.mid_vectors, q.norm_blocks, q.early_waves), (1, 3, p.norm_blocks, 2));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=0 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

@@ -422,6 +422,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
                 norm_threads: [None, Some(64), Some(128), Some(256)][next(4) as usize],
                 heavy_unroll: [None, Some(0), Some(1)][next(3) as usize],
                 mid_vectors: [None, Some(1 + next(16))][next(2) as usize],
+                early_waves: [None, Some(next(65))][next(2) as usize],
             },
         }
     }

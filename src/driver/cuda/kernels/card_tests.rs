@@ -110,3 +110,38 @@ fn norms_agree_under_every_grid_and_block() {
     }
     set(&b, CardOverrides::default());
 }
+
+/// Fast elementwise kernels launched early (`early_waves=1`: every grid of a wave or more), one
+/// after another with nothing between them, each reading the output of the one before: every
+/// output as the CPU's. A kernel that ran ahead of the one before it would read its output
+/// buffer's random first bytes.
+#[test]
+fn early_launches_wait_for_the_kernel_before() {
+    let Some(mut b) = Bench::new() else { return };
+    set(&b, CardOverrides { early_waves: Some(1), ..Default::default() });
+    let n = (16 << 20) + 5;
+    for d in [DType::F32, DType::BF16] {
+        let x = b.dense(d, &[n]);
+        // Every buffer first: a copy between two kernels would stand between them on the stream.
+        let outs: Vec<_> = (0..8).map(|_| b.dense(d, &[n])).collect();
+        b.d.stream_synchronize(b.s).unwrap();
+        let mut prev = x.clone();
+        let mut ops = Vec::new();
+        for (k, out) in outs.into_iter().enumerate() {
+            let (lhs, rhs, dst) = (prev.clone(), x.clone(), out.clone());
+            ops.push(match k % 3 {
+                0 => KernelOp::Unary { op: UnaryOp::Neg, src: lhs, dst },
+                1 => KernelOp::Binary { op: BinaryOp::Add, lhs, rhs, dst, compute: d },
+                _ => KernelOp::Binary { op: BinaryOp::Mul, lhs, rhs, dst, compute: d },
+            });
+            prev = out;
+        }
+        for op in &ops {
+            b.d.launch(b.s, op).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        }
+        for op in &ops {
+            b.compare(op, tol(d), 0.0);
+        }
+    }
+    set(&b, CardOverrides::default());
+}

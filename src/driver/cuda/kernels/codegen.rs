@@ -445,13 +445,13 @@ fn elementwise(s: &mut String, op: EwOp, out: DType, ins: [DType; 3]) {
     for mask in 0..fast_masks(op) {
         let _ = writeln!(
             s,
-            "extern \"C\" __global__ void __launch_bounds__(256) ew_f{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}, UNROLL>(p); }}\n\
+            "extern \"C\" __global__ void __launch_bounds__(256) ew_f{mask}(EwFast p) {{ cs_enter_when(p.early); ew_fast<{mask}, UNROLL>(p); }}\n\
              extern \"C\" __global__ void __launch_bounds__(256) ew_t{mask}(EwFast p) {{ cs_enter(); ew_tiny<{mask}>(p); }}"
         );
         if op.card_vectors(out) {
             let _ = writeln!(
                 s,
-                "extern \"C\" __global__ void __launch_bounds__(256) ew_g{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}, 0>(p); }}"
+                "extern \"C\" __global__ void __launch_bounds__(256) ew_g{mask}(EwFast p) {{ cs_enter_when(p.early); ew_fast<{mask}, 0>(p); }}"
             );
         }
     }

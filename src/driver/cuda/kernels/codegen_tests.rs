@@ -46,8 +46,12 @@ fn every_kernel_waits_for_the_grids_before_it() {
         let kernels: Vec<&str> = text.split("__global__").skip(1).collect();
         assert_eq!(kernels.len(), m.entries().len(), "{m:?}");
         for k in kernels {
-            let body = &k[k.find('{').expect("a kernel has a body") + 1..];
-            assert!(body.trim_start().starts_with("cs_enter();"), "{m:?}: {}", &k[..k.len().min(120)]);
+            let body = &k[k.find('{').expect("a kernel has a body") + 1..].trim_start();
+            // The fast elementwise kernels at any grid once told (`Ctx::run_early`), the others
+            // below `PDL_MAX_GRID` blocks.
+            let fast = k.contains(" ew_f") || k.contains(" ew_g");
+            let first = if fast { "cs_enter_when(p.early);" } else { "cs_enter();" };
+            assert!(body.starts_with(first), "{m:?}: {}", &k[..k.len().min(120)]);
         }
     }
 }
@@ -65,8 +69,12 @@ fn card_vector_functions_hold_a_one_vector_kernel() {
         let ModuleKey::Elementwise { op, .. } = m else { unreachable!() };
         for mask in 0..fast_masks(op) {
             assert!(entries.contains(&Entry::FastOne(mask)) && entries.contains(&Entry::Fast(mask)), "{m:?}");
-            assert!(src.contains(&format!(" ew_g{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}, 0>(p); }}")), "{m:?}");
-            assert!(src.contains(&format!(" ew_f{mask}(EwFast p) {{ cs_enter(); ew_fast<{mask}, UNROLL>(p); }}")));
+            assert!(
+                src.contains(&format!(" ew_g{mask}(EwFast p) {{ cs_enter_when(p.early); ew_fast<{mask}, 0>(p); }}")),
+                "{m:?}"
+            );
+            assert!(src
+                .contains(&format!(" ew_f{mask}(EwFast p) {{ cs_enter_when(p.early); ew_fast<{mask}, UNROLL>(p); }}")));
         }
     }
     // The launch takes it only under `heavy_unroll=0`, and only for those functions.
@@ -115,6 +123,17 @@ fn heavy_functions_take_the_cards_vectors() {
     }
     // A half type not in vectors (a misaligned tensor's) is not the card's either.
     assert_eq!(fast_choice(sin, DType::BF16, 1, 0, unread).1, ew_per_thread(sin, DType::BF16, 1));
+}
+
+/// A fast elementwise grid is launched early from the card's `early_waves` waves of blocks on,
+/// never when it is 0.
+#[test]
+fn grids_of_enough_waves_launch_early() {
+    assert!(!launch_early(1 << 20, 1056, 0), "0: never");
+    assert!(!launch_early(2111, 1056, 2) && launch_early(2112, 1056, 2));
+    assert!(launch_early(1056, 1056, 1) && !launch_early(1055, 1056, 1));
+    assert!(launch_early(1, 0, 1), "a wave counts one block at least");
+    assert!(!launch_early(u32::MAX, u64::MAX, 64), "no overflow");
 }
 
 #[test]

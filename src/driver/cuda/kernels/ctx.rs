@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
 /// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
 /// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, `norm_threads`,
-/// `heavy_unroll`, `mid_vectors`, [`NO_OVERRIDE`] where the card's own hold).
+/// `heavy_unroll`, `mid_vectors`, `early_waves`, [`NO_OVERRIDE`] where the card's own hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -45,7 +45,15 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
-    pub card: [AtomicU32; 9],
+    pub card: [AtomicU32; 10],
+}
+
+/// Parameters of a kernel whose `cs_enter` runs at any grid once told to (a field the kernel
+/// reads): such a kernel may be launched with programmatic stream serialization whatever its
+/// grid ([`Ctx::run_early`]), where the others may only below [`PDL_MAX_GRID`] blocks.
+pub(in crate::driver::cuda) trait WaitsWhenTold {
+    /// Sets the field: the kernel's blocks wait for the kernels before them first.
+    fn tell_to_wait(&mut self);
 }
 
 /// A [`Tuning::card`] slot that overrides nothing.
@@ -60,7 +68,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
-            card: [NO_OVERRIDE; 9].map(AtomicU32::new),
+            card: [NO_OVERRIDE; 10].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -85,6 +93,7 @@ impl Tuning {
             c.norm_threads,
             c.heavy_unroll,
             c.mid_vectors,
+            c.early_waves,
         ]) {
             slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
         }
@@ -98,7 +107,7 @@ impl Tuning {
 
     /// The card profile's choices set by hand.
     pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
-        let [h, b, l, s, t, n, nt, u, m] =
+        let [h, b, l, s, t, n, nt, u, m, e] =
             self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
         CardOverrides {
             heavy_vectors: h,
@@ -110,6 +119,7 @@ impl Tuning {
             norm_threads: nt,
             heavy_unroll: u,
             mid_vectors: m,
+            early_waves: e,
         }
     }
 
@@ -305,8 +315,34 @@ impl Ctx<'_> {
         smem: u32,
         p: &mut P,
     ) -> Result<()> {
+        self.launch(f, (grid, threads, smem), p, self.programmatic(grid))
+    }
+
+    /// [`Ctx::run_threads`] of a kernel that waits for the kernels before it at any grid when
+    /// its parameters say so ([`WaitsWhenTold`]): told so and launched with programmatic stream
+    /// serialization, captured or not, on compute capability 9.0 or later (its blocks may be
+    /// scheduled while the kernel before it drains); otherwise as [`Ctx::run_threads`].
+    #[inline]
+    pub(in crate::driver::cuda) fn run_early<P: WaitsWhenTold>(
+        &self,
+        f: Func,
+        grid: u32,
+        threads: u32,
+        p: &mut P,
+    ) -> Result<()> {
+        if self.info.major < 9 {
+            return self.run_threads(f, grid, threads, p);
+        }
+        p.tell_to_wait();
+        self.launch(f, (grid, threads, 0), p, true)
+    }
+
+    /// Queues `f` over `grid` blocks of `threads` threads with `smem` bytes of dynamic shared
+    /// memory, with programmatic stream serialization when `programmatic` (the kernel then waits
+    /// in `cs_enter` for the kernels before it: every launch path makes sure of it).
+    fn launch<P>(&self, f: Func, (grid, threads, smem): (u32, u32, u32), p: &mut P, programmatic: bool) -> Result<()> {
         let mut args = [(p as *mut P).cast::<c_void>()];
-        if !self.programmatic(grid) {
+        if !programmatic {
             // SAFETY:
             // - `f` is a live kernel of the current context taking one parameter whose C layout is
             //   `P`'s (`#[repr(C)]`, mirrored in codegen);
@@ -339,8 +375,10 @@ impl Ctx<'_> {
         };
         // SAFETY:
         // - `f` is a live kernel of the current context taking one parameter whose C layout is `P`'s
-        //   (`#[repr(C)]`, mirrored in codegen), and every generated kernel waits for the grids
-        //   before it (`cs_enter`) before it touches memory, as the attribute requires;
+        //   (`#[repr(C)]`, mirrored in codegen), and the kernel waits for the grids before it
+        //   (`cs_enter`) before it touches memory, as the attribute requires: every generated
+        //   kernel of a grid of at most `PDL_MAX_GRID` blocks (`programmatic`), a `WaitsWhenTold`
+        //   one at any grid once told (`run_early`);
         // - `cuLaunchKernelEx` copies the configuration, the attribute and the parameter before
         //   returning;
         // - the stream is live and of the current context.

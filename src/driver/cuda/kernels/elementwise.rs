@@ -14,8 +14,8 @@
 //! collapsed shape and strides (up to [`MAXD`] dims) by value, a vector or an element per thread
 //! as `strided::strided_lane` chooses. Parameters are `#[repr(C)]` structs on the stack.
 
-use super::ctx::{addr, collapse, unsupported, Ctx, Dims};
-use super::elementwise_policy::{ew_vec, fast_choice, raw_dtype, tile_edge};
+use super::ctx::{addr, collapse, unsupported, Ctx, Dims, WaitsWhenTold};
+use super::elementwise_policy::{ew_vec, fast_choice, launch_early, raw_dtype, tile_edge};
 use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
@@ -32,7 +32,14 @@ struct EwFast {
     n: u64,
     value: u64,
     vec: i32,
-    pad: i32,
+    /// Launched early whatever its grid (`WaitsWhenTold`): the fast kernels wait first then.
+    early: i32,
+}
+
+impl WaitsWhenTold for EwFast {
+    fn tell_to_wait(&mut self) {
+        self.early = 1;
+    }
 }
 
 /// Parameters of the strided elementwise kernel (`EwStrided`): its dims laid out for its lane
@@ -72,7 +79,7 @@ pub(in crate::driver::cuda) fn dense_binary(c: &Ctx, op: &DenseBinary) -> Result
         Some(v) => (0, scalar_bits(v, op.rhs.1), 2),
         None => (op.rhs.0 .0, 0, 0),
     };
-    let p = EwFast { out: op.dst.0 .0, ins: [op.lhs.0 .0, rhs, 0], n: op.n as u64, value, vec: 0, pad: 0 };
+    let p = EwFast { out: op.dst.0 .0, ins: [op.lhs.0 .0, rhs, 0], n: op.n as u64, value, vec: 0, early: 0 };
     let dtypes = [op.lhs.1, op.rhs.1, DType::Bool];
     ew_fast(c, EwOp::Binary(op.op, op.compute), op.dst.1, dtypes, 2, mask, p)
 }
@@ -88,7 +95,7 @@ pub(in crate::driver::cuda) fn dense_jit(c: &Ctx, code: u32, op: &DenseJit<'_>) 
         ins[k] = ptr.0;
         dtypes[k] = dtype;
     }
-    let p = EwFast { out: op.out.0, ins, n: op.n as u64, value: op.scalars_at.0, vec: 0, pad: 0 };
+    let p = EwFast { out: op.out.0, ins, n: op.n as u64, value: op.scalars_at.0, vec: 0, early: 0 };
     let key = JitKey { code, nin: nin as u8, out: 0 };
     ew_fast(c, EwOp::Jit(key), op.common, dtypes, nin, 0, p)
 }
@@ -167,7 +174,7 @@ pub(in crate::driver::cuda) fn elementwise(
     match contiguous_mask(dst, ins).map(|m| m | imm) {
         Some(mask) if mask < fast_masks(op) => {
             let (out_dtype, dtypes, ptrs) = ew_operands(op, dst, ins);
-            let p = EwFast { out: addr(dst), ins: ptrs, n: dst.numel() as u64, value, vec: 0, pad: 0 };
+            let p = EwFast { out: addr(dst), ins: ptrs, n: dst.numel() as u64, value, vec: 0, early: 0 };
             ew_fast(c, op, out_dtype, dtypes, ins.len(), mask, p)
         }
         _ => elementwise_strided(c, op, dst, ins, value, imm),
@@ -212,9 +219,14 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
         // One block: a small op's cost is its launch.
         return c.run_threads(f, 1, tiny_threads(work), &mut p);
     }
-    // The card's block (`ew_threads`), never past the kernel's launch bound.
-    let threads = c.card().ew_threads.clamp(32, THREADS);
+    // The card's block (`ew_threads`), never past the kernel's launch bound; a grid of the card's
+    // `early_waves` launched early.
+    let card = c.card();
+    let threads = card.ew_threads.clamp(32, THREADS);
     let grid = c.grid_of(f, work, threads);
+    if launch_early(grid, c.full_wave_threads(f) / threads as u64, card.early_waves) {
+        return c.run_early(f, grid, threads, &mut p);
+    }
     c.run_threads(f, grid, threads, &mut p)
 }
 
@@ -239,7 +251,7 @@ fn elementwise_strided(c: &Ctx, op: EwOp, dst: &BufferView, ins: &[&BufferView],
         *slot = Some(v);
     }
     let n = dst.numel() as u64;
-    let p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, pad: 0 };
+    let p = EwFast { out: addr(dst), ins: ptrs, n, value, vec: 0, early: 0 };
     let dims = collapse(&shape, strides, |_| true)
         .ok_or_else(|| unsupported(format!("{} dims that do not collapse below {MAXD}", dst.shape.len())))?;
     let (dense, mask) = collapsed_mask(&dims, ins.len());

@@ -27,6 +27,16 @@ __device__ __forceinline__ void cs_enter() {
     }
 #endif
 }
+/* `cs_enter` of a kernel the host may launch with the attribute at any grid (the fast
+   elementwise kernel, `Ctx::run_early`): `early` set, whatever the grid. */
+__device__ __forceinline__ void cs_enter_when(int early) {
+#if __CUDA_ARCH__ >= 900
+    if (early || gridDim.x <= CS_PDL_MAX_GRID) {
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
+#endif
+}
 
 __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }

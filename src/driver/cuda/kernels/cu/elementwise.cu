@@ -3,7 +3,8 @@
 // The entry points (ew_f<mask>, ew_t<mask>, and ew_g<mask> where the card picks the vectors per
 // thread) are appended per module by kernels/codegen.rs.
 
-struct EwFast { char* out; const char* in0; const char* in1; const char* in2; u64 n; u64 value; int vec; int pad; };
+/* `early`: launched with programmatic stream serialization whatever the grid (`cs_enter_when`). */
+struct EwFast { char* out; const char* in0; const char* in1; const char* in2; u64 n; u64 value; int vec; int early; };
 /* Up to MAXD collapsed dims, innermost first: sizes, each operand's strides (output first),
    and with `div` set each size's multiply-shift division (`magic`, `shift`: the index fits
    32 bits). With `b.vec` set (the vector lane, `strided.rs`), the dims count vectors of VEC

@@ -188,7 +188,7 @@ pub struct CardOverrides {
     /// blocks (a wave: as many as the device holds at once) is launched with programmatic stream
     /// serialization, captured or not, on compute capability 9.0 or later (its blocks are
     /// scheduled while the kernel before it drains, and wait for it in their first statement);
-    /// 0: only as every other kernel (small grids being captured).
+    /// 0: only as every other kernel (small grids being captured). The card's own: 2.
     pub early_waves: Option<u32>,
 }
 

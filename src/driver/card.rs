@@ -60,6 +60,16 @@
 //!   (one at a time); `cos` 26.2 → 25.7; f16 `tanh` 25.9 → 25.6; f32 `pow` 71.2 → 69.1; bf16 `sin`
 //!   26.4 with two one at a time, 26.7 with one — PyTorch's layout, one vector a thread, is then
 //!   the memory-bound functions' best, and two the compute-bound ones'.
+//! * `early_waves` — the fast elementwise kernel's grids of at least this many waves of blocks are
+//!   launched with programmatic stream serialization, eager or captured (`Ctx::run_early`): the
+//!   next kernel's blocks are scheduled as the one before it drains, and wait for it in their first
+//!   statement. 2 on every card (compute capability 9.0 and later; below, the plain launch). On the
+//!   H100 (session 34, each line beside PyTorch in one run): `neg_f16` 25.86 → 24.32 µs, `relu_f16`
+//!   25.93 → 24.22, `add_bf16` 36.72 → 34.96, `neg_f32` 48.06 → 46.26, `sin_bf16` 26.53 → 24.79; 1 and
+//!   2 the same within the spread, 4 lost the gain on grids of two to four waves (`exp_f16`,
+//!   `sin_bf16`: back to 25.8 / 26.4); the op matrix's geomean 1.354 → 1.387, from 45 cases below
+//!   parity to none. Grids of one wave stay plain: on the H200 (session 8) the attribute on every
+//!   launch lost up to a third on reductions of one wave and tiled copies.
 //! * `heavy_unroll` — whether the fast elementwise kernel of the heavy functions takes two of
 //!   its vectors at a time (1: each module's `ew_f*` entry) or one (0: its `ew_g*` entry). Two at
 //!   a time hold both in registers: the bf16 `sin` kernel takes 44 a thread, five blocks of 256
@@ -171,7 +181,7 @@ impl CardProfile {
             norm_threads: 256,
             heavy_unroll,
             mid_vectors,
-            early_waves: 0,
+            early_waves: 2,
         }
     }
 
@@ -200,7 +210,7 @@ impl CardProfile {
 impl std::fmt::Display for CardProfile {
     /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
     /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
-    /// heavy_unroll=0 mid_vectors=1 early_waves=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
+    /// heavy_unroll=0 mid_vectors=1 early_waves=2 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
@@ -268,6 +278,7 @@ mod tests {
         let p = CardProfile::of(h200());
         assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (4, 0, 8, 128));
         assert_eq!((p.norm_blocks, p.norm_threads), (8, 256), "the norms' grid and block on every card");
+        assert_eq!((p.early_waves, CardProfile::of(h100()).early_waves), (2, 2), "early from two waves on every card");
         assert_eq!((p.mid_vectors, p.heavy_unroll), (4, 1), "four for every heavy function, two at a time");
         let p = CardProfile::of(h100());
         assert_eq!((p.mid_vectors, p.heavy_unroll), (1, 0), "the memory-bound ones one a thread, one at a time");
@@ -296,20 +307,20 @@ mod tests {
             ew_threads: Some(128),
             heavy_unroll: Some(1),
             mid_vectors: Some(3),
-            early_waves: Some(2),
+            early_waves: Some(0),
             ..Default::default()
         };
         let q = p.with(&o);
         assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.ew_threads, q.facts), (8, 0, 4, 128, p.facts));
-        assert_eq!((q.heavy_unroll, q.mid_vectors, q.norm_blocks, q.early_waves), (1, 3, p.norm_blocks, 2));
+        assert_eq!((q.heavy_unroll, q.mid_vectors, q.norm_blocks, q.early_waves), (1, 3, p.norm_blocks, 0));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=0 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=2 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

@@ -149,7 +149,9 @@ fn context_chooses_which_stacks_are_kept() -> Result<()> {
         assert!(!block_frames(&s, b.ptr()).is_empty());
         assert!(!cuda::memory_snapshot()?.segments.is_empty());
     }
-    // Turned off: the blocks' stacks are dropped.
+    // Turned off: the blocks' stacks are dropped (under the lock: the other tests of this file record
+    // while they hold it).
+    let _r = record(MemoryHistory::off());
     let b = RawBuffer::cached(Some(0), 5000, None)?;
     assert!(block_frames(&cuda::memory_snapshot()?, b.ptr()).is_empty());
     Ok(())

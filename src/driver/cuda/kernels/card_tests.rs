@@ -111,10 +111,11 @@ fn norms_agree_under_every_grid_and_block() {
     set(&b, CardOverrides::default());
 }
 
-/// Fast elementwise kernels launched early (`early_waves=1`: every grid of a wave or more), one
-/// after another with nothing between them, each reading the output of the one before: every
-/// output as the CPU's. A kernel that ran ahead of the one before it would read its output
-/// buffer's random first bytes.
+/// Fast elementwise kernels launched early (`early_waves=1`: every grid of a wave or more, which
+/// every grid of these 16 M elements is: `ew_fast` never gives a thread so many vectors that the
+/// grid would not fill the device once), one after another with nothing between them, each reading
+/// the output of the one before: every output as the CPU's. A kernel that ran ahead of the one
+/// before it would read its output buffer's random first bytes.
 #[test]
 fn early_launches_wait_for_the_kernel_before() {
     let Some(mut b) = Bench::new() else { return };

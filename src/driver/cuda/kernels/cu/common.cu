@@ -19,16 +19,8 @@ typedef unsigned long long u64;
    transpose: 16384 blocks) ran a fifth slower with them on the H200, so grids larger than any
    the host launches with the attribute (`PDL_MAX_GRID` in codegen.rs) skip them. */
 #define CS_PDL_MAX_GRID 1024
-__device__ __forceinline__ void cs_enter() {
-#if __CUDA_ARCH__ >= 900
-    if (gridDim.x <= CS_PDL_MAX_GRID) {
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-        asm volatile("griddepcontrol.wait;" ::: "memory");
-    }
-#endif
-}
-/* `cs_enter` of a kernel the host may launch with the attribute at any grid (the fast
-   elementwise kernel, `Ctx::run_early`): `early` set, whatever the grid. */
+/* The same for a kernel the host may launch with the attribute at any grid (the fast elementwise
+   kernel, `Ctx::run_early`): whatever the grid once `early` is set. */
 __device__ __forceinline__ void cs_enter_when(int early) {
 #if __CUDA_ARCH__ >= 900
     if (early || gridDim.x <= CS_PDL_MAX_GRID) {
@@ -37,6 +29,7 @@ __device__ __forceinline__ void cs_enter_when(int early) {
     }
 #endif
 }
+__device__ __forceinline__ void cs_enter() { cs_enter_when(0); }
 
 __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }

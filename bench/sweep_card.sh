@@ -5,13 +5,15 @@
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
 # Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, sum_loads,
-# ew_threads, norm_blocks, norm_threads, heavy_unroll, mid_vectors, early_waves; the first three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
+# ew_threads, norm_blocks, norm_threads, heavy_unroll, mid_vectors, early_waves, gemv_rows; the first three integers
+# EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
 # part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
 # ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
+#   gemv VARIANT  case=cudasem_us/ratio ...    (the row-vector products, as ops)
 #   sum  VARIANT  sum_f32_1gib=GB/s/ratio      (ratio = cudasem GB/s / PyTorch GB/s)
 #   norm VARIANT  layer_norm_…=ms/ratio ...    (ratio = PyTorch ms / cudasem ms)
-# PARTS (environment): the parts to run, of `ops sum norm` (all by default).
+# PARTS (environment): the parts to run, of `ops gemv sum norm` (all by default).
 set -euo pipefail
 unset CUDASEM_BENCH_TUNING
 BIN=${1:-.gpu/bin/bin-cudasem}
@@ -19,8 +21,9 @@ BIN=${1:-.gpu/bin/bin-cudasem}
 OUT=${2:-${OUT:-/tmp}/sweep_card}
 mkdir -p "$OUT"
 export CUDASEM_DRIVER=${CUDASEM_DRIVER:-cuda}
-PARTS=${PARTS:-ops sum norm}
+PARTS=${PARTS:-ops gemv sum norm}
 CASES=sin_f16,sin_bf16,cos_f16,cos_bf16,tanh_f16,pow_f32,neg_f16,relu_f16,add_bf16,mul_bf16_scalar
+GEMV_CASES=matmul_f32_vec,matmul_bf16_vec,matmul_f16_vec
 
 "$BIN" info | grep -E "^  cuda:0|launch profile" | head -2 || true
 
@@ -30,7 +33,7 @@ line() {
 import json, sys
 part, name, path, base = sys.argv[1:5]
 run, ref = json.load(open(path)), json.load(open(base))
-if part == "ops":
+if part in ("ops", "gemv"):
     theirs = {c["name"]: c["pytorch_us"] for c in ref["cases"]}
     cells = [f'{c["name"]}={c["cudasem_us"]:.2f}/{(theirs.get(c["name"]) or 0) / c["cudasem_us"]:.3f}'
              for c in run["cases"] if c.get("cudasem_us")]
@@ -52,6 +55,7 @@ run() {
   [ "$name" = default ] && extra=()
   case $part in
     ops) set -- bench --ops --only "$CASES" ;;
+    gemv) set -- bench --ops --only "$GEMV_CASES" ;;
     norm) set -- bench --only norms ;;
     *) set -- bench --only sum_f32_1gib ;;
   esac
@@ -76,6 +80,11 @@ if part ops; then
   done
   # The fast elementwise kernel launched early (programmatic serialization) from N waves of blocks.
   for w in 0 1 2 4 8; do run ops "early_waves=$w" "early_waves=$w"; done
+fi
+if part gemv; then
+  run gemv default ""
+  # 1: f32 weights through gv_rows (else cuBLASLt); 2: gv_rows launched early; 3: both.
+  for g in 0 1 2 3; do run gemv "gemv_rows=$g" "gemv_rows=$g"; done
 fi
 if part sum; then
   run sum default ""

@@ -60,8 +60,9 @@
 //!   (one at a time); `cos` 26.2 → 25.7; f16 `tanh` 25.9 → 25.6; f32 `pow` 71.2 → 69.1; bf16 `sin`
 //!   26.4 with two one at a time, 26.7 with one — PyTorch's layout, one vector a thread, is then
 //!   the memory-bound functions' best, and two the compute-bound ones'.
-//! * `early_waves` — the fast elementwise kernel's grids of at least this many waves of blocks are
-//!   launched with programmatic stream serialization, eager or captured (`Ctx::run_early`): the
+//! * `early_waves` — the fast elementwise kernel's and the softmax kernels' grids of at least this
+//!   many waves of blocks are launched with programmatic stream serialization, eager or captured
+//!   (`Ctx::run_early`; the softmax rows from session 35, not yet measured apart): the
 //!   next kernel's blocks are scheduled as the one before it drains, and wait for it in their first
 //!   statement. 2 on every card (compute capability 9.0 and later; below, the plain launch). On the
 //!   H100 (session 34, each line beside PyTorch in one run): `neg_f16` 25.86 → 24.32 µs, `relu_f16`
@@ -80,6 +81,14 @@
 //!   26.66 / 26.61 → 26.34 / 26.30, in two runs), 1 on one rich in bandwidth, where the four
 //!   vectors' loads overlap the math of the ones before them (session 7's measured choice;
 //!   `bench/sweep_card.sh` measures both).
+//! * `gemv_rows` — the row-vector product of a row-major weight (`x @ w`, a decode step's): its
+//!   kernel `gv_rows` (half a wave of blocks, rows split over them, one launch) takes half-type
+//!   weights; bit 1 sends f32 weights to it too, where cuBLASLt's kernel otherwise reads them
+//!   (`matmul_f32_vec`: 64 MiB in 25.8 µs on the H100, 2.6 TB/s, at parity with PyTorch's, which
+//!   reaches the same library; on the H200, as `gemv.rs` notes, `gv_rows` 21.4–21.7 µs against
+//!   cuBLASLt's 19.5–19.9); bit 2 launches it early as `early_waves` does the elementwise kernel
+//!   (its half wave leaves room for the next product's blocks to be scheduled while it drains).
+//!   0 on every card until `bench/sweep_card.sh`'s `gemv_rows` lines say otherwise.
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;
@@ -161,9 +170,13 @@ pub struct CardProfile {
     /// Vectors per thread of the heavy functions that stay memory-bound on a card of less
     /// bandwidth (all but bf16 `sin` and `cos`).
     pub mid_vectors: u32,
-    /// Waves of blocks from which a grid of the fast elementwise kernel is launched early
+    /// Waves of blocks from which a grid of the fast elementwise kernel or of a softmax kernel
+    /// over rows is launched early
     /// (programmatic stream serialization, captured or not; 0: never).
     pub early_waves: u32,
+    /// The row-vector product kernel of a row-major weight (`gv_rows`): bit 1, f32 weights take
+    /// it too (else cuBLASLt); bit 2, it is launched early (programmatic stream serialization).
+    pub gemv_rows: u32,
 }
 
 impl CardProfile {
@@ -182,6 +195,7 @@ impl CardProfile {
             heavy_unroll,
             mid_vectors,
             early_waves: 2,
+            gemv_rows: 0,
         }
     }
 
@@ -202,6 +216,7 @@ impl CardProfile {
             heavy_unroll: o.heavy_unroll.unwrap_or(self.heavy_unroll),
             mid_vectors: o.mid_vectors.unwrap_or(self.mid_vectors),
             early_waves: o.early_waves.unwrap_or(self.early_waves),
+            gemv_rows: o.gemv_rows.unwrap_or(self.gemv_rows),
             ..self
         }
     }
@@ -210,12 +225,12 @@ impl CardProfile {
 impl std::fmt::Display for CardProfile {
     /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
     /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
-    /// heavy_unroll=0 mid_vectors=1 early_waves=2 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
+    /// heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
             f,
-            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} mid_vectors={} early_waves={} (",
+            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} mid_vectors={} early_waves={} gemv_rows={} (",
             self.heavy_vectors,
             self.sum_blocks,
             self.sum_loads,
@@ -224,7 +239,8 @@ impl std::fmt::Display for CardProfile {
             self.norm_threads,
             self.heavy_unroll,
             self.mid_vectors,
-            self.early_waves
+            self.early_waves,
+            self.gemv_rows
         )?;
         match c.bytes_per_sm_cycle() {
             Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
@@ -308,19 +324,21 @@ mod tests {
             heavy_unroll: Some(1),
             mid_vectors: Some(3),
             early_waves: Some(0),
+            gemv_rows: Some(3),
             ..Default::default()
         };
         let q = p.with(&o);
         assert_eq!((q.heavy_vectors, q.sum_blocks, q.sum_loads, q.ew_threads, q.facts), (8, 0, 4, 128, p.facts));
         assert_eq!((q.heavy_unroll, q.mid_vectors, q.norm_blocks, q.early_waves), (1, 3, p.norm_blocks, 0));
+        assert_eq!((q.gemv_rows, p.gemv_rows), (3, 0));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=2 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=2 gemv_rows=0 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

@@ -2,7 +2,7 @@
 //! `driver::card`) against the CPU kernels, on the GPU (skipped without one): every variant a
 //! sweep may pick computes the same values.
 
-use super::{subnormal_step, tol, Bench};
+use super::{gemm_tol, subnormal_step, tol, value, Bench};
 use crate::config::{CardOverrides, LaunchTuning};
 use crate::driver::Driver;
 use crate::dtype::DType;
@@ -142,6 +142,47 @@ fn early_launches_wait_for_the_kernel_before() {
         }
         for op in &ops {
             b.compare(op, tol(d), 0.0);
+        }
+    }
+    set(&b, CardOverrides::default());
+}
+
+/// Row-vector products of a row-major weight under every `gemv_rows` (f32 weights through
+/// cuBLASLt or `gv_rows`; `gv_rows` launched plainly or early), f32 and bf16: rows split over
+/// blocks (k = 4,100) with a last tile of columns cut short (n = 1,032), then a chain of four
+/// square products launched back to back, each reading the output of the one before (a kernel
+/// that ran ahead would read its input's random first bytes), each within cuBLAS's tolerance of
+/// the CPU's at the size of its input.
+#[test]
+fn row_vector_products_agree_under_every_gemv_rows() {
+    let Some(mut b) = Bench::new() else { return };
+    for g in 0..4 {
+        set(&b, CardOverrides { gemv_rows: Some(g), ..Default::default() });
+        for d in [DType::F32, DType::BF16] {
+            let t = gemm_tol(d);
+            let (k, n) = (4100, 1032);
+            let (x, w, y) = (b.dense(d, &[1, k]), b.dense(d, &[k, n]), b.dense(d, &[1, n]));
+            let op = KernelOp::Gemm { lhs: x, rhs: w, dst: y, bias: None, workspace: None };
+            b.check_abs(&op, t, t * k as f64 * 16.0);
+            let w = b.dense(d, &[n, n]);
+            let mut prev = b.dense(d, &[1, n]);
+            let outs: Vec<_> = (0..4).map(|_| b.dense(d, &[1, n])).collect();
+            b.d.stream_synchronize(b.s).unwrap();
+            let mut ops = Vec::new();
+            for out in outs {
+                ops.push(KernelOp::Gemm { lhs: prev, rhs: w.clone(), dst: out.clone(), bias: None, workspace: None });
+                prev = out;
+            }
+            for op in &ops {
+                b.d.launch(b.s, op).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+            }
+            for op in &ops {
+                let KernelOp::Gemm { lhs, .. } = op else { unreachable!() };
+                let mut bytes = vec![0u8; n * d.size()];
+                b.d.memcpy_dtoh(&mut bytes, lhs.ptr, b.s).unwrap();
+                let size = (0..n).map(|i| value(&bytes, d, i).abs()).fold(0.0, f64::max);
+                b.compare(op, t, t * n as f64 * 4.0 * size);
+            }
         }
     }
     set(&b, CardOverrides::default());

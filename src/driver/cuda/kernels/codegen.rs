@@ -607,46 +607,58 @@ fn softmax(s: &mut String, src: DType, dst: DType, log: bool) {
     for (w, ch, g) in warp {
         let _ = writeln!(
             s,
-            "{head} sm_w{w}_{ch}_{g}(const __grid_constant__ SmP p) {{ cs_enter(); sm_warp_rows<{w}, {ch}, {g}>(p); }}"
+            "{head} sm_w{w}_{ch}_{g}(const __grid_constant__ SmP p) {{ cs_enter_when(p.early); sm_warp_rows<{w}, {ch}, {g}>(p); }}"
         );
     }
     for ch in block {
         let _ = writeln!(
             s,
-            "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 256>(p); }}"
+            "{head} sm_b{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter_when(p.early); sm_block_rows<{ch}, 256>(p); }}"
         );
     }
     let big = "extern \"C\" __global__ void __launch_bounds__(1024)";
     for ch in softmax_big_layouts(v, softmax_value_bytes(src, dst)) {
         let _ = writeln!(
             s,
-            "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter(); sm_block_rows<{ch}, 1024>(p); }}"
+            "{big} sm_B{v}_{ch}(const __grid_constant__ SmP p) {{ cs_enter_when(p.early); sm_block_rows<{ch}, 1024>(p); }}"
         );
     }
     for ch in softmax_mid_layouts(v) {
         let _ = writeln!(
             s,
             "extern \"C\" __global__ void __launch_bounds__({SOFTMAX_MID_THREADS}) sm_m{v}_{ch}(const __grid_constant__ SmP p) \
-             {{ cs_enter(); sm_block_rows<{ch}, {SOFTMAX_MID_THREADS}>(p); }}"
+             {{ cs_enter_when(p.early); sm_block_rows<{ch}, {SOFTMAX_MID_THREADS}>(p); }}"
         );
     }
     for ch in softmax_raw_layouts(src, dst) {
         let _ = writeln!(
             s,
             "extern \"C\" __global__ void __launch_bounds__({SOFTMAX_RAW_THREADS}) sm_r{v}_{ch}(const __grid_constant__ SmP p) \
-             {{ cs_enter(); sm_raw_rows<{ch}, {SOFTMAX_RAW_THREADS}>(p); }}"
+             {{ cs_enter_when(p.early); sm_raw_rows<{ch}, {SOFTMAX_RAW_THREADS}>(p); }}"
         );
     }
     for w in [1, v] {
-        let _ = writeln!(s, "{head} sm_o{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_online_rows<{w}>(p); }}");
-        let _ = writeln!(s, "{head} sm_p{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_split_stats<{w}>(p); }}");
-        let _ = writeln!(s, "{head} sm_q{w}(const __grid_constant__ SmP p) {{ cs_enter(); sm_split_out<{w}>(p); }}");
+        let _ = writeln!(
+            s,
+            "{head} sm_o{w}(const __grid_constant__ SmP p) {{ cs_enter_when(p.early); sm_online_rows<{w}>(p); }}"
+        );
+        let _ = writeln!(
+            s,
+            "{head} sm_p{w}(const __grid_constant__ SmP p) {{ cs_enter_when(p.early); sm_split_stats<{w}>(p); }}"
+        );
+        let _ = writeln!(
+            s,
+            "{head} sm_q{w}(const __grid_constant__ SmP p) {{ cs_enter_when(p.early); sm_split_out<{w}>(p); }}"
+        );
         if v == 1 {
             break;
         }
     }
     if v > 1 {
-        let _ = writeln!(s, "{head} sm_l{v}(const __grid_constant__ SmP p) {{ cs_enter(); sm_lead_rows<{v}>(p); }}");
+        let _ = writeln!(
+            s,
+            "{head} sm_l{v}(const __grid_constant__ SmP p) {{ cs_enter_when(p.early); sm_lead_rows<{v}>(p); }}"
+        );
     }
 }
 

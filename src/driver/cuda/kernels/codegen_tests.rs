@@ -19,7 +19,7 @@ fn conversions_are_spelled_as_the_cpu_converts() {
     assert_eq!(conv(DType::Bool, DType::F32, "a"), "((float)(i64)((i64)((a) != 0)))");
 }
 
-/// Every kernel's first statement is `cs_enter` (`cu/common.cu`): the launch allows
+/// Every kernel's first statement is `cs_enter` or `cs_enter_when` (`cu/common.cu`): the launch allows
 /// programmatic serialization (`ctx.rs`), which is only safe when each kernel waits for the
 /// grids before it before it touches memory.
 #[test]
@@ -40,6 +40,9 @@ fn every_kernel_waits_for_the_grids_before_it() {
     for (src, dst) in [(DType::F32, DType::F32), (DType::BF16, DType::BF16), (DType::F16, DType::F32)] {
         modules.push(ModuleKey::Softmax { src, dst, log: false });
     }
+    for dtype in [DType::F32, DType::BF16] {
+        modules.push(ModuleKey::Gemv { dtype });
+    }
     assert!(COMMON.contains(&format!("#define CS_PDL_MAX_GRID {PDL_MAX_GRID}\n")));
     for m in modules {
         let text = m.source();
@@ -47,10 +50,10 @@ fn every_kernel_waits_for_the_grids_before_it() {
         assert_eq!(kernels.len(), m.entries().len(), "{m:?}");
         for k in kernels {
             let body = &k[k.find('{').expect("a kernel has a body") + 1..].trim_start();
-            // The fast elementwise kernels at any grid once told (`Ctx::run_early`), the others
-            // below `PDL_MAX_GRID` blocks.
-            let fast = k.contains(" ew_f") || k.contains(" ew_g");
-            let first = if fast { "cs_enter_when(p.early);" } else { "cs_enter();" };
+            // The fast elementwise kernels, the softmax kernels and `gv_rows` at any grid once
+            // told (`Ctx::run_early`), the others below `PDL_MAX_GRID` blocks.
+            let told = [" ew_f", " ew_g", " sm_", " gv_rows"].iter().any(|name| k.contains(name));
+            let first = if told { "cs_enter_when(p.early);" } else { "cs_enter();" };
             assert!(body.starts_with(first), "{m:?}: {}", &k[..k.len().min(120)]);
         }
     }

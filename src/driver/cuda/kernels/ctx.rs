@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
 /// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
 /// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, `norm_threads`,
-/// `heavy_unroll`, `mid_vectors`, `early_waves`, [`NO_OVERRIDE`] where the card's own hold).
+/// `heavy_unroll`, `mid_vectors`, `early_waves`, `gemv_rows`, [`NO_OVERRIDE`] where the card's own hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -45,7 +45,7 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
-    pub card: [AtomicU32; 10],
+    pub card: [AtomicU32; 11],
 }
 
 /// Parameters of a kernel whose `cs_enter` runs at any grid once told to (a field the kernel
@@ -68,7 +68,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
-            card: [NO_OVERRIDE; 10].map(AtomicU32::new),
+            card: [NO_OVERRIDE; 11].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -94,6 +94,7 @@ impl Tuning {
             c.heavy_unroll,
             c.mid_vectors,
             c.early_waves,
+            c.gemv_rows,
         ]) {
             slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
         }
@@ -107,7 +108,7 @@ impl Tuning {
 
     /// The card profile's choices set by hand.
     pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
-        let [h, b, l, s, t, n, nt, u, m, e] =
+        let [h, b, l, s, t, n, nt, u, m, e, g] =
             self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
         CardOverrides {
             heavy_vectors: h,
@@ -120,6 +121,7 @@ impl Tuning {
             heavy_unroll: u,
             mid_vectors: m,
             early_waves: e,
+            gemv_rows: g,
         }
     }
 
@@ -394,7 +396,8 @@ impl Ctx<'_> {
     /// capability 9.0 or later: measured on the H200, a graph of 100 tiny kernels went from 853
     /// to 552 ns per node, while eager launches gained at most 9 % on grids of many waves and
     /// lost up to a third on reductions of one wave, tiled copies and launch-bound ops. The fast
-    /// elementwise kernel's grids of many waves take the attribute through [`Ctx::run_early`].
+    /// elementwise kernel's and the softmax kernels' grids of many waves, and `gv_rows` when the card
+    /// says so, take the attribute through [`Ctx::run_early`].
     #[inline]
     fn programmatic(&self, grid: u32) -> bool {
         self.info.major >= 9

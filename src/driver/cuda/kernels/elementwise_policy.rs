@@ -104,8 +104,9 @@ pub(in crate::driver::cuda) fn ew_heaviest(op: EwOp, out: DType) -> bool {
     matches!(op, EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos)) && out == DType::BF16
 }
 
-/// Whether a fast elementwise grid of `grid` blocks, `wave` of which the device holds at once, is
-/// launched early (`Ctx::run_early`): from `waves` waves of blocks on (the card's `early_waves`;
+/// Whether a grid of `grid` blocks of the fast elementwise kernel or a softmax kernel over rows,
+/// `wave` of which the device holds at once, is launched early (`Ctx::run_early`): from `waves`
+/// waves of blocks on (the card's `early_waves`;
 /// 0: never). Its blocks are then scheduled while the kernel before it drains and wait for it
 /// first. Only grids of several waves: on the H200 (session 8) eager launches with the attribute
 /// gained up to 9 % on grids of many waves and lost up to a third on reductions of one wave.

@@ -3,8 +3,9 @@
 //! cuBLASLt, whose kernels for one row read a half-type weight at 1.4–2.3 TB/s on the H200
 //! (`matmul_bf16_vec` in BENCHMARKS.md; these read it at 2.7–3.6).
 //!
-//! A row-major weight of a half type (`gv_rows`; f32 ones stay with cuBLASLt, which was faster)
-//! streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
+//! A row-major weight of a half type (`gv_rows`; f32 ones stay with cuBLASLt, which was faster on
+//! the H200, unless the card profile's `gemv_rows` sends them here too, or launches `gv_rows`
+//! early) streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
 //! of `16 · V` adjacent columns (each of 16 column lanes `V` of them) over one split of the rows,
 //! the splits half a wave of blocks; its 16 row lanes fold rows `r, r + 16, …` of the split in
 //! increasing order, four loads in flight, accumulating in `float` with one FMA per element (as
@@ -17,7 +18,7 @@
 //! Views neither reads (another dtype, batch dims, an unaligned weight, a row-major one whose
 //! width is not a multiple of `V`) go to cuBLASLt.
 
-use super::ctx::{addr, Ctx, PARTIALS};
+use super::ctx::{addr, Ctx, WaitsWhenTold, PARTIALS};
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::vocab::{Entry, KernelId, ModuleKey, THREADS};
 use crate::dtype::DType;
@@ -50,6 +51,25 @@ struct GvP {
     chunk: i64,
     /// Whether `x` is read in 16-byte loads (`gv_dots`).
     xvec: i64,
+    /// Launched early whatever its grid (`WaitsWhenTold`): `gv_rows` waits first then.
+    early: i64,
+}
+
+impl WaitsWhenTold for GvP {
+    fn tell_to_wait(&mut self) {
+        self.early = 1;
+    }
+}
+
+/// The card's `gemv_rows` bit that sends f32 row-major weights to `gv_rows` (else cuBLASLt).
+const ROWS_F32: u32 = 1;
+/// The card's `gemv_rows` bit that launches `gv_rows` early.
+const ROWS_EARLY: u32 = 2;
+
+/// Whether a row-major weight of `dtype` takes `gv_rows` under the card's `gemv_rows` bits, and
+/// if so whether it is launched early: half types always take it, f32 under [`ROWS_F32`].
+fn rows_choice(dtype: DType, gemv_rows: u32) -> Option<bool> {
+    (dtype != DType::F32 || gemv_rows & ROWS_F32 != 0).then_some(gemv_rows & ROWS_EARLY != 0)
 }
 
 /// The fewest rows a split holds (four per row lane of `gv_rows`).
@@ -82,12 +102,16 @@ pub(in crate::driver::cuda) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferV
         splits: 1,
         chunk: k as i64,
         xvec: 0,
+        early: 0,
     };
-    // f32 row-major weights stay with cuBLASLt: measured on the H200, `gv_rows` read a 64 MiB
-    // f32 weight in 21.4-21.7 µs, cuBLASLt in 19.5-19.9 (half types: 9.4-9.6 against 22.4-23.6).
-    if scol == 1 && dtype != DType::F32 && srow >= n && n.is_multiple_of(v) && aligned(srow) {
-        p.ldw = srow as i64;
-        return rows(c, dtype, p).map(|()| true);
+    // f32 row-major weights stay with cuBLASLt unless the card says otherwise (`gemv_rows`):
+    // measured on the H200, `gv_rows` read a 64 MiB f32 weight in 21.4-21.7 µs, cuBLASLt in
+    // 19.5-19.9 (half types: 9.4-9.6 against 22.4-23.6).
+    if scol == 1 && srow >= n && n.is_multiple_of(v) && aligned(srow) {
+        if let Some(early) = rows_choice(dtype, c.card().gemv_rows) {
+            p.ldw = srow as i64;
+            return rows(c, dtype, p, early).map(|()| true);
+        }
     }
     if srow == 1 && scol >= k && aligned(scol) {
         p.ldw = scol as i64;
@@ -111,8 +135,9 @@ fn dot_splits(slots: u64, n: u64) -> i64 {
     s as i64
 }
 
-/// `gv_rows` over `p` (a row-major weight): rows split over enough blocks to fill the GPU.
-fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
+/// `gv_rows` over `p` (a row-major weight): rows split over enough blocks to fill the GPU;
+/// launched early (`Ctx::run_early`) when `early`.
+fn rows(c: &Ctx, dtype: DType, mut p: GvP, early: bool) -> Result<()> {
     let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
     let tiles = (p.n as usize).div_ceil(GV_CX * gemv_vec(dtype)) as i64;
     // Half a wave: half the blocks the device holds at once at the kernel's occupancy.
@@ -126,19 +151,37 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP) -> Result<()> {
     if p.splits > 1 {
         (p.partials, p.counters) = c.reduce_scratch()?;
     }
-    c.run(f, (tiles * p.splits) as u32, &mut p)
+    let grid = (tiles * p.splits) as u32;
+    if early {
+        return c.run_early(f, grid, THREADS, &mut p);
+    }
+    c.run(f, grid, &mut p)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::dot_splits;
-    use super::GV_CX;
+    use super::{dot_splits, rows_choice, GV_CX};
     use crate::driver::cuda::kernels::sources::GEMV;
+    use crate::dtype::DType;
 
     /// The launch's tiles of `gv_rows` are the kernel's: both sides use the same column lanes.
     #[test]
     fn gv_rows_column_lanes_match_the_kernel() {
         assert!(GEMV.contains(&format!("#define GV_CX {GV_CX}\n")), "GV_CX differs between gemv.rs and the kernel");
+    }
+
+    /// Half types always take `gv_rows`, f32 only under `gemv_rows`' first bit; the second
+    /// launches it early, for every dtype that takes it.
+    #[test]
+    fn row_major_weights_take_gv_rows_as_the_card_says() {
+        for d in [DType::BF16, DType::F16] {
+            assert_eq!(
+                (0..4).map(|g| rows_choice(d, g)).collect::<Vec<_>>(),
+                [Some(false), Some(false), Some(true), Some(true)]
+            );
+        }
+        let f32s: Vec<_> = (0..4).map(|g| rows_choice(DType::F32, g)).collect();
+        assert_eq!(f32s, [None, Some(false), None, Some(true)], "f32 stays with cuBLASLt without bit 1");
     }
 
     /// Outputs take more warps only while every output's warps fit in the device's slots at once.

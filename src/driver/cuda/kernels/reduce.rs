@@ -34,7 +34,8 @@
 //! extremes compare in the input's precision (floats by PTX's NaN-propagating `max.NaN` /
 //! `min.NaN`), integers accumulate in wrapping `i64`.
 
-use super::ctx::{addr, collapse, unsupported, Ctx, PARTIALS};
+use super::ctx::{addr, collapse, unsupported, Ctx, WaitsWhenTold, PARTIALS};
+use super::elementwise_policy::launch_early;
 use super::reduce_layouts::{cols_x, wide_block};
 use super::softmax_layouts::{
     softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
@@ -94,7 +95,8 @@ struct SmP {
     sst: i64,
     dst_st: i64,
     out_ndim: i32,
-    pad: i32,
+    /// Launched early whatever its grid (`WaitsWhenTold`): the kernels wait first then.
+    early: i32,
     out_shape: [i64; MAXD],
     out_sst: [i64; MAXD],
     out_dst: [i64; MAXD],
@@ -102,6 +104,12 @@ struct SmP {
     partials: u64,
     /// Splits per row of the split kernels (1 for the others).
     splits: i64,
+}
+
+impl WaitsWhenTold for SmP {
+    fn tell_to_wait(&mut self) {
+        self.early = 1;
+    }
 }
 
 /// `⌈a / b⌉` for `a ≥ 0`, `b > 0`.
@@ -329,7 +337,7 @@ pub(in crate::driver::cuda) fn softmax(
         sst: if n == 1 { 1 } else { sst },
         dst_st: if n == 1 { 1 } else { dst_st },
         out_ndim: kept.n as i32,
-        pad: 0,
+        early: 0,
         out_shape: kept.shape,
         out_sst: kept.st[0],
         out_dst: kept.st[1],
@@ -355,14 +363,23 @@ pub(in crate::driver::cuda) fn softmax(
         Entry::Rows { g: 0, ch: 0, .. } | Entry::LeadRows(_) => (rows as u64).min(c.info.sms as u64 * 2) as u32,
         Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
         Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
-        Entry::BigRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), 1024, &mut p),
-        Entry::RawRows { .. } => return c.run_threads(f, c.grid(f, rows as u64 * 256), SOFTMAX_RAW_THREADS, &mut p),
+        Entry::BigRows { .. } => return run_rows(c, f, c.grid(f, rows as u64 * 256), 1024, &mut p),
+        Entry::RawRows { .. } => return run_rows(c, f, c.grid(f, rows as u64 * 256), SOFTMAX_RAW_THREADS, &mut p),
         Entry::MidRows { .. } => {
-            return c.run_threads(f, c.grid(f, rows as u64 * 256), SOFTMAX_MID_THREADS, &mut p);
+            return run_rows(c, f, c.grid(f, rows as u64 * 256), SOFTMAX_MID_THREADS, &mut p);
         }
         _ => c.grid(f, rows as u64),
     };
-    c.run(f, grid.max(1), &mut p)
+    run_rows(c, f, grid.max(1), THREADS, &mut p)
+}
+
+/// Queues a softmax kernel over rows: a grid of the card's `early_waves` waves of blocks or more
+/// launched early, as the fast elementwise kernel's (`Ctx::run_early`).
+fn run_rows(c: &Ctx, f: Func, grid: u32, threads: u32, p: &mut SmP) -> Result<()> {
+    if launch_early(grid, c.full_wave_threads(f) / threads as u64, c.card().early_waves) {
+        return c.run_early(f, grid, threads, p);
+    }
+    c.run_threads(f, grid, threads, p)
 }
 
 /// Queues the two launches of a softmax of few long rows split over blocks (`p.splits` per

@@ -1,13 +1,13 @@
 // The kernels gv_rows and gv_dots, after gemv_head.cu's TS, V, to_f and from_f.
 
-struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; i64 xvec; };
+struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; i64 xvec; i64 early; };
 /* `gv_rows`: a block's GV_CX column lanes of V columns each by GV_LANES row lanes (a warp
    spans two rows of a tile of 16 V columns). */
 #define GV_CX 16
 #define GV_LANES (256 / GV_CX)
 #define GV_FLIGHT 4
 extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant__ GvP p) {
-    cs_enter();
+    cs_enter_when(p.early);
     __shared__ float sh[GV_LANES][GV_CX * V];
     __shared__ int last;
     const int lane = threadIdx.x % GV_CX, wid = threadIdx.x / GV_CX;

@@ -4,10 +4,11 @@
 // threads per row (sm_b{V}_{CH}, sm_B{V}_{CH}), a block per row of any length in two passes
 // (sm_o{W}; sm_l{V} for rows of vectors from a 16-byte boundary inside the row), few long rows split
 // over blocks in two launches (sm_p{W}, then sm_q{W}), a thread per row (sm_thread). The entry points are appended by kernels/codegen.rs.
+// Each begins with cs_enter_when(p.early): the host may launch a grid of many waves early.
 
 struct SmP {
     const char* src; char* dst; i64 rows, n, sst, dst_st;
-    int out_ndim, pad;
+    int out_ndim, early;
     i64 out_shape[MAXD]; i64 out_sst[MAXD]; i64 out_dst[MAXD];
     /* The split rows' (maximum, sum) per (row, split), two TC each, and the splits per row. */
     char* partials; i64 splits;
@@ -417,7 +418,7 @@ __device__ __forceinline__ void sm_lead_rows(const SmP& p) {
 
 /* A thread per row (rows next to each other in memory, the softmax dim strided): two passes. */
 extern "C" __global__ void __launch_bounds__(256) sm_thread(const __grid_constant__ SmP p) {
-    cs_enter();
+    cs_enter_when(p.early);
     const i64 step = (i64)gridDim.x * blockDim.x;
     for (i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x; row < p.rows; row += step) {
         i64 so, dof;

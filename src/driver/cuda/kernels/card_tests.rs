@@ -115,7 +115,8 @@ fn norms_agree_under_every_grid_and_block() {
 /// every grid of these 16 M elements is: `ew_fast` never gives a thread so many vectors that the
 /// grid would not fill the device once), one after another with nothing between them, each reading
 /// the output of the one before: every output as the CPU's. A kernel that ran ahead of the one
-/// before it would read its output buffer's random first bytes.
+/// before it would read its output buffer's random first bytes. Then softmax kernels over 131,075
+/// rows of 128 (a few lanes of a warp a row: two to four waves of blocks on an H100) the same way.
 #[test]
 fn early_launches_wait_for_the_kernel_before() {
     let Some(mut b) = Bench::new() else { return };
@@ -142,6 +143,24 @@ fn early_launches_wait_for_the_kernel_before() {
         }
         for op in &ops {
             b.compare(op, tol(d), 0.0);
+        }
+        // Softmax and log_softmax over rows of 128 (a grid of many waves), the same way.
+        let rows = (1 << 17) + 3;
+        let x = b.dense(d, &[rows, 128]);
+        let outs: Vec<_> = (0..6).map(|_| b.dense(d, &[rows, 128])).collect();
+        b.d.stream_synchronize(b.s).unwrap();
+        let mut prev = x;
+        let mut ops = Vec::new();
+        for (k, out) in outs.into_iter().enumerate() {
+            ops.push(KernelOp::Softmax { src: prev, dst: out.clone(), dim: 1, log: k % 2 == 0 });
+            prev = out;
+        }
+        for op in &ops {
+            b.d.launch(b.s, op).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        }
+        for (k, op) in ops.iter().enumerate() {
+            let abs = if k % 2 == 0 { 1e-5 } else { subnormal_step(d) };
+            b.compare(op, tol(d) * 2.0, abs);
         }
     }
     set(&b, CardOverrides::default());

@@ -135,21 +135,14 @@ fn dot_splits(slots: u64, n: u64) -> i64 {
     s as i64
 }
 
-/// The blocks `gv_rows` spreads a product over, of the `wave` the device holds at once at the
-/// kernel's occupancy: half a wave for the half types (measured best there), a whole one for f32,
-/// whose half wave read a 64 MiB weight in 28.4 µs on the H100 against cuBLASLt's 25.8 (session
-/// 35): a weight too large for L2 wants all the loads in flight the device holds.
-fn rows_blocks(wave: u64, dtype: DType) -> i64 {
-    let blocks = if dtype == DType::F32 { wave } else { wave / 2 };
-    blocks.max(1) as i64
-}
-
 /// `gv_rows` over `p` (a row-major weight): rows split over enough blocks to fill the GPU;
 /// launched early (`Ctx::run_early`) when `early`.
 fn rows(c: &Ctx, dtype: DType, mut p: GvP, early: bool) -> Result<()> {
     let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
     let tiles = (p.n as usize).div_ceil(GV_CX * gemv_vec(dtype)) as i64;
-    let target = (rows_blocks(c.full_wave_threads(f) / THREADS as u64, dtype) / tiles).max(1);
+    // Half a wave: half the blocks the device holds at once at the kernel's occupancy.
+    let half_wave = (c.full_wave_threads(f) / THREADS as u64 / 2).max(1) as i64;
+    let target = (half_wave / tiles).max(1);
     // Partials and a counter per tile must fit the scratch.
     let capacity = if tiles > PARTIALS as i64 { 1 } else { (PARTIALS * PARTIAL_BYTES / 4) as i64 / p.n };
     let splits = target.min(p.k / MIN_CHUNK).min(capacity).max(1);
@@ -167,7 +160,7 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP, early: bool) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{dot_splits, rows_blocks, rows_choice, GV_CX};
+    use super::{dot_splits, rows_choice, GV_CX};
     use crate::driver::cuda::kernels::sources::GEMV;
     use crate::dtype::DType;
 
@@ -189,14 +182,6 @@ mod tests {
         }
         let f32s: Vec<_> = (0..4).map(|g| rows_choice(DType::F32, g)).collect();
         assert_eq!(f32s, [None, Some(false), None, Some(true)], "f32 stays with cuBLASLt without bit 1");
-    }
-
-    /// Half types over half a wave, f32 over a whole one; never no block.
-    #[test]
-    fn f32_weights_take_a_whole_wave() {
-        assert_eq!((rows_blocks(528, DType::BF16), rows_blocks(528, DType::F16)), (264, 264));
-        assert_eq!(rows_blocks(528, DType::F32), 528);
-        assert_eq!((rows_blocks(1, DType::BF16), rows_blocks(0, DType::F32)), (1, 1));
     }
 
     /// Outputs take more warps only while every output's warps fit in the device's slots at once.

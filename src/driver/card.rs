@@ -85,13 +85,15 @@
 //!   `bench/sweep_card.sh` measures both).
 //! * `gemv_rows` — the row-vector product of a row-major weight (`x @ w`, a decode step's): its
 //!   kernel `gv_rows` (rows split over the blocks of half a wave, one launch) takes half-type
-//!   weights; bit 1 sends f32 weights to it too (over a whole wave), where cuBLASLt's kernel
+//!   weights; bit 1 sends f32 weights to it too, where cuBLASLt's kernel
 //!   otherwise reads them (`matmul_f32_vec`: 64 MiB in 25.8 µs on the H100, 2.6 TB/s, at parity with
 //!   PyTorch's, which reaches the same library); bit 2 launches it early as `early_waves` does the
 //!   elementwise kernel. 0 on every card: on the H100 (session 35, `bench/sweep_card.sh`'s `gemv`
-//!   lines, µs) f32 over half a wave 28.39 against cuBLASLt's 25.84, launched early 27.16; the half
-//!   types launched early 10.79 / 10.73 against 10.02 / 10.05; on the H200, as `gemv.rs` notes,
-//!   f32 `gv_rows` 21.4–21.7 against cuBLASLt's 19.5–19.9.
+//!   lines, µs) f32 `gv_rows` 28.39 against cuBLASLt's 25.84, launched early 27.16; the half
+//!   types launched early 10.79 / 10.73 against 10.02 / 10.05; on another H100 the same session,
+//!   f32 `gv_rows` over a whole wave of blocks instead of half, 27.72 / 27.91 against 25.71 / 25.25
+//!   (the same ratio: half a wave kept); on the H200, as `gemv.rs` notes, f32 `gv_rows` 21.4–21.7
+//!   against cuBLASLt's 19.5–19.9.
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;

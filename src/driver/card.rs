@@ -63,16 +63,17 @@
 //! * `early_waves` — the fast elementwise kernel's and the softmax kernels' grids of at least this
 //!   many waves of blocks are launched with programmatic stream serialization, eager or captured
 //!   (`Ctx::run_early`): the next kernel's blocks are scheduled as the one before it drains, and
-//!   wait for it in their first statement. 2 on every card (compute capability 9.0 and later; below, the plain launch). On the
-//!   H100 (session 34, each line beside PyTorch in one run): `neg_f16` 25.86 → 24.32 µs, `relu_f16`
-//!   25.93 → 24.22, `add_bf16` 36.72 → 34.96, `neg_f32` 48.06 → 46.26, `sin_bf16` 26.53 → 24.79; 1 and
-//!   2 the same within the spread, 4 lost the gain on grids of two to four waves (`exp_f16`,
-//!   `sin_bf16`: back to 25.8 / 26.4); the op matrix's geomean 1.354 → 1.387, from 45 cases below
-//!   parity to none. The softmax kernels (session 35, two pairs of lines beside PyTorch in one
-//!   run): `softmax_f32_rows128` 48.48 / 48.32 → 46.79 / 46.82 µs, `log_softmax_f32_rows128` 48.42 /
-//!   48.28 → 46.75 / 46.77, `softmax_bf16_rows128` 26.44 / 26.26 → 24.97 / 24.96, rows of 32,768
-//!   (under a wave: plain) unchanged. Grids of one wave stay plain: on the H200 (session 8) the attribute on every
-//!   launch lost up to a third on reductions of one wave and tiled copies.
+//!   wait for it in their first statement. 2 on every card (compute capability 9.0 and later;
+//!   below, the plain launch). On the H100 (session 34, each line beside PyTorch in one run):
+//!   `neg_f16` 25.86 → 24.32 µs, `relu_f16` 25.93 → 24.22, `add_bf16` 36.72 → 34.96, `neg_f32`
+//!   48.06 → 46.26, `sin_bf16` 26.53 → 24.79; 1 and 2 the same within the spread, 4 lost the gain
+//!   on grids of two to four waves (`exp_f16`, `sin_bf16`: back to 25.8 / 26.4); the op matrix's
+//!   geomean 1.354 → 1.387, from 45 cases below parity to none. The softmax kernels (session 35,
+//!   two pairs of lines beside PyTorch in one run): `softmax_f32_rows128` 48.48 / 48.32 → 46.79 /
+//!   46.82 µs, `log_softmax_f32_rows128` 48.42 / 48.28 → 46.75 / 46.77, `softmax_bf16_rows128`
+//!   26.44 / 26.26 → 24.97 / 24.96, rows of 32,768 (under a wave: plain) unchanged. Grids of one
+//!   wave stay plain: on the H200 (session 8) the attribute on every launch lost up to a third on
+//!   reductions of one wave and tiled copies.
 //! * `heavy_unroll` — whether the fast elementwise kernel of the heavy functions takes two of
 //!   its vectors at a time (1: each module's `ew_f*` entry) or one (0: its `ew_g*` entry). Two at
 //!   a time hold both in registers: the bf16 `sin` kernel takes 44 a thread, five blocks of 256
@@ -85,15 +86,15 @@
 //!   `bench/sweep_card.sh` measures both).
 //! * `gemv_rows` — the row-vector product of a row-major weight (`x @ w`, a decode step's): its
 //!   kernel `gv_rows` (rows split over the blocks of half a wave, one launch) takes half-type
-//!   weights; bit 1 sends f32 weights to it too, where cuBLASLt's kernel
-//!   otherwise reads them (`matmul_f32_vec`: 64 MiB in 25.8 µs on the H100, 2.6 TB/s, at parity with
-//!   PyTorch's, which reaches the same library); bit 2 launches it early as `early_waves` does the
-//!   elementwise kernel. 0 on every card: on the H100 (session 35, `bench/sweep_card.sh`'s `gemv`
-//!   lines, µs) f32 `gv_rows` 28.39 against cuBLASLt's 25.84, launched early 27.16; the half
-//!   types launched early 10.79 / 10.73 against 10.02 / 10.05; on another H100 the same session,
-//!   f32 `gv_rows` over a whole wave of blocks instead of half, 27.72 / 27.91 against 25.71 / 25.25
-//!   (the same ratio: half a wave kept); on the H200, as `gemv.rs` notes, f32 `gv_rows` 21.4–21.7
-//!   against cuBLASLt's 19.5–19.9.
+//!   weights; bit 1 sends f32 weights to it too, where cuBLASLt's kernel otherwise reads them
+//!   (`matmul_f32_vec`: 64 MiB in 25.8 µs on the H100, 2.6 TB/s, at parity with PyTorch's, which
+//!   reaches the same library); bit 2 launches it early as `early_waves` does the elementwise
+//!   kernel. 0 on every card: on the H100 (session 35, `bench/sweep_card.sh`'s `gemv` lines, µs)
+//!   f32 `gv_rows` 28.39 against cuBLASLt's 25.84, launched early 27.16; the half types launched
+//!   early 10.79 / 10.73 against 10.02 / 10.05; on another H100 the same session, f32 `gv_rows`
+//!   over a whole wave of blocks instead of half, 27.72 / 27.91 against 25.71 / 25.25 (the same
+//!   ratio: half a wave kept); on the H200, as `gemv.rs` notes, f32 `gv_rows` 21.4–21.7 against
+//!   cuBLASLt's 19.5–19.9.
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;

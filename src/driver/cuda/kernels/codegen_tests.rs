@@ -2,6 +2,7 @@
 //! the first statement of every kernel.
 
 use super::codegen::*;
+use super::ctx::launch_early;
 use super::elementwise_policy::*;
 use super::reduce_layouts::half_runs;
 use super::sources::{COMMON, TRIG_HALF};
@@ -128,8 +129,8 @@ fn heavy_functions_take_the_cards_vectors() {
     assert_eq!(fast_choice(sin, DType::BF16, 1, 0, unread).1, ew_per_thread(sin, DType::BF16, 1));
 }
 
-/// A fast elementwise grid is launched early from the card's `early_waves` waves of blocks on,
-/// never when it is 0.
+/// A grid (the fast elementwise kernel's, a softmax kernel's) is launched early from the card's
+/// `early_waves` waves of blocks on, never when it is 0.
 #[test]
 fn grids_of_enough_waves_launch_early() {
     assert!(!launch_early(1 << 20, 1056, 0), "0: never");

@@ -15,7 +15,7 @@
 //! as `strided::strided_lane` chooses. Parameters are `#[repr(C)]` structs on the stack.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, Dims, WaitsWhenTold};
-use super::elementwise_policy::{ew_vec, fast_choice, launch_early, raw_dtype, tile_edge};
+use super::elementwise_policy::{ew_vec, fast_choice, raw_dtype, tile_edge};
 use super::strided::{batched_tile, magic_divider, strided_dims, strided_lane, Operands, StridedDims, StridedLane};
 use super::vocab::{fast_masks, Entry, EwOp, JitKey, KernelId, ModuleKey, MAXD, THREADS};
 use crate::dtype::DType;
@@ -223,11 +223,7 @@ fn ew_fast(c: &Ctx, op: EwOp, out_dtype: DType, dtypes: [DType; 3], nin: usize, 
     // `early_waves` launched early.
     let card = c.card();
     let threads = card.ew_threads.clamp(32, THREADS);
-    let grid = c.grid_of(f, work, threads);
-    if launch_early(grid, c.full_wave_threads(f) / threads as u64, card.early_waves) {
-        return c.run_early(f, grid, threads, &mut p);
-    }
-    c.run_threads(f, grid, threads, &mut p)
+    c.run_waves(f, (c.grid_of(f, work, threads), threads), card.early_waves, &mut p)
 }
 
 /// Threads of the one block of a launch for `work` (at most [`THREADS`]) items: whole warps,

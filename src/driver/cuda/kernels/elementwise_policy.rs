@@ -104,16 +104,6 @@ pub(in crate::driver::cuda) fn ew_heaviest(op: EwOp, out: DType) -> bool {
     matches!(op, EwOp::Unary(UnaryOp::Sin | UnaryOp::Cos)) && out == DType::BF16
 }
 
-/// Whether a grid of `grid` blocks of the fast elementwise kernel or a softmax kernel over rows,
-/// `wave` of which the device holds at once, is launched early (`Ctx::run_early`): from `waves`
-/// waves of blocks on (the card's `early_waves`;
-/// 0: never). Its blocks are then scheduled while the kernel before it drains and wait for it
-/// first. Only grids of several waves: on the H200 (session 8) eager launches with the attribute
-/// gained up to 9 % on grids of many waves and lost up to a third on reductions of one wave.
-pub(in crate::driver::cuda) fn launch_early(grid: u32, wave: u64, waves: u32) -> bool {
-    waves > 0 && grid as u64 >= wave.max(1).saturating_mul(waves as u64)
-}
-
 /// The fast kernel of `op` for broadcast `mask` and the vectors each of its threads takes on this
 /// card, from one read of the card profile (`card()`, called only for the functions of
 /// [`ew_heavy`]: op dispatch is hot). For those, the kernel that takes one vector at a time

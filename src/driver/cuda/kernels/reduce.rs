@@ -35,7 +35,6 @@
 //! `min.NaN`), integers accumulate in wrapping `i64`.
 
 use super::ctx::{addr, collapse, unsupported, Ctx, WaitsWhenTold, PARTIALS};
-use super::elementwise_policy::launch_early;
 use super::reduce_layouts::{cols_x, wide_block};
 use super::softmax_layouts::{
     softmax_big_fits, softmax_block_fits, softmax_mid_fits, softmax_raw_layouts, softmax_value_bytes, softmax_vec,
@@ -357,29 +356,22 @@ pub(in crate::driver::cuda) fn softmax(
         }
     }
     let f = c.kernel(KernelId { module, entry })?;
-    let grid = match entry {
+    let (grid, threads) = match entry {
         // Two passes over long rows: few enough blocks at once that their rows stay in L2
         // between the passes.
-        Entry::Rows { g: 0, ch: 0, .. } | Entry::LeadRows(_) => (rows as u64).min(c.info.sms as u64 * 2) as u32,
-        Entry::Rows { g: 0, .. } => c.grid(f, rows as u64 * 256),
-        Entry::Rows { g, .. } => c.grid(f, rows as u64 * g as u64),
-        Entry::BigRows { .. } => return run_rows(c, f, c.grid(f, rows as u64 * 256), 1024, &mut p),
-        Entry::RawRows { .. } => return run_rows(c, f, c.grid(f, rows as u64 * 256), SOFTMAX_RAW_THREADS, &mut p),
-        Entry::MidRows { .. } => {
-            return run_rows(c, f, c.grid(f, rows as u64 * 256), SOFTMAX_MID_THREADS, &mut p);
+        Entry::Rows { g: 0, ch: 0, .. } | Entry::LeadRows(_) => {
+            ((rows as u64).min(c.info.sms as u64 * 2) as u32, THREADS)
         }
-        _ => c.grid(f, rows as u64),
+        Entry::Rows { g: 0, .. } => (c.grid(f, rows as u64 * 256), THREADS),
+        Entry::Rows { g, .. } => (c.grid(f, rows as u64 * g as u64), THREADS),
+        Entry::BigRows { .. } => (c.grid(f, rows as u64 * 256), 1024),
+        Entry::RawRows { .. } => (c.grid(f, rows as u64 * 256), SOFTMAX_RAW_THREADS),
+        Entry::MidRows { .. } => (c.grid(f, rows as u64 * 256), SOFTMAX_MID_THREADS),
+        _ => (c.grid(f, rows as u64), THREADS),
     };
-    run_rows(c, f, grid.max(1), THREADS, &mut p)
-}
-
-/// Queues a softmax kernel over rows: a grid of the card's `early_waves` waves of blocks or more
-/// launched early, as the fast elementwise kernel's (`Ctx::run_early`).
-fn run_rows(c: &Ctx, f: Func, grid: u32, threads: u32, p: &mut SmP) -> Result<()> {
-    if launch_early(grid, c.full_wave_threads(f) / threads as u64, c.card().early_waves) {
-        return c.run_early(f, grid, threads, p);
-    }
-    c.run_threads(f, grid, threads, p)
+    // A grid of the card's `early_waves` waves or more launched early, as the fast elementwise
+    // kernel's.
+    c.run_waves(f, (grid.max(1), threads), c.card().early_waves, &mut p)
 }
 
 /// Queues the two launches of a softmax of few long rows split over blocks (`p.splits` per

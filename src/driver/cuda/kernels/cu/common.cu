@@ -19,8 +19,8 @@ typedef unsigned long long u64;
    transpose: 16384 blocks) ran a fifth slower with them on the H200, so grids larger than any
    the host launches with the attribute (`PDL_MAX_GRID` in codegen.rs) skip them. */
 #define CS_PDL_MAX_GRID 1024
-/* The same for a kernel the host may launch with the attribute at any grid (the fast elementwise
-   kernel, `Ctx::run_early`): whatever the grid once `early` is set. */
+/* The same for a kernel the host may launch with the attribute at any grid (`Ctx::run_early`: the
+   fast elementwise kernel, the softmax kernels, `gv_rows`): whatever the grid once `early` is set. */
 __device__ __forceinline__ void cs_enter_when(int early) {
 #if __CUDA_ARCH__ >= 900
     if (early || gridDim.x <= CS_PDL_MAX_GRID) {

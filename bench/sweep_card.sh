@@ -83,8 +83,9 @@ if part ops; then
 fi
 if part gemv; then
   run gemv default ""
-  # 1: f32 weights through gv_rows (else cuBLASLt); 2: gv_rows launched early; 3: both.
-  for g in 0 1 2 3; do run gemv "gemv_rows=$g" "gemv_rows=$g"; done
+  # 1: f32 weights through gv_rows (else cuBLASLt); 2: gv_rows launched early; 4: gv_rows8, eight
+  # rows a lane in flight; their sums.
+  for g in 0 1 2 3 4 5 6 7; do run gemv "gemv_rows=$g" "gemv_rows=$g"; done
 fi
 if part sum; then
   run sum default ""

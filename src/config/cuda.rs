@@ -191,10 +191,11 @@ pub struct CardOverrides {
     /// in their first statement);
     /// 0: only as every other kernel (small grids being captured). The card's own: 2.
     pub early_waves: Option<u32>,
-    /// `gemv_rows=N` (0 to 3): the row-vector product kernel of a row-major weight (`gv_rows`),
-    /// two bits: 1, an f32 weight takes it too (0: cuBLASLt); 2, it is launched with programmatic
+    /// `gemv_rows=N` (0 to 7): the row-vector product kernel of a row-major weight (`gv_rows`),
+    /// three bits: 1, an f32 weight takes it too (0: cuBLASLt); 2, it is launched with programmatic
     /// stream serialization on compute capability 9.0 or later (its blocks are scheduled while
-    /// the kernel before it drains, and wait for it first). The card's own: 0.
+    /// the kernel before it drains, and wait for it first); 4, its variant with eight rows a
+    /// lane in flight and four blocks an SM (`gv_rows8`). The card's own: 0.
     pub gemv_rows: Option<u32>,
 }
 
@@ -208,7 +209,7 @@ impl CardOverrides {
     pub const KEYS: &'static str =
         "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256), \
          norm_blocks (0-64), norm_threads (64, 128 or 256), heavy_unroll (0 or 1), mid_vectors (1-16), \
-         early_waves (0-64), gemv_rows (0-3)";
+         early_waves (0-64), gemv_rows (0-7)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -232,7 +233,7 @@ impl CardOverrides {
             "heavy_unroll" => (&mut self.heavy_unroll, n <= 1),
             "mid_vectors" => (&mut self.mid_vectors, (1..=16).contains(&n)),
             "early_waves" => (&mut self.early_waves, n <= 64),
-            "gemv_rows" => (&mut self.gemv_rows, n <= 3),
+            "gemv_rows" => (&mut self.gemv_rows, n <= 7),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -597,12 +598,12 @@ mod tests {
             let want = CardOverrides { early_waves: Some(n), ..Default::default() };
             assert_eq!(t(&format!("early_waves={n}")).unwrap().card, want);
         }
-        for n in [0, 3] {
+        for n in [0, 3, 7] {
             let want = CardOverrides { gemv_rows: Some(n), ..Default::default() };
             assert_eq!(t(&format!("gemv_rows={n}")).unwrap().card, want);
         }
         for bad in [
-            "gemv_rows=4",
+            "gemv_rows=8",
             "early_waves=65",
             "mid_vectors=0",
             "mid_vectors=17",

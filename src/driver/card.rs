@@ -89,7 +89,9 @@
 //!   weights; bit 1 sends f32 weights to it too, where cuBLASLt's kernel otherwise reads them
 //!   (`matmul_f32_vec`: 64 MiB in 25.8 µs on the H100, 2.6 TB/s, at parity with PyTorch's, which
 //!   reaches the same library); bit 2 launches it early as `early_waves` does the elementwise
-//!   kernel. 0 on every card: on the H100 (session 35, `bench/sweep_card.sh`'s `gemv` lines, µs)
+//!   kernel; bit 4 takes its variant `gv_rows8` (groups of eight rows a lane, four blocks an SM:
+//!   four of f32's 16-byte loads in flight a thread where `gv_rows` has two, by NVRTC 12.9's
+//!   SASS). 0 on every card: on the H100 (session 35, `bench/sweep_card.sh`'s `gemv` lines, µs)
 //!   f32 `gv_rows` 28.39 against cuBLASLt's 25.84, launched early 27.16; the half types launched
 //!   early 10.79 / 10.73 against 10.02 / 10.05; on another H100 the same session, f32 `gv_rows`
 //!   over a whole wave of blocks instead of half, 27.72 / 27.91 against 25.71 / 25.25 (the same

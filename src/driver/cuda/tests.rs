@@ -423,7 +423,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
                 heavy_unroll: [None, Some(0), Some(1)][next(3) as usize],
                 mid_vectors: [None, Some(1 + next(16))][next(2) as usize],
                 early_waves: [None, Some(next(65))][next(2) as usize],
-                gemv_rows: [None, Some(next(4))][next(2) as usize],
+                gemv_rows: [None, Some(next(8))][next(2) as usize],
             },
         }
     }

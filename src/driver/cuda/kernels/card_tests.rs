@@ -168,7 +168,7 @@ fn early_launches_wait_for_the_kernel_before() {
 }
 
 /// Row-vector products of a row-major weight under every `gemv_rows` (f32 weights through
-/// cuBLASLt or `gv_rows`; `gv_rows` launched plainly or early), f32 and bf16: rows split over
+/// cuBLASLt or `gv_rows`; `gv_rows` or `gv_rows8`, launched plainly or early), f32 and bf16: rows split over
 /// blocks (k = 4,100) with a last tile of columns cut short (n = 1,032), then a chain of four
 /// square products launched back to back, each reading the output of the one before (a kernel
 /// that ran ahead would read its input's random first bytes), each within cuBLAS's tolerance of
@@ -176,7 +176,7 @@ fn early_launches_wait_for_the_kernel_before() {
 #[test]
 fn row_vector_products_agree_under_every_gemv_rows() {
     let Some(mut b) = Bench::new() else { return };
-    for g in 0..4 {
+    for g in 0..8 {
         set(&b, CardOverrides { gemv_rows: Some(g), ..Default::default() });
         for d in [DType::F32, DType::BF16] {
             let t = gemm_tol(d);

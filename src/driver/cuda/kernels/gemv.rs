@@ -4,8 +4,8 @@
 //! (`matmul_bf16_vec` in BENCHMARKS.md; these read it at 2.7–3.6).
 //!
 //! A row-major weight of a half type (`gv_rows`; f32 ones stay with cuBLASLt, which was faster on
-//! the H200, unless the card profile's `gemv_rows` sends them here too, or launches `gv_rows`
-//! early) streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
+//! the H200, unless the card profile's `gemv_rows` sends them here too, launches `gv_rows`
+//! early or takes its variant `gv_rows8`, eight rows a lane in flight) streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
 //! of `16 · V` adjacent columns (each of 16 column lanes `V` of them) over one split of the rows,
 //! the splits half a wave of blocks; its 16 row lanes fold rows `r, r + 16, …` of the split in
 //! increasing order, four loads in flight, accumulating in `float` with one FMA per element (as
@@ -65,11 +65,23 @@ impl WaitsWhenTold for GvP {
 const ROWS_F32: u32 = 1;
 /// The card's `gemv_rows` bit that launches `gv_rows` early.
 const ROWS_EARLY: u32 = 2;
+/// The card's `gemv_rows` bit that takes `gv_rows8` (eight rows a lane in flight) for `gv_rows`.
+const ROWS_EIGHT: u32 = 4;
 
-/// Whether a row-major weight of `dtype` takes `gv_rows` under the card's `gemv_rows` bits, and
-/// if so whether it is launched early: half types always take it, f32 under [`ROWS_F32`].
-fn rows_choice(dtype: DType, gemv_rows: u32) -> Option<bool> {
-    (dtype != DType::F32 || gemv_rows & ROWS_F32 != 0).then_some(gemv_rows & ROWS_EARLY != 0)
+/// How a row-major weight's product is launched (`gv_rows` or `gv_rows8`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RowsLaunch {
+    /// `gv_rows8` rather than `gv_rows`.
+    eight: bool,
+    /// Launched early (`Ctx::run_early`).
+    early: bool,
+}
+
+/// How a row-major weight of `dtype` is launched under the card's `gemv_rows` bits, `None` for
+/// cuBLASLt: half types always take `gv_rows` (or `gv_rows8`), f32 under [`ROWS_F32`].
+fn rows_choice(dtype: DType, gemv_rows: u32) -> Option<RowsLaunch> {
+    let launch = RowsLaunch { eight: gemv_rows & ROWS_EIGHT != 0, early: gemv_rows & ROWS_EARLY != 0 };
+    (dtype != DType::F32 || gemv_rows & ROWS_F32 != 0).then_some(launch)
 }
 
 /// The fewest rows a split holds (four per row lane of `gv_rows`).
@@ -109,9 +121,9 @@ pub(in crate::driver::cuda) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferV
     // 19.5-19.9 (half types: 9.4-9.6 against 22.4-23.6); on the H100 (session 35) 26.5-28.4
     // against 25.3-25.9, launched early or not.
     if scol == 1 && srow >= n && n.is_multiple_of(v) && aligned(srow) {
-        if let Some(early) = rows_choice(dtype, c.card().gemv_rows) {
+        if let Some(launch) = rows_choice(dtype, c.card().gemv_rows) {
             p.ldw = srow as i64;
-            return rows(c, dtype, p, early).map(|()| true);
+            return rows(c, dtype, p, launch).map(|()| true);
         }
     }
     if srow == 1 && scol >= k && aligned(scol) {
@@ -136,10 +148,11 @@ fn dot_splits(slots: u64, n: u64) -> i64 {
     s as i64
 }
 
-/// `gv_rows` over `p` (a row-major weight): rows split over enough blocks to fill the GPU;
-/// launched early (`Ctx::run_early`) when `early`.
-fn rows(c: &Ctx, dtype: DType, mut p: GvP, early: bool) -> Result<()> {
-    let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry: Entry::Gemv })?;
+/// `gv_rows` or `gv_rows8` over `p` (a row-major weight), as `launch` says: rows split over
+/// half a wave of blocks at the kernel's occupancy.
+fn rows(c: &Ctx, dtype: DType, mut p: GvP, launch: RowsLaunch) -> Result<()> {
+    let entry = if launch.eight { Entry::Gemv8 } else { Entry::Gemv };
+    let f = c.kernel(KernelId { module: ModuleKey::Gemv { dtype }, entry })?;
     let tiles = (p.n as usize).div_ceil(GV_CX * gemv_vec(dtype)) as i64;
     // Half a wave: half the blocks the device holds at once at the kernel's occupancy.
     let half_wave = (c.full_wave_threads(f) / THREADS as u64 / 2).max(1) as i64;
@@ -153,7 +166,7 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP, early: bool) -> Result<()> {
         (p.partials, p.counters) = c.reduce_scratch()?;
     }
     let grid = (tiles * p.splits) as u32;
-    if early {
+    if launch.early {
         return c.run_early(f, grid, THREADS, &mut p);
     }
     c.run(f, grid, &mut p)
@@ -161,7 +174,7 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP, early: bool) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{dot_splits, rows_choice, GV_CX};
+    use super::{dot_splits, rows_choice, RowsLaunch, GV_CX};
     use crate::driver::cuda::kernels::sources::GEMV;
     use crate::dtype::DType;
 
@@ -172,17 +185,31 @@ mod tests {
     }
 
     /// Half types always take `gv_rows`, f32 only under `gemv_rows`' first bit; the second
-    /// launches it early, for every dtype that takes it.
+    /// launches it early and the third takes `gv_rows8`, for every dtype that takes it.
     #[test]
     fn row_major_weights_take_gv_rows_as_the_card_says() {
+        let l = |eight, early| Some(RowsLaunch { eight, early });
         for d in [DType::BF16, DType::F16] {
             assert_eq!(
-                (0..4).map(|g| rows_choice(d, g)).collect::<Vec<_>>(),
-                [Some(false), Some(false), Some(true), Some(true)]
+                (0..8).map(|g| rows_choice(d, g)).collect::<Vec<_>>(),
+                [
+                    l(false, false),
+                    l(false, false),
+                    l(false, true),
+                    l(false, true),
+                    l(true, false),
+                    l(true, false),
+                    l(true, true),
+                    l(true, true)
+                ]
             );
         }
-        let f32s: Vec<_> = (0..4).map(|g| rows_choice(DType::F32, g)).collect();
-        assert_eq!(f32s, [None, Some(false), None, Some(true)], "f32 stays with cuBLASLt without bit 1");
+        let f32s: Vec<_> = (0..8).map(|g| rows_choice(DType::F32, g)).collect();
+        assert_eq!(
+            f32s,
+            [None, l(false, false), None, l(false, true), None, l(true, false), None, l(true, true)],
+            "f32 stays with cuBLASLt without bit 1"
+        );
     }
 
     /// Outputs take more warps only while every output's warps fit in the device's slots at once.

@@ -91,6 +91,7 @@ fn kernels_fit_the_registers_their_launches_assume() {
         // `gv_rows` launches half a wave; measured with four or more blocks per SM (f32 weights
         // take it under the card's `gemv_rows`).
         fits(&found, &gemv, "gv_rows", 64, false);
+        fits(&found, &gemv, "gv_rows8", 64, false);
         // A column reduction split over rows takes two blocks per SM, which fit at 128.
         for (op, out) in [(ReduceOp::Sum, d), (ReduceOp::Max, d), (ReduceOp::ArgMax, DType::I64)] {
             let red = ModuleKey::Reduce { op, src: d, dst: out, values: false };

@@ -283,6 +283,9 @@ pub(in crate::driver::cuda) enum Entry {
     SplitOut(u8),
     /// A row vector times a row-major matrix: blocks of a tile of columns over a split of the rows.
     Gemv,
+    /// [`Entry::Gemv`] with groups of eight rows a lane and four blocks an SM (the card's
+    /// `gemv_rows` bit 4).
+    Gemv8,
     /// A row vector times a column-major matrix: a warp per output.
     GemvDots,
     /// Norm rows: a block per row, read three times.
@@ -358,6 +361,7 @@ impl Entry {
             Entry::SplitOut(w) => format!("sm_q{w}"),
             Entry::LeadRows(w) => format!("sm_l{w}"),
             Entry::Gemv => "gv_rows".into(),
+            Entry::Gemv8 => "gv_rows8".into(),
             Entry::GemvDots => "gv_dots".into(),
             Entry::NormRows => format!("{prefix}_rows"),
             Entry::NormRegs(vpt) => format!("{prefix}_r{vpt}"),
@@ -437,7 +441,7 @@ impl ModuleKey {
                 e.push(Entry::Thread);
                 e
             }
-            ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::GemvDots],
+            ModuleKey::Gemv { .. } => vec![Entry::Gemv, Entry::Gemv8, Entry::GemvDots],
             ModuleKey::Norm { .. } => {
                 let mut e = vec![Entry::NormRows];
                 e.extend(NORM_VALUES_PER_THREAD.iter().map(|&v| Entry::NormRegs(v)));

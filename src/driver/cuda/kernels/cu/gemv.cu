@@ -1,4 +1,4 @@
-// The kernels gv_rows and gv_dots, after gemv_head.cu's TS, V, to_f and from_f.
+// The kernels gv_rows, gv_rows8 and gv_dots, after gemv_head.cu's TS, V, to_f and from_f.
 
 struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 sx; i64 ldw; i64 sy; i64 splits; i64 chunk; i64 xvec; i64 early; };
 /* `gv_rows`: a block's GV_CX column lanes of V columns each by GV_LANES row lanes (a warp
@@ -6,8 +6,31 @@ struct GvP { u64 x; u64 w; u64 y; u64 partials; u64 counters; i64 k; i64 n; i64 
 #define GV_CX 16
 #define GV_LANES (256 / GV_CX)
 #define GV_FLIGHT 4
-extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant__ GvP p) {
-    cs_enter_when(p.early);
+/* Rows r, r + GV_LANES, ... of a group of F: a lane's weight vectors and x's elements. */
+template <int F>
+__device__ __forceinline__ void gv_load(const GvP& p, const TS* w, const TS* x, i64 r, Pack<TS, V> (&v)[F], float (&xv)[F]) {
+#pragma unroll
+    for (int u = 0; u < F; ++u) {
+        v[u] = ldv<TS, V>(w + (r + u * GV_LANES) * p.ldw);
+        xv[u] = to_f(x[(r + u * GV_LANES) * p.sx]);
+    }
+}
+/* A group's products added to the lane's sums, rows in increasing order. */
+template <int F>
+__device__ __forceinline__ void gv_fold(float (&a)[V], const Pack<TS, V> (&v)[F], const float (&xv)[F]) {
+#pragma unroll
+    for (int u = 0; u < F; ++u) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[j] = fmaf(xv[u], to_f(v[u].v[j]), a[j]);
+    }
+}
+/* `gv_rows` (F = GV_FLIGHT) and `gv_rows8` (F = 2 GV_FLIGHT): the same sums in the same order,
+   a lane's rows in groups of F. ptxas schedules each group's loads among its FMAs as registers
+   allow: NVRTC 12.9's SASS for sm_90 has `gv_rows` (40-42 registers) with two 16-byte loads of
+   the weight in flight a thread before its first FMA, `gv_rows8` (64, four blocks an SM) four
+   for f32 and six for bf16. */
+template <int F>
+__device__ __forceinline__ void gv_rows_body(const GvP& p) {
     __shared__ float sh[GV_LANES][GV_CX * V];
     __shared__ int last;
     const int lane = threadIdx.x % GV_CX, wid = threadIdx.x / GV_CX;
@@ -22,19 +45,11 @@ extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant_
     for (int j = 0; j < V; ++j) a[j] = 0.0f;
     if (col < p.n) {
         i64 r = r0 + wid;
-        for (; r + (GV_FLIGHT - 1) * GV_LANES < r1; r += GV_FLIGHT * GV_LANES) {
-            Pack<TS, V> v[GV_FLIGHT];
-            float xv[GV_FLIGHT];
-#pragma unroll
-            for (int u = 0; u < GV_FLIGHT; ++u) {
-                v[u] = ldv<TS, V>(w + (r + u * GV_LANES) * p.ldw);
-                xv[u] = to_f(x[(r + u * GV_LANES) * p.sx]);
-            }
-#pragma unroll
-            for (int u = 0; u < GV_FLIGHT; ++u) {
-#pragma unroll
-                for (int j = 0; j < V; ++j) a[j] = fmaf(xv[u], to_f(v[u].v[j]), a[j]);
-            }
+        for (; r + (F - 1) * GV_LANES < r1; r += F * GV_LANES) {
+            Pack<TS, V> v[F];
+            float xv[F];
+            gv_load<F>(p, w, x, r, v, xv);
+            gv_fold<F>(a, v, xv);
         }
         for (; r < r1; r += GV_LANES) {
             const Pack<TS, V> v = ldv<TS, V>(w + r * p.ldw);
@@ -71,6 +86,14 @@ extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant_
         ((TS*)p.y)[c * p.sy] = from_f(b);
     }
     if (threadIdx.x == 0) ((u32*)p.counters)[tile] = 0;
+}
+extern "C" __global__ void __launch_bounds__(256) gv_rows(const __grid_constant__ GvP p) {
+    cs_enter_when(p.early);
+    gv_rows_body<GV_FLIGHT>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 4) gv_rows8(const __grid_constant__ GvP p) {
+    cs_enter_when(p.early);
+    gv_rows_body<2 * GV_FLIGHT>(p);
 }
 /* The weight column-major (`x @ w.t()` of a row-major `w`, nn.Linear's product): output `o` is
    the dot product of `x` and the `o`-th contiguous row of `w.t()`, by `splits` warps of a block

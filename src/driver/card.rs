@@ -96,7 +96,11 @@
 //!   early 10.79 / 10.73 against 10.02 / 10.05; on another H100 the same session, f32 `gv_rows`
 //!   over a whole wave of blocks instead of half, 27.72 / 27.91 against 25.71 / 25.25 (the same
 //!   ratio: half a wave kept); on the H200, as `gemv.rs` notes, f32 `gv_rows` 21.4–21.7 against
-//!   cuBLASLt's 19.5–19.9.
+//!   cuBLASLt's 19.5–19.9. Session 36 (H100, the same sweep with `gv_rows8`): f32 through `gv_rows8`
+//!   26.92 against `gv_rows`' 27.80, launched early 25.87 against 26.88, cuBLASLt 25.24–25.43
+//!   (PyTorch's 25.86): eight rows in flight gain 3–4 % and still lose to cuBLASLt; the half
+//!   types through `gv_rows8` 9.82–10.17 against `gv_rows`' 9.97–10.29 (1.9 × PyTorch either way,
+//!   within the run's spread).
 
 use super::DeviceProperties;
 use crate::config::CardOverrides;

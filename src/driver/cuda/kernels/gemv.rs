@@ -119,7 +119,8 @@ pub(in crate::driver::cuda) fn try_gemv(c: &Ctx, lhs: &BufferView, rhs: &BufferV
     // f32 row-major weights stay with cuBLASLt unless the card says otherwise (`gemv_rows`):
     // measured on the H200, `gv_rows` read a 64 MiB f32 weight in 21.4-21.7 µs, cuBLASLt in
     // 19.5-19.9 (half types: 9.4-9.6 against 22.4-23.6); on the H100 (session 35) 26.5-28.4
-    // against 25.3-25.9, launched early or not.
+    // against 25.3-25.9, launched early or not; session 36, `gv_rows8` 26.9 (early 25.9) against
+    // 25.2-25.4.
     if scol == 1 && srow >= n && n.is_multiple_of(v) && aligned(srow) {
         if let Some(launch) = rows_choice(dtype, c.card().gemv_rows) {
             p.ldw = srow as i64;

@@ -4,11 +4,12 @@
 //! (`matmul_bf16_vec` in BENCHMARKS.md; these read it at 2.7–3.6).
 //!
 //! A row-major weight of a half type (`gv_rows`; f32 ones stay with cuBLASLt, which was faster on
-//! the H200, unless the card profile's `gemv_rows` sends them here too, launches `gv_rows`
-//! early or takes its variant `gv_rows8`, eight rows a lane in flight) streams once, in 16-byte loads along its rows. A block of 256 threads takes a tile
-//! of `16 · V` adjacent columns (each of 16 column lanes `V` of them) over one split of the rows,
-//! the splits half a wave of blocks; its 16 row lanes fold rows `r, r + 16, …` of the split in
-//! increasing order, four loads in flight, accumulating in `float` with one FMA per element (as
+//! the H200 and the H100, unless the card profile's `gemv_rows` sends them here too, launches
+//! `gv_rows` early or takes its variant `gv_rows8`) streams once, in 16-byte loads along its
+//! rows. A block of 256 threads takes a tile of `16 · V` adjacent columns (each of 16 column
+//! lanes `V` of them) over one split of the rows, the splits half a wave of blocks; its 16 row
+//! lanes fold rows `r, r + 16, …` of the split in increasing order, loaded in groups of four
+//! (eight in `gv_rows8`, four blocks an SM), accumulating in `float` with one FMA per element (as
 //! cuBLAS accumulates half types); the row lanes' sums are combined in shared memory in lane
 //! order. With several splits, each block writes its tile's
 //! partial sums to the stream's reduction scratch and the last block of the tile to finish (an

@@ -5,10 +5,10 @@
 #
 # BINARY: the release `cudasem` (default .gpu/bin/bin-cudasem, else target/release/cudasem).
 # Each variant is one CUDASEM_BENCH_TUNING value (`key=value` items: heavy_vectors, sum_blocks, sum_loads,
-# ew_threads, norm_blocks, norm_threads, heavy_unroll, mid_vectors, early_waves, gemv_rows; the first three integers
-# EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per
-# part, in the `default` line (the card's own choices); the other lines are cudasem alone, their
-# ratio against that PyTorch time (copy_d2d in every ops line shows the machine's drift). Lines:
+# ew_threads, norm_blocks, norm_threads, heavy_unroll, mid_vectors, early_waves, gemv_rows, norm_early; the first
+# three integers EW_WAVES,VECTORS,REDUCE_WAVES). PyTorch runs once per part, in the `default` line (the card's
+# own choices); the other lines are cudasem alone, their ratio against that PyTorch time (copy_d2d in every ops
+# line shows the machine's drift). Lines:
 #   ops  VARIANT  case=cudasem_us/ratio ...    (ratio = PyTorch µs / cudasem µs: > 1 is faster)
 #   gemv VARIANT  case=cudasem_us/ratio ...    (the row-vector products, as ops)
 #   sum  VARIANT  sum_f32_1gib=GB/s/ratio      (ratio = cudasem GB/s / PyTorch GB/s)
@@ -99,6 +99,10 @@ if part norm; then
   # (Blocks of 64 hold a row of 4,096 bf16 in no vector kernel: 0.19-0.42 x on the H100, session 32.)
   for v in norm_blocks=0 norm_blocks=0,norm_threads=128 norm_blocks=16 norm_threads=128 \
     norm_blocks=16,norm_threads=128 norm_blocks=2 norm_blocks=3 norm_blocks=4 norm_blocks=6; do
+    run norm "$v" "$v"
+  done
+  # Launched early (programmatic serialization), on the card's grid and on a block a row.
+  for v in norm_early=1 norm_early=1,norm_blocks=0 norm_early=1,norm_blocks=0,norm_threads=128; do
     run norm "$v" "$v"
   done
 fi

@@ -425,12 +425,12 @@ fn a_malformed_tuning_variable_is_a_clear_error_and_a_good_one_is_echoed() {
     // The card profile's choices by name, alone or after the three integers; a bad one exits 2.
     for (good, echo) in [
         (
-            "heavy_vectors=3,sum_loads=4,mid_vectors=2,early_waves=3,gemv_rows=2",
-            "card profile: heavy_vectors=3 sum_blocks=0 sum_loads=4 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=2 early_waves=3 gemv_rows=2 (",
+            "heavy_vectors=3,sum_loads=4,mid_vectors=2,early_waves=3,gemv_rows=2,norm_early=1",
+            "card profile: heavy_vectors=3 sum_blocks=0 sum_loads=4 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=2 early_waves=3 gemv_rows=2 norm_early=1 (",
         ),
         (
             "256,0,1,sum_blocks=5",
-            "card profile: heavy_vectors=2 sum_blocks=5 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 (",
+            "card profile: heavy_vectors=2 sum_blocks=5 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=0 (",
         ),
     ] {
         let o = bench(&["--quick", "--no-pytorch", "--only", "small_op"], &[("CUDASEM_BENCH_TUNING", good)], None);

@@ -197,6 +197,10 @@ pub struct CardOverrides {
     /// the kernel before it drains, and wait for it first); 4, its variant with eight rows a
     /// lane in flight and four blocks an SM (`gv_rows8`). The card's own: 0.
     pub gemv_rows: Option<u32>,
+    /// `norm_early=N` (0 or 1): 1, the layer / RMS norm kernels are launched with programmatic
+    /// stream serialization on compute capability 9.0 or later, whatever their grid (their blocks
+    /// are scheduled while the kernel before it drains, and wait for it first). The card's own: 0.
+    pub norm_early: Option<u32>,
 }
 
 #[doc(hidden)]
@@ -209,7 +213,7 @@ impl CardOverrides {
     pub const KEYS: &'static str =
         "heavy_vectors (1-16), sum_blocks (0-64), sum_loads (4 or 8), swizzle_heads (1-8388607), ew_threads (64, 128 or 256), \
          norm_blocks (0-64), norm_threads (64, 128 or 256), heavy_unroll (0 or 1), mid_vectors (1-16), \
-         early_waves (0-64), gemv_rows (0-7)";
+         early_waves (0-64), gemv_rows (0-7), norm_early (0 or 1)";
 
     /// Takes one `key=value` item of `CUDASEM_BENCH_TUNING` (`value` the whole variable, for
     /// the error).
@@ -234,6 +238,7 @@ impl CardOverrides {
             "mid_vectors" => (&mut self.mid_vectors, (1..=16).contains(&n)),
             "early_waves" => (&mut self.early_waves, n <= 64),
             "gemv_rows" => (&mut self.gemv_rows, n <= 7),
+            "norm_early" => (&mut self.norm_early, n <= 1),
             _ => return Err(bad(format!("unknown key `{key}`; expected {}", Self::KEYS))),
         };
         if !ok {
@@ -602,8 +607,13 @@ mod tests {
             let want = CardOverrides { gemv_rows: Some(n), ..Default::default() };
             assert_eq!(t(&format!("gemv_rows={n}")).unwrap().card, want);
         }
+        for n in [0, 1] {
+            let want = CardOverrides { norm_early: Some(n), ..Default::default() };
+            assert_eq!(t(&format!("norm_early={n}")).unwrap().card, want);
+        }
         for bad in [
             "gemv_rows=8",
+            "norm_early=2",
             "early_waves=65",
             "mid_vectors=0",
             "mid_vectors=17",

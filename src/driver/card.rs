@@ -46,11 +46,13 @@
 //!   18.88; two lines of the same choices differed by at most 0.3 %), 64 lost 20 % on the
 //!   memory-bound ones; on the H100 (session 29) no half-type case moved beyond the run's spread
 //!   (`neg_f16` 25.60 → 25.76 µs, `sin_bf16` 26.61 → 26.60, `add_f16` 36.32 → 36.39).
-//! * `norm_blocks`, `norm_threads` — the layer / RMS norm kernels' grid, in blocks per SM taking
-//!   rows in turn (0: a block a row, the hardware scheduling them), and their block (a row's
-//!   threads; its vectors or values a thread follow): 8 and 256 on every card. PyTorch's kernel
-//!   runs a block of 128 a row; `bench/sweep_card.sh` sweeps both beside `F.layer_norm` /
-//!   `F.rms_norm`.
+//! * `norm_blocks`, `norm_threads`, `norm_early` — the layer / RMS norm kernels' grid, in blocks
+//!   per SM taking rows in turn (0: a block a row, the hardware scheduling them), their block (a
+//!   row's threads; its vectors or values a thread follow) and whether they are launched early
+//!   (programmatic stream serialization, as `early_waves` launches the elementwise kernel): 8,
+//!   256 and 0 on every card. PyTorch's kernel runs a block of 128 a row; `bench/sweep_card.sh`
+//!   sweeps all three beside `F.layer_norm` / `F.rms_norm` (the early launch not measured yet:
+//!   `rms_norm_bf16_8192x4096` on the H200 is the row it is for, 0.92 × PyTorch in session 31).
 //! * `mid_vectors` — of the heavy functions, bf16 `sin` and `cos` take
 //!   `heavy_vectors`; the others (f16 `sin` / `cos` / `tanh`, f32 `pow`) `mid_vectors`: 4 like
 //!   them on a card rich in bandwidth, where all are compute-bound, but 1 on one of less, where
@@ -187,8 +189,12 @@ pub struct CardProfile {
     /// (programmatic stream serialization, captured or not; 0: never).
     pub early_waves: u32,
     /// The row-vector product kernel of a row-major weight (`gv_rows`): bit 1, f32 weights take
-    /// it too (else cuBLASLt); bit 2, it is launched early (programmatic stream serialization).
+    /// it too (else cuBLASLt); bit 2, it is launched early (programmatic stream serialization);
+    /// bit 4, its variant with eight rows a lane in flight (`gv_rows8`).
     pub gemv_rows: u32,
+    /// Whether the norm kernels are launched early (1: programmatic stream serialization at any
+    /// grid; 0: as every other kernel).
+    pub norm_early: u32,
 }
 
 impl CardProfile {
@@ -208,6 +214,7 @@ impl CardProfile {
             mid_vectors,
             early_waves: 2,
             gemv_rows: 0,
+            norm_early: 0,
         }
     }
 
@@ -229,6 +236,7 @@ impl CardProfile {
             mid_vectors: o.mid_vectors.unwrap_or(self.mid_vectors),
             early_waves: o.early_waves.unwrap_or(self.early_waves),
             gemv_rows: o.gemv_rows.unwrap_or(self.gemv_rows),
+            norm_early: o.norm_early.unwrap_or(self.norm_early),
             ..self
         }
     }
@@ -237,12 +245,13 @@ impl CardProfile {
 impl std::fmt::Display for CardProfile {
     /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
     /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
-    /// heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)`.
+    /// heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=0 (12.8 B/cycle/SM, 3352 GB/s, 132
+    /// SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
         write!(
             f,
-            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} mid_vectors={} early_waves={} gemv_rows={} (",
+            "heavy_vectors={} sum_blocks={} sum_loads={} ew_threads={} norm_blocks={} norm_threads={} heavy_unroll={} mid_vectors={} early_waves={} gemv_rows={} norm_early={} (",
             self.heavy_vectors,
             self.sum_blocks,
             self.sum_loads,
@@ -252,7 +261,8 @@ impl std::fmt::Display for CardProfile {
             self.heavy_unroll,
             self.mid_vectors,
             self.early_waves,
-            self.gemv_rows
+            self.gemv_rows,
+            self.norm_early
         )?;
         match c.bytes_per_sm_cycle() {
             Some(b) => write!(f, "{b:.1} B/cycle/SM, {:.0} GB/s", c.bandwidth() / 1e9)?,
@@ -345,12 +355,12 @@ mod tests {
         assert_eq!((q.gemv_rows, p.gemv_rows), (3, 0));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=2 gemv_rows=0 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=2 gemv_rows=0 norm_early=0 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }

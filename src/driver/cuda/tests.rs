@@ -424,6 +424,7 @@ fn the_driver_holds_the_settings_it_was_built_with() {
                 mid_vectors: [None, Some(1 + next(16))][next(2) as usize],
                 early_waves: [None, Some(next(65))][next(2) as usize],
                 gemv_rows: [None, Some(next(8))][next(2) as usize],
+                norm_early: [None, Some(next(2))][next(2) as usize],
             },
         }
     }

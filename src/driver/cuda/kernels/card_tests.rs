@@ -88,15 +88,23 @@ fn fast_elementwise_agrees_under_every_block_size() {
 /// The norm kernels on a grid of a block a row (`norm_blocks` 0) and of 1, 8 and 64 blocks per SM
 /// taking rows in turn, over more rows than most of those grids hold, in blocks of 64, 128 and 256
 /// threads (rows of 1,024 and 4,096 elements: one to eight vectors a thread, or the three-read
-/// kernel): layer norm (weight and bias) and RMS norm (weight) of bf16 and f32 rows within the
-/// tolerance of the CPU's.
+/// kernel), launched plainly and early (`norm_early`): layer norm (weight and bias) and RMS norm
+/// (weight) of bf16 and f32 rows within the tolerance of the CPU's. Then six norms launched early
+/// one after another, each reading the output of the one before (a kernel that ran ahead of the
+/// one before it would read its input's random first bytes).
 #[test]
 fn norms_agree_under_every_grid_and_block() {
     let Some(mut b) = Bench::new() else { return };
-    for (blocks, threads, rows, n) in
-        [(0, 256, 3001, 1024), (1, 256, 3001, 1024), (8, 128, 3001, 1024), (64, 64, 3001, 1024), (0, 128, 700, 4096)]
-    {
-        set(&b, CardOverrides { norm_blocks: Some(blocks), norm_threads: Some(threads), ..Default::default() });
+    let grids =
+        [(0, 256, 3001, 1024), (1, 256, 3001, 1024), (8, 128, 3001, 1024), (64, 64, 3001, 1024), (0, 128, 700, 4096)];
+    for ((blocks, threads, rows, n), early) in grids.into_iter().flat_map(|g| [(g, 0), (g, 1)]) {
+        let o = CardOverrides {
+            norm_blocks: Some(blocks),
+            norm_threads: Some(threads),
+            norm_early: Some(early),
+            ..Default::default()
+        };
+        set(&b, o);
         for d in [DType::BF16, DType::F32] {
             let (src, dst) = (b.dense(d, &[rows, n]), b.dense(d, &[rows, n]));
             let (w, bias) = (b.dense(d, &[n]), b.dense(d, &[n]));
@@ -106,6 +114,28 @@ fn norms_agree_under_every_grid_and_block() {
                 let op = KernelOp::Norm { src, weight, bias, dst, dims: 1, eps: 1e-5, rms };
                 b.check_abs(&op, tol(d) * 4.0, tol(d) * 4.0);
             }
+        }
+    }
+    set(&b, CardOverrides { norm_early: Some(1), ..Default::default() });
+    for d in [DType::BF16, DType::F32] {
+        let (rows, n) = (8195, 4096);
+        let (x, w, bias) = (b.dense(d, &[rows, n]), b.dense(d, &[n]), b.dense(d, &[n]));
+        let outs: Vec<_> = (0..6).map(|_| b.dense(d, &[rows, n])).collect();
+        b.d.stream_synchronize(b.s).unwrap();
+        let mut prev = x;
+        let mut ops = Vec::new();
+        for (k, out) in outs.into_iter().enumerate() {
+            let rms = k % 2 == 1;
+            let bias = (!rms).then(|| bias.clone());
+            let (src, dst, weight) = (prev, out.clone(), Some(w.clone()));
+            ops.push(KernelOp::Norm { src, weight, bias, dst, dims: 1, eps: 1e-5, rms });
+            prev = out;
+        }
+        for op in &ops {
+            b.d.launch(b.s, op).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+        }
+        for op in &ops {
+            b.compare(op, tol(d) * 4.0, tol(d) * 4.0);
         }
     }
     set(&b, CardOverrides::default());

@@ -42,6 +42,7 @@ fn every_kernel_waits_for_the_grids_before_it() {
         modules.push(ModuleKey::Softmax { src, dst, log: false });
     }
     for dtype in [DType::F32, DType::BF16] {
+        modules.push(ModuleKey::Norm { dtype });
         modules.push(ModuleKey::Gemv { dtype });
     }
     assert!(COMMON.contains(&format!("#define CS_PDL_MAX_GRID {PDL_MAX_GRID}\n")));
@@ -51,9 +52,9 @@ fn every_kernel_waits_for_the_grids_before_it() {
         assert_eq!(kernels.len(), m.entries().len(), "{m:?}");
         for k in kernels {
             let body = &k[k.find('{').expect("a kernel has a body") + 1..].trim_start();
-            // The fast elementwise kernels, the softmax kernels and `gv_rows` at any grid once
-            // told (`Ctx::run_early`), the others below `PDL_MAX_GRID` blocks.
-            let told = [" ew_f", " ew_g", " sm_", " gv_rows"].iter().any(|name| k.contains(name));
+            // The fast elementwise kernels, the softmax kernels, `gv_rows*` and the norm kernels
+            // at any grid once told (`Ctx::run_early`), the others below `PDL_MAX_GRID` blocks.
+            let told = [" ew_f", " ew_g", " sm_", " gv_rows", " nm_"].iter().any(|name| k.contains(name));
             let first = if told { "cs_enter_when(p.early);" } else { "cs_enter();" };
             assert!(body.starts_with(first), "{m:?}: {}", &k[..k.len().min(120)]);
         }

@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// `LANE_VECTORS`, `LANE_DIVISION`, `LANE_TILES`; 0 runs it as before them, to measure the
 /// difference). `card`: the card profile's choices set by hand ([`CardOverrides`]:
 /// `heavy_vectors`, `sum_blocks`, `sum_loads`, `swizzle_heads`, `ew_threads`, `norm_blocks`, `norm_threads`,
-/// `heavy_unroll`, `mid_vectors`, `early_waves`, `gemv_rows`, [`NO_OVERRIDE`] where the card's own hold).
+/// `heavy_unroll`, `mid_vectors`, `early_waves`, `gemv_rows`, `norm_early`, [`NO_OVERRIDE`] where the card's own
+/// hold).
 #[derive(Debug)]
 pub(in crate::driver::cuda) struct Tuning {
     pub ew_waves: AtomicU32,
@@ -45,7 +46,7 @@ pub(in crate::driver::cuda) struct Tuning {
     pub attention: AtomicU32,
     pub attention_order: AtomicU32,
     pub strided_lanes: AtomicU32,
-    pub card: [AtomicU32; 11],
+    pub card: [AtomicU32; 12],
 }
 
 /// Parameters of a kernel whose `cs_enter` runs at any grid once told to (a field the kernel
@@ -77,7 +78,7 @@ impl Tuning {
             attention: AtomicU32::new(0),
             attention_order: AtomicU32::new(0),
             strided_lanes: AtomicU32::new(0),
-            card: [NO_OVERRIDE; 11].map(AtomicU32::new),
+            card: [NO_OVERRIDE; 12].map(AtomicU32::new),
         };
         tuning.set(t);
         tuning
@@ -104,6 +105,7 @@ impl Tuning {
             c.mid_vectors,
             c.early_waves,
             c.gemv_rows,
+            c.norm_early,
         ]) {
             slot.store(v.unwrap_or(NO_OVERRIDE), Ordering::Relaxed);
         }
@@ -117,7 +119,7 @@ impl Tuning {
 
     /// The card profile's choices set by hand.
     pub(in crate::driver::cuda) fn card_overrides(&self) -> CardOverrides {
-        let [h, b, l, s, t, n, nt, u, m, e, g] =
+        let [h, b, l, s, t, n, nt, u, m, e, g, ne] =
             self.card.each_ref().map(|a| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NO_OVERRIDE));
         CardOverrides {
             heavy_vectors: h,
@@ -131,6 +133,7 @@ impl Tuning {
             mid_vectors: m,
             early_waves: e,
             gemv_rows: g,
+            norm_early: ne,
         }
     }
 

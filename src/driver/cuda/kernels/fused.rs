@@ -2,7 +2,7 @@
 //! (`cu/norm.cu`, `cu/attention.cu`, `cu/attention_mma.cu`) and which attention kernel runs a case.
 
 use super::attn_order::{attn_order, swizzle_section, TileGrid};
-use super::ctx::{addr, unsupported, Ctx, PARTIALS};
+use super::ctx::{addr, unsupported, Ctx, WaitsWhenTold, PARTIALS};
 use super::fused_codegen::acc_dtype;
 use super::reduce_layouts::PARTIAL_BYTES;
 use super::table::Func;
@@ -27,7 +27,14 @@ struct NormP {
     n: i64,
     eps: f64,
     rms: i32,
-    pad: i32,
+    /// Launched early (`WaitsWhenTold`): the kernel waits first then.
+    early: i32,
+}
+
+impl WaitsWhenTold for NormP {
+    fn tell_to_wait(&mut self) {
+        self.early = 1;
+    }
 }
 
 /// The tensor maps of q, k and v (`cu/attention_tma.cu`).
@@ -136,7 +143,8 @@ pub(in crate::driver::cuda) fn norm_entry(n: usize, size: usize, aligned: bool, 
 }
 
 /// Queues a layer / RMS norm: a block per row (`cu/norm.cu`), the row held in registers when it
-/// fits ([`norm_entry`]), on the card profile's grid and block (`norm_blocks`, `norm_threads`).
+/// fits ([`norm_entry`]), on the card profile's grid and block (`norm_blocks`, `norm_threads`),
+/// launched early when its `norm_early` says so.
 pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
     let views = [Some(a.src), a.weight, a.bias, Some(a.dst)];
     if views.iter().flatten().any(|v| !v.is_contiguous()) {
@@ -159,7 +167,7 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
         n: n as i64,
         eps: a.eps,
         rms: a.rms as i32,
-        pad: 0,
+        early: 0,
     };
     // The card's blocks an SM taking rows in turn, or a block a row (`norm_blocks` 0).
     let cap = match card.norm_blocks {
@@ -167,6 +175,9 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
         per_sm => c.info.sms as u64 * per_sm as u64,
     };
     let grid = (rows as u64).clamp(1, cap) as u32;
+    if card.norm_early != 0 {
+        return c.run_early(f, grid, threads, &mut p);
+    }
     c.run_threads(f, grid, threads, &mut p)
 }
 

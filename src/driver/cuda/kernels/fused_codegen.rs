@@ -22,12 +22,18 @@ pub(in crate::driver::cuda) fn acc_dtype(dtype: DType) -> DType {
 pub(in crate::driver::cuda) fn norm(s: &mut String) {
     s.push_str(NORM);
     let b = "extern \"C\" __global__ void __launch_bounds__(256)";
-    let _ = writeln!(s, "{b} nm_rows(const __grid_constant__ NormP p) {{ cs_enter(); nm_row_blocks(p); }}");
+    let _ = writeln!(s, "{b} nm_rows(const __grid_constant__ NormP p) {{ cs_enter_when(p.early); nm_row_blocks(p); }}");
     for vpt in NORM_VALUES_PER_THREAD {
-        let _ = writeln!(s, "{b} nm_r{vpt}(const __grid_constant__ NormP p) {{ cs_enter(); nm_reg_rows<{vpt}>(p); }}");
+        let _ = writeln!(
+            s,
+            "{b} nm_r{vpt}(const __grid_constant__ NormP p) {{ cs_enter_when(p.early); nm_reg_rows<{vpt}>(p); }}"
+        );
     }
     for vv in NORM_VECTORS_PER_THREAD {
-        let _ = writeln!(s, "{b} nm_v{vv}(const __grid_constant__ NormP p) {{ cs_enter(); nm_vec_rows<{vv}>(p); }}");
+        let _ = writeln!(
+            s,
+            "{b} nm_v{vv}(const __grid_constant__ NormP p) {{ cs_enter_when(p.early); nm_vec_rows<{vv}>(p); }}"
+        );
     }
 }
 

@@ -20,7 +20,8 @@ typedef unsigned long long u64;
    the host launches with the attribute (`PDL_MAX_GRID` in codegen.rs) skip them. */
 #define CS_PDL_MAX_GRID 1024
 /* The same for a kernel the host may launch with the attribute at any grid (`Ctx::run_early`: the
-   fast elementwise kernel, the softmax kernels, `gv_rows`): whatever the grid once `early` is set. */
+   fast elementwise kernel, the softmax kernels, `gv_rows*`, the norm kernels): whatever the grid
+   once `early` is set. */
 __device__ __forceinline__ void cs_enter_when(int early) {
 #if __CUDA_ARCH__ >= 900
     if (early || gridDim.x <= CS_PDL_MAX_GRID) {

@@ -11,7 +11,7 @@ struct NormP {
     const TS* src; const TS* w; const TS* b; TS* dst;
     i64 rows, n;
     double eps;
-    int rms, pad;
+    int rms, early;
 };
 
 /* The block's sum of `v`, in every thread (sh: 32 slots). */

@@ -351,9 +351,25 @@ impl Ctx<'_> {
         self.launch(f, (grid, threads, 0), p, true)
     }
 
-    /// [`Ctx::run_early`] when `grid` holds `early_waves` waves of `f`'s blocks of `threads` or
-    /// more ([`launch_early`]: the card's `early_waves`), else [`Ctx::run_threads`]: the launch of
-    /// the fast elementwise kernel and of the softmax kernels over rows.
+    /// [`Ctx::run_early`] when `early` (the card profile's choice for the kernel), else
+    /// [`Ctx::run_threads`].
+    #[inline]
+    pub(in crate::driver::cuda) fn run_early_when<P: WaitsWhenTold>(
+        &self,
+        early: bool,
+        f: Func,
+        (grid, threads): (u32, u32),
+        p: &mut P,
+    ) -> Result<()> {
+        if early {
+            return self.run_early(f, grid, threads, p);
+        }
+        self.run_threads(f, grid, threads, p)
+    }
+
+    /// [`Ctx::run_early_when`], early when `grid` holds `early_waves` waves of `f`'s blocks of `threads` or
+    /// more ([`launch_early`]: the card's `early_waves`): the launch of the fast elementwise
+    /// kernel and of the softmax kernels over rows.
     #[inline]
     pub(in crate::driver::cuda) fn run_waves<P: WaitsWhenTold>(
         &self,
@@ -362,10 +378,8 @@ impl Ctx<'_> {
         early_waves: u32,
         p: &mut P,
     ) -> Result<()> {
-        if launch_early(grid, self.full_wave_threads(f) / threads as u64, early_waves) {
-            return self.run_early(f, grid, threads, p);
-        }
-        self.run_threads(f, grid, threads, p)
+        let early = launch_early(grid, self.full_wave_threads(f) / threads as u64, early_waves);
+        self.run_early_when(early, f, (grid, threads), p)
     }
 
     /// Queues `f` over `grid` blocks of `threads` threads with `smem` bytes of dynamic shared

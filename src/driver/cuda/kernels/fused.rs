@@ -175,10 +175,7 @@ pub(in crate::driver::cuda) fn norm(c: &Ctx, a: NormArgs<'_>) -> Result<()> {
         per_sm => c.info.sms as u64 * per_sm as u64,
     };
     let grid = (rows as u64).clamp(1, cap) as u32;
-    if card.norm_early != 0 {
-        return c.run_early(f, grid, threads, &mut p);
-    }
-    c.run_threads(f, grid, threads, &mut p)
+    c.run_early_when(card.norm_early != 0, f, (grid, threads), &mut p)
 }
 
 /// The attention's operands (validated).

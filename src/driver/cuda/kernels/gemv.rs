@@ -167,11 +167,7 @@ fn rows(c: &Ctx, dtype: DType, mut p: GvP, launch: RowsLaunch) -> Result<()> {
     if p.splits > 1 {
         (p.partials, p.counters) = c.reduce_scratch()?;
     }
-    let grid = (tiles * p.splits) as u32;
-    if launch.early {
-        return c.run_early(f, grid, THREADS, &mut p);
-    }
-    c.run(f, grid, &mut p)
+    c.run_early_when(launch.early, f, ((tiles * p.splits) as u32, THREADS), &mut p)
 }
 
 #[cfg(test)]

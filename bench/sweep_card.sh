@@ -101,8 +101,8 @@ if part norm; then
     norm_blocks=16,norm_threads=128 norm_blocks=2 norm_blocks=3 norm_blocks=4 norm_blocks=6; do
     run norm "$v" "$v"
   done
-  # Launched early (programmatic serialization), on the card's grid and on a block a row.
-  for v in norm_early=1 norm_early=1,norm_blocks=0 norm_early=1,norm_blocks=0,norm_threads=128; do
+  # Launched plainly (the card's own launches them early), on its grid and on a block a row.
+  for v in norm_early=0 norm_early=0,norm_blocks=0 norm_early=0,norm_blocks=0,norm_threads=128; do
     run norm "$v" "$v"
   done
 fi

@@ -430,7 +430,7 @@ fn a_malformed_tuning_variable_is_a_clear_error_and_a_good_one_is_echoed() {
         ),
         (
             "256,0,1,sum_blocks=5",
-            "card profile: heavy_vectors=2 sum_blocks=5 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=0 (",
+            "card profile: heavy_vectors=2 sum_blocks=5 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=1 (",
         ),
     ] {
         let o = bench(&["--quick", "--no-pytorch", "--only", "small_op"], &[("CUDASEM_BENCH_TUNING", good)], None);

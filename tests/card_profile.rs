@@ -37,7 +37,7 @@ fn the_card_profile_follows_the_device_properties() -> Result<()> {
             assert_eq!(p.heavy_vectors, 2);
             assert!(
                 p.to_string().starts_with(
-                    "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=0 (12.8 B/cycle/SM"
+                    "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=1 (12.8 B/cycle/SM"
                 ),
                 "{p}"
             );

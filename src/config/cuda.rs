@@ -199,7 +199,8 @@ pub struct CardOverrides {
     pub gemv_rows: Option<u32>,
     /// `norm_early=N` (0 or 1): 1, the layer / RMS norm kernels are launched with programmatic
     /// stream serialization on compute capability 9.0 or later, whatever their grid (their blocks
-    /// are scheduled while the kernel before it drains, and wait for it first). The card's own: 0.
+    /// are scheduled while the kernel before it drains, and wait for it first); 0, plainly. The
+    /// card's own: 1.
     pub norm_early: Option<u32>,
 }
 

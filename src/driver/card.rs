@@ -50,9 +50,12 @@
 //!   per SM taking rows in turn (0: a block a row, the hardware scheduling them), their block (a
 //!   row's threads; its vectors or values a thread follow) and whether they are launched early
 //!   (programmatic stream serialization, as `early_waves` launches the elementwise kernel): 8,
-//!   256 and 0 on every card. PyTorch's kernel runs a block of 128 a row; `bench/sweep_card.sh`
-//!   sweeps all three beside `F.layer_norm` / `F.rms_norm` (the early launch not measured yet:
-//!   `rms_norm_bf16_8192x4096` on the H200 is the row it is for, 0.92 × PyTorch in session 31).
+//!   256 and 1 on every card. PyTorch's kernel runs a block of 128 a row; `bench/sweep_card.sh`
+//!   sweeps all three beside `F.layer_norm` / `F.rms_norm`. The early launch, measured on the
+//!   H100 (session 37, one run): `layer_norm_bf16_8192x4096` 0.0556 → 0.0541 ms,
+//!   `rms_norm_bf16_8192x4096` 0.0524 → 0.0512, and 1.0–1.7 µs on each of the two other grids
+//!   and blocks it was paired with (lines of the same launch differed by at most 0.6 µs); the
+//!   H200's `rms_norm_bf16_8192x4096` (0.92 × PyTorch in session 31) is not measured with it.
 //! * `mid_vectors` — of the heavy functions, bf16 `sin` and `cos` take
 //!   `heavy_vectors`; the others (f16 `sin` / `cos` / `tanh`, f32 `pow`) `mid_vectors`: 4 like
 //!   them on a card rich in bandwidth, where all are compute-bound, but 1 on one of less, where
@@ -214,7 +217,7 @@ impl CardProfile {
             mid_vectors,
             early_waves: 2,
             gemv_rows: 0,
-            norm_early: 0,
+            norm_early: 1,
         }
     }
 
@@ -245,7 +248,7 @@ impl CardProfile {
 impl std::fmt::Display for CardProfile {
     /// The choices as `CUDASEM_BENCH_TUNING` names them, then the balance they came from:
     /// `heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256
-    /// heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=0 (12.8 B/cycle/SM, 3352 GB/s, 132
+    /// heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=1 (12.8 B/cycle/SM, 3352 GB/s, 132
     /// SMs, cc 9.0)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.facts;
@@ -317,6 +320,11 @@ mod tests {
         assert_eq!((p.heavy_vectors, p.sum_blocks, p.sum_loads, p.ew_threads), (4, 0, 8, 128));
         assert_eq!((p.norm_blocks, p.norm_threads), (8, 256), "the norms' grid and block on every card");
         assert_eq!((p.early_waves, CardProfile::of(h100()).early_waves), (2, 2), "early from two waves on every card");
+        assert_eq!(
+            (p.norm_early, CardProfile::of(h100()).norm_early),
+            (1, 1),
+            "the norms launched early on every card"
+        );
         assert_eq!((p.mid_vectors, p.heavy_unroll), (4, 1), "four for every heavy function, two at a time");
         let p = CardProfile::of(h100());
         assert_eq!((p.mid_vectors, p.heavy_unroll), (1, 0), "the memory-bound ones one a thread, one at a time");
@@ -355,12 +363,12 @@ mod tests {
         assert_eq!((q.gemv_rows, p.gemv_rows), (3, 0));
         assert_eq!(
             p.to_string(),
-            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=0 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
+            "heavy_vectors=2 sum_blocks=0 sum_loads=8 ew_threads=256 norm_blocks=8 norm_threads=256 heavy_unroll=0 mid_vectors=1 early_waves=2 gemv_rows=0 norm_early=1 (12.8 B/cycle/SM, 3352 GB/s, 132 SMs, cc 9.0)"
         );
         let unknown = CardProfile::of(CardFacts { memory_clock_khz: 0, ..h200() });
         assert_eq!(
             unknown.to_string(),
-            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=2 gemv_rows=0 norm_early=0 (bandwidth unknown, 132 SMs, cc 9.0)"
+            "heavy_vectors=4 sum_blocks=0 sum_loads=8 ew_threads=128 norm_blocks=8 norm_threads=256 heavy_unroll=1 mid_vectors=4 early_waves=2 gemv_rows=0 norm_early=1 (bandwidth unknown, 132 SMs, cc 9.0)"
         );
     }
 }
